@@ -1,0 +1,175 @@
+//! Every tunable of the runtime, with where its default comes from.
+//!
+//! The default [`Config`] is the optimized runtime. [`Config::baseline`] is the original
+//! libasync-smp as the thesis measured it (§5.1.2-5.1.3): one lock per posted event, wake-ups by a
+//! pipe write and `poll`, no spinning, plain stealing. Each optimization is one field, so the
+//! ablation study (thesis Table 5.6) switches them one at a time. Padding is the exception: it
+//! changes memory layout and is the `unpadded` cargo feature.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How a worker with nothing to do sleeps, and how others wake it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wakeup {
+    /// A futex word per worker (what `std::thread::park` uses). The default: the cheapest
+    /// blocking wake-up Linux offers.
+    Futex,
+    /// A pthread condition variable and its mutex (thesis Table 5.3: 20K cycles, 229K events/s on
+    /// producer-consumer at 8 cores).
+    Condvar,
+    /// A pipe per worker: sleep in `poll`, wake by writing a byte. libasync-smp's mechanism
+    /// (thesis Table 5.3: 22K cycles, 198K events/s).
+    Pipe,
+}
+
+/// What an idle worker does before it sleeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Spin {
+    /// Sleep as soon as there is nothing to do (libasync-smp).
+    Never,
+    /// Reasoned spinning (thesis §5.3.1): sleep at once, unless the previous sleep was shorter
+    /// than `threshold`; then spin up to `threshold` watching for work before sleeping. A short
+    /// sleep means the wake-up latency was a large share of it, so spinning pays.
+    /// `threshold: None` measures it at start: 10x the wake-up latency of the configured
+    /// [`Wakeup`] (the thesis used 10x the condition-variable latency, 200K cycles).
+    Reasoned {
+        /// The spin budget and the "short sleep" bound; `None` = 10x measured wake-up latency.
+        threshold: Option<Duration>,
+    },
+    /// Spin up to `limit` every time before sleeping. Pure spinning when `limit` is large; it
+    /// is the throughput ceiling of Table 5.3 (1850K events/s) and burns a core when idle.
+    Always {
+        /// How long to spin before sleeping anyway.
+        limit: Duration,
+    },
+}
+
+/// How idle workers take work from loaded ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Steal {
+    /// No stealing: a color runs on its home worker, always (what the thesis measured).
+    Off,
+    /// libasync-smp's stealing: an idle worker takes one color, with all its pending events, from
+    /// one loaded worker chosen at random.
+    Plain,
+}
+
+/// The runtime's tunables. Build one with [`Config::default`] (optimized) or
+/// [`Config::baseline`] (libasync-smp) and change fields as needed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Config {
+    /// Batch cross-worker posts: each worker keeps one outgoing buffer per destination and hands a
+    /// whole buffer over in one synchronization (thesis §5.3.2: producer-consumer throughput x2,
+    /// lock time 17% -> 6.6%). `false` takes the destination's queue lock once per posted event,
+    /// local posts included, as libasync-smp did.
+    pub batching: bool,
+    /// Events per outgoing buffer before it is flushed. Thesis §5.3.2 tuned it per application:
+    /// 50 for producer-consumer, 20 for the web server and MapReduce; 32 sits between. Buffers
+    /// are also flushed at the end of every round of events and before a worker idles, so a small
+    /// burst never waits for the buffer to fill.
+    pub batch_size: usize,
+    /// Safety flush (thesis §5.3.2): a buffer older than this factor times the mean interval
+    /// between natural (full-buffer) flushes is flushed even in the middle of a long round. The
+    /// thesis used 110%.
+    pub safety_flush_factor: f64,
+    /// How idle workers sleep and are woken.
+    pub wakeup: Wakeup,
+    /// What idle workers do before sleeping.
+    pub spin: Spin,
+    /// At most this many workers spin at once; `None` = half the CPUs the process may use
+    /// (at least 1), so spinning never starves the workers that have work on an oversubscribed
+    /// machine.
+    pub max_spinners: Option<usize>,
+    /// Work stealing.
+    pub steal: Steal,
+    /// Events of one color run back to back before the worker moves to the next ready color.
+    /// Bounds how long one busy color can delay the others (a guess: long enough to keep the
+    /// color's data in cache, short enough to be fair).
+    pub turn_budget: usize,
+    /// Events per round: between two looks at the inbox and two flushes of outgoing buffers.
+    /// Seastar polls once per loop turn; 256 events keeps inbox latency at a few microseconds for
+    /// sub-microsecond handlers (a guess, to be tuned by the benchmarks).
+    pub round_budget: usize,
+    /// A panicking handler ends the run with [`Error::HandlerPanicked`](crate::Error) instead of
+    /// being counted and skipped.
+    pub abort_on_panic: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            batching: true,
+            batch_size: 32,
+            safety_flush_factor: 1.1,
+            wakeup: Wakeup::Futex,
+            spin: Spin::Reasoned { threshold: None },
+            max_spinners: None,
+            steal: Steal::Off,
+            turn_budget: 64,
+            round_budget: 256,
+            abort_on_panic: false,
+        }
+    }
+}
+
+impl Config {
+    /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
+    /// spinning, plain stealing. Build with the `unpadded` feature for its memory layout too.
+    pub fn baseline() -> Self {
+        Config {
+            batching: false,
+            wakeup: Wakeup::Pipe,
+            spin: Spin::Never,
+            steal: Steal::Plain,
+            ..Config::default()
+        }
+    }
+
+    /// Checks the values; [`Builder::build`](crate::Builder::build) calls it.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.batch_size == 0 {
+            return Err("batch_size must be at least 1".into());
+        }
+        if self.turn_budget == 0 || self.round_budget == 0 {
+            return Err("turn_budget and round_budget must be at least 1".into());
+        }
+        if !(self.safety_flush_factor.is_finite() && self.safety_flush_factor > 0.0) {
+            return Err("safety_flush_factor must be a positive number".into());
+        }
+        if self.max_spinners == Some(0) {
+            return Err("max_spinners must be at least 1 (use Spin::Never to disable spinning)".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseline_differs_in_each_switch() {
+        let d = Config::default();
+        let b = Config::baseline();
+        assert!(d.batching && !b.batching);
+        assert_eq!(b.wakeup, Wakeup::Pipe);
+        assert_eq!(b.spin, Spin::Never);
+        assert_eq!(b.steal, Steal::Plain);
+        assert!(d.validate().is_ok() && b.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let mut c = Config::default();
+        c.batch_size = 0;
+        assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.safety_flush_factor = f64::NAN;
+        assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.max_spinners = Some(0);
+        assert!(c.validate().is_err());
+    }
+}

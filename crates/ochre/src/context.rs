@@ -1,0 +1,105 @@
+//! The worker a thread is, and the functions handlers call.
+//!
+//! A worker thread points a thread-local at its `WorkerCtx` for the duration of a run. Handlers
+//! reach their worker through it: `post` costs a thread-local read and a `RefCell` borrow, then a
+//! push on the worker's own queue (or its outgoing buffer).
+
+use std::cell::Cell;
+use std::ptr;
+
+use crate::message::Task;
+use crate::worker::WorkerCtx;
+use crate::{Color, Error};
+
+thread_local! {
+    static CURRENT: Cell<*const WorkerCtx> = const { Cell::new(ptr::null()) };
+}
+
+/// Makes `ctx` the current worker of this thread until the guard drops.
+pub(crate) struct Enter {
+    previous: *const WorkerCtx,
+}
+
+impl Enter {
+    pub(crate) fn new(ctx: &WorkerCtx) -> Enter {
+        let previous = CURRENT.with(|c| c.replace(ctx as *const WorkerCtx));
+        Enter { previous }
+    }
+}
+
+impl Drop for Enter {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.previous));
+    }
+}
+
+/// Runs `f` with this thread's worker, if it is one.
+#[inline]
+pub(crate) fn with_current<R>(f: impl FnOnce(&WorkerCtx) -> R) -> Option<R> {
+    let p = CURRENT.with(|c| c.get());
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was set by `Enter::new` from a `&WorkerCtx` that outlives the `Enter` guard (the
+    // guard is dropped at the end of the worker's run, before the context), and the guard restores
+    // the previous value on drop; so a non-null `p` points to a live context of this thread.
+    // `WorkerCtx` is only ever used on its own thread.
+    Some(f(unsafe { &*p }))
+}
+
+pub(crate) fn post_task(color: Color, task: Task, urgent: bool) -> Result<(), Error> {
+    with_current(|ctx| ctx.core.borrow_mut().post(&ctx.shared, color, task, urgent))
+        .ok_or(Error::NotInRuntime)
+}
+
+/// Posts `f` as an event of `color`, at the tail of the color's queue.
+///
+/// Events of one color posted by one handler run in the order posted.
+///
+/// # Panics
+///
+/// If called outside an ochre handler: use [`Handle::post`](crate::Handle::post) from other
+/// threads, or [`try_post`] to get an error instead.
+#[inline]
+pub fn post<F: FnOnce() + Send + 'static>(color: Color, f: F) {
+    if let Err(e) = post_task(color, Box::new(f), false) {
+        panic!("ochre::post: {e}");
+    }
+}
+
+/// Posts `f` as an urgent event of `color`: it runs before the color's queued events that have not
+/// started (urgent events of one poster keep their order among themselves), and the color goes to
+/// the head of its worker's ready list.
+///
+/// # Panics
+///
+/// If called outside an ochre handler (see [`post`]).
+#[inline]
+pub fn post_urgent<F: FnOnce() + Send + 'static>(color: Color, f: F) {
+    if let Err(e) = post_task(color, Box::new(f), true) {
+        panic!("ochre::post_urgent: {e}");
+    }
+}
+
+/// Like [`post`], but returns [`Error::NotInRuntime`] instead of panicking outside a handler.
+pub fn try_post<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result<(), Error> {
+    post_task(color, Box::new(f), false)
+}
+
+/// The color of the running event, or `None` outside a handler.
+pub fn current_color() -> Option<Color> {
+    with_current(|ctx| ctx.current.get()).flatten()
+}
+
+/// The index of the worker running the current handler, or `None` outside a handler.
+pub fn current_worker() -> Option<usize> {
+    with_current(|ctx| ctx.id)
+}
+
+/// Ends the current run: each worker stops after its current turn, and
+/// [`Runtime::run`](crate::Runtime::run) returns. Events not run stay queued and run at the next
+/// `run` (the run report counts them as `pending`). Does nothing outside a handler; from other
+/// threads use [`Handle::shutdown`](crate::Handle::shutdown).
+pub fn shutdown() {
+    with_current(|ctx| ctx.shared.stop(crate::shared::SHUTDOWN));
+}

@@ -1,0 +1,202 @@
+//! What a worker does with nothing to run: steal, spin (reasoned), sleep, and detect that the
+//! whole runtime is quiescent.
+//!
+//! ## Sleeping without losing a wake-up
+//!
+//! The sleeper stores `sleeping = true` (SeqCst), then looks at its inbox, steal-request slot and
+//! stop flag; only if all are empty does it park. A sender pushes (SeqCst) and then loads
+//! `sleeping` (SeqCst); if set, it swaps it to false and unparks. In the single total order of
+//! SeqCst operations either the sleeper's look comes after the push (it sees the message), or the
+//! sender's load comes after the store (it wakes the sleeper); the parker's sticky token covers an
+//! unpark that lands before the park call.
+//!
+//! ## Reasoned spinning (thesis §5.3.1)
+//!
+//! A worker sleeps at once unless its previous sleep was shorter than the threshold (10x the
+//! measured wake-up latency by default): a short sleep means the wake-up cost was a large share of
+//! it, so it spins up to the threshold first, watching its inbox. At most `max_spinners` workers
+//! spin at once, so spinners never take the CPUs of workers that have work.
+//!
+//! ## Quiescence without a per-event global counter
+//!
+//! Each worker counts the messages it sent and received (per batch, in its own `Status`), and
+//! outside posters count theirs in one runtime-wide counter. A worker about to sleep marks itself
+//! `parked`; one that finds every worker parked collects, twice, every worker's `(epoch, parked,
+//! sent, received)` (epoch first; a worker increments its epoch before doing anything after a
+//! wake) and the outside count. If both collections agree, every worker was parked throughout the
+//! interval between them, with the counters read; if moreover sent equals received, no message
+//! was in flight then either: nothing can ever run again, and the run ends. A parked worker has an
+//! empty queue and flushed buffers by construction.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Spin;
+use crate::shared::{Shared, QUIESCENT};
+use crate::stats::Counter;
+use crate::steal;
+use crate::sync::Ordering;
+use crate::worker::WorkerCtx;
+
+/// What the run loop does after an idle spell.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Stop,
+}
+
+/// How long to spin before sleeping, given the policy and the length of the previous sleep.
+pub(crate) fn spin_budget(spin: Spin, threshold: Duration, last_sleep: Option<Duration>) -> Duration {
+    match spin {
+        Spin::Never => Duration::ZERO,
+        Spin::Always { limit } => limit,
+        Spin::Reasoned { .. } => match last_sleep {
+            Some(slept) if slept < threshold => threshold,
+            _ => Duration::ZERO,
+        },
+    }
+}
+
+/// Something for this worker to do (or the run is ending). `strict` uses the SeqCst inbox check
+/// that pairs with senders; spinners poll with the relaxed one.
+fn has_work(ctx: &WorkerCtx, strict: bool) -> bool {
+    let shared = &*ctx.shared;
+    let poke = &shared.remotes[ctx.id].poke;
+    let locked = !shared.config.batching;
+    let inbox_empty =
+        if strict { poke.inbox.is_empty(locked) } else { poke.inbox.looks_empty(locked) };
+    !inbox_empty || poke.steal_request.load(Ordering::SeqCst) != 0 || shared.stopping()
+}
+
+/// The idle path: called when a round ran nothing and nothing is ready.
+pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
+    let shared = &*ctx.shared;
+    let (budget, try_steal) = {
+        let mut core = ctx.core.borrow_mut();
+        core.publish(shared);
+        steal::request(&mut core, shared);
+        let budget = spin_budget(shared.config.spin, shared.spin_threshold, core.last_sleep);
+        (budget, shared.config.steal != crate::Steal::Off)
+    };
+    if budget > Duration::ZERO && spin(ctx, budget, try_steal) {
+        return Flow::Continue;
+    }
+    sleep(ctx)
+}
+
+/// Spins up to `budget` watching for work. Returns true if work came.
+fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
+    let shared = &*ctx.shared;
+    let spinners = &shared.control.spinners;
+    if spinners.fetch_add(1, Ordering::AcqRel) >= shared.max_spinners {
+        spinners.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    ctx.core.borrow_mut().counters.add(Counter::Spins, 1);
+    let start = Instant::now();
+    let mut found = false;
+    let mut round = 0u32;
+    loop {
+        if has_work(ctx, false) {
+            found = true;
+            break;
+        }
+        round = round.wrapping_add(1);
+        if round % 64 == 0 {
+            if start.elapsed() >= budget {
+                break;
+            }
+            if try_steal && round % 1024 == 0 {
+                steal::request(&mut ctx.core.borrow_mut(), shared);
+            }
+        }
+        std::hint::spin_loop();
+    }
+    spinners.fetch_sub(1, Ordering::AcqRel);
+    if found {
+        ctx.core.borrow_mut().counters.add(Counter::SpinWins, 1);
+    }
+    found
+}
+
+/// Sleeps until woken; detects quiescence if this worker is the last to sleep.
+fn sleep(ctx: &WorkerCtx) -> Flow {
+    let shared = &*ctx.shared;
+    let remote = &shared.remotes[ctx.id];
+    remote.poke.sleeping.store(true, Ordering::SeqCst);
+    if has_work(ctx, true) {
+        remote.poke.sleeping.store(false, Ordering::SeqCst);
+        return if shared.stopping() { Flow::Stop } else { Flow::Continue };
+    }
+    remote.status.parked.store(true, Ordering::SeqCst);
+    let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
+    if parked == shared.workers && quiescent(shared) {
+        shared.stop(QUIESCENT);
+    }
+    let flow = if shared.stopping() {
+        Flow::Stop
+    } else {
+        ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
+        let t = Instant::now();
+        remote.parker.park(None);
+        ctx.core.borrow_mut().last_sleep = Some(t.elapsed());
+        Flow::Continue
+    };
+    // Epoch first: a detector that saw us parked must see that we woke.
+    remote.status.epoch.fetch_add(1, Ordering::SeqCst);
+    remote.status.parked.store(false, Ordering::SeqCst);
+    shared.control.parked.fetch_sub(1, Ordering::SeqCst);
+    remote.poke.sleeping.store(false, Ordering::SeqCst);
+    if shared.stopping() {
+        Flow::Stop
+    } else {
+        flow
+    }
+}
+
+#[derive(PartialEq, Eq)]
+struct Collect {
+    epochs: Vec<u64>,
+    sent: u64,
+    received: u64,
+    external: u64,
+}
+
+fn collect(shared: &Shared) -> Option<Collect> {
+    let mut c = Collect { epochs: Vec::with_capacity(shared.workers), sent: 0, received: 0, external: 0 };
+    for r in shared.remotes.iter() {
+        c.epochs.push(r.status.epoch.load(Ordering::SeqCst));
+        if !r.status.parked.load(Ordering::SeqCst) {
+            return None;
+        }
+        c.sent += r.status.sent.load(Ordering::SeqCst);
+        c.received += r.status.received.load(Ordering::SeqCst);
+    }
+    c.external = shared.control.external_posts.load(Ordering::SeqCst);
+    Some(c)
+}
+
+/// The double collection described in the module doc.
+pub(crate) fn quiescent(shared: &Shared) -> bool {
+    let Some(first) = collect(shared) else { return false };
+    if first.sent + first.external != first.received {
+        return false;
+    }
+    collect(shared).is_some_and(|second| second == first)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasoned_spinning_spins_only_after_a_short_sleep() {
+        let spin = Spin::Reasoned { threshold: None };
+        let th = Duration::from_micros(300);
+        assert_eq!(spin_budget(spin, th, None), Duration::ZERO, "first sleep is immediate");
+        assert_eq!(spin_budget(spin, th, Some(Duration::from_micros(50))), th);
+        assert_eq!(spin_budget(spin, th, Some(Duration::from_millis(5))), Duration::ZERO);
+        assert_eq!(spin_budget(Spin::Never, th, Some(Duration::ZERO)), Duration::ZERO);
+        let limit = Duration::from_millis(2);
+        assert_eq!(spin_budget(Spin::Always { limit }, th, None), limit);
+    }
+}

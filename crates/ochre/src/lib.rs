@@ -1,0 +1,94 @@
+//! # ochre: colored events on pinned per-core workers
+//!
+//! An application is a set of handlers; an *event* is a handler with its arguments (a closure).
+//! Every event has a [`Color`]: **two events of one color never run at the same time**, events of
+//! different colors may run in parallel. An event posted without thinking about colors uses
+//! [`Color::DEFAULT`], so an uncolored program is serial and correct, and parallelism is added one
+//! color at a time. Handlers never block.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::Arc;
+//! use ochre::{Color, Runtime};
+//!
+//! let rt = Runtime::builder().workers(4).pin(false).build()?;
+//! let sum = Arc::new(AtomicU64::new(0));
+//! let s = sum.clone();
+//! let report = rt.run(Color::DEFAULT, move || {
+//!     // Fan out over 100 colors; each color's events are serialized, colors run in parallel.
+//!     for i in 0..100u64 {
+//!         let s = s.clone();
+//!         ochre::post(Color(i), move || {
+//!             s.fetch_add(i, Ordering::Relaxed);
+//!         });
+//!     }
+//! })?;
+//! assert_eq!(sum.load(Ordering::Relaxed), 4950);
+//! assert_eq!(report.total().events_run, 101);
+//! # Ok::<(), ochre::Error>(())
+//! ```
+//!
+//! ## Guarantees
+//!
+//! 1. **Exclusion**: two events of one color never run at the same time.
+//! 2. **Order**: events of one color posted by one poster (one event, or one outside thread) run
+//!    in the order posted; [`post_urgent`] puts an event before the color's queued events that
+//!    have not started.
+//! 3. **Exactly once**: every accepted post runs exactly once, also while colors move between
+//!    workers (stealing) and across a shutdown (what did not run stays queued for the next
+//!    [`Runtime::run`]; dropping the runtime drops it unrun).
+//! 4. **Panics** in handlers are caught, counted and reported with their color; the worker goes
+//!    on (or the run aborts, with [`Builder::abort_on_panic`]).
+//!
+//! ## How data flows
+//!
+//! A post from a handler goes to the color's queue on the posting worker if that worker holds the
+//! color (no atomic, no shared line), else into the posting worker's outgoing buffer for the
+//! color's home worker. Buffers are handed over whole (one compare-and-swap) when full, at the end
+//! of each round of events, before idling, or by a safety flush. Each worker takes its whole inbox
+//! in one swap, routes events to per-color queues, and runs ready colors a turn at a time. Idle
+//! workers steal (if enabled), spin (reasoned spinning) or sleep on a futex, condition variable or
+//! pipe; the last worker to sleep detects quiescence and ends the run. Modules: `queue` (per-color
+//! run queue and color lending), `inbox`/`outbox` (transport), `idle`/`park` (sleeping), `steal`,
+//! `worker` (the loop), `stats`, `config`.
+//!
+//! ## Baseline
+//!
+//! [`Config::baseline`] behaves like the original libasync-smp (one lock per posted event, pipe
+//! wake-ups, no spinning, plain stealing); with the `unpadded` feature, also its memory layout.
+//! Every optimization is a switch, for the ablation study.
+
+#![warn(missing_docs)]
+
+mod color;
+mod config;
+mod context;
+mod error;
+mod idle;
+mod inbox;
+mod message;
+mod outbox;
+mod padding;
+mod park;
+mod queue;
+mod runtime;
+mod shared;
+mod stats;
+mod steal;
+mod sync;
+pub mod topology;
+mod worker;
+
+#[cfg(all(test, loom))]
+mod loom_models;
+
+pub use color::Color;
+pub use config::{Config, Spin, Steal, Wakeup};
+pub use context::{current_color, current_worker, post, post_urgent, shutdown, try_post};
+pub use error::Error;
+pub use padding::PADDED;
+#[cfg(not(loom))]
+pub use park::measure_wakeup;
+pub use runtime::{Builder, Handle, RunEnd, RunReport, Runtime};
+pub use shared::PanicRecord;
+pub use stats::WorkerStats;

@@ -1,0 +1,186 @@
+//! A worker's outgoing buffers: one per destination worker (thesis §5.3.2, batched posting).
+//!
+//! Owned by one worker, never shared. A post to another worker appends to the buffer for that
+//! worker; the worker hands a whole buffer to the destination's inbox in one synchronization when
+//! (a) it is full ([`Config::batch_size`](crate::Config)), (b) the worker ends a round or goes
+//! idle, so progress never waits for a timer, or (c) the *safety flush*: a buffer seen pending for
+//! longer than `safety_flush_factor` times the mean interval between natural (full-buffer) flushes
+//! is sent even in the middle of a long round.
+//!
+//! The safety check reads the clock only every few events and only when something is pending; a
+//! buffer's age is counted from the first check that saw it pending, so posting itself never reads
+//! the clock. The age is thus underestimated by at most one check interval.
+
+use std::time::{Duration, Instant};
+
+use crate::message::Msg;
+
+/// Starting guess for the mean interval between natural flushes, before any was seen.
+const INITIAL_INTERVAL: Duration = Duration::from_micros(50);
+/// Bounds of the measured mean interval, so one odd gap cannot disable or spin the safety flush.
+const MIN_INTERVAL: Duration = Duration::from_micros(1);
+const MAX_INTERVAL: Duration = Duration::from_millis(10);
+
+struct OutSlot {
+    msgs: Vec<Msg>,
+    /// When a safety check first saw this buffer pending.
+    seen_pending: Option<Instant>,
+    last_natural: Option<Instant>,
+    /// Exponential moving average (weight 1/8) of intervals between natural flushes.
+    mean_interval: Duration,
+}
+
+/// Outgoing buffers of one worker, indexed by destination.
+pub(crate) struct Outbox {
+    slots: Vec<OutSlot>,
+    batch_size: usize,
+    factor: f64,
+    /// Number of non-empty buffers, so that flushing an empty outbox costs nothing.
+    pending: usize,
+}
+
+impl Outbox {
+    pub(crate) fn new(workers: usize, batch_size: usize, factor: f64) -> Self {
+        Outbox {
+            slots: (0..workers)
+                .map(|_| OutSlot {
+                    msgs: Vec::new(),
+                    seen_pending: None,
+                    last_natural: None,
+                    mean_interval: INITIAL_INTERVAL,
+                })
+                .collect(),
+            batch_size,
+            factor,
+            pending: 0,
+        }
+    }
+
+    /// True if some buffer holds messages.
+    #[inline]
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending > 0
+    }
+
+    /// Appends a message for `dest`; returns the buffer to deliver if that filled it.
+    #[inline]
+    pub(crate) fn push(&mut self, dest: usize, msg: Msg) -> Option<Vec<Msg>> {
+        let slot = &mut self.slots[dest];
+        if slot.msgs.is_empty() {
+            self.pending += 1;
+            slot.msgs.reserve(self.batch_size);
+        }
+        slot.msgs.push(msg);
+        if slot.msgs.len() < self.batch_size {
+            return None;
+        }
+        let now = Instant::now();
+        if let Some(last) = slot.last_natural {
+            let gap = now.saturating_duration_since(last).clamp(MIN_INTERVAL, MAX_INTERVAL);
+            slot.mean_interval = (slot.mean_interval * 7 + gap) / 8;
+        }
+        slot.last_natural = Some(now);
+        Some(self.take(dest))
+    }
+
+    /// Takes the buffer for `dest` (possibly empty).
+    pub(crate) fn take(&mut self, dest: usize) -> Vec<Msg> {
+        let slot = &mut self.slots[dest];
+        if !slot.msgs.is_empty() {
+            self.pending -= 1;
+        }
+        slot.seen_pending = None;
+        std::mem::take(&mut slot.msgs)
+    }
+
+    /// Destinations whose buffers are non-empty.
+    pub(crate) fn pending_dests(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots.iter().enumerate().filter(|(_, s)| !s.msgs.is_empty()).map(|(d, _)| d)
+    }
+
+    /// Destinations whose buffers are overdue for a safety flush at `now`; starts the age of
+    /// buffers seen pending for the first time.
+    pub(crate) fn overdue(&mut self, now: Instant, out: &mut Vec<usize>) {
+        out.clear();
+        let factor = self.factor;
+        for (d, slot) in self.slots.iter_mut().enumerate() {
+            if slot.msgs.is_empty() {
+                continue;
+            }
+            match slot.seen_pending {
+                None => slot.seen_pending = Some(now),
+                Some(since) => {
+                    if now.saturating_duration_since(since) > slot.mean_interval.mul_f64(factor) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn mean_interval(&self, dest: usize) -> Duration {
+        self.slots[dest].mean_interval
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::message::Task;
+    use crate::Color;
+
+    fn msg() -> Msg {
+        let task: Task = Box::new(|| {});
+        Msg::Post { color: Color(1), task, urgent: false }
+    }
+
+    #[test]
+    fn full_buffer_is_returned_for_delivery() {
+        let mut o = Outbox::new(3, 4, 1.1);
+        for _ in 0..3 {
+            assert!(o.push(2, msg()).is_none());
+        }
+        assert!(o.has_pending());
+        assert_eq!(o.pending_dests().collect::<Vec<_>>(), vec![2]);
+        let full = o.push(2, msg()).expect("fourth message fills the batch");
+        assert_eq!(full.len(), 4);
+        assert!(!o.has_pending());
+    }
+
+    #[test]
+    fn take_empties_and_counts() {
+        let mut o = Outbox::new(2, 8, 1.1);
+        let _ = o.push(0, msg());
+        let _ = o.push(1, msg());
+        assert_eq!(o.take(0).len(), 1);
+        assert!(o.has_pending());
+        assert_eq!(o.take(1).len(), 1);
+        assert!(!o.has_pending());
+        assert!(o.take(1).is_empty());
+        assert!(!o.has_pending());
+    }
+
+    #[test]
+    fn safety_flush_after_factor_times_mean_interval() {
+        let mut o = Outbox::new(1, 1000, 1.1);
+        let _ = o.push(0, msg());
+        let t0 = Instant::now();
+        let mut due = vec![];
+        o.overdue(t0, &mut due);
+        assert!(due.is_empty(), "first sighting only starts the clock");
+        o.overdue(t0 + INITIAL_INTERVAL, &mut due);
+        assert!(due.is_empty(), "not yet 110% of the mean interval");
+        o.overdue(t0 + INITIAL_INTERVAL.mul_f64(1.2), &mut due);
+        assert_eq!(due, vec![0]);
+    }
+
+    #[test]
+    fn mean_interval_follows_natural_flushes() {
+        let mut o = Outbox::new(1, 1, 1.1);
+        let _ = o.push(0, msg());
+        std::thread::sleep(Duration::from_millis(2));
+        let _ = o.push(0, msg());
+        assert!(o.mean_interval(0) > INITIAL_INTERVAL, "a 2 ms gap raises the mean");
+    }
+}

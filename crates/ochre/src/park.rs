@@ -1,0 +1,286 @@
+//! How one worker thread sleeps and how another wakes it.
+//!
+//! A [`Parker`] is a binary semaphore with a sticky token: `unpark` before `park` makes the next
+//! `park` return at once, so a wake-up sent between a worker's last look at its inbox and its call
+//! to `park` is never lost. `park` may also return spuriously; callers re-check their condition.
+//! The `sleeping` flag that decides *whether* to call `unpark` lives in `idle`.
+//!
+//! Three mechanisms, the [`Wakeup`] setting: a futex word (default), a condition variable, and a
+//! pipe polled with `poll` (libasync-smp). Under `cfg(loom)` only the condition variable exists,
+//! since loom cannot model system calls.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Wakeup;
+use crate::sync::{lock, Condvar, Mutex};
+#[cfg(not(loom))]
+use crate::sync::{AtomicU32, Ordering};
+
+/// A sleeping place for one thread.
+pub(crate) enum Parker {
+    #[cfg(not(loom))]
+    Futex(FutexParker),
+    Condvar(CondvarParker),
+    #[cfg(not(loom))]
+    Pipe(PipeParker),
+}
+
+impl Parker {
+    pub(crate) fn new(kind: Wakeup) -> std::io::Result<Parker> {
+        Ok(match kind {
+            #[cfg(not(loom))]
+            Wakeup::Futex => Parker::Futex(FutexParker::new()),
+            #[cfg(not(loom))]
+            Wakeup::Pipe => Parker::Pipe(PipeParker::new()?),
+            #[cfg(loom)]
+            Wakeup::Futex | Wakeup::Pipe => Parker::Condvar(CondvarParker::new()),
+            Wakeup::Condvar => Parker::Condvar(CondvarParker::new()),
+        })
+    }
+
+    /// Sleeps until unparked (or spuriously), or until `timeout` passes.
+    pub(crate) fn park(&self, timeout: Option<Duration>) {
+        match self {
+            #[cfg(not(loom))]
+            Parker::Futex(p) => p.park(timeout),
+            Parker::Condvar(p) => p.park(timeout),
+            #[cfg(not(loom))]
+            Parker::Pipe(p) => p.park(timeout),
+        }
+    }
+
+    /// Wakes the sleeper, or makes its next `park` return at once.
+    pub(crate) fn unpark(&self) {
+        match self {
+            #[cfg(not(loom))]
+            Parker::Futex(p) => p.unpark(),
+            Parker::Condvar(p) => p.unpark(),
+            #[cfg(not(loom))]
+            Parker::Pipe(p) => p.unpark(),
+        }
+    }
+}
+
+/// States of the futex word.
+#[cfg(not(loom))]
+const EMPTY: u32 = 0;
+#[cfg(not(loom))]
+const NOTIFIED: u32 = 1;
+#[cfg(not(loom))]
+const PARKED: u32 = 2;
+
+/// A futex-backed parker: EMPTY -> PARKED (sleeping) -> NOTIFIED -> EMPTY (token consumed).
+#[cfg(not(loom))]
+pub(crate) struct FutexParker {
+    state: AtomicU32,
+}
+
+#[cfg(not(loom))]
+impl FutexParker {
+    fn new() -> Self {
+        FutexParker { state: AtomicU32::new(EMPTY) }
+    }
+
+    fn park(&self, timeout: Option<Duration>) {
+        // Consume a pending token without sleeping. Acquire pairs with `unpark`'s Release swap.
+        if self.state.compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
+            return;
+        }
+        if self.state.compare_exchange(EMPTY, PARKED, Ordering::Acquire, Ordering::Acquire).is_err()
+        {
+            // A token arrived between the two exchanges.
+            self.state.store(EMPTY, Ordering::Relaxed);
+            return;
+        }
+        let ts = timeout.map(|d| rustix::thread::futex::Timespec {
+            tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        // The kernel sleeps only while the word is still PARKED, so an `unpark` that already
+        // stored NOTIFIED makes this return at once. Errors (EINTR, EAGAIN, ETIMEDOUT) are all
+        // "wake up and re-check", which the caller does anyway.
+        let _ = rustix::thread::futex::wait(
+            &self.state,
+            rustix::thread::futex::Flags::PRIVATE,
+            PARKED,
+            ts.as_ref(),
+        );
+        // Whatever woke us, leave the word EMPTY: a token that came is consumed by this return.
+        self.state.swap(EMPTY, Ordering::Acquire);
+    }
+
+    fn unpark(&self) {
+        // Release pairs with `park`'s Acquire: what the waker wrote before is seen after waking.
+        if self.state.swap(NOTIFIED, Ordering::Release) == PARKED {
+            let _ = rustix::thread::futex::wake(&self.state, rustix::thread::futex::Flags::PRIVATE, 1);
+        }
+    }
+}
+
+/// A condition-variable parker: a `notified` flag under a mutex.
+pub(crate) struct CondvarParker {
+    notified: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl CondvarParker {
+    fn new() -> Self {
+        CondvarParker { notified: Mutex::new(false), cond: Condvar::new() }
+    }
+
+    fn park(&self, timeout: Option<Duration>) {
+        let mut notified = lock(&self.notified);
+        if !*notified {
+            notified = match timeout {
+                #[cfg(not(loom))]
+                Some(d) => match self.cond.wait_timeout(notified, d) {
+                    Ok((g, _)) => g,
+                    Err(e) => e.into_inner().0,
+                },
+                _ => self.cond.wait(notified).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+        *notified = false;
+    }
+
+    fn unpark(&self) {
+        *lock(&self.notified) = true;
+        self.cond.notify_one();
+    }
+}
+
+/// A pipe parker, libasync-smp's: sleep in `poll` on the read end, wake by writing a byte.
+#[cfg(not(loom))]
+pub(crate) struct PipeParker {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+}
+
+#[cfg(not(loom))]
+impl PipeParker {
+    fn new() -> std::io::Result<Self> {
+        use rustix::pipe::{pipe_with, PipeFlags};
+        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        Ok(PipeParker { read, write })
+    }
+
+    fn park(&self, timeout: Option<Duration>) {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.read, PollFlags::IN)];
+        let ts = timeout.map(|d| Timespec {
+            tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        let _ = poll(&mut fds, ts.as_ref());
+        // Drain the pipe so that the next poll blocks (what libasync-smp did after waking).
+        let mut buf = [0u8; 64];
+        while let Ok(n) = rustix::io::read(&self.read, &mut buf) {
+            if n < buf.len() {
+                break;
+            }
+        }
+    }
+
+    fn unpark(&self) {
+        // A full pipe (EAGAIN) already holds a wake-up: nothing is lost by ignoring it.
+        let _ = rustix::io::write(&self.write, &[1]);
+    }
+}
+
+/// Measures the one-way wake-up latency of a mechanism: the median time from `unpark` on one
+/// thread to the return of `park` on another, over `rounds` round trips.
+#[cfg(not(loom))]
+pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    struct Side {
+        parker: Parker,
+        // Round number the other side last sent; a flag the sleeper re-checks after waking.
+        seen: AtomicU64,
+    }
+    let a = Arc::new(Side { parker: Parker::new(kind)?, seen: AtomicU64::new(0) });
+    let b = Arc::new(Side { parker: Parker::new(kind)?, seen: AtomicU64::new(0) });
+    let rounds = rounds.max(1) as u64;
+    let (a2, b2) = (a.clone(), b.clone());
+    let echo = std::thread::Builder::new().name("ochre-wakeup-probe".into()).spawn(move || {
+        for r in 1..=rounds {
+            while b2.seen.load(std::sync::atomic::Ordering::Acquire) < r {
+                b2.parker.park(Some(Duration::from_millis(100)));
+            }
+            a2.seen.store(r, std::sync::atomic::Ordering::Release);
+            a2.parker.unpark();
+        }
+    })?;
+    let mut samples = Vec::with_capacity(rounds as usize);
+    for r in 1..=rounds {
+        // Give the echo thread time to fall asleep, so we measure a real wake-up.
+        std::thread::sleep(Duration::from_micros(200));
+        let t = Instant::now();
+        b.seen.store(r, std::sync::atomic::Ordering::Release);
+        b.parker.unpark();
+        while a.seen.load(std::sync::atomic::Ordering::Acquire) < r {
+            a.parker.park(Some(Duration::from_millis(100)));
+        }
+        samples.push(t.elapsed() / 2);
+    }
+    echo.join().map_err(|_| std::io::Error::other("wake-up probe thread panicked"))?;
+    samples.sort();
+    Ok(samples[samples.len() / 2])
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn each_kind() -> [Wakeup; 3] {
+        [Wakeup::Futex, Wakeup::Condvar, Wakeup::Pipe]
+    }
+
+    #[test]
+    fn token_is_sticky() {
+        for kind in each_kind() {
+            let p = Parker::new(kind).unwrap();
+            p.unpark();
+            let t = Instant::now();
+            p.park(Some(Duration::from_secs(5)));
+            assert!(t.elapsed() < Duration::from_secs(4), "{kind:?}: a pending token was lost");
+        }
+    }
+
+    #[test]
+    fn park_times_out() {
+        for kind in each_kind() {
+            let p = Parker::new(kind).unwrap();
+            let t = Instant::now();
+            p.park(Some(Duration::from_millis(20)));
+            assert!(t.elapsed() >= Duration::from_millis(15), "{kind:?} returned early");
+        }
+    }
+
+    #[test]
+    fn unpark_from_another_thread_wakes_the_sleeper() {
+        for kind in each_kind() {
+            let p = Arc::new(Parker::new(kind).unwrap());
+            let p2 = p.clone();
+            let t = Instant::now();
+            let waker = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(10));
+                p2.unpark();
+            });
+            p.park(Some(Duration::from_secs(10)));
+            waker.join().unwrap();
+            assert!(t.elapsed() < Duration::from_secs(5), "{kind:?} slept through its wake-up");
+        }
+    }
+
+    #[test]
+    fn wakeup_latency_is_measured() {
+        for kind in each_kind() {
+            let d = measure_wakeup(kind, 5).unwrap();
+            assert!(d > Duration::ZERO && d < Duration::from_millis(100), "{kind:?}: {d:?}");
+        }
+    }
+}

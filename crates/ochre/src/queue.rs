@@ -1,0 +1,519 @@
+//! A worker's run queue, organized by color, and the protocol that lends colors between workers.
+//!
+//! Each worker owns one [`ColorQueue`] and no other thread touches it. Pending events are kept per
+//! color (a FIFO per color), and colors with pending events wait in a ready list, so that all
+//! pending events of a color can move to another worker together.
+//!
+//! ## Leases
+//!
+//! Every color has a home worker (`color::home_of`). All posts to a color are sent to its home,
+//! except posts made on a worker that holds the color, which are queued right there. A home may
+//! *lend* a color to a thief (stealing); the slot's lease records it:
+//!
+//! * `Local`: at home, runs here.
+//! * `Away { to, outstanding }` (at the home): lent to `to`. Events that reach the home are
+//!   forwarded to `to`; `outstanding` counts events sent to `to` (the loan plus forwards) that `to`
+//!   has not yet reported run.
+//! * `Guest { home, received }` (at the thief): held on loan; `received` counts events received
+//!   from `home` since this slot was created.
+//!
+//! When a guest slot is empty at the end of a turn, the guest removes it and sends
+//! `Return { ran: received }` home; the home subtracts `ran` from `outstanding` and takes the color
+//! back (`Local`) when it reaches zero. If forwards were in flight, `outstanding` stays above zero,
+//! the forwards recreate a guest slot on arrival, and a later `Return` settles them.
+//!
+//! Why this is correct (messages between two workers arrive in the order sent, `inbox`):
+//!
+//! * **Exclusion.** The home runs the color only while `Local`, which it becomes only when every
+//!   event it sent to the guest has been reported run by a guest that then held no slot; forwards
+//!   stop as soon as it is `Local`. So the guest holds no event and runs nothing of the color.
+//!   A guest runs the color only while it holds a slot, and a home that lent it holds no events.
+//! * **Order per poster.** A poster is one event (or one outside thread). Which path a post takes
+//!   (local queue, or to the home) depends only on whether the posting worker holds the color,
+//!   which cannot change while one event runs; so all posts of one poster to one color take the
+//!   same FIFO path: the color's queue here, or the poster's channel to the home and then, in the
+//!   order the home received them, the home's channel to the guest. A loan moves a prefix of the
+//!   color's queue ahead of anything forwarded later, on that same channel.
+//! * **Exactly once.** Events move by value, from queue to message to queue; each is popped once.
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+use slab::Slab;
+
+use crate::color::home_of;
+use crate::message::{Loan, Task};
+use crate::Color;
+
+/// Empty `Local` slots are kept for reuse (no hash-map churn when a color comes and goes) up to
+/// this many slots in the table; beyond it, a slot is dropped as soon as it empties. A guess:
+/// enough for every color of a busy worker, small enough to bound memory.
+const KEEP_IDLE_SLOTS_UNDER: usize = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lease {
+    Local,
+    Away { to: usize, outstanding: u64 },
+    Guest { home: usize, received: u64 },
+}
+
+struct Slot {
+    color: Color,
+    events: VecDeque<Task>,
+    /// The first `urgent` events were posted urgent (kept in posting order among themselves).
+    urgent: usize,
+    /// In the ready list.
+    queued: bool,
+    lease: Lease,
+}
+
+/// Where a post went.
+pub(crate) enum Route {
+    /// Queued on this worker.
+    Queued,
+    /// The color is lent: send the event to its borrower `to` as a forward.
+    Forward { to: usize, task: Task },
+    /// Not held here: send the event to the color's home.
+    Remote { home: usize, task: Task },
+}
+
+/// A guest slot was emptied: tell the home how many of its events ran.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Returned {
+    pub(crate) home: usize,
+    pub(crate) color: Color,
+    pub(crate) ran: u64,
+}
+
+/// The run queue of one worker.
+pub(crate) struct ColorQueue {
+    me: usize,
+    workers: usize,
+    index: FxHashMap<Color, usize>,
+    slots: Slab<Slot>,
+    ready: VecDeque<usize>,
+    running: Option<usize>,
+    pending: usize,
+}
+
+impl ColorQueue {
+    pub(crate) fn new(me: usize, workers: usize) -> Self {
+        ColorQueue {
+            me,
+            workers,
+            index: FxHashMap::default(),
+            slots: Slab::new(),
+            ready: VecDeque::new(),
+            running: None,
+            pending: 0,
+        }
+    }
+
+    /// Events queued on this worker (not counting one that is running).
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Colors waiting to run here (not counting the running one).
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The lease of a color held in this table, if any.
+    pub(crate) fn lease(&self, color: Color) -> Option<Lease> {
+        self.index.get(&color).map(|&k| self.slots[k].lease)
+    }
+
+    /// Posts an event made on this worker, or received here as the color's home.
+    #[inline]
+    pub(crate) fn post(&mut self, color: Color, task: Task, urgent: bool) -> Route {
+        let key = match self.running {
+            // Fast path: a handler posting to its own color (chains, ping-pong): no lookup.
+            Some(k) if self.slots[k].color == color => k,
+            _ => match self.index.get(&color) {
+                Some(&k) => k,
+                None => {
+                    let home = home_of(color, self.workers);
+                    if home != self.me {
+                        return Route::Remote { home, task };
+                    }
+                    self.insert(color, Lease::Local)
+                }
+            },
+        };
+        if let Lease::Away { to, outstanding } = &mut self.slots[key].lease {
+            *outstanding += 1;
+            return Route::Forward { to: *to, task };
+        }
+        self.enqueue(key, task, urgent);
+        Route::Queued
+    }
+
+    /// Accepts an event that the color's home forwarded to this worker, the borrower.
+    pub(crate) fn accept_forward(&mut self, color: Color, home: usize, task: Task, urgent: bool) {
+        let key = self.guest_slot(color, home);
+        if let Lease::Guest { received, .. } = &mut self.slots[key].lease {
+            *received += 1;
+        }
+        self.enqueue(key, task, urgent);
+    }
+
+    /// Takes a color lent by `home` with its pending events.
+    pub(crate) fn adopt(&mut self, home: usize, loan: Loan) {
+        let n = loan.events.len();
+        if n == 0 {
+            return;
+        }
+        let key = self.guest_slot(loan.color, home);
+        let slot = &mut self.slots[key];
+        if let Lease::Guest { received, .. } = &mut slot.lease {
+            *received += n as u64;
+        }
+        if slot.events.is_empty() {
+            slot.events = loan.events;
+            slot.urgent = loan.urgent;
+        } else {
+            slot.events.extend(loan.events);
+        }
+        self.pending += n;
+        self.schedule(key, loan.urgent > 0);
+    }
+
+    /// The borrower of `color` reports `ran` more of the events sent to it as run.
+    pub(crate) fn returned(&mut self, color: Color, ran: u64) {
+        let Some(&key) = self.index.get(&color) else {
+            debug_assert!(false, "Return for color {color:?} that is not lent");
+            return;
+        };
+        let slot = &mut self.slots[key];
+        if let Lease::Away { outstanding, .. } = &mut slot.lease {
+            debug_assert!(*outstanding >= ran, "more events returned than lent");
+            *outstanding = outstanding.saturating_sub(ran);
+            if *outstanding == 0 {
+                slot.lease = Lease::Local;
+                self.maybe_release(key);
+            }
+        } else {
+            debug_assert!(false, "Return for color {color:?} in lease {:?}", slot.lease);
+        }
+    }
+
+    /// Starts a turn: the next ready color becomes the running one.
+    #[inline]
+    pub(crate) fn start_turn(&mut self) -> Option<(usize, Color)> {
+        let key = self.ready.pop_front()?;
+        let slot = &mut self.slots[key];
+        slot.queued = false;
+        self.running = Some(key);
+        Some((key, slot.color))
+    }
+
+    /// The next event of the running color.
+    #[inline]
+    pub(crate) fn pop(&mut self, key: usize) -> Option<Task> {
+        let slot = &mut self.slots[key];
+        let task = slot.events.pop_front()?;
+        slot.urgent = slot.urgent.saturating_sub(1);
+        self.pending -= 1;
+        Some(task)
+    }
+
+    /// Ends the running color's turn: requeue it if it has more events, or give it back if it is
+    /// an emptied guest.
+    pub(crate) fn end_turn(&mut self, key: usize) -> Option<Returned> {
+        self.running = None;
+        let slot = &mut self.slots[key];
+        if !slot.events.is_empty() {
+            slot.queued = true;
+            self.ready.push_back(key);
+            return None;
+        }
+        match slot.lease {
+            Lease::Guest { home, received } => {
+                let color = slot.color;
+                self.slots.remove(key);
+                self.index.remove(&color);
+                Some(Returned { home, color, ran: received })
+            }
+            Lease::Local => {
+                self.maybe_release(key);
+                None
+            }
+            Lease::Away { .. } => None,
+        }
+    }
+
+    /// Lends one color to `thief`: the ready color that would run last here, among those homed
+    /// here (a borrowed color is never lent on). Returns `None` if there is none.
+    pub(crate) fn lend(&mut self, thief: usize) -> Option<Loan> {
+        let pos = self
+            .ready
+            .iter()
+            .rposition(|&k| self.slots[k].lease == Lease::Local)?;
+        let key = self.ready.remove(pos)?;
+        let slot = &mut self.slots[key];
+        slot.queued = false;
+        let events = std::mem::take(&mut slot.events);
+        let urgent = std::mem::take(&mut slot.urgent);
+        self.pending -= events.len();
+        slot.lease = Lease::Away { to: thief, outstanding: events.len() as u64 };
+        Some(Loan { color: slot.color, events, urgent })
+    }
+
+    fn guest_slot(&mut self, color: Color, home: usize) -> usize {
+        match self.index.get(&color) {
+            Some(&k) => {
+                debug_assert!(
+                    matches!(self.slots[k].lease, Lease::Guest { .. }),
+                    "forward for color {color:?} held as {:?}",
+                    self.slots[k].lease
+                );
+                k
+            }
+            None => self.insert(color, Lease::Guest { home, received: 0 }),
+        }
+    }
+
+    fn insert(&mut self, color: Color, lease: Lease) -> usize {
+        let key = self.slots.insert(Slot {
+            color,
+            events: VecDeque::new(),
+            urgent: 0,
+            queued: false,
+            lease,
+        });
+        self.index.insert(color, key);
+        key
+    }
+
+    #[inline]
+    fn enqueue(&mut self, key: usize, task: Task, urgent: bool) {
+        let slot = &mut self.slots[key];
+        if urgent {
+            slot.events.insert(slot.urgent, task);
+            slot.urgent += 1;
+        } else {
+            slot.events.push_back(task);
+        }
+        self.pending += 1;
+        self.schedule(key, urgent);
+    }
+
+    #[inline]
+    fn schedule(&mut self, key: usize, urgent: bool) {
+        let slot = &mut self.slots[key];
+        if !slot.queued && self.running != Some(key) {
+            slot.queued = true;
+            if urgent {
+                self.ready.push_front(key);
+            } else {
+                self.ready.push_back(key);
+            }
+        }
+    }
+
+    fn maybe_release(&mut self, key: usize) {
+        let slot = &self.slots[key];
+        if slot.events.is_empty()
+            && !slot.queued
+            && slot.lease == Lease::Local
+            && self.running != Some(key)
+            && self.slots.len() > KEEP_IDLE_SLOTS_UNDER
+        {
+            let color = slot.color;
+            self.slots.remove(key);
+            self.index.remove(&color);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    type Log = Arc<Mutex<Vec<u64>>>;
+
+    fn task(log: &Log, v: u64) -> Task {
+        let log = log.clone();
+        Box::new(move || log.lock().unwrap().push(v))
+    }
+
+    /// A color homed on worker `w` of `n`.
+    fn color_on(w: usize, n: usize, skip: usize) -> Color {
+        (0..).map(Color).filter(|&c| home_of(c, n) == w).nth(skip).unwrap()
+    }
+
+    fn run_all(q: &mut ColorQueue) -> Vec<Returned> {
+        let mut returns = vec![];
+        while let Some((k, _)) = q.start_turn() {
+            while let Some(t) = q.pop(k) {
+                t();
+            }
+            returns.extend(q.end_turn(k));
+        }
+        returns
+    }
+
+    #[test]
+    fn local_fifo_and_remote_routing() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 2);
+        let mine = color_on(0, 2, 0);
+        let theirs = color_on(1, 2, 0);
+        for i in 0..3 {
+            assert!(matches!(q.post(mine, task(&log, i), false), Route::Queued));
+        }
+        assert!(matches!(q.post(theirs, task(&log, 9), false), Route::Remote { home: 1, .. }));
+        assert_eq!(q.pending(), 3);
+        run_all(&mut q);
+        assert_eq!(*log.lock().unwrap(), vec![0, 1, 2]);
+        assert_eq!(q.pending(), 0);
+    }
+
+    #[test]
+    fn urgent_goes_before_queued_events_in_posting_order() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 1);
+        let c = Color(5);
+        let _ = q.post(c, task(&log, 1), false);
+        let _ = q.post(c, task(&log, 2), false);
+        let _ = q.post(c, task(&log, 10), true);
+        let _ = q.post(c, task(&log, 11), true);
+        run_all(&mut q);
+        assert_eq!(*log.lock().unwrap(), vec![10, 11, 1, 2]);
+    }
+
+    #[test]
+    fn urgent_from_the_running_color_precedes_its_remaining_events() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 1);
+        let c = Color(1);
+        let _ = q.post(c, task(&log, 1), false);
+        let _ = q.post(c, task(&log, 2), false);
+        let (k, _) = q.start_turn().unwrap();
+        q.pop(k).unwrap()();
+        // While event 1 runs, it posts 3 (normal) and 0 (urgent).
+        let _ = q.post(c, task(&log, 3), false);
+        let _ = q.post(c, task(&log, 0), true);
+        while let Some(t) = q.pop(k) {
+            t();
+        }
+        assert!(q.end_turn(k).is_none());
+        assert_eq!(*log.lock().unwrap(), vec![1, 0, 2, 3]);
+    }
+
+    #[test]
+    fn urgent_color_jumps_the_ready_list() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 1);
+        let _ = q.post(Color(1), task(&log, 1), false);
+        let _ = q.post(Color(2), task(&log, 2), true);
+        run_all(&mut q);
+        assert_eq!(*log.lock().unwrap(), vec![2, 1]);
+    }
+
+    #[test]
+    fn lend_forward_return_round_trip() {
+        let log = Log::default();
+        let (home, thief) = (0, 1);
+        let mut h = ColorQueue::new(home, 2);
+        let mut t = ColorQueue::new(thief, 2);
+        let c = color_on(home, 2, 0);
+        let other = color_on(home, 2, 1);
+        let _ = h.post(other, task(&log, 100), false);
+        for i in 0..3 {
+            let _ = h.post(c, task(&log, i), false);
+        }
+        // The last ready color is lent.
+        let loan = h.lend(thief).unwrap();
+        assert_eq!(loan.color, c);
+        assert_eq!(loan.events.len(), 3);
+        assert_eq!(h.lease(c), Some(Lease::Away { to: thief, outstanding: 3 }));
+        assert_eq!(h.pending(), 1);
+        t.adopt(home, loan);
+        // A post to c at home is forwarded.
+        let Route::Forward { to, task: fwd } = h.post(c, task(&log, 3), false) else {
+            panic!("not forwarded")
+        };
+        assert_eq!(to, thief);
+        t.accept_forward(c, home, fwd, false);
+        let returns = run_all(&mut t);
+        assert_eq!(returns, vec![Returned { home, color: c, ran: 4 }]);
+        assert_eq!(t.lease(c), None);
+        h.returned(c, 4);
+        assert_eq!(h.lease(c), Some(Lease::Local));
+        assert!(matches!(h.post(c, task(&log, 4), false), Route::Queued));
+        run_all(&mut h);
+        assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 100, 4]);
+    }
+
+    #[test]
+    fn a_return_racing_a_forward_keeps_the_color_away() {
+        let log = Log::default();
+        let mut h = ColorQueue::new(0, 2);
+        let mut t = ColorQueue::new(1, 2);
+        let c = color_on(0, 2, 0);
+        let _ = h.post(c, task(&log, 0), false);
+        t.adopt(0, h.lend(1).unwrap());
+        // Home forwards event 1 while the thief is emptying its slot.
+        let Route::Forward { task: fwd, .. } = h.post(c, task(&log, 1), false) else { panic!() };
+        let first = run_all(&mut t);
+        assert_eq!(first, vec![Returned { home: 0, color: c, ran: 1 }]);
+        h.returned(c, 1);
+        assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 1 }), "still lent");
+        // A post at home now is still forwarded, after event 1.
+        let Route::Forward { task: fwd2, .. } = h.post(c, task(&log, 2), false) else { panic!() };
+        t.accept_forward(c, 0, fwd, false);
+        t.accept_forward(c, 0, fwd2, false);
+        let second = run_all(&mut t);
+        assert_eq!(second, vec![Returned { home: 0, color: c, ran: 2 }]);
+        h.returned(c, 2);
+        assert_eq!(h.lease(c), Some(Lease::Local));
+        assert_eq!(*log.lock().unwrap(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn guests_queue_their_own_posts_locally_and_are_never_lent_on() {
+        let log = Log::default();
+        let mut t = ColorQueue::new(1, 2);
+        let c = color_on(0, 2, 0);
+        let mut events = VecDeque::new();
+        events.push_back(task(&log, 0));
+        t.adopt(0, Loan { color: c, events, urgent: 0 });
+        assert!(t.lend(0).is_none(), "a borrowed color was lent on");
+        assert!(matches!(t.post(c, task(&log, 1), false), Route::Queued));
+        assert_eq!(run_all(&mut t), vec![Returned { home: 0, color: c, ran: 1 }]);
+        // Once returned, posts from the thief go home.
+        assert!(matches!(t.post(c, task(&log, 2), false), Route::Remote { home: 0, .. }));
+        assert_eq!(*log.lock().unwrap(), vec![0, 1]);
+    }
+
+    #[test]
+    fn lending_keeps_urgent_prefix() {
+        let log = Log::default();
+        let mut h = ColorQueue::new(0, 2);
+        let mut t = ColorQueue::new(1, 2);
+        let c = color_on(0, 2, 0);
+        let _ = h.post(c, task(&log, 2), false);
+        let _ = h.post(c, task(&log, 1), true);
+        t.adopt(0, h.lend(1).unwrap());
+        let Route::Forward { task: u, .. } = h.post(c, task(&log, 0), true) else { panic!() };
+        t.accept_forward(c, 0, u, true);
+        run_all(&mut t);
+        assert_eq!(*log.lock().unwrap(), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn idle_slots_are_bounded() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 1);
+        for c in 0..5000u64 {
+            let _ = q.post(Color(c), task(&log, c), false);
+            run_all(&mut q);
+        }
+        assert!(q.slots.len() <= KEEP_IDLE_SLOTS_UNDER + 1, "{} slots kept", q.slots.len());
+        assert_eq!(log.lock().unwrap().len(), 5000);
+    }
+}

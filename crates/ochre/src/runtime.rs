@@ -1,0 +1,457 @@
+//! The public face: [`Builder`], [`Runtime`], [`Handle`], [`RunReport`].
+//!
+//! Worker threads live for one `run`: the runtime keeps each worker's `Core` (queues, buffers,
+//! counters) between runs, moves it into a fresh thread at the start of a run and takes it back at
+//! the end. So a runtime can be run again, and events left when a run was shut down are still
+//! there for the next one.
+//!
+//! Shutdown semantics: `ochre::shutdown()` / [`Handle::shutdown`] end the current run after each
+//! worker's current turn; nothing is lost: undelivered batches are flushed to their inboxes and
+//! every accepted event runs at the next `run` ([`RunReport::pending`] counts them). Dropping the
+//! `Runtime` drops the events that never ran, without running them, and later posts through a
+//! [`Handle`] fail with [`Error::Closed`].
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::color::home_of;
+use crate::config::{Config, Spin, Wakeup};
+use crate::context::{with_current, Enter};
+use crate::message::{Msg, Task};
+use crate::park::Parker;
+use crate::shared::{Control, PanicRecord, Remote, Shared, QUIESCENT, RUNNING, SHUTDOWN};
+use crate::stats::WorkerStats;
+use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::worker::{Core, WorkerCtx};
+use crate::{padding::Padded, topology, Color, Error};
+
+/// Builds a [`Runtime`].
+///
+/// ```
+/// let rt = ochre::Runtime::builder().workers(2).pin(false).build()?;
+/// let report = rt.run(ochre::Color(1), || {
+///     ochre::post(ochre::Color(2), || println!("hello from a colored event"));
+/// })?;
+/// assert_eq!(report.total().events_run, 2);
+/// # Ok::<(), ochre::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    workers: Option<usize>,
+    pin: bool,
+    cpus: Option<Vec<usize>>,
+    config: Config,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder { workers: None, pin: true, cpus: None, config: Config::default() }
+    }
+}
+
+impl Builder {
+    /// Number of worker threads. Default: one per CPU in the process's affinity mask (or per CPU
+    /// given to [`cpus`](Builder::cpus)).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// Pin worker `i` to the `i`-th CPU (round robin when there are more workers than CPUs).
+    /// Default: true.
+    pub fn pin(mut self, pin: bool) -> Self {
+        self.pin = pin;
+        self
+    }
+
+    /// The CPUs to place workers on, in order. Each must be in the process's affinity mask.
+    /// Default: the whole mask.
+    pub fn cpus(mut self, cpus: impl IntoIterator<Item = usize>) -> Self {
+        self.cpus = Some(cpus.into_iter().collect());
+        self
+    }
+
+    /// The tunables (default: the optimized runtime; [`Config::baseline`] for libasync-smp).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Make a panicking handler end the run with [`Error::HandlerPanicked`] instead of being
+    /// counted and skipped. Default: false.
+    pub fn abort_on_panic(mut self, abort: bool) -> Self {
+        self.config.abort_on_panic = abort;
+        self
+    }
+
+    /// Checks the settings, measures the wake-up latency if reasoned spinning needs it, and
+    /// creates the workers' state (threads start with each [`Runtime::run`]).
+    pub fn build(self) -> Result<Runtime, Error> {
+        self.config.validate().map_err(Error::Config)?;
+        let allowed = topology::allowed_cpus().map_err(|e| Error::os("reading CPU affinity", e))?;
+        let cpus = match self.cpus {
+            Some(list) => {
+                if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {
+                    return Err(Error::CpuUnavailable { cpu, allowed });
+                }
+                list
+            }
+            None => allowed.clone(),
+        };
+        let workers = self.workers.unwrap_or(cpus.len());
+        if workers == 0 || cpus.is_empty() {
+            return Err(Error::ZeroWorkers);
+        }
+        let pins = (0..workers).map(|i| self.pin.then(|| cpus[i % cpus.len()])).collect();
+        let spin_threshold = match self.config.spin {
+            Spin::Reasoned { threshold: Some(t) } => t,
+            Spin::Reasoned { threshold: None } => default_spin_threshold(self.config.wakeup)?,
+            _ => Duration::ZERO,
+        };
+        let max_spinners = self.config.max_spinners.unwrap_or((allowed.len() / 2).max(1));
+        let remotes = (0..workers)
+            .map(|_| Parker::new(self.config.wakeup).map(Remote::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::os("creating a wake-up channel", e))?;
+        let cores = (0..workers).map(|i| Some(Core::new(i, workers, &self.config))).collect();
+        let shared = Arc::new(Shared {
+            config: self.config,
+            workers,
+            remotes: remotes.into_boxed_slice(),
+            control: Control {
+                stop: Padded::new(AtomicUsize::new(RUNNING)),
+                closed: Padded::new(AtomicBool::new(false)),
+                parked: Padded::new(AtomicUsize::new(0)),
+                spinners: Padded::new(AtomicUsize::new(0)),
+                external_posts: Padded::new(AtomicU64::new(0)),
+            },
+            spin_threshold,
+            max_spinners,
+            panics: Mutex::new(Vec::new()),
+            abort: Mutex::new(None),
+        });
+        Ok(Runtime { shared, cores: Mutex::new(cores), pins, running: AtomicBool::new(false) })
+    }
+}
+
+/// 10x the measured wake-up latency of `kind` (thesis §5.3.1), measured once per process and
+/// clamped to [20 µs, 5 ms] so that a noisy probe cannot disable spinning or make it burn a core.
+fn default_spin_threshold(kind: Wakeup) -> Result<Duration, Error> {
+    static MEASURED: [OnceLock<Duration>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = &MEASURED[kind as usize];
+    if let Some(d) = slot.get() {
+        return Ok(*d);
+    }
+    let latency = crate::park::measure_wakeup(kind, 9)
+        .map_err(|e| Error::os("measuring wake-up latency", e))?;
+    let threshold = (latency * 10).clamp(Duration::from_micros(20), Duration::from_millis(5));
+    Ok(*slot.get_or_init(|| threshold))
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunEnd {
+    /// Nothing was queued, running or in flight any more.
+    Quiescent,
+    /// `shutdown()` was called.
+    Shutdown,
+}
+
+/// What a run did: returned by [`Runtime::run`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunReport {
+    /// How the run ended.
+    pub end: RunEnd,
+    /// Wall-clock time of the run.
+    pub elapsed: Duration,
+    /// What each worker did during this run.
+    pub workers: Vec<WorkerStats>,
+    /// Handler panics during this run (the first 64; `total().panics` counts all).
+    pub panics: Vec<PanicRecord>,
+    /// Events accepted and not yet run when the run ended (0 after a quiescent end; after a
+    /// shutdown, they run at the next `run`).
+    pub pending: u64,
+    /// Reasoned-spinning threshold in force.
+    pub spin_threshold: Duration,
+    /// Things that did not go as configured but did not stop the run (a failed pinning).
+    pub warnings: Vec<String>,
+}
+
+impl RunReport {
+    /// Sum over workers.
+    pub fn total(&self) -> WorkerStats {
+        self.workers.iter().fold(WorkerStats::default(), |a, w| a.add(w))
+    }
+}
+
+/// A runtime: worker state and the configuration, ready to [`run`](Runtime::run).
+pub struct Runtime {
+    shared: Arc<Shared>,
+    cores: Mutex<Vec<Option<Core>>>,
+    pins: Vec<Option<usize>>,
+    running: AtomicBool,
+}
+
+impl Runtime {
+    /// A builder with the default (optimized) configuration.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.shared.workers
+    }
+
+    /// The worker a color lives on (its home), unless lent by stealing.
+    pub fn home_of(&self, color: Color) -> usize {
+        home_of(color, self.shared.workers)
+    }
+
+    /// The reasoned-spinning threshold in force (zero if the spin policy has none).
+    pub fn spin_threshold(&self) -> Duration {
+        self.shared.spin_threshold
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// A handle to post to this runtime from any thread.
+    pub fn handle(&self) -> Handle {
+        Handle { shared: self.shared.clone() }
+    }
+
+    /// Counters of each worker since the runtime was built (at most one round old while running).
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        self.handle().stats()
+    }
+
+    /// Runs `init` as an event of `color`, and everything it leads to, on the workers. Returns when
+    /// the runtime is quiescent (no event queued, running or in flight) or `shutdown()` was called.
+    ///
+    /// Errors: [`Error::AlreadyRunning`] if a run is going on (or from inside a handler),
+    /// [`Error::HandlerPanicked`] if a handler panicked with `abort_on_panic` set (the events
+    /// still queued stay for the next run), [`Error::Os`] if a worker thread cannot be started.
+    pub fn run<F>(&self, color: Color, init: F) -> Result<RunReport, Error>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        if with_current(|_| ()).is_some() || self.running.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyRunning);
+        }
+        let result = self.run_inner(color, Box::new(init));
+        self.running.store(false, Ordering::SeqCst);
+        result
+    }
+
+    fn run_inner(&self, color: Color, init: Task) -> Result<RunReport, Error> {
+        let shared = &self.shared;
+        // Reset the per-run state. No worker thread exists now, so plain stores suffice.
+        shared.control.stop.store(RUNNING, Ordering::SeqCst);
+        shared.control.parked.store(0, Ordering::SeqCst);
+        shared.control.spinners.store(0, Ordering::SeqCst);
+        for r in shared.remotes.iter() {
+            r.status.parked.store(false, Ordering::SeqCst);
+            r.poke.sleeping.store(false, Ordering::SeqCst);
+        }
+        lock(&shared.panics).clear();
+        *lock(&shared.abort) = None;
+
+        let slots: Vec<Mutex<Option<Core>>> =
+            lock(&self.cores).iter_mut().map(|c| Mutex::new(c.take())).collect();
+        let before: Vec<WorkerStats> = slots
+            .iter()
+            .map(|s| lock(s).as_ref().map(|c| c.counters.snapshot()).unwrap_or_default())
+            .collect();
+        shared.post_external(
+            home_of(color, shared.workers),
+            Msg::Post { color, task: init, urgent: false },
+        );
+
+        let started = Instant::now();
+        let warnings = Mutex::new(Vec::new());
+        let spawn_error = std::thread::scope(|scope| {
+            for (i, slot) in slots.iter().enumerate() {
+                let (worker_shared, pin, warnings) = (shared.clone(), self.pins[i], &warnings);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("ochre-w{i}"))
+                    .spawn_scoped(scope, move || {
+                        if let Some(cpu) = pin {
+                            if let Err(e) = topology::pin_current_thread(cpu) {
+                                lock(warnings).push(format!("worker {i}: pinning to CPU {cpu}: {e}"));
+                            }
+                        }
+                        let Some(core) = lock(slot).take() else { return };
+                        let ctx = WorkerCtx::new(worker_shared, core);
+                        {
+                            let _enter = Enter::new(&ctx);
+                            ctx.run();
+                        }
+                        *lock(slot) = Some(ctx.core.into_inner());
+                    });
+                if let Err(e) = spawned {
+                    // The workers already started stop; the unstarted cores stay in their slots.
+                    shared.stop(SHUTDOWN);
+                    return Some(Error::os("starting a worker thread", e));
+                }
+            }
+            None
+        });
+        let elapsed = started.elapsed();
+
+        let mut cores = lock(&self.cores);
+        for (dst, slot) in cores.iter_mut().zip(slots) {
+            *dst = slot.into_inner().unwrap_or_else(|e| e.into_inner());
+        }
+        if cores.iter().any(Option::is_none) {
+            // A worker thread died outside a handler: a runtime bug. Its events are lost.
+            return Err(Error::os("worker thread", std::io::Error::other("a worker thread crashed")));
+        }
+        if let Some(e) = spawn_error {
+            return Err(e);
+        }
+        if let Some(e) = lock(&shared.abort).take() {
+            return Err(e);
+        }
+        let workers: Vec<WorkerStats> = cores
+            .iter()
+            .zip(&before)
+            .map(|(c, b)| c.as_ref().map(|c| c.counters.snapshot().since(b)).unwrap_or_default())
+            .collect();
+        let end = match shared.control.stop.load(Ordering::SeqCst) {
+            QUIESCENT => RunEnd::Quiescent,
+            _ => RunEnd::Shutdown,
+        };
+        Ok(RunReport {
+            end,
+            elapsed,
+            workers,
+            panics: std::mem::take(&mut *lock(&shared.panics)),
+            pending: pending(&cores, shared),
+            spin_threshold: shared.spin_threshold,
+            warnings: warnings.into_inner().unwrap_or_else(|e| e.into_inner()),
+        })
+    }
+}
+
+/// Events accepted and not run: all posts (by handlers and outside threads) minus events run.
+/// Exact when no worker runs; forwards and loans move events without counting as posts.
+fn pending(cores: &[Option<Core>], shared: &Shared) -> u64 {
+    let mut posted = shared.control.external_posts.load(Ordering::SeqCst);
+    let mut ran = 0;
+    for c in cores.iter().flatten() {
+        let s = c.counters.snapshot();
+        posted += s.posts_local + s.posts_remote;
+        ran += s.events_run;
+    }
+    posted.saturating_sub(ran)
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shared.control.closed.store(true, Ordering::SeqCst);
+        // Drop what never ran now, not when the last handle goes: a closure in an inbox may hold a
+        // handle, and would otherwise keep the runtime's memory alive forever.
+        lock(&self.cores).clear();
+        for r in self.shared.remotes.iter() {
+            drop(r.poke.inbox.take_batches());
+            while r.poke.inbox.pop_locked().is_some() {}
+        }
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("workers", &self.shared.workers)
+            .field("pins", &self.pins)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+/// Posts to a runtime from any thread; cheap to clone.
+///
+/// Events of one color posted by one thread through handles run in the order posted. A post made
+/// while no run is going on waits for the next run.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Handle {
+    /// Posts `f` as an event of `color`.
+    ///
+    /// # Panics
+    ///
+    /// If the runtime was dropped; [`try_post`](Handle::try_post) returns an error instead.
+    pub fn post<F: FnOnce() + Send + 'static>(&self, color: Color, f: F) {
+        if let Err(e) = self.try_post(color, f) {
+            panic!("ochre::Handle::post: {e}");
+        }
+    }
+
+    /// Posts `f` as an event of `color`; [`Error::Closed`] if the runtime was dropped.
+    pub fn try_post<F: FnOnce() + Send + 'static>(&self, color: Color, f: F) -> Result<(), Error> {
+        self.try_post_task(color, Box::new(f), false)
+    }
+
+    /// Posts `f` as an urgent event of `color` (see [`post_urgent`](crate::post_urgent)).
+    pub fn try_post_urgent<F: FnOnce() + Send + 'static>(
+        &self,
+        color: Color,
+        f: F,
+    ) -> Result<(), Error> {
+        self.try_post_task(color, Box::new(f), true)
+    }
+
+    fn try_post_task(&self, color: Color, task: Task, urgent: bool) -> Result<(), Error> {
+        if self.shared.control.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        // On one of this runtime's workers, post as the running handler (its order, its buffers).
+        let on_worker = with_current(|ctx| Arc::ptr_eq(&ctx.shared, &self.shared)).unwrap_or(false);
+        if on_worker {
+            return crate::context::post_task(color, task, urgent);
+        }
+        let dest = home_of(color, self.shared.workers);
+        self.shared.post_external(dest, Msg::Post { color, task, urgent });
+        Ok(())
+    }
+
+    /// Ends the current run, as [`shutdown`](crate::shutdown) does from a handler.
+    pub fn shutdown(&self) {
+        self.shared.stop(SHUTDOWN);
+    }
+
+    /// Counters of each worker since the runtime was built (at most one round old while running).
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        self.shared.remotes.iter().map(|r| r.stats.read()).collect()
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.shared.workers
+    }
+
+    /// The home worker of a color.
+    pub fn home_of(&self, color: Color) -> usize {
+        home_of(color, self.shared.workers)
+    }
+
+    /// True once the runtime was dropped.
+    pub fn is_closed(&self) -> bool {
+        self.shared.control.closed.load(Ordering::SeqCst)
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("workers", &self.shared.workers).finish()
+    }
+}

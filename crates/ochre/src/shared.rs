@@ -1,0 +1,175 @@
+//! State that threads other than its owner read or write: one [`Remote`] per worker and the
+//! runtime-wide [`Control`] block.
+//!
+//! The split follows tokio's `Core` / `Remote`: everything a worker alone touches is in its
+//! `Core` (`worker`), unsynchronized; everything here is atomic or locked, and grouped by *who
+//! writes it* into separately padded blocks, so that a write by one party never invalidates a line
+//! another party is reading for an unrelated reason:
+//!
+//! * `poke`: written by other workers and outside threads (inbox, `sleeping`, steal requests);
+//! * `parker`: written by the owner and its wakers, only around sleeps;
+//! * `status`: written by the owner (quiescence counters, load), read by others;
+//! * `stats`: written by the owner once per round, read by snapshots.
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::inbox::Inbox;
+use crate::padding::Padded;
+use crate::park::Parker;
+use crate::stats::Published;
+use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::{Color, Error};
+
+/// Why a run is ending (the value of [`Control::stop`]).
+pub(crate) const RUNNING: usize = 0;
+pub(crate) const QUIESCENT: usize = 1;
+pub(crate) const SHUTDOWN: usize = 2;
+pub(crate) const ABORTED: usize = 3;
+
+/// Written by others to reach a worker.
+pub(crate) struct Poke {
+    pub(crate) inbox: Inbox,
+    /// The worker is asleep or about to be: a sender must wake it (`idle`).
+    pub(crate) sleeping: AtomicBool,
+    /// 0, or 1 + the id of the thief that asked this worker for a color.
+    pub(crate) steal_request: AtomicUsize,
+}
+
+/// Written by the owner, read by others.
+pub(crate) struct Status {
+    /// Incremented each time the worker wakes from a sleep (quiescence detection, `idle`).
+    pub(crate) epoch: AtomicU64,
+    /// Asleep with nothing queued (quiescence detection).
+    pub(crate) parked: AtomicBool,
+    /// Messages this worker has sent to other workers, counted before delivery.
+    pub(crate) sent: AtomicU64,
+    /// Messages this worker has taken from its inbox, counted after taking.
+    pub(crate) received: AtomicU64,
+    /// Colors waiting to run on this worker (besides the running one), as of its last round.
+    pub(crate) ready: AtomicUsize,
+}
+
+/// Everything other threads may touch of one worker.
+pub(crate) struct Remote {
+    pub(crate) poke: Padded<Poke>,
+    pub(crate) parker: Padded<Parker>,
+    pub(crate) status: Padded<Status>,
+    pub(crate) stats: Padded<Published>,
+}
+
+impl Remote {
+    pub(crate) fn new(parker: Parker) -> Self {
+        Remote {
+            poke: Padded::new(Poke {
+                inbox: Inbox::new(),
+                sleeping: AtomicBool::new(false),
+                steal_request: AtomicUsize::new(0),
+            }),
+            parker: Padded::new(parker),
+            status: Padded::new(Status {
+                epoch: AtomicU64::new(0),
+                parked: AtomicBool::new(false),
+                sent: AtomicU64::new(0),
+                received: AtomicU64::new(0),
+                ready: AtomicUsize::new(0),
+            }),
+            stats: Padded::new(Published::new()),
+        }
+    }
+
+    /// Wakes the worker if it sleeps or is about to. SeqCst load pairs with the sleeper's SeqCst
+    /// store of `sleeping` (see `inbox`); the swap makes one waker, not all, pay the system call.
+    /// Returns true if this call sent the wake-up.
+    #[inline]
+    pub(crate) fn wake_if_sleeping(&self) -> bool {
+        if self.poke.sleeping.load(Ordering::SeqCst) && self.poke.sleeping.swap(false, Ordering::SeqCst)
+        {
+            self.parker.unpark();
+            return true;
+        }
+        false
+    }
+}
+
+/// A handler panic, as reported.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PanicRecord {
+    /// The color of the event.
+    pub color: Color,
+    /// The worker it ran on.
+    pub worker: usize,
+    /// The panic message (or a placeholder if the payload was not a string).
+    pub message: String,
+}
+
+/// How many panic records a run keeps (all are counted).
+pub(crate) const PANIC_RECORDS_KEPT: usize = 64;
+
+/// Runtime-wide state.
+pub(crate) struct Control {
+    /// `RUNNING` or why the run ends. Read at every turn by every worker, written once per run.
+    pub(crate) stop: Padded<AtomicUsize>,
+    /// The runtime was dropped.
+    pub(crate) closed: Padded<AtomicBool>,
+    /// Workers asleep with nothing to do, and workers spinning: written on idle transitions.
+    pub(crate) parked: Padded<AtomicUsize>,
+    pub(crate) spinners: Padded<AtomicUsize>,
+    /// Events posted from outside threads (through a `Handle`), counted before delivery.
+    pub(crate) external_posts: Padded<AtomicU64>,
+}
+
+/// What the runtime shares between its workers and its handles.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) workers: usize,
+    pub(crate) remotes: Box<[Remote]>,
+    pub(crate) control: Control,
+    /// Reasoned-spinning threshold (0 if the policy does not use one).
+    pub(crate) spin_threshold: Duration,
+    pub(crate) max_spinners: usize,
+    pub(crate) panics: Mutex<Vec<PanicRecord>>,
+    /// The error that aborted the current run, if any.
+    pub(crate) abort: Mutex<Option<Error>>,
+}
+
+impl Shared {
+    #[inline]
+    pub(crate) fn stopping(&self) -> bool {
+        self.control.stop.load(Ordering::Relaxed) != RUNNING
+    }
+
+    /// Ends the current run for `reason` (the first reason wins) and wakes every worker.
+    pub(crate) fn stop(&self, reason: usize) {
+        let _ = self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+        for r in self.remotes.iter() {
+            r.poke.sleeping.store(false, Ordering::SeqCst);
+            r.parker.unpark();
+        }
+    }
+
+    pub(crate) fn record_panic(&self, record: PanicRecord) {
+        let mut log = lock(&self.panics);
+        if log.len() < PANIC_RECORDS_KEPT {
+            log.push(record);
+        }
+    }
+
+    pub(crate) fn abort(&self, error: Error) {
+        lock(&self.abort).get_or_insert(error);
+        self.stop(ABORTED);
+    }
+
+    /// Delivers a message from a thread that is not one of this runtime's workers.
+    pub(crate) fn post_external(&self, dest: usize, msg: crate::message::Msg) {
+        // Counted before delivery, so quiescence detection never sees it received but not sent.
+        self.control.external_posts.fetch_add(1, Ordering::SeqCst);
+        let remote = &self.remotes[dest];
+        if self.config.batching {
+            remote.poke.inbox.push_batch(vec![msg]);
+        } else {
+            remote.poke.inbox.push_locked(msg);
+        }
+        remote.wake_if_sleeping();
+    }
+}

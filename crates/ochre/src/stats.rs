@@ -1,0 +1,177 @@
+//! Per-worker counters (the seeds' "lightProf": what made every result explainable).
+//!
+//! Each worker counts into a plain array it alone owns (no atomics on the hot path) and publishes
+//! a copy into its padded, shared [`Published`] block at the end of every round, with relaxed
+//! stores. A snapshot from any thread therefore costs no synchronization with the workers and is at
+//! most one round old; the run report is exact because it is read after the workers have stopped.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sync::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $field:ident = $variant:ident, )*) => {
+        /// One counter of a worker.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub(crate) enum Counter { $($variant,)* }
+
+        pub(crate) const COUNTERS: usize = [$(Counter::$variant,)*].len();
+
+        /// What one worker did (in a run report: during that run; in a snapshot: since the runtime
+        /// was built).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct WorkerStats {
+            $( $(#[$doc])* pub $field: u64, )*
+        }
+
+        impl WorkerStats {
+            pub(crate) fn from_array(a: &[u64; COUNTERS]) -> Self {
+                WorkerStats { $($field: a[Counter::$variant as usize],)* }
+            }
+
+            /// Field-wise `self - earlier`, saturating (for per-run deltas).
+            pub fn since(&self, earlier: &WorkerStats) -> WorkerStats {
+                WorkerStats { $($field: self.$field.saturating_sub(earlier.$field),)* }
+            }
+
+            /// Field-wise sum.
+            pub fn add(&self, other: &WorkerStats) -> WorkerStats {
+                WorkerStats { $($field: self.$field + other.$field,)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Events run (including those that panicked).
+    events_run = EventsRun,
+    /// Events posted by this worker's handlers and queued on this worker.
+    posts_local = PostsLocal,
+    /// Events posted by this worker's handlers to another worker.
+    posts_remote = PostsRemote,
+    /// Of the posts above, those posted urgent (head of the color's queue).
+    posts_urgent = PostsUrgent,
+    /// Outgoing batches handed to other workers.
+    batches_sent = BatchesSent,
+    /// Messages in those batches (mean batch size = batched_msgs / batches_sent).
+    batched_msgs = BatchedMsgs,
+    /// Of the batches sent, those flushed by the safety timer in the middle of a round.
+    safety_flushes = SafetyFlushes,
+    /// Messages taken from this worker's inbox.
+    msgs_received = MsgsReceived,
+    /// Events this worker, as home of a lent color, passed on to the borrower.
+    forwards = Forwards,
+    /// Rounds of the run loop (inbox look, events, flush).
+    rounds = Rounds,
+    /// Times this worker spun while idle.
+    spins = Spins,
+    /// Of those, the times work arrived while spinning (a sleep avoided).
+    spin_wins = SpinWins,
+    /// Times this worker went to sleep.
+    sleeps = Sleeps,
+    /// Wake-ups this worker sent to sleeping workers.
+    wakeups_sent = WakeupsSent,
+    /// Steal requests this worker made.
+    steal_attempts = StealAttempts,
+    /// Colors this worker received by stealing.
+    steals_in = StealsIn,
+    /// Colors this worker lent to thieves.
+    steals_out = StealsOut,
+    /// Events that came with the colors this worker stole.
+    stolen_events = StolenEvents,
+    /// Handlers that panicked on this worker.
+    panics = Panics,
+}
+
+impl WorkerStats {
+    /// Mean events per outgoing batch (0 if none was sent).
+    pub fn mean_batch(&self) -> f64 {
+        if self.batches_sent == 0 {
+            0.0
+        } else {
+            self.batched_msgs as f64 / self.batches_sent as f64
+        }
+    }
+}
+
+/// A worker's counters as it owns them.
+#[derive(Clone, Debug)]
+pub(crate) struct Counters(pub(crate) [u64; COUNTERS]);
+
+impl Counters {
+    pub(crate) fn new() -> Self {
+        Counters([0; COUNTERS])
+    }
+
+    #[inline]
+    pub(crate) fn add(&mut self, c: Counter, n: u64) {
+        self.0[c as usize] += n;
+    }
+
+    pub(crate) fn snapshot(&self) -> WorkerStats {
+        WorkerStats::from_array(&self.0)
+    }
+}
+
+/// The copy of a worker's counters that other threads read.
+pub(crate) struct Published {
+    values: [AtomicU64; COUNTERS],
+}
+
+impl Published {
+    pub(crate) fn new() -> Self {
+        Published { values: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+
+    pub(crate) fn publish(&self, c: &Counters) {
+        for (slot, v) in self.values.iter().zip(c.0.iter()) {
+            // Relaxed: a snapshot needs no ordering with the worker's other memory.
+            slot.store(*v, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn read(&self) -> WorkerStats {
+        let mut a = [0u64; COUNTERS];
+        for (v, slot) in a.iter_mut().zip(self.values.iter()) {
+            *v = slot.load(Ordering::Relaxed);
+        }
+        WorkerStats::from_array(&a)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_map_to_named_fields() {
+        let mut c = Counters::new();
+        c.add(Counter::EventsRun, 5);
+        c.add(Counter::StealsIn, 2);
+        c.add(Counter::Panics, 1);
+        let s = c.snapshot();
+        assert_eq!((s.events_run, s.steals_in, s.panics, s.posts_local), (5, 2, 1, 0));
+        let p = Published::new();
+        p.publish(&c);
+        assert_eq!(p.read(), s);
+        let later = s.add(&s);
+        assert_eq!(later.since(&s), s);
+        assert_eq!(later.events_run, 10);
+    }
+
+    #[test]
+    fn mean_batch() {
+        let s = WorkerStats { batches_sent: 4, batched_msgs: 10, ..Default::default() };
+        assert_eq!(s.mean_batch(), 2.5);
+        assert_eq!(WorkerStats::default().mean_batch(), 0.0);
+    }
+
+    #[test]
+    fn stats_serialize_to_json_with_named_fields() {
+        let s = WorkerStats { events_run: 3, ..Default::default() };
+        let v = serde_json::to_value(s).unwrap();
+        assert_eq!(v["events_run"], 3);
+        assert_eq!(v.as_object().unwrap().len(), COUNTERS);
+    }
+}

@@ -1,0 +1,376 @@
+//! A worker: the state it alone owns ([`Core`]) and its run loop.
+//!
+//! One thread per worker, pinned when asked. The loop, one *round* at a time:
+//!
+//! 1. take every message in the inbox (one synchronization for all pending batches) and route
+//!    each: new events to their color's queue, forwards to guest slots, loans, returns;
+//! 2. answer a steal request, if a thief left one;
+//! 3. run ready colors, a turn each (up to `turn_budget` events of one color back to back), up to
+//!    `round_budget` events, answering steal requests between turns and doing the safety flush
+//!    check every few events;
+//! 4. flush every outgoing buffer and publish counters;
+//! 5. with nothing to run, go idle (`idle`): steal, spin, or sleep.
+//!
+//! Nothing a handler does touches another worker's memory except through `send` (buffered) and
+//! wake-ups; a post to a color held here is a push on an unsynchronized queue.
+//!
+//! Handlers run with no borrow of the `Core` held: the core is in a `RefCell` and every runtime
+//! step borrows it briefly, so a handler's `post` can borrow it in turn. A panicking handler is
+//! caught around the call, counted and recorded, and the loop goes on (or the run is aborted, by
+//! configuration).
+
+use std::cell::{Cell, RefCell};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::color::home_of;
+use crate::idle;
+use crate::message::{Msg, Task};
+use crate::outbox::Outbox;
+use crate::queue::{ColorQueue, Route};
+use crate::shared::{PanicRecord, Shared};
+use crate::stats::{Counter, Counters};
+use crate::steal;
+use crate::sync::Ordering;
+use crate::{Color, Error};
+
+/// How many events run between two safety-flush checks (each check may read the clock).
+const SAFETY_CHECK_EVERY: u32 = 16;
+
+/// What one worker owns. Moved into its thread for a run and back into the runtime after.
+pub(crate) struct Core {
+    pub(crate) id: usize,
+    pub(crate) queue: ColorQueue,
+    outbox: Outbox,
+    pub(crate) counters: Counters,
+    /// Messages sent and received, mirrored into `Status` for quiescence detection.
+    sent: u64,
+    received: u64,
+    /// How long the last sleep lasted (reasoned spinning); `None` before the first.
+    pub(crate) last_sleep: Option<Duration>,
+    /// A steal request of ours is waiting for its grant.
+    pub(crate) steal_pending: bool,
+    pub(crate) rng: u64,
+    /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
+    pub(crate) nudge_cooldown: u32,
+    events_since_check: u32,
+    overdue: Vec<usize>,
+}
+
+impl Core {
+    pub(crate) fn new(id: usize, shared_workers: usize, config: &crate::Config) -> Self {
+        Core {
+            id,
+            queue: ColorQueue::new(id, shared_workers),
+            outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor),
+            counters: Counters::new(),
+            sent: 0,
+            received: 0,
+            last_sleep: None,
+            steal_pending: false,
+            rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+            nudge_cooldown: 0,
+            events_since_check: 0,
+            overdue: Vec::new(),
+        }
+    }
+
+    /// A post made by a handler running on this worker.
+    #[inline]
+    pub(crate) fn post(&mut self, shared: &Shared, color: Color, task: Task, urgent: bool) {
+        if urgent {
+            self.counters.add(Counter::PostsUrgent, 1);
+        }
+        if !shared.config.batching {
+            return self.post_locked(shared, color, task, urgent);
+        }
+        match self.queue.post(color, task, urgent) {
+            Route::Queued => self.counters.add(Counter::PostsLocal, 1),
+            Route::Forward { to, task } => {
+                self.counters.add(Counter::PostsLocal, 1);
+                self.counters.add(Counter::Forwards, 1);
+                let home = self.id;
+                self.send(shared, to, Msg::Forward { color, home, task, urgent });
+            }
+            Route::Remote { home, task } => {
+                self.counters.add(Counter::PostsRemote, 1);
+                self.send(shared, home, Msg::Post { color, task, urgent });
+            }
+        }
+    }
+
+    /// libasync-smp's post: lock the queue of the worker that holds the color, once per event,
+    /// even when that worker is this one.
+    #[cold]
+    fn post_locked(&mut self, shared: &Shared, color: Color, task: Task, urgent: bool) {
+        let dest =
+            if self.queue.lease(color).is_some() { self.id } else { home_of(color, shared.workers) };
+        if dest == self.id {
+            self.counters.add(Counter::PostsLocal, 1);
+        } else {
+            self.counters.add(Counter::PostsRemote, 1);
+        }
+        self.send(shared, dest, Msg::Post { color, task, urgent });
+    }
+
+    /// Sends a message to another worker (or, on the locked transport, possibly to this one).
+    pub(crate) fn send(&mut self, shared: &Shared, dest: usize, msg: Msg) {
+        if shared.config.batching {
+            if let Some(batch) = self.outbox.push(dest, msg) {
+                self.deliver(shared, dest, batch);
+            }
+        } else {
+            self.count_sent(shared, 1);
+            let remote = &shared.remotes[dest];
+            remote.poke.inbox.push_locked(msg);
+            if dest != self.id && remote.wake_if_sleeping() {
+                self.counters.add(Counter::WakeupsSent, 1);
+            }
+        }
+    }
+
+    /// Hands a batch to `dest`'s inbox in one synchronization and wakes `dest` if it sleeps.
+    fn deliver(&mut self, shared: &Shared, dest: usize, batch: Vec<Msg>) {
+        if batch.is_empty() {
+            return;
+        }
+        self.count_sent(shared, batch.len() as u64);
+        self.counters.add(Counter::BatchesSent, 1);
+        self.counters.add(Counter::BatchedMsgs, batch.len() as u64);
+        let remote = &shared.remotes[dest];
+        remote.poke.inbox.push_batch(batch);
+        if remote.wake_if_sleeping() {
+            self.counters.add(Counter::WakeupsSent, 1);
+        }
+    }
+
+    fn count_sent(&mut self, shared: &Shared, n: u64) {
+        self.sent += n;
+        // Published before delivery (SeqCst: read by the quiescence detector, `idle`), so a
+        // message is never seen received but not sent.
+        shared.remotes[self.id].status.sent.store(self.sent, Ordering::SeqCst);
+    }
+
+    /// Sends every outgoing buffer.
+    pub(crate) fn flush_all(&mut self, shared: &Shared) {
+        if !self.outbox.has_pending() {
+            return;
+        }
+        let dests: Vec<usize> = self.outbox.pending_dests().collect();
+        for d in dests {
+            let batch = self.outbox.take(d);
+            self.deliver(shared, d, batch);
+        }
+    }
+
+    /// Sends the buffer for one destination now (used for steal grants, which a thief waits on).
+    pub(crate) fn flush_to(&mut self, shared: &Shared, dest: usize) {
+        let batch = self.outbox.take(dest);
+        self.deliver(shared, dest, batch);
+    }
+
+    /// Per-event bookkeeping: the safety flush of outgoing buffers (thesis §5.3.2).
+    #[inline]
+    fn after_event(&mut self, shared: &Shared) {
+        self.events_since_check += 1;
+        if self.events_since_check < SAFETY_CHECK_EVERY || !self.outbox.has_pending() {
+            return;
+        }
+        self.events_since_check = 0;
+        self.safety_flush(shared);
+    }
+
+    #[cold]
+    fn safety_flush(&mut self, shared: &Shared) {
+        let mut due = std::mem::take(&mut self.overdue);
+        self.outbox.overdue(Instant::now(), &mut due);
+        for &d in &due {
+            self.counters.add(Counter::SafetyFlushes, 1);
+            self.flush_to(shared, d);
+        }
+        self.overdue = due;
+    }
+
+    /// Takes everything in the inbox and routes it. Returns the number of messages taken.
+    pub(crate) fn take_inbox(&mut self, shared: &Shared) -> u64 {
+        let remote = &shared.remotes[self.id];
+        let mut taken = 0u64;
+        if shared.config.batching {
+            for batch in remote.poke.inbox.take_batches() {
+                taken += batch.len() as u64;
+                for msg in batch {
+                    self.receive(shared, msg);
+                }
+            }
+        }
+        // The locked transport (libasync-smp): one lock per message.
+        if !shared.config.batching {
+            while let Some(msg) = remote.poke.inbox.pop_locked() {
+                taken += 1;
+                self.receive(shared, msg);
+            }
+        }
+        if taken > 0 {
+            self.received += taken;
+            self.counters.add(Counter::MsgsReceived, taken);
+            // After routing (SeqCst, read by the quiescence detector): never counted received
+            // before the events are in the queue.
+            remote.status.received.store(self.received, Ordering::SeqCst);
+        }
+        taken
+    }
+
+    fn receive(&mut self, shared: &Shared, msg: Msg) {
+        match msg {
+            Msg::Post { color, task, urgent } => match self.queue.post(color, task, urgent) {
+                Route::Queued => {}
+                Route::Forward { to, task } => {
+                    self.counters.add(Counter::Forwards, 1);
+                    let home = self.id;
+                    self.send(shared, to, Msg::Forward { color, home, task, urgent });
+                }
+                // Only on the locked transport: a post queued here for a color this worker held
+                // when it was posted, and no longer holds. Pass it on to the home.
+                Route::Remote { home, task } => {
+                    self.send(shared, home, Msg::Post { color, task, urgent });
+                }
+            },
+            Msg::Forward { color, home, task, urgent } => {
+                self.queue.accept_forward(color, home, task, urgent)
+            }
+            Msg::Grant { from, loan } => {
+                self.steal_pending = false;
+                if let Some(loan) = loan {
+                    self.counters.add(Counter::StealsIn, 1);
+                    self.counters.add(Counter::StolenEvents, loan.events.len() as u64);
+                    self.queue.adopt(from, loan);
+                }
+            }
+            Msg::Return { color, ran } => self.queue.returned(color, ran),
+        }
+    }
+
+    /// Publishes counters and load for other threads.
+    pub(crate) fn publish(&self, shared: &Shared) {
+        let remote = &shared.remotes[self.id];
+        remote.stats.publish(&self.counters);
+        remote.status.ready.store(self.queue.ready_len(), Ordering::Relaxed);
+    }
+
+    /// A cheap pseudo-random number (xorshift64*), for victim selection.
+    pub(crate) fn next_random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// A worker thread's view of the runtime while it runs: its core and the shared state. Lives on
+/// the worker's stack for the duration of a run; `context` points the thread-local at it.
+pub(crate) struct WorkerCtx {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) core: RefCell<Core>,
+    pub(crate) id: usize,
+    /// The color of the running event, for `current_color`.
+    pub(crate) current: Cell<Option<Color>>,
+}
+
+impl WorkerCtx {
+    pub(crate) fn new(shared: Arc<Shared>, core: Core) -> Self {
+        let id = core.id;
+        WorkerCtx { shared, core: RefCell::new(core), id, current: Cell::new(None) }
+    }
+
+    /// The run loop; returns when the run stops.
+    pub(crate) fn run(&self) {
+        let shared = &*self.shared;
+        loop {
+            if shared.stopping() {
+                break;
+            }
+            {
+                let mut core = self.core.borrow_mut();
+                core.counters.add(Counter::Rounds, 1);
+                core.take_inbox(shared);
+                steal::answer(&mut core, shared);
+            }
+            let ran = self.run_round();
+            let idle = {
+                let mut core = self.core.borrow_mut();
+                core.flush_all(shared);
+                core.publish(shared);
+                steal::nudge_sleepers(&mut core, shared);
+                ran == 0 && core.queue.ready_len() == 0
+            };
+            if idle && idle::idle(self) == idle::Flow::Stop {
+                break;
+            }
+        }
+        let mut core = self.core.borrow_mut();
+        core.flush_all(shared);
+        core.publish(shared);
+    }
+
+    /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
+    fn run_round(&self) -> usize {
+        let shared = &*self.shared;
+        let turn_budget = shared.config.turn_budget;
+        let mut ran = 0;
+        while ran < shared.config.round_budget {
+            let (key, color, mut next) = {
+                let mut core = self.core.borrow_mut();
+                let Some((key, color)) = core.queue.start_turn() else { break };
+                let first = core.queue.pop(key);
+                (key, color, first)
+            };
+            self.current.set(Some(color));
+            let mut n = 0;
+            while let Some(task) = next {
+                self.run_task(color, task);
+                n += 1;
+                let mut core = self.core.borrow_mut();
+                core.after_event(shared);
+                next = if n < turn_budget { core.queue.pop(key) } else { None };
+            }
+            self.current.set(None);
+            ran += n;
+            let mut core = self.core.borrow_mut();
+            core.counters.add(Counter::EventsRun, n as u64);
+            if let Some(ret) = core.queue.end_turn(key) {
+                core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
+            }
+            steal::answer(&mut core, shared);
+            if shared.stopping() {
+                break;
+            }
+        }
+        ran
+    }
+
+    fn run_task(&self, color: Color, task: Task) {
+        let Err(payload) = catch_unwind(AssertUnwindSafe(task)) else { return };
+        let message = panic_message(payload.as_ref());
+        // Dropping a payload can itself panic; keep that from unwinding into the run loop.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        self.core.borrow_mut().counters.add(Counter::Panics, 1);
+        let shared = &*self.shared;
+        if shared.config.abort_on_panic {
+            shared.abort(Error::HandlerPanicked { color, worker: self.id, message: message.clone() });
+        }
+        shared.record_panic(PanicRecord { color, worker: self.id, message });
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "<non-string panic payload>".to_string()
+    }
+}

@@ -1,0 +1,426 @@
+//! The public API: each guarantee and each error of the runtime issue, on small programs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ochre::{Color, Config, Error, RunEnd, Runtime, Spin, Steal, Wakeup};
+
+fn rt(workers: usize) -> Runtime {
+    Runtime::builder().workers(workers).pin(false).build().unwrap()
+}
+
+/// A color homed on worker `w`.
+fn color_on(rt: &Runtime, w: usize, skip: usize) -> Color {
+    (1..).map(Color).filter(|&c| rt.home_of(c) == w).nth(skip).unwrap()
+}
+
+#[test]
+fn run_returns_when_quiescent_and_can_run_again() {
+    let rt = rt(3);
+    let count = Arc::new(AtomicU64::new(0));
+    for round in 1..=3u64 {
+        let c = count.clone();
+        let report = rt
+            .run(Color(7), move || {
+                for i in 0..50 {
+                    let c = c.clone();
+                    ochre::post(Color(i), move || {
+                        c.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            })
+            .unwrap();
+        assert_eq!(report.end, RunEnd::Quiescent);
+        assert_eq!(report.pending, 0);
+        assert_eq!(report.total().events_run, 51, "round {round}");
+        assert_eq!(count.load(Ordering::Relaxed), 50 * round);
+    }
+}
+
+#[test]
+fn events_of_one_poster_and_color_run_in_order_across_workers() {
+    let rt = rt(4);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let target = color_on(&rt, 3, 0);
+    let l = log.clone();
+    rt.run(color_on(&rt, 0, 0), move || {
+        for i in 0..1000 {
+            let l = l.clone();
+            ochre::post(target, move || l.lock().unwrap().push(i));
+        }
+    })
+    .unwrap();
+    assert_eq!(*log.lock().unwrap(), (0..1000).collect::<Vec<_>>());
+}
+
+#[test]
+fn urgent_events_run_before_queued_ones() {
+    let rt = rt(1);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    rt.run(Color(1), move || {
+        for i in 0..3 {
+            let l = l.clone();
+            ochre::post(Color(2), move || l.lock().unwrap().push(i));
+        }
+        for i in 10..12 {
+            let l = l.clone();
+            ochre::post_urgent(Color(2), move || l.lock().unwrap().push(i));
+        }
+    })
+    .unwrap();
+    assert_eq!(*log.lock().unwrap(), vec![10, 11, 0, 1, 2]);
+}
+
+#[test]
+fn current_color_and_worker_inside_and_outside_handlers() {
+    let rt = rt(2);
+    assert_eq!(ochre::current_color(), None);
+    assert_eq!(ochre::current_worker(), None);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let homes: Vec<usize> = (0..20).map(|c| rt.home_of(Color(c))).collect();
+    rt.run(Color(0), move || {
+        for c in 0..20u64 {
+            let s = s.clone();
+            ochre::post(Color(c), move || {
+                s.lock().unwrap().push((c, ochre::current_color(), ochre::current_worker()));
+            });
+        }
+    })
+    .unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 20);
+    for &(c, color, worker) in seen.iter() {
+        assert_eq!(color, Some(Color(c)));
+        assert_eq!(worker, Some(homes[c as usize]), "no stealing: colors run at home");
+    }
+}
+
+#[test]
+fn a_panicking_handler_is_counted_and_the_worker_goes_on() {
+    let rt = rt(2);
+    let after = Arc::new(AtomicU64::new(0));
+    let a = after.clone();
+    let report = rt
+        .run(Color(1), move || {
+            ochre::post(Color(5), || panic!("boom in color five"));
+            for i in 0..10 {
+                let a = a.clone();
+                ochre::post(Color(5 + i), move || {
+                    a.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        })
+        .unwrap();
+    assert_eq!(after.load(Ordering::Relaxed), 10);
+    assert_eq!(report.total().panics, 1);
+    assert_eq!(report.panics.len(), 1);
+    assert_eq!(report.panics[0].color, Color(5));
+    assert!(report.panics[0].message.contains("boom in color five"));
+    assert_eq!(report.total().events_run, 12);
+}
+
+#[test]
+fn abort_on_panic_ends_the_run_with_an_error_and_keeps_the_rest() {
+    let rt = Runtime::builder().workers(1).pin(false).abort_on_panic(true).build().unwrap();
+    let ran = Arc::new(AtomicU64::new(0));
+    let r = ran.clone();
+    let err = rt
+        .run(Color(1), move || {
+            ochre::post(Color(3), || panic!("fatal"));
+            for _ in 0..100 {
+                let r = r.clone();
+                ochre::post(Color(3), move || {
+                    r.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        })
+        .unwrap_err();
+    match err {
+        Error::HandlerPanicked { color, message, .. } => {
+            assert_eq!(color, Color(3));
+            assert_eq!(message, "fatal");
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    assert!(ran.load(Ordering::Relaxed) < 100, "the run stopped early");
+    // What did not run is still there for the next run.
+    let report = rt.run(Color(9), || {}).unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), 100);
+    assert_eq!(report.pending, 0);
+}
+
+#[test]
+fn shutdown_keeps_unrun_events_for_the_next_run() {
+    let rt = rt(2);
+    let ran = Arc::new(AtomicU64::new(0));
+    let r = ran.clone();
+    let report = rt
+        .run(Color(1), move || {
+            for i in 0..2000u64 {
+                let r = r.clone();
+                ochre::post(Color(i % 7), move || {
+                    r.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            ochre::shutdown();
+        })
+        .unwrap();
+    assert_eq!(report.end, RunEnd::Shutdown);
+    let done = ran.load(Ordering::Relaxed);
+    assert_eq!(report.pending, 2000 - done, "pending = accepted - run");
+    assert!(done < 2000, "shutdown stopped the run before it drained ({done} ran)");
+    let report = rt.run(Color(1), || {}).unwrap();
+    assert_eq!(report.end, RunEnd::Quiescent);
+    assert_eq!(ran.load(Ordering::Relaxed), 2000, "every event ran exactly once");
+    assert_eq!(report.pending, 0);
+}
+
+#[test]
+fn dropping_the_runtime_drops_unrun_events_and_closes_handles() {
+    let rt = rt(2);
+    let witness = Arc::new(());
+    let w = witness.clone();
+    rt.run(Color(1), move || {
+        for i in 0..100u64 {
+            let w = w.clone();
+            ochre::post(Color(i), move || drop(w));
+        }
+        ochre::shutdown();
+    })
+    .unwrap();
+    let handle = rt.handle();
+    let w = witness.clone();
+    handle.post(Color(3), move || drop(w));
+    drop(rt);
+    assert_eq!(Arc::strong_count(&witness), 1, "every closure was dropped");
+    assert!(handle.is_closed());
+    assert!(matches!(handle.try_post(Color(1), || {}), Err(Error::Closed)));
+}
+
+#[test]
+fn handles_post_from_outside_threads_during_a_run() {
+    let rt = rt(2);
+    let handle = rt.handle();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let started = Arc::new(AtomicBool::new(false));
+    let (g, s) = (got.clone(), started.clone());
+    let poster = std::thread::spawn(move || {
+        while !s.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        for i in 0..500 {
+            let g = g.clone();
+            handle.post(Color(42), move || g.lock().unwrap().push(i));
+        }
+        // Same color: it runs after the 500 events above.
+        let h = handle.clone();
+        handle.post(Color(42), move || h.shutdown());
+    });
+    // The run lasts until the poster's last event shuts it down: a keep-alive color re-posts
+    // itself until then.
+    let s = started.clone();
+    rt.run(Color(1), move || {
+        s.store(true, Ordering::Release);
+        fn keep_alive() {
+            ochre::post(Color(1), keep_alive);
+        }
+        keep_alive();
+    })
+    .unwrap();
+    poster.join().unwrap();
+    // Events posted before the shutdown event ran, in order.
+    let got = got.lock().unwrap();
+    assert_eq!(*got, (0..500).collect::<Vec<_>>());
+}
+
+#[test]
+fn posts_made_between_runs_wait_for_the_next_run() {
+    let rt = rt(2);
+    let hit = Arc::new(AtomicU64::new(0));
+    let h = hit.clone();
+    rt.handle().post(Color(11), move || {
+        h.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(hit.load(Ordering::Relaxed), 0);
+    let report = rt.run(Color(1), || {}).unwrap();
+    assert_eq!(hit.load(Ordering::Relaxed), 1);
+    assert_eq!(report.total().events_run, 2);
+}
+
+#[test]
+fn post_outside_a_handler_is_an_error_not_a_crash() {
+    assert!(matches!(ochre::try_post(Color(1), || {}), Err(Error::NotInRuntime)));
+    let r = std::panic::catch_unwind(|| ochre::post(Color(1), || {}));
+    assert!(r.is_err(), "post outside a handler panics with a message");
+}
+
+#[test]
+fn bad_builder_input_gives_clear_errors() {
+    let e = Runtime::builder().workers(0).build().unwrap_err();
+    assert!(matches!(e, Error::ZeroWorkers));
+    assert!(e.to_string().contains("at least one worker"));
+
+    let e = Runtime::builder().cpus([100_000]).build().unwrap_err();
+    assert!(matches!(e, Error::CpuUnavailable { cpu: 100_000, .. }), "{e}");
+
+    let e = Runtime::builder().cpus([]).build().unwrap_err();
+    assert!(matches!(e, Error::ZeroWorkers), "{e}");
+
+    let mut c = Config::default();
+    c.batch_size = 0;
+    let e = Runtime::builder().config(c).build().unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+}
+
+#[test]
+fn run_from_inside_a_handler_or_twice_at_once_is_refused() {
+    let rt = Arc::new(rt(2));
+    let inner = Arc::new(Mutex::new(None));
+    let (r2, i2) = (rt.clone(), inner.clone());
+    rt.run(Color(1), move || {
+        let res = r2.run(Color(2), || {});
+        *i2.lock().unwrap() = Some(matches!(res, Err(Error::AlreadyRunning)));
+    })
+    .unwrap();
+    assert_eq!(*inner.lock().unwrap(), Some(true));
+
+    // A second thread calling run while the first runs.
+    let go = Arc::new(AtomicBool::new(false));
+    let (r3, g3) = (rt.clone(), go.clone());
+    let other = std::thread::spawn(move || {
+        while !g3.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        matches!(r3.run(Color(1), || {}), Err(Error::AlreadyRunning))
+    });
+    let g = go.clone();
+    let h = rt.handle();
+    rt.run(Color(1), move || {
+        g.store(true, Ordering::Release);
+        // Stay busy until the other thread had its answer, then stop.
+        fn spin_until(h: ochre::Handle, deadline: std::time::Instant) {
+            if std::time::Instant::now() < deadline {
+                ochre::post(Color(1), move || spin_until(h, deadline));
+            }
+        }
+        spin_until(h, std::time::Instant::now() + Duration::from_millis(300));
+    })
+    .unwrap();
+    assert!(other.join().unwrap(), "the concurrent run was refused");
+}
+
+#[test]
+fn every_wakeup_and_spin_policy_runs_a_cross_worker_workload() {
+    let policies = [
+        (Wakeup::Futex, Spin::Reasoned { threshold: None }),
+        (Wakeup::Condvar, Spin::Never),
+        (Wakeup::Pipe, Spin::Never),
+        (Wakeup::Futex, Spin::Always { limit: Duration::from_millis(1) }),
+    ];
+    for (wakeup, spin) in policies {
+        let mut config = Config::default();
+        config.wakeup = wakeup;
+        config.spin = spin;
+        let rt = Runtime::builder().workers(3).pin(false).config(config).build().unwrap();
+        let n = Arc::new(AtomicU64::new(0));
+        let n2 = n.clone();
+        // A relay: each event posts the next to a color on another worker.
+        fn relay(n: Arc<AtomicU64>, left: u64, color: u64) {
+            n.fetch_add(1, Ordering::Relaxed);
+            if left > 0 {
+                ochre::post(Color(color + 1), move || relay(n, left - 1, color + 1));
+            }
+        }
+        let report = rt.run(Color(0), move || relay(n2, 300, 0)).unwrap();
+        assert_eq!(n.load(Ordering::Relaxed), 301, "{wakeup:?} {spin:?}");
+        assert!(report.total().sleeps > 0 || report.total().spin_wins > 0);
+    }
+}
+
+#[test]
+fn baseline_configuration_keeps_the_guarantees() {
+    let rt = Runtime::builder().workers(3).pin(false).config(Config::baseline()).build().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    let target = color_on(&rt, 2, 0);
+    let report = rt
+        .run(color_on(&rt, 0, 0), move || {
+            for i in 0..300 {
+                let l = l.clone();
+                ochre::post(target, move || l.lock().unwrap().push(i));
+            }
+        })
+        .unwrap();
+    assert_eq!(*log.lock().unwrap(), (0..300).collect::<Vec<_>>());
+    assert_eq!(report.total().batches_sent, 0, "the baseline does not batch");
+}
+
+#[test]
+fn batching_sends_whole_buffers() {
+    let rt = rt(2);
+    let target = color_on(&rt, 1, 0);
+    let report = rt
+        .run(color_on(&rt, 0, 0), move || {
+            for _ in 0..320 {
+                ochre::post(target, || {});
+            }
+        })
+        .unwrap();
+    let t = report.total();
+    assert_eq!(t.posts_remote, 320);
+    assert!(t.mean_batch() >= 16.0, "mean batch {}", t.mean_batch());
+}
+
+#[test]
+fn stealing_moves_colors_and_keeps_exclusion() {
+    let mut config = Config::default();
+    config.steal = Steal::Plain;
+    let rt = Runtime::builder().workers(4).pin(false).config(config).build().unwrap();
+    // All colors homed on worker 0, each event busy for a while: the others must steal.
+    let colors: Vec<Color> = (0..64).map(|k| color_on(&rt, 0, k)).collect();
+    let busy: Arc<Vec<AtomicBool>> = Arc::new((0..64).map(|_| AtomicBool::new(false)).collect());
+    let violations = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicU64::new(0));
+    let (b, v, r) = (busy.clone(), violations.clone(), ran.clone());
+    let report = rt
+        .run(colors[0], move || {
+            for round in 0..20 {
+                for (k, &c) in colors.iter().enumerate() {
+                    let (b, v, r) = (b.clone(), v.clone(), r.clone());
+                    ochre::post(c, move || {
+                        if b[k].swap(true, Ordering::AcqRel) {
+                            v.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let t = std::time::Instant::now();
+                        while t.elapsed() < Duration::from_micros(20 + round) {
+                            std::hint::spin_loop();
+                        }
+                        b[k].store(false, Ordering::Release);
+                        r.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            }
+        })
+        .unwrap();
+    assert_eq!(violations.load(Ordering::Relaxed), 0);
+    assert_eq!(ran.load(Ordering::Relaxed), 64 * 20);
+    let t = report.total();
+    assert!(t.steals_in > 0, "no color was stolen: {t:?}");
+    assert_eq!(t.steals_in, t.steals_out);
+    assert!(report.workers[1..].iter().any(|w| w.events_run > 0));
+}
+
+#[test]
+fn live_stats_snapshot_and_json_report() {
+    let rt = rt(2);
+    let report = rt.run(Color(1), || ochre::post(Color(2), || {})).unwrap();
+    let live = rt.stats();
+    assert_eq!(live.len(), 2);
+    assert_eq!(live.iter().map(|s| s.events_run).sum::<u64>(), 2);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["end"], "Quiescent");
+    assert_eq!(json["workers"].as_array().unwrap().len(), 2);
+}
