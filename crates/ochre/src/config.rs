@@ -55,8 +55,14 @@ pub enum Steal {
     Plain,
 }
 
-/// The runtime's tunables. Build one with [`Config::default`] (optimized) or
-/// [`Config::baseline`] (libasync-smp) and change fields as needed.
+/// The runtime's tunables. Start from [`Config::default`] (optimized) or [`Config::baseline`]
+/// (libasync-smp) and change what you need with the setters of the same names:
+///
+/// ```
+/// use ochre::{Config, Steal};
+/// let config = Config::baseline().batching(true).batch_size(20).steal(Steal::Off);
+/// assert!(config.batching && config.batch_size == 20);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Config {
@@ -114,17 +120,47 @@ impl Default for Config {
     }
 }
 
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )*
+    };
+}
+
 impl Config {
+    setters! {
+        /// Sets [`Config::batching`].
+        batching: bool,
+        /// Sets [`Config::batch_size`].
+        batch_size: usize,
+        /// Sets [`Config::safety_flush_factor`].
+        safety_flush_factor: f64,
+        /// Sets [`Config::wakeup`].
+        wakeup: Wakeup,
+        /// Sets [`Config::spin`].
+        spin: Spin,
+        /// Sets [`Config::max_spinners`].
+        max_spinners: Option<usize>,
+        /// Sets [`Config::steal`].
+        steal: Steal,
+        /// Sets [`Config::turn_budget`].
+        turn_budget: usize,
+        /// Sets [`Config::round_budget`].
+        round_budget: usize,
+        /// Sets [`Config::abort_on_panic`].
+        abort_on_panic: bool,
+    }
+
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
     /// spinning, plain stealing. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
-        Config {
-            batching: false,
-            wakeup: Wakeup::Pipe,
-            spin: Spin::Never,
-            steal: Steal::Plain,
-            ..Config::default()
-        }
+        Config::default().batching(false).wakeup(Wakeup::Pipe).spin(Spin::Never).steal(Steal::Plain)
     }
 
     /// Checks the values; [`Builder::build`](crate::Builder::build) calls it.
@@ -139,7 +175,9 @@ impl Config {
             return Err("safety_flush_factor must be a positive number".into());
         }
         if self.max_spinners == Some(0) {
-            return Err("max_spinners must be at least 1 (use Spin::Never to disable spinning)".into());
+            return Err(
+                "max_spinners must be at least 1 (use Spin::Never to disable spinning)".into()
+            );
         }
         Ok(())
     }
@@ -162,14 +200,10 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused() {
-        let mut c = Config::default();
-        c.batch_size = 0;
-        assert!(c.validate().is_err());
-        let mut c = Config::default();
-        c.safety_flush_factor = f64::NAN;
-        assert!(c.validate().is_err());
-        let mut c = Config::default();
-        c.max_spinners = Some(0);
-        assert!(c.validate().is_err());
+        assert!(Config::default().batch_size(0).validate().is_err());
+        assert!(Config::default().turn_budget(0).validate().is_err());
+        assert!(Config::default().safety_flush_factor(f64::NAN).validate().is_err());
+        assert!(Config::default().max_spinners(Some(0)).validate().is_err());
+        assert!(Config::default().batch_size(1).validate().is_ok());
     }
 }

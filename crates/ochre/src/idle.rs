@@ -3,13 +3,12 @@
 //!
 //! ## Sleeping without losing a wake-up
 //!
-//! The sleeper stores `sleeping = true` (SeqCst), then looks at its inbox, steal-request slot and
-//! stop flag; only if all are empty does it park. A sender pushes (SeqCst) and then loads
-//! `sleeping` (SeqCst); if set, it swaps it to false and unparks. In the single total order of
-//! SeqCst operations either the sleeper's look comes after the push (it sees the message), or the
-//! sender's load comes after the store (it wakes the sleeper); the parker's sticky token covers an
-//! unpark that lands before the park call.
-//!
+//! A worker announces its sleep on its own inbox (`Inbox::try_sleep`, a compare-and-swap that
+//! fails if anything was delivered), and every sender learns from its own push whether the worker
+//! sleeps and must be unparked: one location, so no wake-up can be lost (`inbox` module doc). The
+//! stop flag is the one other thing that wakes a worker: it is checked after the announcement,
+//! and whoever sets it unparks every worker unconditionally.
+
 //! ## Reasoned spinning (thesis §5.3.1)
 //!
 //! A worker sleeps at once unless its previous sleep was shorter than the threshold (10x the
@@ -45,7 +44,11 @@ pub(crate) enum Flow {
 }
 
 /// How long to spin before sleeping, given the policy and the length of the previous sleep.
-pub(crate) fn spin_budget(spin: Spin, threshold: Duration, last_sleep: Option<Duration>) -> Duration {
+pub(crate) fn spin_budget(
+    spin: Spin,
+    threshold: Duration,
+    last_sleep: Option<Duration>,
+) -> Duration {
     match spin {
         Spin::Never => Duration::ZERO,
         Spin::Always { limit } => limit,
@@ -56,15 +59,13 @@ pub(crate) fn spin_budget(spin: Spin, threshold: Duration, last_sleep: Option<Du
     }
 }
 
-/// Something for this worker to do (or the run is ending). `strict` uses the SeqCst inbox check
-/// that pairs with senders; spinners poll with the relaxed one.
-fn has_work(ctx: &WorkerCtx, strict: bool) -> bool {
+/// Something for this worker to do (or the run is ending): what a spinner polls for.
+fn has_work(ctx: &WorkerCtx) -> bool {
     let shared = &*ctx.shared;
     let poke = &shared.remotes[ctx.id].poke;
-    let locked = !shared.config.batching;
-    let inbox_empty =
-        if strict { poke.inbox.is_empty(locked) } else { poke.inbox.looks_empty(locked) };
-    !inbox_empty || poke.steal_request.load(Ordering::SeqCst) != 0 || shared.stopping()
+    !poke.inbox.is_empty(!shared.config.batching)
+        || poke.steal_request.load(Ordering::Relaxed) != 0
+        || shared.stopping()
 }
 
 /// The idle path: called when a round ran nothing and nothing is ready.
@@ -96,7 +97,7 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
     let mut found = false;
     let mut round = 0u32;
     loop {
-        if has_work(ctx, false) {
+        if has_work(ctx) {
             found = true;
             break;
         }
@@ -122,34 +123,34 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
 fn sleep(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
     let remote = &shared.remotes[ctx.id];
-    remote.poke.sleeping.store(true, Ordering::SeqCst);
-    if has_work(ctx, true) {
-        remote.poke.sleeping.store(false, Ordering::SeqCst);
-        return if shared.stopping() { Flow::Stop } else { Flow::Continue };
+    let locked = !shared.config.batching;
+    if !remote.poke.inbox.try_sleep(locked) {
+        return Flow::Continue; // Messages arrived.
+    }
+    if shared.stopping() {
+        remote.poke.inbox.woke(locked);
+        return Flow::Stop;
     }
     remote.status.parked.store(true, Ordering::SeqCst);
     let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
     if parked == shared.workers && quiescent(shared) {
         shared.stop(QUIESCENT);
     }
-    let flow = if shared.stopping() {
-        Flow::Stop
-    } else {
+    if !shared.stopping() {
         ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
         let t = Instant::now();
         remote.parker.park(None);
         ctx.core.borrow_mut().last_sleep = Some(t.elapsed());
-        Flow::Continue
-    };
+    }
     // Epoch first: a detector that saw us parked must see that we woke.
     remote.status.epoch.fetch_add(1, Ordering::SeqCst);
     remote.status.parked.store(false, Ordering::SeqCst);
     shared.control.parked.fetch_sub(1, Ordering::SeqCst);
-    remote.poke.sleeping.store(false, Ordering::SeqCst);
+    remote.poke.inbox.woke(locked);
     if shared.stopping() {
         Flow::Stop
     } else {
-        flow
+        Flow::Continue
     }
 }
 
@@ -162,7 +163,8 @@ struct Collect {
 }
 
 fn collect(shared: &Shared) -> Option<Collect> {
-    let mut c = Collect { epochs: Vec::with_capacity(shared.workers), sent: 0, received: 0, external: 0 };
+    let mut c =
+        Collect { epochs: Vec::with_capacity(shared.workers), sent: 0, received: 0, external: 0 };
     for r in shared.remotes.iter() {
         c.epochs.push(r.status.epoch.load(Ordering::SeqCst));
         if !r.status.parked.load(Ordering::SeqCst) {
@@ -177,7 +179,9 @@ fn collect(shared: &Shared) -> Option<Collect> {
 
 /// The double collection described in the module doc.
 pub(crate) fn quiescent(shared: &Shared) -> bool {
-    let Some(first) = collect(shared) else { return false };
+    let Some(first) = collect(shared) else {
+        return false;
+    };
     if first.sent + first.external != first.received {
         return false;
     }

@@ -1,4 +1,5 @@
-//! A worker's inbox: where other workers and outside threads deliver messages.
+//! A worker's inbox: where other workers and outside threads deliver messages, and where the
+//! owner announces that it goes to sleep.
 //!
 //! Two transports, chosen by [`Config::batching`](crate::Config):
 //!
@@ -13,10 +14,18 @@
 //! ordered in the stack's modification order, and the consumer reverses each taken list); every
 //! message pushed is taken exactly once or dropped with the inbox.
 //!
-//! Wake-up pairing: a sender's push (SeqCst CAS, or the mutex) is followed by its SeqCst load of
-//! the receiver's `sleeping` flag (`idle`); the receiver's SeqCst store of that flag is followed by
-//! [`Inbox::is_empty`]. One of the two sees the other, so no message is left behind a sleeper.
-
+//! ## Sleeping on the inbox
+//!
+//! The stack head has three kinds of values: null (empty, owner awake), [`SLEEPING`] (empty, owner
+//! asleep or about to be) and a node (messages waiting). The owner goes to sleep only by a
+//! compare-and-swap from null to `SLEEPING` ([`Inbox::try_sleep`]), which fails if anything was
+//! pushed; a sender's push replaces whatever head it finds, and *the head it replaced* says whether
+//! the owner sleeps: if it was `SLEEPING`, the sender must unpark the owner. One location, one
+//! modification order: a push either comes before the owner's CAS (which then fails) or after it
+//! (and sees `SLEEPING`). So no wake-up is lost, exactly one sender pays for the wake-up, and a
+//! sender to an awake worker pays nothing beyond its push. The locked transport does the same under
+//! its mutex with an `asleep` flag. (The parker's sticky token covers an unpark that lands before
+//! the owner's `park` call.)
 use std::collections::VecDeque;
 use std::ptr;
 
@@ -28,10 +37,24 @@ struct Node {
     next: *mut Node,
 }
 
+/// The head value that says "empty, and the owner sleeps". Never dereferenced, and never the
+/// address of a live node: a dangling, well-aligned address that `Box` does not hand out for a
+/// sized, non-zero-sized type.
+const SLEEPING: *mut Node = std::ptr::dangling_mut::<Node>();
+
+fn is_node(p: *mut Node) -> bool {
+    !p.is_null() && p != SLEEPING
+}
+
+struct Locked {
+    msgs: VecDeque<Msg>,
+    asleep: bool,
+}
+
 /// The inbox of one worker.
 pub(crate) struct Inbox {
     head: AtomicPtr<Node>,
-    locked: Mutex<VecDeque<Msg>>,
+    locked: Mutex<Locked>,
 }
 
 // SAFETY: the raw pointers in the stack are owned by the inbox and only reached through the atomic
@@ -43,45 +66,104 @@ unsafe impl Sync for Inbox {}
 
 impl Inbox {
     pub(crate) fn new() -> Self {
-        Inbox { head: AtomicPtr::new(ptr::null_mut()), locked: Mutex::new(VecDeque::new()) }
+        Inbox {
+            head: AtomicPtr::new(ptr::null_mut()),
+            locked: Mutex::new(Locked { msgs: VecDeque::new(), asleep: false }),
+        }
     }
 
-    /// Delivers a batch with one synchronization. Empty batches are ignored.
-    pub(crate) fn push_batch(&self, msgs: Vec<Msg>) {
+    /// Delivers a batch with one synchronization. Returns true if the owner was asleep: the caller
+    /// must then unpark it. Empty batches are ignored.
+    #[must_use = "a sleeping owner must be unparked"]
+    pub(crate) fn push_batch(&self, msgs: Vec<Msg>) -> bool {
         if msgs.is_empty() {
-            return;
+            return false;
         }
         let node = Box::into_raw(Box::new(Node { msgs, next: ptr::null_mut() }));
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
+            let next = if head == SLEEPING { ptr::null_mut() } else { head };
             // SAFETY: `node` came from `Box::into_raw` above and is not shared until the CAS below
             // succeeds, so writing its `next` field is exclusive.
-            unsafe { (*node).next = head };
-            // SeqCst on success pairs with the receiver's SeqCst store of `sleeping` (module doc);
-            // it also releases the node's contents to the consumer's swap.
-            match self.head.compare_exchange_weak(head, node, Ordering::SeqCst, Ordering::Relaxed)
-            {
-                Ok(_) => return,
+            unsafe { (*node).next = next };
+            // Release makes the node's contents visible to the owner's Acquire swap; Acquire
+            // orders our unpark after the owner's announcement of sleep.
+            match self.head.compare_exchange_weak(head, node, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(previous) => return previous == SLEEPING,
                 Err(current) => head = current,
             }
         }
     }
 
-    /// Delivers one message under the lock (the libasync-smp transport).
-    pub(crate) fn push_locked(&self, msg: Msg) {
-        lock(&self.locked).push_back(msg);
+    /// Delivers one message under the lock (the libasync-smp transport). Returns true if the owner
+    /// was asleep: the caller must then unpark it.
+    #[must_use = "a sleeping owner must be unparked"]
+    pub(crate) fn push_locked(&self, msg: Msg) -> bool {
+        let mut q = lock(&self.locked);
+        q.msgs.push_back(msg);
+        std::mem::replace(&mut q.asleep, false)
+    }
+
+    /// The owner announces that it goes to sleep. Returns false, announcing nothing, if messages
+    /// are waiting. After true, the owner calls [`woke`](Inbox::woke) when it wakes.
+    pub(crate) fn try_sleep(&self, locked_transport: bool) -> bool {
+        if locked_transport {
+            let mut q = lock(&self.locked);
+            if !q.msgs.is_empty() {
+                return false;
+            }
+            q.asleep = true;
+            return true;
+        }
+        // A node pushed before this makes it fail; one pushed after sees `SLEEPING`.
+        self.head
+            .compare_exchange(ptr::null_mut(), SLEEPING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The owner is awake again: withdraws its announcement if no sender did.
+    pub(crate) fn woke(&self, locked_transport: bool) {
+        if locked_transport {
+            lock(&self.locked).asleep = false;
+            return;
+        }
+        let _ = self.head.compare_exchange(
+            SLEEPING,
+            ptr::null_mut(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Marks a sleeping owner awake without delivering anything; returns true if it was asleep
+    /// (the caller must then unpark it). A hint: an owner just about to sleep is missed.
+    pub(crate) fn rouse(&self, locked_transport: bool) -> bool {
+        if locked_transport {
+            return std::mem::replace(&mut lock(&self.locked).asleep, false);
+        }
+        self.head
+            .compare_exchange(SLEEPING, ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Takes every batch delivered so far, oldest first. Only the owning worker calls this (or the
     /// runtime while no worker runs): the single-consumer side of the protocol.
     pub(crate) fn take_batches(&self) -> Batches {
+        // Nothing to take: leave the head alone (a `SLEEPING` mark stays in place).
+        if !is_node(self.head.load(Ordering::Relaxed)) {
+            return Batches { cur: ptr::null_mut() };
+        }
         // Acquire pairs with the senders' successful CAS: their node contents are visible.
         let mut cur = self.head.swap(ptr::null_mut(), Ordering::Acquire);
+        if !is_node(cur) {
+            cur = ptr::null_mut();
+        }
         // Reverse the list in place so that iteration goes oldest first.
         let mut prev = ptr::null_mut();
         while !cur.is_null() {
             // SAFETY: the swap made this list ours alone; each node came from `Box::into_raw`
-            // and is visited once.
+            // and is visited once. Lists never contain `SLEEPING` (`push_batch` replaces it by
+            // null in `next`).
             let next = unsafe { (*cur).next };
             // SAFETY: as above.
             unsafe { (*cur).next = prev };
@@ -93,22 +175,13 @@ impl Inbox {
 
     /// Takes one message from the locked FIFO (libasync-smp: one lock per event).
     pub(crate) fn pop_locked(&self) -> Option<Msg> {
-        lock(&self.locked).pop_front()
+        lock(&self.locked).msgs.pop_front()
     }
 
-    /// True if nothing is waiting in either transport. SeqCst: see the module doc.
+    /// True if nothing is waiting in either transport (a snapshot: a push may land right after).
     pub(crate) fn is_empty(&self, locked_transport: bool) -> bool {
-        if !self.head.load(Ordering::SeqCst).is_null() {
-            return false;
-        }
-        !locked_transport || lock(&self.locked).is_empty()
-    }
-
-    /// Cheap check for spinning workers: a relaxed look at the stack head only (spinners on the
-    /// locked transport also look at the queue).
-    pub(crate) fn looks_empty(&self, locked_transport: bool) -> bool {
-        self.head.load(Ordering::Relaxed).is_null()
-            && (!locked_transport || lock(&self.locked).is_empty())
+        !is_node(self.head.load(Ordering::Relaxed))
+            && (!locked_transport || lock(&self.locked).msgs.is_empty())
     }
 }
 
@@ -170,9 +243,9 @@ mod tests {
     fn batches_come_out_oldest_first() {
         let inbox = Inbox::new();
         assert!(inbox.is_empty(false));
-        inbox.push_batch(vec![post(1), post(2)]);
-        inbox.push_batch(vec![]);
-        inbox.push_batch(vec![post(3)]);
+        assert!(!inbox.push_batch(vec![post(1), post(2)]));
+        assert!(!inbox.push_batch(vec![]));
+        assert!(!inbox.push_batch(vec![post(3)]));
         assert!(!inbox.is_empty(false));
         assert_eq!(tags(inbox.take_batches()), vec![1, 2, 3]);
         assert!(inbox.is_empty(false));
@@ -182,8 +255,8 @@ mod tests {
     #[test]
     fn locked_fifo() {
         let inbox = Inbox::new();
-        inbox.push_locked(post(7));
-        inbox.push_locked(post(8));
+        assert!(!inbox.push_locked(post(7)));
+        assert!(!inbox.push_locked(post(8)));
         assert!(!inbox.is_empty(true));
         assert!(inbox.is_empty(false), "the batch stack is separate");
         let a = inbox.pop_locked().map(|m| matches!(m, Msg::Post { color: Color(7), .. }));
@@ -200,15 +273,46 @@ mod tests {
         for _ in 0..3 {
             let w = witness.clone();
             let task: Task = Box::new(move || drop(w));
-            inbox.push_batch(vec![Msg::Post { color: Color(1), task, urgent: false }]);
+            let _ = inbox.push_batch(vec![Msg::Post { color: Color(1), task, urgent: false }]);
         }
         let partial = inbox.take_batches();
         let w = witness.clone();
         let task: Task = Box::new(move || drop(w));
-        inbox.push_batch(vec![Msg::Post { color: Color(2), task, urgent: false }]);
+        let _ = inbox.push_batch(vec![Msg::Post { color: Color(2), task, urgent: false }]);
         drop(partial);
         drop(inbox);
         assert_eq!(Arc::strong_count(&witness), 1, "every closure was dropped exactly once");
+    }
+
+    #[test]
+    fn sleeping_owner_is_reported_to_exactly_one_sender() {
+        for locked in [false, true] {
+            let inbox = Inbox::new();
+            assert!(inbox.try_sleep(locked));
+            assert!(inbox.is_empty(locked));
+            let first =
+                if locked { inbox.push_locked(post(1)) } else { inbox.push_batch(vec![post(1)]) };
+            let second =
+                if locked { inbox.push_locked(post(2)) } else { inbox.push_batch(vec![post(2)]) };
+            assert!(
+                first && !second,
+                "locked={locked}: the first sender wakes, the second need not"
+            );
+            inbox.woke(locked);
+            assert!(!inbox.try_sleep(locked), "messages are waiting: no sleep");
+            let got = if locked {
+                std::iter::from_fn(|| inbox.pop_locked()).count()
+            } else {
+                tags(inbox.take_batches()).len()
+            };
+            assert_eq!(got, 2);
+            assert!(inbox.try_sleep(locked));
+            assert_eq!(tags(inbox.take_batches()).len(), 0, "taking leaves the mark alone");
+            assert!(inbox.rouse(locked));
+            assert!(!inbox.rouse(locked));
+            inbox.woke(locked);
+            assert!(inbox.try_sleep(locked), "awake and empty again");
+        }
     }
 
     #[test]
@@ -222,7 +326,7 @@ mod tests {
                 let inbox = inbox.clone();
                 std::thread::spawn(move || {
                     for i in 0..per {
-                        inbox.push_batch(vec![post(s << 32 | i)]);
+                        let _ = inbox.push_batch(vec![post(s << 32 | i)]);
                     }
                 })
             })

@@ -22,6 +22,9 @@ pub(crate) enum Msg {
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them
     /// any more.
     Return { color: Color, ran: u64 },
+    /// A thief asks for a color (it also left its id in the receiver's steal-request slot; the
+    /// message is what wakes a sleeping victim).
+    StealRequest,
 }
 
 /// A color lent by its home to a thief, with everything pending for it.

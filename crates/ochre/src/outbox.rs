@@ -118,7 +118,7 @@ impl Outbox {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn mean_interval(&self, dest: usize) -> Duration {
         self.slots[dest].mean_interval
     }

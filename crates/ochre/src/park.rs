@@ -9,7 +9,9 @@
 //! pipe polled with `poll` (libasync-smp). Under `cfg(loom)` only the condition variable exists,
 //! since loom cannot model system calls.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
 
 use crate::config::Wakeup;
 use crate::sync::{lock, Condvar, Mutex};
@@ -83,7 +85,10 @@ impl FutexParker {
 
     fn park(&self, timeout: Option<Duration>) {
         // Consume a pending token without sleeping. Acquire pairs with `unpark`'s Release swap.
-        if self.state.compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        if self
+            .state
+            .compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
         {
             return;
         }
@@ -113,7 +118,8 @@ impl FutexParker {
     fn unpark(&self) {
         // Release pairs with `park`'s Acquire: what the waker wrote before is seen after waking.
         if self.state.swap(NOTIFIED, Ordering::Release) == PARKED {
-            let _ = rustix::thread::futex::wake(&self.state, rustix::thread::futex::Flags::PRIVATE, 1);
+            let _ =
+                rustix::thread::futex::wake(&self.state, rustix::thread::futex::Flags::PRIVATE, 1);
         }
     }
 }

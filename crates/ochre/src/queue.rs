@@ -110,7 +110,7 @@ impl ColorQueue {
     }
 
     /// Events queued on this worker (not counting one that is running).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn pending(&self) -> usize {
         self.pending
     }
@@ -247,10 +247,7 @@ impl ColorQueue {
     /// Lends one color to `thief`: the ready color that would run last here, among those homed
     /// here (a borrowed color is never lent on). Returns `None` if there is none.
     pub(crate) fn lend(&mut self, thief: usize) -> Option<Loan> {
-        let pos = self
-            .ready
-            .iter()
-            .rposition(|&k| self.slots[k].lease == Lease::Local)?;
+        let pos = self.ready.iter().rposition(|&k| self.slots[k].lease == Lease::Local)?;
         let key = self.ready.remove(pos)?;
         let slot = &mut self.slots[key];
         slot.queued = false;

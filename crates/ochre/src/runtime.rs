@@ -145,8 +145,11 @@ fn default_spin_threshold(kind: Wakeup) -> Result<Duration, Error> {
     if let Some(d) = slot.get() {
         return Ok(*d);
     }
+    #[cfg(not(loom))]
     let latency = crate::park::measure_wakeup(kind, 9)
         .map_err(|e| Error::os("measuring wake-up latency", e))?;
+    #[cfg(loom)]
+    let latency = Duration::from_micros(30);
     let threshold = (latency * 10).clamp(Duration::from_micros(20), Duration::from_millis(5));
     Ok(*slot.get_or_init(|| threshold))
 }
@@ -257,7 +260,7 @@ impl Runtime {
         shared.control.spinners.store(0, Ordering::SeqCst);
         for r in shared.remotes.iter() {
             r.status.parked.store(false, Ordering::SeqCst);
-            r.poke.sleeping.store(false, Ordering::SeqCst);
+            r.poke.inbox.woke(!shared.config.batching);
         }
         lock(&shared.panics).clear();
         *lock(&shared.abort) = None;
@@ -278,22 +281,26 @@ impl Runtime {
         let spawn_error = std::thread::scope(|scope| {
             for (i, slot) in slots.iter().enumerate() {
                 let (worker_shared, pin, warnings) = (shared.clone(), self.pins[i], &warnings);
-                let spawned = std::thread::Builder::new()
-                    .name(format!("ochre-w{i}"))
-                    .spawn_scoped(scope, move || {
+                let spawned = std::thread::Builder::new().name(format!("ochre-w{i}")).spawn_scoped(
+                    scope,
+                    move || {
                         if let Some(cpu) = pin {
                             if let Err(e) = topology::pin_current_thread(cpu) {
-                                lock(warnings).push(format!("worker {i}: pinning to CPU {cpu}: {e}"));
+                                lock(warnings)
+                                    .push(format!("worker {i}: pinning to CPU {cpu}: {e}"));
                             }
                         }
-                        let Some(core) = lock(slot).take() else { return };
+                        let Some(core) = lock(slot).take() else {
+                            return;
+                        };
                         let ctx = WorkerCtx::new(worker_shared, core);
                         {
                             let _enter = Enter::new(&ctx);
                             ctx.run();
                         }
                         *lock(slot) = Some(ctx.core.into_inner());
-                    });
+                    },
+                );
                 if let Err(e) = spawned {
                     // The workers already started stop; the unstarted cores stay in their slots.
                     shared.stop(SHUTDOWN);
@@ -310,7 +317,10 @@ impl Runtime {
         }
         if cores.iter().any(Option::is_none) {
             // A worker thread died outside a handler: a runtime bug. Its events are lost.
-            return Err(Error::os("worker thread", std::io::Error::other("a worker thread crashed")));
+            return Err(Error::os(
+                "worker thread",
+                std::io::Error::other("a worker thread crashed"),
+            ));
         }
         if let Some(e) = spawn_error {
             return Err(e);

@@ -6,7 +6,8 @@
 //! writes it* into separately padded blocks, so that a write by one party never invalidates a line
 //! another party is reading for an unrelated reason:
 //!
-//! * `poke`: written by other workers and outside threads (inbox, `sleeping`, steal requests);
+//! * `poke`: written by other workers and outside threads (inbox and its sleep mark, steal
+//!   requests);
 //! * `parker`: written by the owner and its wakers, only around sleeps;
 //! * `status`: written by the owner (quiescence counters, load), read by others;
 //! * `stats`: written by the owner once per round, read by snapshots.
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::inbox::Inbox;
+use crate::message::Msg;
 use crate::padding::Padded;
 use crate::park::Parker;
 use crate::stats::Published;
@@ -30,8 +32,6 @@ pub(crate) const ABORTED: usize = 3;
 /// Written by others to reach a worker.
 pub(crate) struct Poke {
     pub(crate) inbox: Inbox,
-    /// The worker is asleep or about to be: a sender must wake it (`idle`).
-    pub(crate) sleeping: AtomicBool,
     /// 0, or 1 + the id of the thief that asked this worker for a color.
     pub(crate) steal_request: AtomicUsize,
 }
@@ -61,11 +61,7 @@ pub(crate) struct Remote {
 impl Remote {
     pub(crate) fn new(parker: Parker) -> Self {
         Remote {
-            poke: Padded::new(Poke {
-                inbox: Inbox::new(),
-                sleeping: AtomicBool::new(false),
-                steal_request: AtomicUsize::new(0),
-            }),
+            poke: Padded::new(Poke { inbox: Inbox::new(), steal_request: AtomicUsize::new(0) }),
             parker: Padded::new(parker),
             status: Padded::new(Status {
                 epoch: AtomicU64::new(0),
@@ -78,17 +74,33 @@ impl Remote {
         }
     }
 
-    /// Wakes the worker if it sleeps or is about to. SeqCst load pairs with the sleeper's SeqCst
-    /// store of `sleeping` (see `inbox`); the swap makes one waker, not all, pay the system call.
-    /// Returns true if this call sent the wake-up.
+    /// Delivers a batch (one synchronization) and unparks the worker if it was asleep. Returns
+    /// true if this call woke it.
     #[inline]
-    pub(crate) fn wake_if_sleeping(&self) -> bool {
-        if self.poke.sleeping.load(Ordering::SeqCst) && self.poke.sleeping.swap(false, Ordering::SeqCst)
-        {
+    pub(crate) fn deliver_batch(&self, msgs: Vec<Msg>) -> bool {
+        let asleep = self.poke.inbox.push_batch(msgs);
+        if asleep {
             self.parker.unpark();
-            return true;
         }
-        false
+        asleep
+    }
+
+    /// Delivers one message on the locked transport and unparks the worker if it was asleep.
+    pub(crate) fn deliver_locked(&self, msg: Msg) -> bool {
+        let asleep = self.poke.inbox.push_locked(msg);
+        if asleep {
+            self.parker.unpark();
+        }
+        asleep
+    }
+
+    /// Wakes the worker if it sleeps, delivering nothing (a hint: see `Inbox::rouse`).
+    pub(crate) fn rouse(&self, locked_transport: bool) -> bool {
+        let asleep = self.poke.inbox.rouse(locked_transport);
+        if asleep {
+            self.parker.unpark();
+        }
+        asleep
     }
 }
 
@@ -141,9 +153,11 @@ impl Shared {
 
     /// Ends the current run for `reason` (the first reason wins) and wakes every worker.
     pub(crate) fn stop(&self, reason: usize) {
-        let _ = self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+        let _ =
+            self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+        // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
+        // parker's sticky token wakes it if it parks after our unpark.
         for r in self.remotes.iter() {
-            r.poke.sleeping.store(false, Ordering::SeqCst);
             r.parker.unpark();
         }
     }
@@ -161,15 +175,14 @@ impl Shared {
     }
 
     /// Delivers a message from a thread that is not one of this runtime's workers.
-    pub(crate) fn post_external(&self, dest: usize, msg: crate::message::Msg) {
+    pub(crate) fn post_external(&self, dest: usize, msg: Msg) {
         // Counted before delivery, so quiescence detection never sees it received but not sent.
         self.control.external_posts.fetch_add(1, Ordering::SeqCst);
         let remote = &self.remotes[dest];
         if self.config.batching {
-            remote.poke.inbox.push_batch(vec![msg]);
+            remote.deliver_batch(vec![msg]);
         } else {
-            remote.poke.inbox.push_locked(msg);
+            remote.deliver_locked(msg);
         }
-        remote.wake_if_sleeping();
     }
 }

@@ -1,11 +1,13 @@
 //! Work stealing: an idle worker takes a color, with all its pending events, from a loaded one.
 //!
 //! Stealing is *requested*, not grabbed: a victim's run queue is owned by the victim alone (so
-//! that local posts need no atomics), hence a thief leaves a request in the victim's
-//! `steal_request` slot (one compare-and-swap; one thief per victim at a time, as in tokio) and
-//! the victim answers between two turns — at most one turn (`turn_budget` events) later — by
-//! lending a color (`queue`) and sending the loan in a `Grant` message, flushed at once. The thief
-//! keeps at most one request outstanding and goes on idling; the grant wakes it like any message.
+//! that local posts need no atomics), hence a thief leaves its id in the victim's `steal_request`
+//! slot (one compare-and-swap; one thief per victim at a time, as in tokio) and sends it a
+//! `StealRequest` message (which wakes a sleeping victim like any message). The victim answers at
+//! the first of: its next turn boundary (it glances at the slot between turns, so a busy victim
+//! answers within one turn, `turn_budget` events), or routing the message. It lends a color
+//! (`queue`) and sends the loan in a `Grant` message, flushed at once. The thief keeps at most one
+//! request outstanding and goes on idling; the grant wakes it like any message.
 //!
 //! Plain stealing (libasync-smp): the thief picks a random start and asks the first other worker
 //! that published at least one waiting color. A loaded worker that sees sleeping workers wakes one
@@ -36,17 +38,17 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
         if remote.status.ready.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        // SeqCst pairs with the victim's SeqCst look at its slot before sleeping (`idle`).
         if remote
             .poke
             .steal_request
-            .compare_exchange(0, core.id + 1, Ordering::SeqCst, Ordering::Relaxed)
+            .compare_exchange(0, core.id + 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
             core.steal_pending = true;
             core.counters.add(Counter::StealAttempts, 1);
-            if remote.wake_if_sleeping() {
-                core.counters.add(Counter::WakeupsSent, 1);
+            core.send(shared, victim, Msg::StealRequest);
+            if shared.config.batching {
+                core.flush_to(shared, victim);
             }
             return;
         }
@@ -95,7 +97,7 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         return;
     }
     for (i, r) in shared.remotes.iter().enumerate() {
-        if i != core.id && r.wake_if_sleeping() {
+        if i != core.id && r.rouse(!shared.config.batching) {
             core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
             core.counters.add(Counter::WakeupsSent, 1);
             return;

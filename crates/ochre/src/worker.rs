@@ -104,8 +104,11 @@ impl Core {
     /// even when that worker is this one.
     #[cold]
     fn post_locked(&mut self, shared: &Shared, color: Color, task: Task, urgent: bool) {
-        let dest =
-            if self.queue.lease(color).is_some() { self.id } else { home_of(color, shared.workers) };
+        let dest = if self.queue.lease(color).is_some() {
+            self.id
+        } else {
+            home_of(color, shared.workers)
+        };
         if dest == self.id {
             self.counters.add(Counter::PostsLocal, 1);
         } else {
@@ -122,9 +125,7 @@ impl Core {
             }
         } else {
             self.count_sent(shared, 1);
-            let remote = &shared.remotes[dest];
-            remote.poke.inbox.push_locked(msg);
-            if dest != self.id && remote.wake_if_sleeping() {
+            if shared.remotes[dest].deliver_locked(msg) {
                 self.counters.add(Counter::WakeupsSent, 1);
             }
         }
@@ -138,9 +139,7 @@ impl Core {
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
         self.counters.add(Counter::BatchedMsgs, batch.len() as u64);
-        let remote = &shared.remotes[dest];
-        remote.poke.inbox.push_batch(batch);
-        if remote.wake_if_sleeping() {
+        if shared.remotes[dest].deliver_batch(batch) {
             self.counters.add(Counter::WakeupsSent, 1);
         }
     }
@@ -248,6 +247,7 @@ impl Core {
                 }
             }
             Msg::Return { color, ran } => self.queue.returned(color, ran),
+            Msg::StealRequest => steal::answer(self, shared),
         }
     }
 
@@ -323,7 +323,9 @@ impl WorkerCtx {
         while ran < shared.config.round_budget {
             let (key, color, mut next) = {
                 let mut core = self.core.borrow_mut();
-                let Some((key, color)) = core.queue.start_turn() else { break };
+                let Some((key, color)) = core.queue.start_turn() else {
+                    break;
+                };
                 let first = core.queue.pop(key);
                 (key, color, first)
             };
@@ -352,14 +354,20 @@ impl WorkerCtx {
     }
 
     fn run_task(&self, color: Color, task: Task) {
-        let Err(payload) = catch_unwind(AssertUnwindSafe(task)) else { return };
+        let Err(payload) = catch_unwind(AssertUnwindSafe(task)) else {
+            return;
+        };
         let message = panic_message(payload.as_ref());
         // Dropping a payload can itself panic; keep that from unwinding into the run loop.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
         self.core.borrow_mut().counters.add(Counter::Panics, 1);
         let shared = &*self.shared;
         if shared.config.abort_on_panic {
-            shared.abort(Error::HandlerPanicked { color, worker: self.id, message: message.clone() });
+            shared.abort(Error::HandlerPanicked {
+                color,
+                worker: self.id,
+                message: message.clone(),
+            });
         }
         shared.record_panic(PanicRecord { color, worker: self.id, message });
     }

@@ -269,9 +269,7 @@ fn bad_builder_input_gives_clear_errors() {
     let e = Runtime::builder().cpus([]).build().unwrap_err();
     assert!(matches!(e, Error::ZeroWorkers), "{e}");
 
-    let mut c = Config::default();
-    c.batch_size = 0;
-    let e = Runtime::builder().config(c).build().unwrap_err();
+    let e = Runtime::builder().config(Config::default().batch_size(0)).build().unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
 }
 
@@ -297,16 +295,15 @@ fn run_from_inside_a_handler_or_twice_at_once_is_refused() {
         matches!(r3.run(Color(1), || {}), Err(Error::AlreadyRunning))
     });
     let g = go.clone();
-    let h = rt.handle();
     rt.run(Color(1), move || {
         g.store(true, Ordering::Release);
-        // Stay busy until the other thread had its answer, then stop.
-        fn spin_until(h: ochre::Handle, deadline: std::time::Instant) {
+        // Stay busy for a while, so that the other thread asks while this run goes on.
+        fn busy_until(deadline: std::time::Instant) {
             if std::time::Instant::now() < deadline {
-                ochre::post(Color(1), move || spin_until(h, deadline));
+                ochre::post(Color(1), move || busy_until(deadline));
             }
         }
-        spin_until(h, std::time::Instant::now() + Duration::from_millis(300));
+        busy_until(std::time::Instant::now() + Duration::from_millis(300));
     })
     .unwrap();
     assert!(other.join().unwrap(), "the concurrent run was refused");
@@ -321,9 +318,7 @@ fn every_wakeup_and_spin_policy_runs_a_cross_worker_workload() {
         (Wakeup::Futex, Spin::Always { limit: Duration::from_millis(1) }),
     ];
     for (wakeup, spin) in policies {
-        let mut config = Config::default();
-        config.wakeup = wakeup;
-        config.spin = spin;
+        let config = Config::default().wakeup(wakeup).spin(spin);
         let rt = Runtime::builder().workers(3).pin(false).config(config).build().unwrap();
         let n = Arc::new(AtomicU64::new(0));
         let n2 = n.clone();
@@ -376,8 +371,7 @@ fn batching_sends_whole_buffers() {
 
 #[test]
 fn stealing_moves_colors_and_keeps_exclusion() {
-    let mut config = Config::default();
-    config.steal = Steal::Plain;
+    let config = Config::default().steal(Steal::Plain);
     let rt = Runtime::builder().workers(4).pin(false).config(config).build().unwrap();
     // All colors homed on worker 0, each event busy for a while: the others must steal.
     let colors: Vec<Color> = (0..64).map(|k| color_on(&rt, 0, k)).collect();

@@ -1,0 +1,347 @@
+//! Stress test of the runtime's guarantees with many more workers than cores.
+//!
+//! A random workload of events that post more events (to their own color, to random colors, urgent
+//! or not) and outside threads that post through handles, under several configurations (stealing
+//! off and on, batched and libasync-smp transport, tiny batches and turns to multiply interleavings,
+//! a shutdown in the middle). An oracle checks:
+//!
+//! 1. exclusion: a per-color in-use flag, set and cleared by every event of that color;
+//! 2. order: per (poster, color) sequence numbers, for normal and for urgent posts separately;
+//! 3. exactly once: every event id that was posted runs once, none twice, none lost (also across a
+//!    shutdown and the run that drains what it left).
+//!
+//! The workload is seeded: `OCHRE_STRESS_SEED=<n>` replays the choices of a failing run (the seed is
+//! printed in every failure message); `OCHRE_STRESS_EVENTS` scales its size.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ochre::{Color, Config, Handle, RunEnd, Runtime, Spin, Steal, Wakeup};
+
+const MAX_IDS: usize = 1 << 20;
+
+struct Oracle {
+    seed: u64,
+    colors: u64,
+    in_use: Vec<AtomicBool>,
+    runs: Vec<AtomicU8>,
+    next_id: AtomicU64,
+    budget: AtomicI64,
+    /// Per color: (poster, urgent) -> last sequence number seen. Only touched by events of that
+    /// color, so (if exclusion holds) never contended.
+    last_seq: Vec<Mutex<HashMap<(u64, bool), u64>>>,
+    violations: Mutex<Vec<String>>,
+    shutdown_after: Option<u64>,
+    ran: AtomicU64,
+}
+
+impl Oracle {
+    fn new(seed: u64, colors: u64, budget: i64, shutdown_after: Option<u64>) -> Arc<Oracle> {
+        Arc::new(Oracle {
+            seed,
+            colors,
+            in_use: (0..colors).map(|_| AtomicBool::new(false)).collect(),
+            runs: (0..MAX_IDS).map(|_| AtomicU8::new(0)).collect(),
+            next_id: AtomicU64::new(0),
+            budget: AtomicI64::new(budget),
+            last_seq: (0..colors).map(|_| Mutex::new(HashMap::new())).collect(),
+            violations: Mutex::new(Vec::new()),
+            shutdown_after,
+            ran: AtomicU64::new(0),
+        })
+    }
+
+    fn violation(&self, what: String) {
+        let mut v = self.violations.lock().unwrap();
+        if v.len() < 20 {
+            v.push(what);
+        }
+    }
+
+    fn new_id(&self) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        assert!((id as usize) < MAX_IDS, "stress workload exceeded its id space");
+        id
+    }
+}
+
+/// One event of the workload: who posted it, in what sequence, and its own id.
+#[derive(Clone, Copy)]
+struct Ev {
+    id: u64,
+    color: u64,
+    poster: u64,
+    seq: u64,
+    urgent: bool,
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn run_event(o: &Arc<Oracle>, ev: Ev) {
+    let c = ev.color as usize;
+    if o.in_use[c].swap(true, Ordering::AcqRel) {
+        o.violation(format!(
+            "exclusion: color {} ran on two workers at once (event {})",
+            ev.color, ev.id
+        ));
+    }
+    if ochre::current_color() != Some(Color(ev.color)) {
+        o.violation(format!(
+            "current_color {:?} in an event of color {}",
+            ochre::current_color(),
+            ev.color
+        ));
+    }
+    let prev = o.runs[ev.id as usize].fetch_add(1, Ordering::Relaxed);
+    if prev != 0 {
+        o.violation(format!("exactly once: event {} ran {} times", ev.id, prev + 1));
+    }
+    {
+        let mut last = o.last_seq[c].lock().unwrap();
+        let key = (ev.poster, ev.urgent);
+        if let Some(&l) = last.get(&key) {
+            if ev.seq <= l {
+                o.violation(format!(
+                    "order: poster {} color {} urgent={} ran seq {} after {}",
+                    ev.poster, ev.color, ev.urgent, ev.seq, l
+                ));
+            }
+        }
+        last.insert(key, ev.seq);
+    }
+
+    // Children, chosen by a generator seeded from (seed, id): the same seed, the same workload.
+    let mut rng = splitmix(o.seed ^ ev.id.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let children = rng % 4;
+    let mut seqs: HashMap<(u64, bool), u64> = HashMap::new();
+    for _ in 0..children {
+        if o.budget.fetch_sub(1, Ordering::Relaxed) <= 0 {
+            break;
+        }
+        rng = splitmix(rng);
+        let color = match rng % 10 {
+            0..=2 => ev.color,                  // same color: local fast path
+            3..=4 => (ev.color + 1) % o.colors, // a neighbour
+            _ => (rng >> 8) % o.colors,         // anywhere: mostly another worker
+        };
+        let urgent = (rng >> 40) % 8 == 0;
+        let seq = seqs.entry((color, urgent)).or_insert(0);
+        *seq += 1;
+        let child = Ev { id: o.new_id(), color, poster: ev.id, seq: *seq, urgent };
+        let o2 = o.clone();
+        let f = move || run_event(&o2, child);
+        if urgent {
+            ochre::post_urgent(Color(color), f);
+        } else {
+            ochre::post(Color(color), f);
+        }
+    }
+    // Sometimes give the CPU away mid-event, so that other workers interleave with this one.
+    if rng % 64 == 0 {
+        std::thread::yield_now();
+    }
+    let n = o.ran.fetch_add(1, Ordering::Relaxed) + 1;
+    if o.shutdown_after == Some(n) {
+        ochre::shutdown();
+    }
+    o.in_use[c].store(false, Ordering::Release);
+}
+
+/// Outside thread number `t` posts `count` events through a handle.
+fn outside_poster(o: Arc<Oracle>, handle: Handle, t: u64, count: u64) {
+    let poster = u64::MAX - t; // Never an event id.
+    let mut rng = splitmix(o.seed ^ poster);
+    let mut seqs: HashMap<(u64, bool), u64> = HashMap::new();
+    for _ in 0..count {
+        rng = splitmix(rng);
+        let color = rng % o.colors;
+        let urgent = (rng >> 40) % 8 == 0;
+        let seq = seqs.entry((color, urgent)).or_insert(0);
+        *seq += 1;
+        let ev = Ev { id: o.new_id(), color, poster, seq: *seq, urgent };
+        let o2 = o.clone();
+        let f = move || run_event(&o2, ev);
+        let r = if urgent {
+            handle.try_post_urgent(Color(color), f)
+        } else {
+            handle.try_post(Color(color), f)
+        };
+        r.expect("runtime open");
+        if rng % 16 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("OCHRE_STRESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        t.as_nanos() as u64
+    })
+}
+
+fn events_budget() -> i64 {
+    std::env::var("OCHRE_STRESS_EVENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(40_000)
+}
+
+/// Runs the workload three times (three seeds unless one is given) on `colors` colors: thousands
+/// spread colors over workers, a few dozen make hot colors that are stolen while others keep
+/// posting to them (forwarding).
+fn stress(name: &str, workers: usize, config: Config, shutdown_after: Option<u64>) {
+    for (i, colors) in [3000u64, 48, 3000].into_iter().enumerate() {
+        stress_once(
+            name,
+            workers,
+            config.clone(),
+            shutdown_after,
+            colors,
+            seed().wrapping_add(i as u64),
+        );
+    }
+}
+
+fn stress_once(
+    name: &str,
+    workers: usize,
+    config: Config,
+    shutdown_after: Option<u64>,
+    colors: u64,
+    seed: u64,
+) {
+    let budget = events_budget();
+    let o = Oracle::new(seed, colors, budget, shutdown_after);
+    let rt = Runtime::builder().workers(workers).config(config).build().unwrap();
+    let ctx = format!("[{name}, {colors} colors] seed {seed} (replay: OCHRE_STRESS_SEED={seed})");
+
+    // Outside posters start with the run and race with it; what they post after it ends waits for
+    // the next run.
+    let posters: Vec<_> = (0..2)
+        .map(|t| {
+            let (o, h) = (o.clone(), rt.handle());
+            std::thread::spawn(move || outside_poster(o, h, t, 2_000))
+        })
+        .collect();
+    let roots = 64;
+    let o2 = o.clone();
+    let first = rt
+        .run(Color(0), move || {
+            // The init event is not tracked: it fans out tracked roots.
+            for r in 0..roots {
+                let ev = Ev {
+                    id: o2.new_id(),
+                    color: (r * 37) % o2.colors,
+                    poster: u64::MAX / 2,
+                    seq: r + 1,
+                    urgent: false,
+                };
+                let o3 = o2.clone();
+                ochre::post(Color(ev.color), move || run_event(&o3, ev));
+            }
+        })
+        .unwrap_or_else(|e| panic!("{ctx}: run failed: {e}"));
+    for p in posters {
+        p.join().unwrap();
+    }
+    if shutdown_after.is_some() {
+        assert_eq!(first.end, RunEnd::Shutdown, "{ctx}");
+    }
+    // Drain: whatever the first run left (shutdown) or outside threads posted after it ended.
+    let mut runs = 1;
+    loop {
+        let report = rt.run(Color(1), || {}).unwrap_or_else(|e| panic!("{ctx}: drain failed: {e}"));
+        runs += 1;
+        if report.end == RunEnd::Quiescent && report.pending == 0 {
+            break;
+        }
+        assert!(runs < 10, "{ctx}: runtime does not drain: {report:?}");
+    }
+
+    let violations = o.violations.lock().unwrap();
+    assert!(
+        violations.is_empty(),
+        "{ctx}: {} violations:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
+    let posted = o.next_id.load(Ordering::Relaxed);
+    let mut lost = vec![];
+    for id in 0..posted {
+        if o.runs[id as usize].load(Ordering::Relaxed) != 1 {
+            lost.push(id);
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{ctx}: {} of {posted} events did not run exactly once, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert_eq!(o.ran.load(Ordering::Relaxed), posted, "{ctx}");
+    assert!(posted as i64 >= budget / 2, "{ctx}: the workload was too small ({posted} events)");
+    let stats: u64 = rt.stats().iter().map(|s| s.events_run).sum();
+    assert_eq!(stats, posted + runs as u64, "{ctx}: counters disagree with the oracle");
+    let t = rt.stats().iter().fold(ochre::WorkerStats::default(), |a, s| a.add(s));
+    eprintln!(
+        "{ctx}: {posted} events over {workers} workers in {runs} runs: ok (remote posts {}, \
+         steals {}, forwards {}, urgent {}, sleeps {})",
+        t.posts_remote, t.steals_in, t.forwards, t.posts_urgent, t.sleeps
+    );
+}
+
+#[test]
+fn stress_default_no_stealing() {
+    stress("default", 16, Config::default(), None);
+}
+
+#[test]
+fn stress_default_plain_stealing() {
+    stress("default+steal", 16, Config::default().steal(Steal::Plain), None);
+}
+
+#[test]
+fn stress_baseline_libasync_smp() {
+    stress("baseline", 16, Config::baseline(), None);
+}
+
+#[test]
+fn stress_baseline_without_stealing() {
+    stress("baseline-nosteal", 17, Config::baseline().steal(Steal::Off), None);
+}
+
+#[test]
+fn stress_tiny_batches_and_turns_with_stealing() {
+    let config = Config::default().steal(Steal::Plain).batch_size(2).turn_budget(1).round_budget(3);
+    stress("tiny", 24, config, None);
+}
+
+#[test]
+fn stress_condvar_and_spinning() {
+    let config = Config::default()
+        .wakeup(Wakeup::Condvar)
+        .spin(Spin::Always { limit: Duration::from_micros(50) })
+        .steal(Steal::Plain);
+    stress("condvar+spin", 16, config, None);
+}
+
+#[test]
+fn stress_pipe_wakeups_with_batching_and_stealing() {
+    let config = Config::default().wakeup(Wakeup::Pipe).steal(Steal::Plain);
+    stress("pipe", 16, config, None);
+}
+
+#[test]
+fn stress_shutdown_in_the_middle_loses_nothing() {
+    stress("shutdown", 16, Config::default().steal(Steal::Plain), Some(5_000));
+}
+
+#[test]
+fn stress_baseline_shutdown_in_the_middle_loses_nothing() {
+    stress("baseline-shutdown", 16, Config::baseline(), Some(5_000));
+}
