@@ -84,9 +84,9 @@ pub struct Config {
     pub wakeup: Wakeup,
     /// What idle workers do before sleeping.
     pub spin: Spin,
-    /// At most this many workers spin at once; `None` = half the CPUs the process may use
-    /// (at least 1), so spinning never starves the workers that have work on an oversubscribed
-    /// machine.
+    /// At most this many workers spin at once. `None`: all of them when there are no more
+    /// workers than CPUs (each spins on a CPU of its own), else half the CPUs (at least 1), so
+    /// that spinners never take the CPU of a worker with work on an oversubscribed machine.
     pub max_spinners: Option<usize>,
     /// Work stealing.
     pub steal: Steal,

@@ -70,6 +70,15 @@ fn has_work(ctx: &WorkerCtx) -> bool {
 
 /// The idle path: called when a round ran nothing and nothing is ready.
 pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
+    let status = &ctx.shared.remotes[ctx.id].status;
+    // Relaxed: a hint for senders' flush decisions (`worker`), not part of any protocol.
+    status.idle.store(true, Ordering::Relaxed);
+    let flow = idle_spell(ctx);
+    status.idle.store(false, Ordering::Relaxed);
+    flow
+}
+
+fn idle_spell(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
     let (budget, try_steal) = {
         let mut core = ctx.core.borrow_mut();

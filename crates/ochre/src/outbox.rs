@@ -3,9 +3,10 @@
 //! Owned by one worker, never shared. A post to another worker appends to the buffer for that
 //! worker; the worker hands a whole buffer to the destination's inbox in one synchronization when
 //! (a) it is full ([`Config::batch_size`](crate::Config)), (b) the worker ends a round or goes
-//! idle, so progress never waits for a timer, or (c) the *safety flush*: a buffer seen pending for
-//! longer than `safety_flush_factor` times the mean interval between natural (full-buffer) flushes
-//! is sent even in the middle of a long round.
+//! idle, so progress never waits for a timer, (c) at the end of a turn, if the destination is
+//! idle (holding work back from an idle worker saves nothing: `worker`), or (d) the *safety
+//! flush*: a buffer seen pending for longer than `safety_flush_factor` times the mean interval
+//! between natural (full-buffer) flushes is sent even in the middle of a long round.
 //!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
@@ -35,8 +36,9 @@ pub(crate) struct Outbox {
     slots: Vec<OutSlot>,
     batch_size: usize,
     factor: f64,
-    /// Number of non-empty buffers, so that flushing an empty outbox costs nothing.
-    pending: usize,
+    /// Destinations whose buffers are non-empty, so that flushing costs nothing when there is
+    /// nothing to flush and visits only what is pending otherwise.
+    pending: Vec<usize>,
 }
 
 impl Outbox {
@@ -52,14 +54,14 @@ impl Outbox {
                 .collect(),
             batch_size,
             factor,
-            pending: 0,
+            pending: Vec::with_capacity(workers),
         }
     }
 
     /// True if some buffer holds messages.
     #[inline]
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending > 0
+        !self.pending.is_empty()
     }
 
     /// Appends a message for `dest`; returns the buffer to deliver if that filled it.
@@ -67,7 +69,7 @@ impl Outbox {
     pub(crate) fn push(&mut self, dest: usize, msg: Msg) -> Option<Vec<Msg>> {
         let slot = &mut self.slots[dest];
         if slot.msgs.is_empty() {
-            self.pending += 1;
+            self.pending.push(dest);
             slot.msgs.reserve(self.batch_size);
         }
         slot.msgs.push(msg);
@@ -87,15 +89,17 @@ impl Outbox {
     pub(crate) fn take(&mut self, dest: usize) -> Vec<Msg> {
         let slot = &mut self.slots[dest];
         if !slot.msgs.is_empty() {
-            self.pending -= 1;
+            if let Some(i) = self.pending.iter().position(|&d| d == dest) {
+                self.pending.swap_remove(i);
+            }
         }
         slot.seen_pending = None;
         std::mem::take(&mut slot.msgs)
     }
 
     /// Destinations whose buffers are non-empty.
-    pub(crate) fn pending_dests(&self) -> impl Iterator<Item = usize> + '_ {
-        self.slots.iter().enumerate().filter(|(_, s)| !s.msgs.is_empty()).map(|(d, _)| d)
+    pub(crate) fn pending_dests(&self) -> &[usize] {
+        &self.pending
     }
 
     /// Destinations whose buffers are overdue for a safety flush at `now`; starts the age of
@@ -142,7 +146,7 @@ mod tests {
             assert!(o.push(2, msg()).is_none());
         }
         assert!(o.has_pending());
-        assert_eq!(o.pending_dests().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(o.pending_dests(), &[2]);
         let full = o.push(2, msg()).expect("fourth message fills the batch");
         assert_eq!(full.len(), 4);
         assert!(!o.has_pending());

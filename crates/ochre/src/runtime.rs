@@ -1,15 +1,16 @@
 //! The public face: [`Builder`], [`Runtime`], [`Handle`], [`RunReport`].
 //!
-//! Worker threads live for one `run`: the runtime keeps each worker's `Core` (queues, buffers,
-//! counters) between runs, moves it into a fresh thread at the start of a run and takes it back at
-//! the end. So a runtime can be run again, and events left when a run was shut down are still
-//! there for the next one.
+//! Worker threads are created by [`Builder::build`], pinned once, and live as long as the
+//! `Runtime`: each owns its `Core` (queues, buffers, counters) for its whole life, so everything
+//! a worker allocates stays in memory its own thread allocated (a worker re-created per run would
+//! inherit another thread's heap and share cache lines with it). Between runs the workers wait on
+//! a gate; [`Runtime::run`] opens it, and waits until every worker has left its run loop.
 //!
 //! Shutdown semantics: `ochre::shutdown()` / [`Handle::shutdown`] end the current run after each
 //! worker's current turn; nothing is lost: undelivered batches are flushed to their inboxes and
 //! every accepted event runs at the next `run` ([`RunReport::pending`] counts them). Dropping the
-//! `Runtime` drops the events that never ran, without running them, and later posts through a
-//! [`Handle`] fail with [`Error::Closed`].
+//! `Runtime` stops the workers and drops the events that never ran, without running them; later
+//! posts through a [`Handle`] fail with [`Error::Closed`].
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -24,7 +25,7 @@ use crate::message::{Msg, Task};
 use crate::park::Parker;
 use crate::shared::{Control, PanicRecord, Remote, Shared, QUIESCENT, RUNNING, SHUTDOWN};
 use crate::stats::WorkerStats;
-use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::worker::{Core, WorkerCtx};
 use crate::{padding::Padded, topology, Color, Error};
 
@@ -111,12 +112,18 @@ impl Builder {
             Spin::Reasoned { threshold: None } => default_spin_threshold(self.config.wakeup)?,
             _ => Duration::ZERO,
         };
-        let max_spinners = self.config.max_spinners.unwrap_or((allowed.len() / 2).max(1));
+        // Pinned workers that each have a CPU of their own take nobody's CPU by spinning; with
+        // more workers than CPUs, at most half the CPUs spin (tokio bounds searchers likewise).
+        let max_spinners = self.config.max_spinners.unwrap_or(if workers <= allowed.len() {
+            workers
+        } else {
+            (allowed.len() / 2).max(1)
+        });
         let remotes = (0..workers)
             .map(|_| Parker::new(self.config.wakeup).map(Remote::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Error::os("creating a wake-up channel", e))?;
-        let cores = (0..workers).map(|i| Some(Core::new(i, workers, &self.config))).collect();
+        let pins: Vec<Option<usize>> = pins;
         let shared = Arc::new(Shared {
             config: self.config,
             workers,
@@ -133,7 +140,95 @@ impl Builder {
             panics: Mutex::new(Vec::new()),
             abort: Mutex::new(None),
         });
-        Ok(Runtime { shared, cores: Mutex::new(cores), pins, running: AtomicBool::new(false) })
+        let gate = Arc::new(Gate {
+            state: Mutex::new(GateState {
+                run: 0,
+                exit: false,
+                finished: 0,
+                crashed: None,
+                warnings: Vec::new(),
+            }),
+            start: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let mut rt = Runtime {
+            shared: shared.clone(),
+            gate: gate.clone(),
+            threads: Vec::with_capacity(workers),
+            pins: pins.clone(),
+            running: AtomicBool::new(false),
+        };
+        for (i, pin) in pins.into_iter().enumerate() {
+            let core = Core::new(i, workers, &shared.config);
+            let (shared, gate) = (shared.clone(), gate.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("ochre-w{i}"))
+                .spawn(move || worker_thread(shared, gate, core, pin));
+            match spawned {
+                Ok(t) => rt.threads.push(t),
+                // Dropping `rt` stops and joins the workers already started.
+                Err(e) => return Err(Error::os("starting a worker thread", e)),
+            }
+        }
+        Ok(rt)
+    }
+}
+
+/// Where workers wait between runs, and report the end of a run.
+struct Gate {
+    state: Mutex<GateState>,
+    /// Signalled when `run` changes or `exit` is set.
+    start: Condvar,
+    /// Signalled when a worker finishes a run.
+    done: Condvar,
+}
+
+struct GateState {
+    /// Number of the latest run started.
+    run: u64,
+    exit: bool,
+    /// Workers done with the current run.
+    finished: usize,
+    /// A worker's run loop panicked (a runtime bug): the runtime is unusable.
+    crashed: Option<String>,
+    /// Pinning failures, reported in every run report.
+    warnings: Vec<String>,
+}
+
+/// A worker thread: pin once, then serve runs until the runtime is dropped.
+fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, core: Core, pin: Option<usize>) {
+    if let Some(cpu) = pin {
+        if let Err(e) = topology::pin_current_thread(cpu) {
+            let id = core.id;
+            lock(&gate.state).warnings.push(format!("worker {id}: pinning to CPU {cpu}: {e}"));
+        }
+    }
+    let ctx = WorkerCtx::new(shared, core);
+    let mut seen = 0;
+    loop {
+        {
+            let mut g = lock(&gate.state);
+            while g.run == seen && !g.exit {
+                g = gate.start.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            if g.exit {
+                break;
+            }
+            seen = g.run;
+        }
+        let outcome = {
+            let _enter = Enter::new(&ctx);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run()))
+        };
+        let mut g = lock(&gate.state);
+        g.finished += 1;
+        if outcome.is_err() {
+            g.crashed.get_or_insert_with(|| format!("worker {} crashed", ctx.id));
+        }
+        gate.done.notify_all();
+        if outcome.is_err() {
+            break;
+        }
     }
 }
 
@@ -193,7 +288,8 @@ impl RunReport {
 /// A runtime: worker state and the configuration, ready to [`run`](Runtime::run).
 pub struct Runtime {
     shared: Arc<Shared>,
-    cores: Mutex<Vec<Option<Core>>>,
+    gate: Arc<Gate>,
+    threads: Vec<std::thread::JoinHandle<()>>,
     pins: Vec<Option<usize>>,
     running: AtomicBool,
 }
@@ -254,7 +350,10 @@ impl Runtime {
 
     fn run_inner(&self, color: Color, init: Task) -> Result<RunReport, Error> {
         let shared = &self.shared;
-        // Reset the per-run state. No worker thread exists now, so plain stores suffice.
+        if let Some(crash) = &lock(&self.gate.state).crashed {
+            return Err(Error::os("worker thread", std::io::Error::other(crash.clone())));
+        }
+        // Reset the per-run state: every worker waits at the gate, so nothing races with this.
         shared.control.stop.store(RUNNING, Ordering::SeqCst);
         shared.control.parked.store(0, Ordering::SeqCst);
         shared.control.spinners.store(0, Ordering::SeqCst);
@@ -264,75 +363,34 @@ impl Runtime {
         }
         lock(&shared.panics).clear();
         *lock(&shared.abort) = None;
-
-        let slots: Vec<Mutex<Option<Core>>> =
-            lock(&self.cores).iter_mut().map(|c| Mutex::new(c.take())).collect();
-        let before: Vec<WorkerStats> = slots
-            .iter()
-            .map(|s| lock(s).as_ref().map(|c| c.counters.snapshot()).unwrap_or_default())
-            .collect();
+        let before = self.handle().stats();
         shared.post_external(
             home_of(color, shared.workers),
             Msg::Post { color, task: init, urgent: false },
         );
 
         let started = Instant::now();
-        let warnings = Mutex::new(Vec::new());
-        let spawn_error = std::thread::scope(|scope| {
-            for (i, slot) in slots.iter().enumerate() {
-                let (worker_shared, pin, warnings) = (shared.clone(), self.pins[i], &warnings);
-                let spawned = std::thread::Builder::new().name(format!("ochre-w{i}")).spawn_scoped(
-                    scope,
-                    move || {
-                        if let Some(cpu) = pin {
-                            if let Err(e) = topology::pin_current_thread(cpu) {
-                                lock(warnings)
-                                    .push(format!("worker {i}: pinning to CPU {cpu}: {e}"));
-                            }
-                        }
-                        let Some(core) = lock(slot).take() else {
-                            return;
-                        };
-                        let ctx = WorkerCtx::new(worker_shared, core);
-                        {
-                            let _enter = Enter::new(&ctx);
-                            ctx.run();
-                        }
-                        *lock(slot) = Some(ctx.core.into_inner());
-                    },
-                );
-                if let Err(e) = spawned {
-                    // The workers already started stop; the unstarted cores stay in their slots.
-                    shared.stop(SHUTDOWN);
-                    return Some(Error::os("starting a worker thread", e));
-                }
-            }
-            None
-        });
+        let mut g = lock(&self.gate.state);
+        g.run += 1;
+        g.finished = 0;
+        self.gate.start.notify_all();
+        while g.finished < shared.workers {
+            g = self.gate.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
         let elapsed = started.elapsed();
-
-        let mut cores = lock(&self.cores);
-        for (dst, slot) in cores.iter_mut().zip(slots) {
-            *dst = slot.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(crash) = &g.crashed {
+            return Err(Error::os("worker thread", std::io::Error::other(crash.clone())));
         }
-        if cores.iter().any(Option::is_none) {
-            // A worker thread died outside a handler: a runtime bug. Its events are lost.
-            return Err(Error::os(
-                "worker thread",
-                std::io::Error::other("a worker thread crashed"),
-            ));
-        }
-        if let Some(e) = spawn_error {
-            return Err(e);
-        }
+        let warnings = g.warnings.clone();
+        drop(g);
         if let Some(e) = lock(&shared.abort).take() {
             return Err(e);
         }
-        let workers: Vec<WorkerStats> = cores
-            .iter()
-            .zip(&before)
-            .map(|(c, b)| c.as_ref().map(|c| c.counters.snapshot().since(b)).unwrap_or_default())
-            .collect();
+        // Workers publish their counters before reporting done; the gate's lock orders those
+        // writes before these reads, so the figures are exact.
+        let after = self.handle().stats();
+        let workers: Vec<WorkerStats> =
+            after.iter().zip(&before).map(|(a, b)| a.since(b)).collect();
         let end = match shared.control.stop.load(Ordering::SeqCst) {
             QUIESCENT => RunEnd::Quiescent,
             _ => RunEnd::Shutdown,
@@ -342,20 +400,19 @@ impl Runtime {
             elapsed,
             workers,
             panics: std::mem::take(&mut *lock(&shared.panics)),
-            pending: pending(&cores, shared),
+            pending: pending(&after, shared),
             spin_threshold: shared.spin_threshold,
-            warnings: warnings.into_inner().unwrap_or_else(|e| e.into_inner()),
+            warnings,
         })
     }
 }
 
 /// Events accepted and not run: all posts (by handlers and outside threads) minus events run.
 /// Exact when no worker runs; forwards and loans move events without counting as posts.
-fn pending(cores: &[Option<Core>], shared: &Shared) -> u64 {
+fn pending(stats: &[WorkerStats], shared: &Shared) -> u64 {
     let mut posted = shared.control.external_posts.load(Ordering::SeqCst);
     let mut ran = 0;
-    for c in cores.iter().flatten() {
-        let s = c.counters.snapshot();
+    for s in stats {
         posted += s.posts_local + s.posts_remote;
         ran += s.events_run;
     }
@@ -365,9 +422,14 @@ fn pending(cores: &[Option<Core>], shared: &Shared) -> u64 {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.control.closed.store(true, Ordering::SeqCst);
-        // Drop what never ran now, not when the last handle goes: a closure in an inbox may hold a
-        // handle, and would otherwise keep the runtime's memory alive forever.
-        lock(&self.cores).clear();
+        // Stop the workers; each drops its core, and with it the events that never ran.
+        lock(&self.gate.state).exit = true;
+        self.gate.start.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // Drop what is left in inboxes now, not when the last handle goes: a closure in an inbox
+        // may hold a handle, and would otherwise keep the runtime's memory alive forever.
         for r in self.shared.remotes.iter() {
             drop(r.poke.inbox.take_batches());
             while r.poke.inbox.pop_locked().is_some() {}

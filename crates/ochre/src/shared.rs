@@ -48,6 +48,8 @@ pub(crate) struct Status {
     pub(crate) received: AtomicU64,
     /// Colors waiting to run on this worker (besides the running one), as of its last round.
     pub(crate) ready: AtomicUsize,
+    /// The worker has nothing to run (spinning or asleep): senders flush to it at once.
+    pub(crate) idle: AtomicBool,
 }
 
 /// Everything other threads may touch of one worker.
@@ -69,6 +71,7 @@ impl Remote {
                 sent: AtomicU64::new(0),
                 received: AtomicU64::new(0),
                 ready: AtomicUsize::new(0),
+                idle: AtomicBool::new(false),
             }),
             stats: Padded::new(Published::new()),
         }

@@ -109,6 +109,7 @@ impl Counters {
         self.0[c as usize] += n;
     }
 
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn snapshot(&self) -> WorkerStats {
         WorkerStats::from_array(&self.0)
     }

@@ -153,14 +153,32 @@ impl Core {
 
     /// Sends every outgoing buffer.
     pub(crate) fn flush_all(&mut self, shared: &Shared) {
-        if !self.outbox.has_pending() {
-            return;
-        }
-        let dests: Vec<usize> = self.outbox.pending_dests().collect();
-        for d in dests {
+        while let Some(&d) = self.outbox.pending_dests().first() {
             let batch = self.outbox.take(d);
             self.deliver(shared, d, batch);
         }
+    }
+
+    /// Sends the buffers whose destination is idle: holding work back from a worker with
+    /// nothing to do buys no batching, only latency. Called at the end of every turn.
+    #[inline]
+    fn flush_to_idle(&mut self, shared: &Shared) {
+        if !self.outbox.has_pending() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.overdue);
+        due.clear();
+        due.extend(
+            self.outbox
+                .pending_dests()
+                .iter()
+                .copied()
+                .filter(|&d| shared.remotes[d].status.idle.load(Ordering::Relaxed)),
+        );
+        for &d in &due {
+            self.flush_to(shared, d);
+        }
+        self.overdue = due;
     }
 
     /// Sends the buffer for one destination now (used for steal grants, which a thief waits on).
@@ -345,6 +363,7 @@ impl WorkerCtx {
             if let Some(ret) = core.queue.end_turn(key) {
                 core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
             }
+            core.flush_to_idle(shared);
             steal::answer(&mut core, shared);
             if shared.stopping() {
                 break;

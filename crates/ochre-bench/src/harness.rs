@@ -1,0 +1,293 @@
+//! Measuring systems side by side: repetitions, medians, spread, ratios, JSON.
+//!
+//! Every benchmark measures all its systems in the same process, interleaved (repetition 1 of
+//! every system, then repetition 2, ...) so that drift of the shared machine hits them alike, with
+//! a warm-up repetition first that is not kept. A result row holds every sample; the table shows
+//! the median, the min-max spread and the ratio of each system's median to ochre's on the same
+//! case, which is the figure that means something on a shared machine.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// How much measuring to do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Options {
+    /// Kept repetitions per system and case (at least 5 for a result worth reporting).
+    pub reps: usize,
+    /// Smaller problem sizes (for `study --quick` and tests).
+    pub quick: bool,
+    /// Worker counts to measure.
+    pub workers: Vec<usize>,
+}
+
+impl Options {
+    /// Defaults for a run: 5 repetitions, 1 and 2 workers (capped to the CPUs available).
+    pub fn new(quick: bool) -> Self {
+        let cpus = ochre::topology::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1);
+        let workers = [1, 2].into_iter().filter(|&w| w <= cpus).collect();
+        Options { reps: 5, quick, workers }
+    }
+}
+
+/// One system on one case: its samples and their summary.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    /// The benchmark.
+    pub bench: String,
+    /// The system measured (`ochre`, `tokio-mt`, ...).
+    pub system: String,
+    /// The case: what varies within the benchmark (workers, handler cost...).
+    pub case: String,
+    /// Worker threads used.
+    pub workers: usize,
+    /// Unit of the samples (higher is better unless it ends in `ns`).
+    pub unit: String,
+    /// Every kept sample.
+    pub samples: Vec<f64>,
+    /// Median of the samples.
+    pub median: f64,
+    /// Smallest sample.
+    pub min: f64,
+    /// Largest sample.
+    pub max: f64,
+    /// This row's median over ochre's median on the same case (None if ochre was not measured).
+    pub vs_ochre: Option<f64>,
+}
+
+/// The result of one benchmark.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Benchmark name.
+    pub bench: String,
+    /// What is measured, in a sentence.
+    pub what: String,
+    /// All rows.
+    pub rows: Vec<Row>,
+    /// Goals checked on this run, each with whether it held.
+    pub checks: Vec<Check>,
+    /// Things the reader should know (skipped peers...).
+    pub notes: Vec<String>,
+}
+
+/// A goal stated by an issue, checked on the measured medians.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Check {
+    /// The goal.
+    pub goal: String,
+    /// The measured value it is judged on.
+    pub measured: f64,
+    /// Whether the goal held on this run.
+    pub held: bool,
+}
+
+/// Median of a non-empty slice.
+pub fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// A system under test: a name and a function that runs one repetition and returns its figure.
+pub struct System<'a> {
+    /// Name shown in tables.
+    pub name: String,
+    /// Runs once; returns the sample (throughput or time) or an error to skip the system.
+    pub run: Box<dyn FnMut() -> Result<f64, String> + 'a>,
+}
+
+impl<'a> System<'a> {
+    /// A system from a name and a closure.
+    pub fn new(name: impl Into<String>, run: impl FnMut() -> Result<f64, String> + 'a) -> Self {
+        System { name: name.into(), run: Box::new(run) }
+    }
+}
+
+/// Measures `systems` on one case, interleaved, and appends a row per system to `report`.
+/// A system whose run fails is reported in the notes and left out.
+pub fn measure_case(
+    report: &mut BenchReport,
+    case: &str,
+    workers: usize,
+    unit: &str,
+    reps: usize,
+    mut systems: Vec<System<'_>>,
+) {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); systems.len()];
+    let mut failed: Vec<Option<String>> = vec![None; systems.len()];
+    for rep in 0..=reps {
+        for (i, sys) in systems.iter_mut().enumerate() {
+            if failed[i].is_some() {
+                continue;
+            }
+            match (sys.run)() {
+                Ok(v) if rep > 0 => samples[i].push(v),
+                Ok(_) => {} // warm-up
+                Err(e) => failed[i] = Some(e),
+            }
+        }
+    }
+    let ochre_median = systems
+        .iter()
+        .zip(&samples)
+        .find(|(s, v)| s.name == "ochre" && !v.is_empty())
+        .map(|(_, v)| median(v));
+    for ((sys, s), err) in systems.iter().zip(samples).zip(failed) {
+        if let Some(e) = err {
+            report.notes.push(format!("{} [{case}]: {} skipped: {e}", report.bench, sys.name));
+            continue;
+        }
+        let m = median(&s);
+        report.rows.push(Row {
+            bench: report.bench.clone(),
+            system: sys.name.clone(),
+            case: case.to_string(),
+            workers,
+            unit: unit.to_string(),
+            min: s.iter().copied().fold(f64::INFINITY, f64::min),
+            max: s.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            median: m,
+            vs_ochre: ochre_median.map(|o| m / o),
+            samples: s,
+        });
+    }
+}
+
+impl BenchReport {
+    /// An empty report.
+    pub fn new(bench: &str, what: &str) -> Self {
+        BenchReport { bench: bench.into(), what: what.into(), ..Default::default() }
+    }
+
+    /// The median of `system` on `case`, if measured.
+    pub fn median_of(&self, system: &str, case: &str) -> Option<f64> {
+        self.rows.iter().find(|r| r.system == system && r.case == case).map(|r| r.median)
+    }
+
+    /// Records a goal check.
+    pub fn check(&mut self, goal: impl Into<String>, measured: f64, held: bool) {
+        self.checks.push(Check { goal: goal.into(), measured, held });
+    }
+
+    /// The report as a plain-text table.
+    pub fn table(&self) -> String {
+        let mut out = format!("## {}\n{}\n\n", self.bench, self.what);
+        out += &format!(
+            "{:<22} {:<16} {:>14} {:>27} {:>9}\n",
+            "case", "system", "median", "min - max", "vs ochre"
+        );
+        for r in &self.rows {
+            out += &format!(
+                "{:<22} {:<16} {:>14} {:>27} {:>9}\n",
+                r.case,
+                r.system,
+                format!("{} {}", si(r.median), r.unit),
+                format!("{} - {}", si(r.min), si(r.max)),
+                r.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default()
+            );
+        }
+        for c in &self.checks {
+            out += &format!(
+                "[{}] {} (measured {:.3})\n",
+                if c.held { "ok" } else { "MISSED" },
+                c.goal,
+                c.measured
+            );
+        }
+        for n in &self.notes {
+            out += &format!("note: {n}\n");
+        }
+        out
+    }
+}
+
+/// A number with an SI suffix, 3 significant digits.
+pub fn si(v: f64) -> String {
+    let (x, suffix) = match v.abs() {
+        a if a >= 1e9 => (v / 1e9, "G"),
+        a if a >= 1e6 => (v / 1e6, "M"),
+        a if a >= 1e3 => (v / 1e3, "K"),
+        _ => (v, ""),
+    };
+    if x.abs() >= 100.0 {
+        format!("{x:.0}{suffix}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}{suffix}")
+    } else {
+        format!("{x:.2}{suffix}")
+    }
+}
+
+/// Busy work of about `ns` nanoseconds (a handler's cost). Reads the clock, so costs below
+/// ~50 ns are approximate; 0 does nothing.
+#[inline]
+pub fn work(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t = Instant::now();
+    while (t.elapsed().as_nanos() as u64) < ns {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_si() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(si(1_234_000.0), "1.23M");
+        assert_eq!(si(56_700.0), "56.7K");
+        assert_eq!(si(12.0), "12.0");
+    }
+
+    #[test]
+    fn measure_case_interleaves_and_computes_ratios() {
+        let mut report = BenchReport::new("t", "test");
+        let mut calls = Vec::new();
+        let log = std::cell::RefCell::new(&mut calls);
+        let mut a = 0.0;
+        measure_case(
+            &mut report,
+            "c",
+            1,
+            "ops/s",
+            3,
+            vec![
+                System::new("ochre", || {
+                    log.borrow_mut().push("o");
+                    a += 10.0;
+                    Ok(a)
+                }),
+                System::new("peer", || {
+                    log.borrow_mut().push("p");
+                    Ok(5.0)
+                }),
+                System::new("broken", || Err("not installed".into())),
+            ],
+        );
+        assert_eq!(calls, vec!["o", "p", "o", "p", "o", "p", "o", "p"], "warm-up + 3, interleaved");
+        assert_eq!(report.rows.len(), 2);
+        let o = &report.rows[0];
+        assert_eq!(o.samples, vec![20.0, 30.0, 40.0], "the warm-up sample is dropped");
+        assert_eq!(o.median, 30.0);
+        assert_eq!((o.min, o.max), (20.0, 40.0));
+        assert_eq!(report.rows[1].vs_ochre, Some(5.0 / 30.0));
+        assert!(report.notes[0].contains("broken") && report.notes[0].contains("not installed"));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["rows"][0]["samples"].as_array().unwrap().len(), 3);
+        assert!(report.table().contains("0.17x"));
+    }
+}

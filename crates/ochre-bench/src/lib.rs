@@ -1,0 +1,28 @@
+//! Benchmarks of ochre against its peers, each measured in the same process and interleaved.
+//!
+//! Data flow: a benchmark module (`pingpong`, `prodcons`) builds ochre and each peer with the same
+//! worker count and pinning, and hands one closure per system to `harness::measure_case`, which
+//! runs them interleaved (a warm-up, then `reps` kept repetitions) and turns the samples into
+//! rows (median, min-max, ratio to ochre). The benchmark then checks the goals of its issue on
+//! the medians. The result is a `BenchReport`: printed as a table, written as JSON.
+
+#![warn(missing_docs)]
+
+pub mod harness;
+pub mod peers;
+pub mod pingpong;
+pub mod prodcons;
+
+pub use harness::{BenchReport, Options};
+
+/// The benchmarks, by name.
+pub const BENCHES: &[&str] = &["pingpong", "prodcons"];
+
+/// Runs the benchmark called `name`.
+pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
+    match name {
+        "pingpong" => Some(pingpong::run(opts)),
+        "prodcons" => Some(prodcons::run(opts)),
+        _ => None,
+    }
+}

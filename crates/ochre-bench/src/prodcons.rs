@@ -1,0 +1,277 @@
+//! Producer-consumer (thesis §5.1.4, Fig 5.16): one producer spreads 100 events over all workers
+//! (itself included), waits until they have all run, and repeats. Every round pays cross-worker
+//! posting and, unless the consumers spin, their wake-ups. Swept over the handler cost.
+//!
+//! Systems: `ochre`, `ochre-baseline`, `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
+//! spawned tasks joined per round), `channels` (a pool of threads fed by a crossbeam channel,
+//! completions back on another) and `one-core` (the same 100 handlers run inline on one thread:
+//! what the round costs without any parallelism).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use ochre::{Color, Config, Runtime};
+
+use crate::harness::{measure_case, work, BenchReport, Options, System};
+use crate::peers;
+
+/// Events per round.
+pub const FAN_OUT: usize = 100;
+
+/// Handler costs swept, in ns.
+pub fn costs(opts: &Options) -> Vec<u64> {
+    if opts.quick {
+        vec![0, 1_000, 10_000]
+    } else {
+        vec![0, 100, 1_000, 10_000, 100_000]
+    }
+}
+
+/// Rounds for one sample: enough for ~`target` of work, at least 20.
+fn rounds(opts: &Options, cost: u64, workers: usize) -> u64 {
+    let target_ns: u64 = if opts.quick { 40_000_000 } else { 150_000_000 };
+    let per_round = FAN_OUT as u64 * (cost + 300) / workers as u64;
+    (target_ns / per_round).clamp(20, 20_000)
+}
+
+/// What the events of one producer-consumer case share: set up once per case and leaked (a few
+/// per study), because the events need a `'static` reference and an `Arc` clone per event would
+/// add two contended atomic operations per event: the benchmark would measure its own reference
+/// counting instead of the runtime (rayon's scopes and tokio's tasks pay nothing similar).
+pub struct Round {
+    remaining: AtomicUsize,
+    producer: Color,
+    consumers: Vec<Color>,
+    cost: u64,
+}
+
+impl Round {
+    /// The shared state for `rt` and a handler cost, placing the 100 consumer colors round robin
+    /// over the workers and the producer on worker 0.
+    pub fn leak(rt: &Runtime, cost: u64) -> &'static Round {
+        let per_worker = FAN_OUT.div_ceil(rt.workers());
+        let by_worker = crate::pingpong::colors_per_worker(rt, per_worker);
+        // Interleave workers so that consecutive events go to different workers.
+        let consumers: Vec<Color> = (0..per_worker)
+            .flat_map(|k| by_worker.iter().map(move |cs| cs[k]))
+            .take(FAN_OUT)
+            .collect();
+        let producer = by_worker[0][0];
+        Box::leak(Box::new(Round { remaining: AtomicUsize::new(0), producer, consumers, cost }))
+    }
+}
+
+fn produce(r: &'static Round, rounds_left: u64) {
+    if rounds_left == 0 {
+        return;
+    }
+    r.remaining.store(FAN_OUT, Ordering::Relaxed);
+    for i in 0..FAN_OUT {
+        ochre::post(r.consumers[i % r.consumers.len()], move || {
+            work(r.cost);
+            if r.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                ochre::post(r.producer, move || produce(r, rounds_left - 1));
+            }
+        });
+    }
+}
+
+/// ochre producer-consumer on a built runtime (`round` from [`Round::leak`] on the same
+/// runtime). Returns consumer events/s.
+pub fn ochre_prodcons(rt: &Runtime, round: &'static Round, rounds: u64) -> Result<f64, String> {
+    let report =
+        rt.run(round.producer, move || produce(round, rounds)).map_err(|e| e.to_string())?;
+    let expected = rounds * (FAN_OUT as u64 + 1) + 1;
+    if report.total().events_run != expected {
+        return Err(format!("ran {} events, expected {expected}", report.total().events_run));
+    }
+    Ok((rounds * FAN_OUT as u64) as f64 / report.elapsed.as_secs_f64())
+}
+
+/// rayon: a scope of 100 spawns per round.
+pub fn rayon_prodcons(pool: &rayon::ThreadPool, cost: u64, rounds: u64) -> f64 {
+    let t = Instant::now();
+    pool.install(|| {
+        for _ in 0..rounds {
+            rayon::scope(|s| {
+                for _ in 0..FAN_OUT {
+                    s.spawn(move |_| work(cost));
+                }
+            });
+        }
+    });
+    (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// tokio multi-thread: 100 spawned tasks, all joined, per round.
+pub fn tokio_prodcons(rt: &tokio::runtime::Runtime, cost: u64, rounds: u64) -> f64 {
+    let t = Instant::now();
+    rt.block_on(async move {
+        let mut handles = Vec::with_capacity(FAN_OUT);
+        for _ in 0..rounds {
+            handles.extend((0..FAN_OUT).map(|_| tokio::spawn(async move { work(cost) })));
+            for h in handles.drain(..) {
+                h.await.expect("task ran");
+            }
+        }
+    });
+    (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// A pool of pinned threads fed by a crossbeam channel; the producer waits for 100 completions.
+pub fn channels_prodcons(workers: usize, cost: u64, rounds: u64) -> f64 {
+    let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Option<u64>>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<()>();
+    std::thread::scope(|s| {
+        for i in 0..workers {
+            let (jobs_rx, done_tx) = (jobs_rx.clone(), done_tx.clone());
+            s.spawn(move || {
+                peers::pin_as(i);
+                while let Ok(Some(c)) = jobs_rx.recv() {
+                    work(c);
+                    let _ = done_tx.send(());
+                }
+            });
+        }
+        let t = Instant::now();
+        for _ in 0..rounds {
+            for _ in 0..FAN_OUT {
+                let _ = jobs_tx.send(Some(cost));
+            }
+            for _ in 0..FAN_OUT {
+                let _ = done_rx.recv();
+            }
+        }
+        let rate = (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64();
+        for _ in 0..workers {
+            let _ = jobs_tx.send(None);
+        }
+        rate
+    })
+}
+
+/// The same handlers run inline on one thread.
+pub fn one_core(cost: u64, rounds: u64) -> f64 {
+    let t = Instant::now();
+    for _ in 0..rounds {
+        for _ in 0..FAN_OUT {
+            work(std::hint::black_box(cost));
+        }
+    }
+    (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Runs the producer-consumer benchmark.
+pub fn run(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "prodcons",
+        "Producer-consumer: 100 events spread over all workers per round, consumer events/s (higher is better).",
+    );
+    for &w in &opts.workers {
+        let rt = Runtime::builder().workers(w).build();
+        let base = Runtime::builder().workers(w).config(Config::baseline()).build();
+        let pool = peers::rayon_pool(w);
+        let tmt = peers::tokio_multi_thread(w);
+        for cost in costs(opts) {
+            let n = rounds(opts, cost, w);
+            let case = format!("{w}w {}", cost_label(cost));
+            let systems = vec![
+                System::new("ochre", ochre_system(&rt, cost, n)),
+                System::new("ochre-baseline", ochre_system(&base, cost, n)),
+                System::new("rayon", || {
+                    pool.as_ref().map(|p| rayon_prodcons(p, cost, n)).map_err(|e| e.clone())
+                }),
+                System::new("tokio-mt", || {
+                    tmt.as_ref().map(|rt| tokio_prodcons(rt, cost, n)).map_err(|e| e.clone())
+                }),
+                System::new("channels", || Ok(channels_prodcons(w, cost, n))),
+                System::new("one-core", || Ok(one_core(cost, n))),
+            ];
+            measure_case(&mut report, &case, w, "ev/s", opts.reps, systems);
+            checks(&mut report, &case, w, cost);
+        }
+    }
+    report
+}
+
+/// ochre as a benchmark system: the shared state is set up once for the case.
+fn ochre_system(
+    rt: &Result<Runtime, ochre::Error>,
+    cost: u64,
+    rounds: u64,
+) -> impl FnMut() -> Result<f64, String> + '_ {
+    let setup = rt.as_ref().map(|rt| (rt, Round::leak(rt, cost))).map_err(|e| e.to_string());
+    move || match &setup {
+        Ok((rt, round)) => ochre_prodcons(rt, round, rounds),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+fn cost_label(ns: u64) -> String {
+    match ns {
+        0 => "empty".into(),
+        n if n < 1_000 => format!("{n} ns"),
+        n => format!("{} us", n / 1_000),
+    }
+}
+
+fn checks(report: &mut BenchReport, case: &str, workers: usize, cost: u64) {
+    let Some(o) = report.median_of("ochre", case) else { return };
+    if cost == 0 && workers >= 2 {
+        let best = ["rayon", "tokio-mt", "channels"]
+            .iter()
+            .filter_map(|p| report.median_of(p, case))
+            .fold(0.0, f64::max);
+        if best > 0.0 {
+            report.check(
+                format!("[{case}] ochre >= 1.2x the best peer"),
+                o / best,
+                o / best >= 1.2,
+            );
+        }
+        if let Some(b) = report.median_of("ochre-baseline", case) {
+            report.check(
+                format!("[{case}] ochre >= 2x the libasync-smp baseline"),
+                o / b,
+                o / b >= 2.0,
+            );
+        }
+    }
+    if cost >= 1_000 && workers >= 2 {
+        let ideal = workers as f64 * 1e9 / cost as f64;
+        let goal = if cost >= 10_000 { 0.95 } else { 0.85 };
+        report.check(
+            format!(
+                "[{case}] ochre >= {:.0}% of ideal ({} ev/s)",
+                goal * 100.0,
+                crate::harness::si(ideal)
+            ),
+            o / ideal,
+            o / ideal >= goal,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ochre_prodcons_runs_every_round() {
+        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+        assert!(ochre_prodcons(&rt, Round::leak(&rt, 0), 30).unwrap() > 0.0);
+        let s: Vec<_> = rt.stats();
+        assert_eq!(s.iter().map(|w| w.events_run).sum::<u64>(), 30 * 101 + 1);
+        assert!(s[1].events_run >= 30 * 50, "half the consumers live on worker 1: {s:?}");
+    }
+
+    #[test]
+    fn peers_run() {
+        let pool = peers::rayon_pool(2).unwrap();
+        assert!(rayon_prodcons(&pool, 0, 5) > 0.0);
+        let rt = peers::tokio_multi_thread(2).unwrap();
+        assert!(tokio_prodcons(&rt, 0, 5) > 0.0);
+        assert!(channels_prodcons(2, 0, 5) > 0.0);
+        assert!(one_core(0, 5) > 0.0);
+    }
+}
