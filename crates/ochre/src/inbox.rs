@@ -320,7 +320,7 @@ mod tests {
         use std::sync::Arc;
         let inbox = Arc::new(Inbox::new());
         let senders = 4u64;
-        let per = 5_000u64;
+        let per = if cfg!(miri) { 100 } else { 5_000u64 };
         let threads: Vec<_> = (0..senders)
             .map(|s| {
                 let inbox = inbox.clone();

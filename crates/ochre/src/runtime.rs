@@ -22,12 +22,11 @@ use crate::color::home_of;
 use crate::config::{Config, Spin, Wakeup};
 use crate::context::{with_current, Enter};
 use crate::message::{Msg, Task};
-use crate::park::Parker;
-use crate::shared::{Control, PanicRecord, Remote, Shared, QUIESCENT, RUNNING, SHUTDOWN};
+use crate::shared::{PanicRecord, Shared, QUIESCENT, RUNNING, SHUTDOWN};
 use crate::stats::WorkerStats;
-use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, Condvar, Mutex, Ordering};
 use crate::worker::{Core, WorkerCtx};
-use crate::{padding::Padded, topology, Color, Error};
+use crate::{topology, Color, Error};
 
 /// Builds a [`Runtime`].
 ///
@@ -106,7 +105,8 @@ impl Builder {
         if workers == 0 || cpus.is_empty() {
             return Err(Error::ZeroWorkers);
         }
-        let pins = (0..workers).map(|i| self.pin.then(|| cpus[i % cpus.len()])).collect();
+        let pins: Vec<Option<usize>> =
+            (0..workers).map(|i| self.pin.then(|| cpus[i % cpus.len()])).collect();
         let spin_threshold = match self.config.spin {
             Spin::Reasoned { threshold: Some(t) } => t,
             Spin::Reasoned { threshold: None } => default_spin_threshold(self.config.wakeup)?,
@@ -119,27 +119,10 @@ impl Builder {
         } else {
             (allowed.len() / 2).max(1)
         });
-        let remotes = (0..workers)
-            .map(|_| Parker::new(self.config.wakeup).map(Remote::new))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::os("creating a wake-up channel", e))?;
-        let pins: Vec<Option<usize>> = pins;
-        let shared = Arc::new(Shared {
-            config: self.config,
-            workers,
-            remotes: remotes.into_boxed_slice(),
-            control: Control {
-                stop: Padded::new(AtomicUsize::new(RUNNING)),
-                closed: Padded::new(AtomicBool::new(false)),
-                parked: Padded::new(AtomicUsize::new(0)),
-                spinners: Padded::new(AtomicUsize::new(0)),
-                external_posts: Padded::new(AtomicU64::new(0)),
-            },
-            spin_threshold,
-            max_spinners,
-            panics: Mutex::new(Vec::new()),
-            abort: Mutex::new(None),
-        });
+        let shared = Arc::new(
+            Shared::new(self.config, workers, spin_threshold, max_spinners)
+                .map_err(|e| Error::os("creating a wake-up channel", e))?,
+        );
         let gate = Arc::new(Gate {
             state: Mutex::new(GateState {
                 run: 0,
@@ -328,6 +311,14 @@ impl Runtime {
     /// Counters of each worker since the runtime was built (at most one round old while running).
     pub fn stats(&self) -> Vec<WorkerStats> {
         self.handle().stats()
+    }
+
+    /// Closes the runtime: stops its workers and drops the events that never ran, without
+    /// running them. Returns how many there were. Dropping the runtime does the same.
+    pub fn close(self) -> u64 {
+        let left = pending(&self.handle().stats(), &self.shared);
+        drop(self);
+        left
     }
 
     /// Runs `init` as an event of `color`, and everything it leads to, on the workers. Returns when

@@ -149,6 +149,34 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The shared state of a runtime of `workers` workers, with a parker each.
+    pub(crate) fn new(
+        config: Config,
+        workers: usize,
+        spin_threshold: Duration,
+        max_spinners: usize,
+    ) -> std::io::Result<Shared> {
+        let remotes = (0..workers)
+            .map(|_| Parker::new(config.wakeup).map(Remote::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Shared {
+            config,
+            workers,
+            remotes: remotes.into_boxed_slice(),
+            control: Control {
+                stop: Padded::new(AtomicUsize::new(RUNNING)),
+                closed: Padded::new(AtomicBool::new(false)),
+                parked: Padded::new(AtomicUsize::new(0)),
+                spinners: Padded::new(AtomicUsize::new(0)),
+                external_posts: Padded::new(AtomicU64::new(0)),
+            },
+            spin_threshold,
+            max_spinners,
+            panics: Mutex::new(Vec::new()),
+            abort: Mutex::new(None),
+        })
+    }
+
     #[inline]
     pub(crate) fn stopping(&self) -> bool {
         self.control.stop.load(Ordering::Relaxed) != RUNNING

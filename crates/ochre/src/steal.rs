@@ -104,3 +104,87 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::color::home_of;
+    use crate::{Color, Config};
+    use std::time::Duration;
+
+    fn setup(workers: usize, steal: Steal) -> (Shared, Vec<Core>) {
+        let config = Config::default().steal(steal);
+        let shared = Shared::new(config.clone(), workers, Duration::ZERO, 1).unwrap();
+        let cores = (0..workers).map(|i| Core::new(i, workers, &config)).collect();
+        (shared, cores)
+    }
+
+    fn color_on(w: usize, n: usize, skip: usize) -> Color {
+        (0..).map(Color).filter(|&c| home_of(c, n) == w).nth(skip).unwrap()
+    }
+
+    fn inbox_msgs(shared: &Shared, w: usize) -> Vec<Msg> {
+        shared.remotes[w].poke.inbox.take_batches().flatten().collect()
+    }
+
+    #[test]
+    fn a_thief_asks_only_a_loaded_worker_and_only_once() {
+        let (shared, mut cores) = setup(4, Steal::Plain);
+        // Nobody published waiting colors: nothing to ask.
+        request(&mut cores[0], &shared);
+        assert!(!cores[0].steal_pending);
+        shared.remotes[2].status.ready.store(3, Ordering::Relaxed);
+        request(&mut cores[0], &shared);
+        assert!(cores[0].steal_pending);
+        assert_eq!(shared.remotes[2].poke.steal_request.load(Ordering::Relaxed), 1);
+        let msgs = inbox_msgs(&shared, 2);
+        assert!(matches!(msgs.as_slice(), [Msg::StealRequest]), "the request wakes the victim");
+        // A second request waits for the grant.
+        request(&mut cores[0], &shared);
+        assert!(inbox_msgs(&shared, 2).is_empty());
+        // Another thief finds the victim's slot taken.
+        shared.remotes[1].status.ready.store(0, Ordering::Relaxed);
+        request(&mut cores[3], &shared);
+        assert!(!cores[3].steal_pending, "one thief per victim");
+        assert_eq!(cores[0].counters.snapshot().steal_attempts, 1);
+    }
+
+    #[test]
+    fn stealing_off_never_asks() {
+        let (shared, mut cores) = setup(2, Steal::Off);
+        shared.remotes[1].status.ready.store(5, Ordering::Relaxed);
+        request(&mut cores[0], &shared);
+        assert!(!cores[0].steal_pending);
+        assert_eq!(shared.remotes[1].poke.steal_request.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_victim_lends_a_waiting_color_and_the_grant_reaches_the_thief() {
+        let (shared, mut cores) = setup(2, Steal::Plain);
+        let (a, b) = (color_on(1, 2, 0), color_on(1, 2, 1));
+        let mut victim = cores.pop().unwrap();
+        let mut thief = cores.pop().unwrap();
+        let _ = victim.queue.post(a, Box::new(|| {}), false);
+        let _ = victim.queue.post(b, Box::new(|| {}), false);
+        let _ = victim.queue.post(b, Box::new(|| {}), false);
+        victim.publish(&shared);
+        request(&mut thief, &shared);
+        assert!(thief.steal_pending);
+        answer(&mut victim, &shared);
+        assert_eq!(shared.remotes[1].poke.steal_request.load(Ordering::Relaxed), 0, "answered");
+        assert_eq!(victim.counters.snapshot().steals_out, 1);
+        // The thief routes its inbox: the grant for the color that would have run last, `b`.
+        thief.take_inbox(&shared);
+        assert!(!thief.steal_pending);
+        let s = thief.counters.snapshot();
+        assert_eq!((s.steals_in, s.stolen_events), (1, 2));
+        assert!(thief.queue.lease(b).is_some() && thief.queue.lease(a).is_none());
+        // Answering with nothing to lend still releases the thief.
+        request(&mut thief, &shared);
+        let mut empty = Core::new(1, 2, &Config::default());
+        answer(&mut empty, &shared);
+        thief.take_inbox(&shared);
+        assert!(!thief.steal_pending);
+        assert_eq!(thief.counters.snapshot().steals_in, 1);
+    }
+}
