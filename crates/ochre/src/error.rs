@@ -29,6 +29,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An I/O operation failed (registering a descriptor, a socket call).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
     /// The runtime was dropped; nothing can be posted to it any more.
     #[error("the runtime is closed")]
     Closed,

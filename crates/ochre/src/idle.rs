@@ -102,6 +102,7 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
         return false;
     }
     ctx.core.borrow_mut().counters.add(Counter::Spins, 1);
+    let io = ctx.core.borrow().io.active();
     let start = Instant::now();
     let mut found = false;
     let mut round = 0u32;
@@ -113,6 +114,10 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
         round = round.wrapping_add(1);
         if round % 64 == 0 {
             if start.elapsed() >= budget {
+                break;
+            }
+            if io && poll_while_spinning(ctx) {
+                found = true;
                 break;
             }
             if try_steal && round % 1024 == 0 {
@@ -128,17 +133,38 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
     found
 }
 
+/// A spinner that watches descriptors or timers polls them too (every 64 spins, a non-blocking
+/// `epoll_wait`). True if that made work.
+fn poll_while_spinning(ctx: &WorkerCtx) -> bool {
+    let garbage = {
+        let mut core = ctx.core.borrow_mut();
+        core.poll_io(&ctx.shared, Some(Duration::ZERO));
+        if core.queue.ready_len() == 0 {
+            return false;
+        }
+        core.take_garbage()
+    };
+    drop(garbage);
+    true
+}
+
 /// Sleeps until woken; detects quiescence if this worker is the last to sleep.
 fn sleep(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
     let remote = &shared.remotes[ctx.id];
     let locked = !shared.config.batching;
+    let io = ctx.core.borrow().io.active();
+    // Before the announcement on the inbox, which publishes it to wakers (`shared::Status`).
+    remote.status.parks_in_poller.store(io, Ordering::Relaxed);
     if !remote.poke.inbox.try_sleep(locked) {
         return Flow::Continue; // Messages arrived.
     }
     if shared.stopping() {
         remote.poke.inbox.woke(locked);
         return Flow::Stop;
+    }
+    if io {
+        return sleep_in_poller(ctx);
     }
     remote.status.parked.store(true, Ordering::SeqCst);
     let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
@@ -156,6 +182,29 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     remote.status.parked.store(false, Ordering::SeqCst);
     shared.control.parked.fetch_sub(1, Ordering::SeqCst);
     remote.poke.inbox.woke(locked);
+    if shared.stopping() {
+        Flow::Stop
+    } else {
+        Flow::Continue
+    }
+}
+
+/// Sleeps in the poller until a descriptor is ready, a timer is due or a wake-up comes. Not a
+/// quiescent sleep: watched descriptors and timers keep the run going.
+fn sleep_in_poller(ctx: &WorkerCtx) -> Flow {
+    let shared = &*ctx.shared;
+    let remote = &shared.remotes[ctx.id];
+    let garbage = {
+        let mut core = ctx.core.borrow_mut();
+        core.counters.add(Counter::Sleeps, 1);
+        let limit = core.io.sleep_limit();
+        let t = Instant::now();
+        core.poll_io(shared, limit);
+        core.last_sleep = Some(t.elapsed());
+        core.take_garbage()
+    };
+    drop(garbage);
+    remote.poke.inbox.woke(!shared.config.batching);
     if shared.stopping() {
         Flow::Stop
     } else {
@@ -182,7 +231,7 @@ fn collect(shared: &Shared) -> Option<Collect> {
         c.sent += r.status.sent.load(Ordering::SeqCst);
         c.received += r.status.received.load(Ordering::SeqCst);
     }
-    c.external = shared.control.external_posts.load(Ordering::SeqCst);
+    c.external = shared.control.external_msgs.load(Ordering::SeqCst);
     Some(c)
 }
 

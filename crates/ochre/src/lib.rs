@@ -66,6 +66,7 @@ mod context;
 mod error;
 mod idle;
 mod inbox;
+pub mod io;
 mod message;
 mod outbox;
 mod padding;

@@ -25,6 +25,8 @@ pub(crate) enum Msg {
     /// A thief asks for a color (it also left its id in the receiver's steal-request slot; the
     /// message is what wakes a sleeping victim).
     StealRequest,
+    /// I/O and timers for the receiver's poller and wheel (`io`).
+    Io(crate::io::IoMsg),
 }
 
 /// A color lent by its home to a thief, with everything pending for it.

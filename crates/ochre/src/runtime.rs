@@ -358,6 +358,7 @@ impl Runtime {
         shared.post_external(
             home_of(color, shared.workers),
             Msg::Post { color, task: init, urgent: false },
+            true,
         );
 
         let started = Instant::now();
@@ -401,7 +402,7 @@ impl Runtime {
 /// Events accepted and not run: all posts (by handlers and outside threads) minus events run.
 /// Exact when no worker runs; forwards and loans move events without counting as posts.
 fn pending(stats: &[WorkerStats], shared: &Shared) -> u64 {
-    let mut posted = shared.control.external_posts.load(Ordering::SeqCst);
+    let mut posted = shared.control.external_events.load(Ordering::SeqCst);
     let mut ran = 0;
     for s in stats {
         posted += s.posts_local + s.posts_remote;
@@ -483,8 +484,48 @@ impl Handle {
             return crate::context::post_task(color, task, urgent);
         }
         let dest = home_of(color, self.shared.workers);
-        self.shared.post_external(dest, Msg::Post { color, task, urgent });
+        self.shared.post_external(dest, Msg::Post { color, task, urgent }, true);
         Ok(())
+    }
+
+    /// Watches `fd` from any thread; see [`io::watch`](crate::io::watch).
+    pub fn watch<Fd, F>(
+        &self,
+        fd: &Fd,
+        interest: crate::io::Interest,
+        color: Color,
+        handler: F,
+    ) -> Result<crate::io::Watch, Error>
+    where
+        Fd: std::os::fd::AsFd + ?Sized,
+        F: FnMut(&mut crate::io::Event) + Send + 'static,
+    {
+        crate::io::watch_on(&self.shared, fd.as_fd(), interest, color, Box::new(handler))
+    }
+
+    /// Posts `f` as an event of `color` after `delay`, from any thread (the timer lives on the
+    /// color's home worker); see [`io::post_after`](crate::io::post_after).
+    pub fn post_after<F>(
+        &self,
+        delay: Duration,
+        color: Color,
+        f: F,
+    ) -> Result<crate::io::Timer, Error>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        self.post_at(Instant::now() + delay, color, f)
+    }
+
+    /// Posts `f` as an event of `color` at `at`, from any thread.
+    pub fn post_at<F>(&self, at: Instant, color: Color, f: F) -> Result<crate::io::Timer, Error>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(crate::io::timer_on(&self.shared, at, color, Box::new(f)))
     }
 
     /// Ends the current run, as [`shutdown`](crate::shutdown) does from a handler.

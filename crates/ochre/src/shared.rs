@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::inbox::Inbox;
+use crate::io::poller::PollerHandle;
 use crate::message::Msg;
 use crate::padding::Padded;
 use crate::park::Parker;
@@ -50,19 +51,26 @@ pub(crate) struct Status {
     pub(crate) ready: AtomicUsize,
     /// The worker has nothing to run (spinning or asleep): senders flush to it at once.
     pub(crate) idle: AtomicBool,
+    /// The worker sleeps in its poller (it watches descriptors or has timers), not its parker.
+    /// Stored before it announces its sleep on the inbox, so a waker that sees the announcement
+    /// sees this too (the inbox's compare-and-swap orders them).
+    pub(crate) parks_in_poller: AtomicBool,
 }
 
 /// Everything other threads may touch of one worker.
 pub(crate) struct Remote {
     pub(crate) poke: Padded<Poke>,
     pub(crate) parker: Padded<Parker>,
+    /// The worker's epoll set and its waker (`io`).
+    pub(crate) poller: Padded<PollerHandle>,
     pub(crate) status: Padded<Status>,
     pub(crate) stats: Padded<Published>,
 }
 
 impl Remote {
-    pub(crate) fn new(parker: Parker) -> Self {
+    pub(crate) fn new(parker: Parker, poller: PollerHandle) -> Self {
         Remote {
+            poller: Padded::new(poller),
             poke: Padded::new(Poke { inbox: Inbox::new(), steal_request: AtomicUsize::new(0) }),
             parker: Padded::new(parker),
             status: Padded::new(Status {
@@ -72,6 +80,7 @@ impl Remote {
                 received: AtomicU64::new(0),
                 ready: AtomicUsize::new(0),
                 idle: AtomicBool::new(false),
+                parks_in_poller: AtomicBool::new(false),
             }),
             stats: Padded::new(Published::new()),
         }
@@ -83,16 +92,25 @@ impl Remote {
     pub(crate) fn deliver_batch(&self, msgs: Vec<Msg>) -> bool {
         let asleep = self.poke.inbox.push_batch(msgs);
         if asleep {
-            self.parker.unpark();
+            self.unpark();
         }
         asleep
+    }
+
+    /// Wakes the worker from whichever sleep it announced.
+    pub(crate) fn unpark(&self) {
+        if self.status.parks_in_poller.load(Ordering::Relaxed) {
+            self.poller.wake();
+        } else {
+            self.parker.unpark();
+        }
     }
 
     /// Delivers one message on the locked transport and unparks the worker if it was asleep.
     pub(crate) fn deliver_locked(&self, msg: Msg) -> bool {
         let asleep = self.poke.inbox.push_locked(msg);
         if asleep {
-            self.parker.unpark();
+            self.unpark();
         }
         asleep
     }
@@ -101,7 +119,7 @@ impl Remote {
     pub(crate) fn rouse(&self, locked_transport: bool) -> bool {
         let asleep = self.poke.inbox.rouse(locked_transport);
         if asleep {
-            self.parker.unpark();
+            self.unpark();
         }
         asleep
     }
@@ -130,8 +148,13 @@ pub(crate) struct Control {
     /// Workers asleep with nothing to do, and workers spinning: written on idle transitions.
     pub(crate) parked: Padded<AtomicUsize>,
     pub(crate) spinners: Padded<AtomicUsize>,
-    /// Events posted from outside threads (through a `Handle`), counted before delivery.
-    pub(crate) external_posts: Padded<AtomicU64>,
+    /// Messages delivered by outside threads (through a `Handle`), counted before delivery
+    /// (quiescence detection).
+    pub(crate) external_msgs: Padded<AtomicU64>,
+    /// Of those, the events (run-report accounting of pending events).
+    pub(crate) external_events: Padded<AtomicU64>,
+    /// Registration tokens, unique in the runtime (`io`).
+    pub(crate) next_token: Padded<AtomicU64>,
 }
 
 /// What the runtime shares between its workers and its handles.
@@ -157,8 +180,8 @@ impl Shared {
         max_spinners: usize,
     ) -> std::io::Result<Shared> {
         let remotes = (0..workers)
-            .map(|_| Parker::new(config.wakeup).map(Remote::new))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|_| Ok(Remote::new(Parker::new(config.wakeup)?, PollerHandle::new()?)))
+            .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Shared {
             config,
             workers,
@@ -168,7 +191,9 @@ impl Shared {
                 closed: Padded::new(AtomicBool::new(false)),
                 parked: Padded::new(AtomicUsize::new(0)),
                 spinners: Padded::new(AtomicUsize::new(0)),
-                external_posts: Padded::new(AtomicU64::new(0)),
+                external_msgs: Padded::new(AtomicU64::new(0)),
+                external_events: Padded::new(AtomicU64::new(0)),
+                next_token: Padded::new(AtomicU64::new(0)),
             },
             spin_threshold,
             max_spinners,
@@ -190,6 +215,7 @@ impl Shared {
         // parker's sticky token wakes it if it parks after our unpark.
         for r in self.remotes.iter() {
             r.parker.unpark();
+            r.poller.wake();
         }
     }
 
@@ -205,10 +231,14 @@ impl Shared {
         self.stop(ABORTED);
     }
 
-    /// Delivers a message from a thread that is not one of this runtime's workers.
-    pub(crate) fn post_external(&self, dest: usize, msg: Msg) {
+    /// Delivers a message from a thread that is not one of this runtime's workers; `event`
+    /// says whether it carries a new event (for the count of pending events).
+    pub(crate) fn post_external(&self, dest: usize, msg: Msg, event: bool) {
+        if event {
+            self.control.external_events.fetch_add(1, Ordering::Relaxed);
+        }
         // Counted before delivery, so quiescence detection never sees it received but not sent.
-        self.control.external_posts.fetch_add(1, Ordering::SeqCst);
+        self.control.external_msgs.fetch_add(1, Ordering::SeqCst);
         let remote = &self.remotes[dest];
         if self.config.batching {
             remote.deliver_batch(vec![msg]);

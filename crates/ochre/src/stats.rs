@@ -82,6 +82,20 @@ counters! {
     stolen_events = StolenEvents,
     /// Handlers that panicked on this worker.
     panics = Panics,
+    /// Descriptors this worker started watching.
+    watches = Watches,
+    /// Polls of this worker's epoll set (non-blocking and blocking).
+    polls = Polls,
+    /// Readiness events delivered to handlers (after coalescing).
+    io_events = IoEvents,
+    /// Timers fired on this worker.
+    timers_fired = TimersFired,
+    /// Timers cancelled before firing.
+    timers_cancelled = TimersCancelled,
+    /// Signals delivered as events.
+    signals = Signals,
+    /// Accept errors (descriptor or buffer exhaustion) that made a listener back off.
+    accept_errors = AcceptErrors,
 }
 
 impl WorkerStats {

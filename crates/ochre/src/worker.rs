@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::color::home_of;
 use crate::idle;
+use crate::io::IoCore;
 use crate::message::{Msg, Task};
 use crate::outbox::Outbox;
 use crate::queue::{ColorQueue, Route};
@@ -56,6 +57,11 @@ pub(crate) struct Core {
     pub(crate) nudge_cooldown: u32,
     events_since_check: u32,
     overdue: Vec<usize>,
+    /// Watched descriptors and timers (`io`).
+    pub(crate) io: IoCore,
+    /// User values released while the core is borrowed (cancelled handlers and timers), dropped
+    /// once the borrow ends: their destructors may post.
+    graveyard: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl Core {
@@ -73,7 +79,19 @@ impl Core {
             nudge_cooldown: 0,
             events_since_check: 0,
             overdue: Vec::new(),
+            io: IoCore::new(),
+            graveyard: Vec::new(),
         }
+    }
+
+    /// Keeps a user value to drop after the current borrow of the core.
+    pub(crate) fn bury(&mut self, value: Box<dyn std::any::Any + Send>) {
+        self.graveyard.push(value);
+    }
+
+    /// The buried values, for the caller to drop once it released the core.
+    pub(crate) fn take_garbage(&mut self) -> Vec<Box<dyn std::any::Any + Send>> {
+        std::mem::take(&mut self.graveyard)
     }
 
     /// A post made by a handler running on this worker.
@@ -266,6 +284,7 @@ impl Core {
             }
             Msg::Return { color, ran } => self.queue.returned(color, ran),
             Msg::StealRequest => steal::answer(self, shared),
+            Msg::Io(msg) => self.io_receive(shared, msg),
         }
     }
 
@@ -310,12 +329,17 @@ impl WorkerCtx {
             if shared.stopping() {
                 break;
             }
-            {
+            let garbage = {
                 let mut core = self.core.borrow_mut();
                 core.counters.add(Counter::Rounds, 1);
                 core.take_inbox(shared);
+                if core.io.active() {
+                    core.poll_io(shared, Some(std::time::Duration::ZERO));
+                }
                 steal::answer(&mut core, shared);
-            }
+                core.take_garbage()
+            };
+            drop(garbage);
             let ran = self.run_round();
             let idle = {
                 let mut core = self.core.borrow_mut();
