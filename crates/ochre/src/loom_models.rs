@@ -12,6 +12,7 @@ use loom::sync::Mutex;
 
 use crate::config::Wakeup;
 use crate::inbox::Inbox;
+use crate::io::poller::PollerHandle;
 use crate::message::{Msg, Task};
 use crate::park::Parker;
 use crate::queue::{ColorQueue, Lease, Route};
@@ -102,7 +103,10 @@ fn send(remote: &Remote, locked: bool, tag: u64) {
 fn loom_no_lost_wakeup() {
     for locked in [false, true] {
         model(move || {
-            let remote = Arc::new(Remote::new(Parker::new(Wakeup::Condvar).unwrap()));
+            let remote = Arc::new(Remote::new(
+                Parker::new(Wakeup::Condvar).unwrap(),
+                PollerHandle::new().unwrap(),
+            ));
             let r2 = remote.clone();
             let sender = loom::thread::spawn(move || send(&r2, locked, 1));
             assert_eq!(sleep_until_message(&remote, locked), 1);
@@ -117,7 +121,10 @@ fn loom_no_lost_wakeup() {
 fn loom_two_wakers_one_sleeper() {
     for locked in [false, true] {
         model(move || {
-            let remote = Arc::new(Remote::new(Parker::new(Wakeup::Condvar).unwrap()));
+            let remote = Arc::new(Remote::new(
+                Parker::new(Wakeup::Condvar).unwrap(),
+                PollerHandle::new().unwrap(),
+            ));
             let senders: Vec<_> = (0..2)
                 .map(|i| {
                     let r = remote.clone();
@@ -177,7 +184,7 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
                 }
             }
             Msg::Return { color, ran } => q.returned(color, ran),
-            Msg::StealRequest => unreachable!("no steal requests in this model"),
+            Msg::StealRequest | Msg::Io(_) => unreachable!("not in this model"),
         }
     }
     let Some((key, _)) = q.start_turn() else {
