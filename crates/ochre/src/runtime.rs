@@ -503,6 +503,20 @@ impl Handle {
         crate::io::watch_on(&self.shared, fd.as_fd(), interest, color, Box::new(handler))
     }
 
+    /// Delivers a signal as events of `color`, from any thread; see
+    /// [`io::watch_signal`](crate::io::watch_signal).
+    pub fn watch_signal<F>(
+        &self,
+        signal: i32,
+        color: Color,
+        handler: F,
+    ) -> Result<crate::io::SignalWatch, Error>
+    where
+        F: FnMut(i32) + Send + 'static,
+    {
+        crate::io::signal::watch_signal_on(&self.shared, signal, color, handler)
+    }
+
     /// Posts `f` as an event of `color` after `delay`, from any thread (the timer lives on the
     /// color's home worker); see [`io::post_after`](crate::io::post_after).
     pub fn post_after<F>(

@@ -191,3 +191,47 @@ fn timers_from_outside_threads_and_cancelled_from_another_worker() {
     .unwrap();
     assert_eq!(hits.load(Ordering::Relaxed), 1);
 }
+
+/// The current disposition of a signal.
+fn disposition(sig: i32) -> libc::sighandler_t {
+    // SAFETY: querying (null new action) with a zeroed out-parameter.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old);
+        old.sa_sigaction
+    }
+}
+
+#[test]
+fn a_signal_arrives_as_an_event_of_its_color_and_the_disposition_comes_back() {
+    let sig = io::signal::SIGUSR2;
+    let before = disposition(sig);
+    let rt = rt(2);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let report = rt
+        .run(Color(1), move || {
+            let watch = Arc::new(Mutex::new(None));
+            let w2 = watch.clone();
+            let sw = io::watch_signal(sig, Color(42), move |s| {
+                g.lock().unwrap().push((s, ochre::current_color()));
+                // End the registration from the handler: disposition restored, run quiescent.
+                if let Some(sw) = w2.lock().unwrap().take() {
+                    sw.cancel();
+                }
+            })
+            .unwrap();
+            assert!(
+                io::watch_signal(sig, Color(1), |_| {}).is_err(),
+                "one registration per signal"
+            );
+            *watch.lock().unwrap() = Some(sw);
+            // SAFETY: sends a signal to this process, whose handler is installed above.
+            unsafe { libc::kill(libc::getpid(), sig) };
+        })
+        .unwrap();
+    assert_eq!(report.end, RunEnd::Quiescent);
+    assert_eq!(*got.lock().unwrap(), vec![(sig, Some(Color(42)))]);
+    assert_eq!(report.total().signals, 1);
+    assert_eq!(disposition(sig), before, "the previous disposition is restored");
+}

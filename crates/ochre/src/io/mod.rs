@@ -33,6 +33,7 @@
 //! detector: a run ends only when nothing is queued, running, watched or due.
 
 pub(crate) mod poller;
+pub mod signal;
 pub(crate) mod timer;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -51,6 +52,7 @@ use crate::worker::Core;
 use crate::{Color, Error};
 
 pub use poller::{Interest, Ready};
+pub use signal::{watch_signal, SignalWatch};
 use timer::{TimerKey, Wheel};
 
 /// What a readiness handler is given.
