@@ -211,7 +211,7 @@ fn a_signal_arrives_as_an_event_of_its_color_and_the_disposition_comes_back() {
     let g = got.clone();
     let report = rt
         .run(Color(1), move || {
-            let watch = Arc::new(Mutex::new(None));
+            let watch: Arc<Mutex<Option<io::SignalWatch>>> = Arc::new(Mutex::new(None));
             let w2 = watch.clone();
             let sw = io::watch_signal(sig, Color(42), move |s| {
                 g.lock().unwrap().push((s, ochre::current_color()));
