@@ -503,6 +503,35 @@ impl Handle {
         crate::io::watch_on(&self.shared, fd.as_fd(), interest, color, Box::new(handler))
     }
 
+    /// Watches an owned I/O object from any thread; see [`io::watch_with`](crate::io::watch_with).
+    pub fn watch_with<S, F>(
+        &self,
+        source: S,
+        interest: crate::io::Interest,
+        color: Color,
+        handler: F,
+    ) -> Result<crate::io::Watch, Error>
+    where
+        S: std::os::fd::AsFd + Send + 'static,
+        F: FnMut(&mut S, &mut crate::io::Event) + Send + 'static,
+    {
+        crate::io::watch_with_on(&self.shared, source, interest, color, handler)
+    }
+
+    /// Accepts connections on `listener` as events of `color`, from any thread; see
+    /// [`Listener::serve`](crate::io::Listener::serve).
+    pub fn serve<F>(
+        &self,
+        listener: crate::io::Listener,
+        color: Color,
+        on_accept: F,
+    ) -> Result<crate::io::Watch, Error>
+    where
+        F: FnMut(std::net::TcpStream, std::net::SocketAddr) + Send + 'static,
+    {
+        listener.serve_on(&self.shared, color, on_accept)
+    }
+
     /// Delivers a signal as events of `color`, from any thread; see
     /// [`io::watch_signal`](crate::io::watch_signal).
     pub fn watch_signal<F>(

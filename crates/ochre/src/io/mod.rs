@@ -32,6 +32,7 @@
 //! deadline as timeout) instead of its parker, and is never counted as parked by the quiescence
 //! detector: a run ends only when nothing is queued, running, watched or due.
 
+pub mod net;
 pub(crate) mod poller;
 pub mod signal;
 pub(crate) mod timer;
@@ -51,6 +52,7 @@ use crate::stats::Counter;
 use crate::worker::Core;
 use crate::{Color, Error};
 
+pub use net::{Listener, Progress};
 pub use poller::{Interest, Ready};
 pub use signal::{watch_signal, SignalWatch};
 use timer::{TimerKey, Wheel};
@@ -316,6 +318,43 @@ where
 {
     let shared = with_current(|ctx| ctx.shared.clone()).ok_or(Error::NotInRuntime)?;
     watch_on(&shared, fd.as_fd(), interest, color, Box::new(handler))
+}
+
+/// Like [`watch`], but the runtime owns the I/O object: `source` (a socket, a pipe end) moves
+/// into the registration, each call gets it by `&mut`, and it is dropped (closed) when the watch
+/// ends. The usual way to serve a connection.
+pub fn watch_with<S, F>(
+    source: S,
+    interest: Interest,
+    color: Color,
+    handler: F,
+) -> Result<Watch, Error>
+where
+    S: AsFd + Send + 'static,
+    F: FnMut(&mut S, &mut Event) + Send + 'static,
+{
+    let shared = with_current(|ctx| ctx.shared.clone()).ok_or(Error::NotInRuntime)?;
+    watch_with_on(&shared, source, interest, color, handler)
+}
+
+pub(crate) fn watch_with_on<S, F>(
+    shared: &Arc<Shared>,
+    source: S,
+    interest: Interest,
+    color: Color,
+    mut handler: F,
+) -> Result<Watch, Error>
+where
+    S: AsFd + Send + 'static,
+    F: FnMut(&mut S, &mut Event) + Send + 'static,
+{
+    let raw = source.as_fd().as_raw_fd();
+    let mut source = source;
+    let boxed: Handler = Box::new(move |ev: &mut Event| handler(&mut source, ev));
+    // SAFETY: `source` owns the descriptor and now lives in `boxed`, which is alive during this
+    // call (and afterwards as long as the registration), so `raw` stays open while borrowed.
+    let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+    watch_on(shared, fd, interest, color, boxed)
 }
 
 /// Like [`watch`], for one readiness event: `handler` is called once, then the watch ends.

@@ -1,0 +1,221 @@
+//! Non-blocking TCP on the runtime: a listener whose accepts are events of one color, and
+//! read / write / writev / sendfile calls that report "would block" as a state, not an error.
+//!
+//! [`Listener::serve`] watches the listening socket on the home worker of the accept color (pick
+//! the color with [`Runtime::home_of`](crate::Runtime::home_of) to place it). Each readiness event
+//! accepts until the queue is empty and hands every connection, already non-blocking and with
+//! `TCP_NODELAY`, to the accept handler, which gives it a color of its own and watches it.
+//!
+//! Resource exhaustion at accept time (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`) is counted
+//! (`accept_errors`) and makes the listener back off: it stops accepting and retries after a
+//! delay that doubles from 1 ms up to 1 s while the error persists and resets on success. So a
+//! server out of descriptors neither spins nor dies, and resumes by itself when descriptors are
+//! freed. Transient errors (`ECONNABORTED`, `EINTR`, `EPROTO`) are skipped.
+
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{watch_on, Event, Interest, Watch};
+use crate::context::with_current;
+use crate::shared::Shared;
+use crate::stats::Counter;
+use crate::{Color, Error};
+
+/// The outcome of a non-blocking transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// This many bytes moved (never 0 for a non-empty buffer).
+    Done(usize),
+    /// Nothing can move now; wait for readiness.
+    WouldBlock,
+    /// Reading: end of file (the peer closed or shut down its side).
+    Closed,
+}
+
+fn progress(r: io::Result<usize>, empty: bool) -> io::Result<Progress> {
+    match r {
+        Ok(0) if !empty => Ok(Progress::Closed),
+        Ok(n) => Ok(Progress::Done(n)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Progress::WouldBlock),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Progress::Done(0)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads into `buf` without blocking.
+pub fn read(fd: &impl AsFd, buf: &mut [u8]) -> io::Result<Progress> {
+    let empty = buf.is_empty();
+    progress(rustix::io::read(fd, buf).map_err(io::Error::from), empty)
+}
+
+/// Writes from `buf` without blocking (`Done(n)` may be a short write).
+pub fn write(fd: &impl AsFd, buf: &[u8]) -> io::Result<Progress> {
+    match rustix::io::write(fd, buf).map_err(io::Error::from) {
+        Ok(n) => Ok(Progress::Done(n)),
+        Err(e) => progress(Err(e), buf.is_empty()),
+    }
+}
+
+/// Gathers `bufs` into one write without blocking.
+pub fn writev(fd: &impl AsFd, bufs: &[IoSlice<'_>]) -> io::Result<Progress> {
+    match rustix::io::writev(fd, bufs).map_err(io::Error::from) {
+        Ok(n) => Ok(Progress::Done(n)),
+        Err(e) => progress(Err(e), true),
+    }
+}
+
+/// Sends up to `count` bytes of `file` from `*offset` to `out` without blocking, advancing
+/// `*offset` (zero-copy `sendfile(2)`). `Done(0)` means the file ended.
+pub fn sendfile(
+    out: &impl AsFd,
+    file: &impl AsFd,
+    offset: &mut u64,
+    count: usize,
+) -> io::Result<Progress> {
+    match rustix::fs::sendfile(out, file, Some(offset), count).map_err(io::Error::from) {
+        Ok(n) => Ok(Progress::Done(n)),
+        Err(e) => progress(Err(e), true),
+    }
+}
+
+/// A non-blocking TCP listener.
+#[derive(Debug)]
+pub struct Listener {
+    inner: TcpListener,
+}
+
+/// Delay bounds of the accept back-off.
+const BACKOFF_MIN: Duration = Duration::from_millis(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+struct Acceptor<F> {
+    listener: TcpListener,
+    on_accept: F,
+    /// The next back-off delay (reset on success).
+    delay: Duration,
+    /// A retry timer is pending: readiness events do not accept meanwhile.
+    waiting: bool,
+    color: Color,
+    shared: std::sync::Weak<Shared>,
+}
+
+impl Listener {
+    /// Binds (with `SO_REUSEADDR`, as the standard library does) and makes the socket
+    /// non-blocking.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        let inner = TcpListener::bind(addr)?;
+        inner.set_nonblocking(true)?;
+        Ok(Listener { inner })
+    }
+
+    /// Wraps a listening socket made elsewhere (made non-blocking here).
+    pub fn from_std(inner: TcpListener) -> io::Result<Listener> {
+        inner.set_nonblocking(true)?;
+        Ok(Listener { inner })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Accepts connections as events of `color`, calling `on_accept` for each, until the returned
+    /// watch is cancelled. Call from a handler; from other threads use
+    /// [`Handle::serve`](crate::Handle::serve).
+    pub fn serve<F>(self, color: Color, on_accept: F) -> Result<Watch, Error>
+    where
+        F: FnMut(TcpStream, SocketAddr) + Send + 'static,
+    {
+        let shared = with_current(|ctx| ctx.shared.clone()).ok_or(Error::NotInRuntime)?;
+        self.serve_on(&shared, color, on_accept)
+    }
+
+    pub(crate) fn serve_on<F>(
+        self,
+        shared: &Arc<Shared>,
+        color: Color,
+        on_accept: F,
+    ) -> Result<Watch, Error>
+    where
+        F: FnMut(TcpStream, SocketAddr) + Send + 'static,
+    {
+        let acceptor = Arc::new(Mutex::new(Acceptor {
+            listener: self.inner,
+            on_accept,
+            delay: BACKOFF_MIN,
+            waiting: false,
+            color,
+            shared: Arc::downgrade(shared),
+        }));
+        let a = acceptor.clone();
+        // The handler owns the acceptor, hence the listening socket: it stays open as long as it
+        // is watched.
+        let handler = Box::new(move |_: &mut Event| accept_ready(&a));
+        let guard = lock(&acceptor);
+        watch_on(shared, guard.listener.as_fd(), Interest::READ, color, handler)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn is_exhaustion(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO))
+}
+
+/// Accepts until the queue is empty, or resources run out (then backs off).
+fn accept_ready<F>(acceptor: &Arc<Mutex<Acceptor<F>>>)
+where
+    F: FnMut(TcpStream, SocketAddr) + Send + 'static,
+{
+    let mut a = lock(acceptor);
+    if a.waiting {
+        return; // The retry timer will accept.
+    }
+    loop {
+        match a.listener.accept() {
+            Ok((stream, peer)) => {
+                a.delay = BACKOFF_MIN;
+                if stream.set_nonblocking(true).is_err() {
+                    continue; // The connection is unusable; dropping it closes it.
+                }
+                let _ = stream.set_nodelay(true);
+                (a.on_accept)(stream, peer);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if is_transient(&e) => continue,
+            Err(e) => {
+                with_current(|ctx| ctx.core.borrow_mut().counters.add(Counter::AcceptErrors, 1));
+                if !is_exhaustion(&e) {
+                    eprintln!("ochre: accept failed, backing off: {e}");
+                }
+                let delay = a.delay;
+                a.delay = (delay * 2).min(BACKOFF_MAX);
+                a.waiting = true;
+                let (color, shared) = (a.color, a.shared.upgrade());
+                drop(a);
+                if let Some(shared) = shared {
+                    let retry = acceptor.clone();
+                    super::timer_on(
+                        &shared,
+                        std::time::Instant::now() + delay,
+                        color,
+                        Box::new(move || {
+                            lock(&retry).waiting = false;
+                            accept_ready(&retry);
+                        }),
+                    );
+                }
+                return;
+            }
+        }
+    }
+}
