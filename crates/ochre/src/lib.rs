@@ -48,9 +48,12 @@
 //! of each round of events, before idling, or by a safety flush. Each worker takes its whole inbox
 //! in one swap, routes events to per-color queues, and runs ready colors a turn at a time. Idle
 //! workers steal (if enabled), spin (reasoned spinning) or sleep on a futex, condition variable or
-//! pipe; the last worker to sleep detects quiescence and ends the run. Modules: `queue` (per-color
-//! run queue and color lending), `inbox`/`outbox` (transport), `idle`/`park` (sleeping), `steal`,
-//! `worker` (the loop), `stats`, `config`.
+//! pipe; the last worker to sleep detects quiescence and ends the run. Descriptors, timers and
+//! signals ([`io`]) enter the same path: a worker's epoll set reports readiness, and the worker
+//! posts the watching handler as an event of its color; timers fire from the worker's wheel as
+//! posts. A worker that watches descriptors or has timers sleeps in its epoll set instead of its
+//! parker. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
+//! (transport), `idle`/`park` (sleeping), `steal`, `worker` (the loop), `io`, `stats`, `config`.
 //!
 //! ## Baseline
 //!

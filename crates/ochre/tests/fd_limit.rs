@@ -28,18 +28,31 @@ fn a_listener_out_of_descriptors_backs_off_and_recovers() {
     });
     let accepted = rx.recv_timeout(Duration::from_secs(10)).unwrap();
 
-    // Room for the 30 client sockets and only about 10 server-side ones.
-    let limit = (open_fds() + 40) as u64;
+    // The client sockets are made first; then the limit leaves the server room for only a few
+    // connections (connecting a socket takes no new descriptor).
+    let sockets: Vec<_> = (0..30)
+        .map(|_| {
+            rustix::net::socket(
+                rustix::net::AddressFamily::INET,
+                rustix::net::SocketType::STREAM,
+                None,
+            )
+            .unwrap()
+        })
+        .collect();
+    let limit = (open_fds() + 5) as u64;
     let old = rustix::process::getrlimit(rustix::process::Resource::Nofile);
     rustix::process::setrlimit(
         rustix::process::Resource::Nofile,
         rustix::process::Rlimit { current: Some(limit), maximum: old.maximum },
     )
     .unwrap();
-
-    let mut clients: Vec<(usize, TcpStream)> = (0..30)
-        .map(|i| {
-            let s = TcpStream::connect(addr).unwrap();
+    let mut clients: Vec<(usize, TcpStream)> = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(i, fd)| {
+            rustix::net::connect(&fd, &addr).unwrap();
+            let s = TcpStream::from(fd);
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
             (i, s)
         })

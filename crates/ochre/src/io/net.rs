@@ -219,3 +219,59 @@ where
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn transfers_report_would_block_and_end_of_file_as_states() {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(read(&a, &mut buf).unwrap(), Progress::WouldBlock);
+        assert_eq!(write(&b, b"hello").unwrap(), Progress::Done(5));
+        let parts = [IoSlice::new(b", "), IoSlice::new(b"world")];
+        assert_eq!(writev(&b, &parts).unwrap(), Progress::Done(7));
+        assert_eq!(read(&a, &mut buf).unwrap(), Progress::Done(12));
+        assert_eq!(&buf[..12], b"hello, world");
+        drop(b);
+        assert_eq!(read(&a, &mut buf).unwrap(), Progress::Closed);
+    }
+
+    #[test]
+    fn a_full_socket_would_block_and_sendfile_copies_a_file_range() {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let chunk = vec![1u8; 64 * 1024];
+        let mut blocked = false;
+        for _ in 0..1000 {
+            if write(&a, &chunk).unwrap() == Progress::WouldBlock {
+                blocked = true;
+                break;
+            }
+        }
+        assert!(blocked, "a socket nobody reads fills up");
+        drop((a, b));
+
+        let path = std::env::temp_dir().join(format!("ochre-sendfile-{}", std::process::id()));
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"0123456789abcdef").unwrap();
+        drop(f);
+        let f = std::fs::File::open(&path).unwrap();
+        let (out, mut inp) = UnixStream::pair().unwrap();
+        let mut offset = 4;
+        assert_eq!(sendfile(&out, &f, &mut offset, 6).unwrap(), Progress::Done(6));
+        assert_eq!(offset, 10);
+        assert_eq!(sendfile(&out, &f, &mut offset, 100).unwrap(), Progress::Done(6));
+        assert_eq!(sendfile(&out, &f, &mut offset, 100).unwrap(), Progress::Done(0), "end of file");
+        drop(out);
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut inp, &mut got).unwrap();
+        assert_eq!(got, "456789abcdef");
+        std::fs::remove_file(path).unwrap();
+    }
+}
