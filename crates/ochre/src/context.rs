@@ -86,6 +86,23 @@ pub fn try_post<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result<(), 
     post_task(color, Box::new(f), false)
 }
 
+/// Pins `color` to its home worker: stealing never moves it (the accept color of a server is
+/// the example: `io::Listener::serve` pins its color). Call from a handler; from other threads
+/// use [`Handle::pin`](crate::Handle::pin). If the color is lent at the moment, it comes back
+/// as usual and then stays.
+pub fn pin(color: Color) -> Result<(), Error> {
+    with_current(|ctx| {
+        let home = crate::color::home_of(color, ctx.shared.workers);
+        let mut core = ctx.core.borrow_mut();
+        if home == ctx.id {
+            core.queue.pin(color);
+        } else {
+            core.send(&ctx.shared, home, crate::message::Msg::Pin { color });
+        }
+    })
+    .ok_or(Error::NotInRuntime)
+}
+
 /// The color of the running event, or `None` outside a handler.
 pub fn current_color() -> Option<Color> {
     with_current(|ctx| ctx.current.get()).flatten()

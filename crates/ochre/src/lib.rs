@@ -88,7 +88,7 @@ mod loom_models;
 
 pub use color::Color;
 pub use config::{Config, Spin, Steal, Wakeup};
-pub use context::{current_color, current_worker, post, post_urgent, shutdown, try_post};
+pub use context::{current_color, current_worker, pin, post, post_urgent, shutdown, try_post};
 pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]

@@ -184,7 +184,7 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
                 }
             }
             Msg::Return { color, ran } => q.returned(color, ran),
-            Msg::StealRequest | Msg::Io(_) => unreachable!("not in this model"),
+            Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } => unreachable!("not in this model"),
         }
     }
     let Some((key, _)) = q.start_turn() else {

@@ -25,6 +25,8 @@ pub(crate) enum Msg {
     /// A thief asks for a color (it also left its id in the receiver's steal-request slot; the
     /// message is what wakes a sleeping victim).
     StealRequest,
+    /// Never lend this color, homed on the receiver.
+    Pin { color: Color },
     /// I/O and timers for the receiver's poller and wheel (`io`).
     Io(crate::io::IoMsg),
 }

@@ -65,6 +65,8 @@ struct Slot {
     /// In the ready list.
     queued: bool,
     lease: Lease,
+    /// Never lent (the slot is kept even when empty, to remember it).
+    pinned: bool,
 }
 
 /// Where a post went.
@@ -245,9 +247,12 @@ impl ColorQueue {
     }
 
     /// Lends one color to `thief`: the ready color that would run last here, among those homed
-    /// here (a borrowed color is never lent on). Returns `None` if there is none.
+    /// here and not pinned (a borrowed color is never lent on). Returns `None` if there is none.
     pub(crate) fn lend(&mut self, thief: usize) -> Option<Loan> {
-        let pos = self.ready.iter().rposition(|&k| self.slots[k].lease == Lease::Local)?;
+        let pos = self
+            .ready
+            .iter()
+            .rposition(|&k| self.slots[k].lease == Lease::Local && !self.slots[k].pinned)?;
         let key = self.ready.remove(pos)?;
         let slot = &mut self.slots[key];
         slot.queued = false;
@@ -256,6 +261,16 @@ impl ColorQueue {
         self.pending -= events.len();
         slot.lease = Lease::Away { to: thief, outstanding: events.len() as u64 };
         Some(Loan { color: slot.color, events, urgent })
+    }
+
+    /// Pins a color homed here: it is never lent again (if it is lent now, it comes back as
+    /// usual and stays).
+    pub(crate) fn pin(&mut self, color: Color) {
+        let key = match self.index.get(&color) {
+            Some(&k) => k,
+            None => self.insert(color, Lease::Local),
+        };
+        self.slots[key].pinned = true;
     }
 
     fn guest_slot(&mut self, color: Color, home: usize) -> usize {
@@ -279,6 +294,7 @@ impl ColorQueue {
             urgent: 0,
             queued: false,
             lease,
+            pinned: false,
         });
         self.index.insert(color, key);
         key
@@ -314,6 +330,7 @@ impl ColorQueue {
         let slot = &self.slots[key];
         if slot.events.is_empty()
             && !slot.queued
+            && !slot.pinned
             && slot.lease == Lease::Local
             && self.running != Some(key)
             && self.slots.len() > KEEP_IDLE_SLOTS_UNDER
@@ -500,6 +517,20 @@ mod tests {
         t.accept_forward(c, 0, u, true);
         run_all(&mut t);
         assert_eq!(*log.lock().unwrap(), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn pinned_colors_are_never_lent() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 2);
+        let (a, b) = (color_on(0, 2, 0), color_on(0, 2, 1));
+        q.pin(b);
+        let _ = q.post(a, task(&log, 1), false);
+        let _ = q.post(b, task(&log, 2), false);
+        assert_eq!(q.lend(1).map(|l| l.color), Some(a), "the pinned color is skipped");
+        assert!(q.lend(1).is_none(), "only the pinned one is left");
+        run_all(&mut q);
+        assert_eq!(q.lease(b), Some(Lease::Local), "an empty pinned slot is kept");
     }
 
     #[test]

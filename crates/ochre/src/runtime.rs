@@ -399,6 +399,17 @@ impl Runtime {
     }
 }
 
+/// Pins `color` on its home worker: directly or through our buffers from one of the runtime's
+/// workers, as an outside message otherwise.
+pub(crate) fn pin_on(shared: &Arc<Shared>, color: Color) {
+    let on_worker = with_current(|ctx| Arc::ptr_eq(&ctx.shared, shared)).unwrap_or(false);
+    if on_worker {
+        let _ = crate::context::pin(color);
+    } else {
+        shared.post_external(home_of(color, shared.workers), Msg::Pin { color }, false);
+    }
+}
+
 /// Events accepted and not run: all posts (by handlers and outside threads) minus events run.
 /// Exact when no worker runs; forwards and loans move events without counting as posts.
 fn pending(stats: &[WorkerStats], shared: &Shared) -> u64 {
@@ -569,6 +580,15 @@ impl Handle {
             return Err(Error::Closed);
         }
         Ok(crate::io::timer_on(&self.shared, at, color, Box::new(f)))
+    }
+
+    /// Pins `color` to its home worker, from any thread; see [`pin`](crate::pin).
+    pub fn pin(&self, color: Color) -> Result<(), Error> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        pin_on(&self.shared, color);
+        Ok(())
     }
 
     /// Ends the current run, as [`shutdown`](crate::shutdown) does from a handler.

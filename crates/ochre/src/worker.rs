@@ -284,6 +284,7 @@ impl Core {
             }
             Msg::Return { color, ran } => self.queue.returned(color, ran),
             Msg::StealRequest => steal::answer(self, shared),
+            Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, msg),
         }
     }

@@ -421,3 +421,35 @@ fn live_stats_snapshot_and_json_report() {
     assert_eq!(json["end"], "Quiescent");
     assert_eq!(json["workers"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn a_pinned_color_is_never_stolen() {
+    let config = Config::default().steal(Steal::Plain);
+    let rt = Runtime::builder().workers(4).pin(false).config(config).build().unwrap();
+    let colors: Vec<Color> = (0..32).map(|k| color_on(&rt, 0, k)).collect();
+    let pinned = colors[5];
+    rt.handle().pin(pinned).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let report = rt
+        .run(colors[0], move || {
+            for _ in 0..20 {
+                for &c in &colors {
+                    let s = s.clone();
+                    ochre::post(c, move || {
+                        s.lock().unwrap().push((c, ochre::current_worker().unwrap()));
+                        let t = std::time::Instant::now();
+                        while t.elapsed() < Duration::from_micros(30) {
+                            std::hint::spin_loop();
+                        }
+                    });
+                }
+            }
+        })
+        .unwrap();
+    assert!(report.total().steals_in > 0, "other colors were stolen");
+    let seen = seen.lock().unwrap();
+    let on: Vec<usize> = seen.iter().filter(|(c, _)| *c == pinned).map(|(_, w)| *w).collect();
+    assert_eq!(on.len(), 20);
+    assert!(on.iter().all(|&w| w == 0), "the pinned color ran elsewhere: {on:?}");
+}

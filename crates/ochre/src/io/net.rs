@@ -123,7 +123,7 @@ impl Listener {
     }
 
     /// Accepts connections as events of `color`, calling `on_accept` for each, until the returned
-    /// watch is cancelled. Call from a handler; from other threads use
+    /// watch is cancelled. The color is pinned: stealing never moves the accept handler. Call from a handler; from other threads use
     /// [`Handle::serve`](crate::Handle::serve).
     pub fn serve<F>(self, color: Color, on_accept: F) -> Result<Watch, Error>
     where
@@ -150,6 +150,7 @@ impl Listener {
             color,
             shared: Arc::downgrade(shared),
         }));
+        crate::runtime::pin_on(shared, color);
         let a = acceptor.clone();
         // The handler owns the acceptor, hence the listening socket: it stays open as long as it
         // is watched.
