@@ -38,6 +38,15 @@ pub enum Error {
     /// `post` was called on a thread that is not running an ochre handler.
     #[error("not inside an ochre handler: use a Handle to post from other threads")]
     NotInRuntime,
+    /// A [`ColorCell`](crate::ColorCell) was opened outside an event of its color, or
+    /// re-entrantly.
+    #[error("this cell belongs to color {owner}; the running color is {current:?}")]
+    WrongColor {
+        /// The cell's color.
+        owner: Color,
+        /// The running color, if any.
+        current: Option<Color>,
+    },
     /// `run` was called while another run of the same runtime is going on, or from inside one.
     #[error("this runtime is already running")]
     AlreadyRunning,

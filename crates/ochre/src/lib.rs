@@ -63,6 +63,7 @@
 
 #![warn(missing_docs)]
 
+mod cell;
 mod color;
 mod config;
 mod context;
@@ -86,6 +87,7 @@ mod worker;
 #[cfg(all(test, loom))]
 mod loom_models;
 
+pub use cell::ColorCell;
 pub use color::Color;
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{current_color, current_worker, pin, post, post_urgent, shutdown, try_post};

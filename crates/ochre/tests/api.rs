@@ -453,3 +453,39 @@ fn a_pinned_color_is_never_stolen() {
     assert_eq!(on.len(), 20);
     assert!(on.iter().all(|&w| w == 0), "the pinned color ran elsewhere: {on:?}");
 }
+
+#[test]
+fn a_color_cell_opens_only_in_events_of_its_color() {
+    let config = Config::default().steal(Steal::Plain);
+    let rt = Runtime::builder().workers(4).pin(false).config(config).build().unwrap();
+    let owner = color_on(&rt, 0, 0);
+    let cell = Arc::new(ochre::ColorCell::new(owner, 0u64));
+    assert!(matches!(cell.with(|v| *v), Err(Error::WrongColor { current: None, .. })));
+    let c = cell.clone();
+    let refused = Arc::new(AtomicUsize::new(0));
+    let r = refused.clone();
+    rt.run(Color(12345), move || {
+        // Wrong color: refused, the closure is not called.
+        if c.with(|v| *v += 1_000_000).is_err() {
+            r.fetch_add(1, Ordering::Relaxed);
+        }
+        for _ in 0..10_000 {
+            let c = c.clone();
+            let r = r.clone();
+            ochre::post(owner, move || {
+                c.with(|v| {
+                    *v += 1;
+                    // Re-entrant access is refused too.
+                    if c.with(|_| ()).is_err() {
+                        r.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .unwrap();
+            });
+        }
+    })
+    .unwrap();
+    assert_eq!(refused.load(Ordering::Relaxed), 10_001);
+    let mut cell = Arc::try_unwrap(cell).unwrap();
+    assert_eq!(*cell.get_mut(), 10_000, "every increment seen, none lost");
+}

@@ -1,0 +1,77 @@
+//! [`ColorCell`]: state that only events of one color may touch, with no lock.
+//!
+//! Invariant and why it is sound: the value is reached only through [`ColorCell::with`], which
+//! checks that the running event has the cell's color. Two events of one color never run at the
+//! same time, and consecutive events of a color are ordered by the runtime (same worker: program
+//! order; lent to another worker: the loan and forward messages are release/acquire hand-offs), so
+//! the accesses are never concurrent and each sees the previous one's writes. A flag refuses
+//! re-entrant access from inside `with`. This is the colored-events idiom of the seeds (the web
+//! server's active-connection counter, shared by Accept and DecAcceptedClients through one color)
+//! without `unsafe` in user code.
+
+use std::cell::{Cell, UnsafeCell};
+
+use crate::context::current_color;
+use crate::{Color, Error};
+
+/// A value owned by a color.
+pub struct ColorCell<T> {
+    color: Color,
+    borrowed: Cell<bool>,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value moves between threads only with the events of its color (it needs `Send`);
+// shared references to the cell open it only inside events of that color, which never run
+// concurrently and are ordered by the runtime (module doc), so there is no data race.
+unsafe impl<T: Send> Sync for ColorCell<T> {}
+
+impl<T> ColorCell<T> {
+    /// A cell owned by `color`.
+    pub fn new(color: Color, value: T) -> Self {
+        ColorCell { color, borrowed: Cell::new(false), value: UnsafeCell::new(value) }
+    }
+
+    /// The owning color.
+    pub fn color(&self) -> Color {
+        self.color
+    }
+
+    /// Runs `f` on the value. Only from an event of the cell's color, and not from inside another
+    /// `with` on the same cell: otherwise [`Error::WrongColor`], and `f` is not called.
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Result<R, Error> {
+        let current = current_color();
+        if current != Some(self.color) {
+            return Err(Error::WrongColor { owner: self.color, current });
+        }
+        if self.borrowed.replace(true) {
+            return Err(Error::WrongColor { owner: self.color, current });
+        }
+        struct Release<'a>(&'a Cell<bool>);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _release = Release(&self.borrowed);
+        // SAFETY: we run in an event of the owning color and hold the borrow flag, so no other
+        // reference to the value exists now (module doc).
+        Ok(f(unsafe { &mut *self.value.get() }))
+    }
+
+    /// The value, through exclusive ownership of the cell.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+
+    /// The value.
+    pub fn into_inner(self) -> T {
+        self.value.into_inner()
+    }
+}
+
+impl<T> std::fmt::Debug for ColorCell<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColorCell").field("color", &self.color).finish_non_exhaustive()
+    }
+}
