@@ -26,6 +26,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve static files over HTTP/1.1 (SWS), until SIGINT or SIGTERM.
+    Serve {
+        /// The directory to serve. Nothing outside it is ever served.
+        #[arg(long)]
+        root: PathBuf,
+        /// Address and port to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Worker threads (default: one per CPU available).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        workers: Option<u32>,
+        /// Concurrent connections; beyond, new ones get 503.
+        #[arg(long, default_value_t = 10_000)]
+        max_connections: usize,
+        /// Seconds a client has to send a whole request head.
+        #[arg(long, default_value_t = 10.0)]
+        read_timeout: f64,
+        /// Seconds an idle keep-alive connection is kept.
+        #[arg(long, default_value_t = 30.0)]
+        keepalive_timeout: f64,
+    },
     /// Run one benchmark against its peers in this process and print its table.
     Bench {
         /// Which benchmark.
@@ -71,6 +92,14 @@ fn main() -> ExitCode {
             bench(&name, &opts, json.as_deref())
         }
         Command::Study { quick, full: _, out } => study(quick, &out),
+        Command::Serve {
+            root,
+            listen,
+            workers,
+            max_connections,
+            read_timeout,
+            keepalive_timeout,
+        } => serve(root, &listen, workers, max_connections, read_timeout, keepalive_timeout),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,6 +108,68 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
+}
+
+fn serve(
+    root: PathBuf,
+    listen: &str,
+    workers: Option<u32>,
+    max_connections: usize,
+    read_timeout: f64,
+    keepalive_timeout: f64,
+) -> Result<(), String> {
+    use ochre::io::{signal, Listener};
+    let config = ochre_http::ServerConfig {
+        root: root.clone(),
+        max_connections,
+        read_timeout: seconds("read-timeout", read_timeout)?,
+        keepalive_timeout: seconds("keepalive-timeout", keepalive_timeout)?,
+        ..ochre_http::ServerConfig::default()
+    };
+    let server = ochre_http::Server::new(config, ochre::Color(1))
+        .map_err(|e| format!("cannot serve {}: {e}", root.display()))?;
+    let mut builder = ochre::Runtime::builder();
+    if let Some(w) = workers {
+        builder = builder.workers(w as usize);
+    }
+    let rt = builder.build().map_err(|e| e.to_string())?;
+    let listener = Listener::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let handle = rt.handle();
+    let watch = server.serve_with(&handle, listener).map_err(|e| e.to_string())?;
+    let server = std::sync::Arc::new(server);
+    let mut signals = Vec::new();
+    for sig in [signal::SIGINT, signal::SIGTERM] {
+        let (h, w, s) = (handle.clone(), watch.clone(), server.clone());
+        let on_signal = move |_| {
+            // Graceful: stop accepting, let in-flight responses finish, at most 10 s.
+            w.cancel();
+            s.shutdown_when_idle(&h, std::time::Instant::now() + Duration::from_secs(10));
+        };
+        signals
+            .push(handle.watch_signal(sig, ochre::Color(1), on_signal).map_err(|e| e.to_string())?);
+    }
+    eprintln!(
+        "ochre serve: {} on http://{addr}/ with {} workers (Ctrl-C to stop)",
+        root.display(),
+        rt.workers()
+    );
+    let report = rt.run(ochre::Color(1), || {}).map_err(|e| e.to_string())?;
+    drop(signals);
+    let t = report.total();
+    eprintln!(
+        "ochre serve: stopped after {:.1} s; {} events, {} connections watched, {} panics",
+        report.elapsed.as_secs_f64(),
+        t.events_run,
+        t.watches.saturating_sub(1),
+        t.panics
+    );
+    Ok(())
 }
 
 #[derive(serde::Serialize)]

@@ -1,0 +1,77 @@
+//! The server's settings, with their defaults and why.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Settings of a server. Every limit exists so that a client cannot hold a worker or exhaust
+/// memory or connections.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The directory served. Nothing outside it is ever served.
+    pub root: PathBuf,
+    /// File served for a directory (`/dir/` -> `/dir/index.html`).
+    pub index: String,
+    /// Most bytes of a request head (request line and headers): 16 KiB, as common servers allow.
+    pub max_header_bytes: usize,
+    /// Most header fields in a request.
+    pub max_headers: usize,
+    /// Longest request target (URI): 8 KiB.
+    pub max_target_len: usize,
+    /// Largest request body accepted (and discarded: the server has no use for bodies).
+    pub max_body_bytes: u64,
+    /// Time a client has to send a whole request head, from its first byte (slow clients, and
+    /// slow-loris attacks, get 408 and are closed).
+    #[serde(with = "secs")]
+    pub read_timeout: Duration,
+    /// Time an idle keep-alive connection is kept.
+    #[serde(with = "secs")]
+    pub keepalive_timeout: Duration,
+    /// Time a response may take to drain to a client that does not read.
+    #[serde(with = "secs")]
+    pub write_timeout: Duration,
+    /// Requests served on one connection before it is closed.
+    pub max_requests_per_connection: u32,
+    /// Concurrent connections; beyond, new ones get 503 and are closed.
+    pub max_connections: usize,
+    /// Files up to this size are kept in memory; larger ones are sent with `sendfile`.
+    pub small_file_bytes: u64,
+    /// Memory for cached file contents, per worker.
+    pub cache_bytes_per_worker: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            root: PathBuf::from("."),
+            index: "index.html".into(),
+            max_header_bytes: 16 * 1024,
+            max_headers: 100,
+            max_target_len: 8 * 1024,
+            max_body_bytes: 1024 * 1024,
+            read_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(60),
+            max_requests_per_connection: 10_000,
+            max_connections: 10_000,
+            small_file_bytes: 256 * 1024,
+            cache_bytes_per_worker: 64 * 1024 * 1024,
+        }
+    }
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}

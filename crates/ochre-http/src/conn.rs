@@ -1,0 +1,688 @@
+//! The handler graph of SWS (thesis Fig 5.18), one function per handler:
+//!
+//! ```text
+//!  accept ──post──▶ register_fd ──watch──▶ read_request ─▶ parse_request ─▶ get_from_cache
+//!    ▲                                          ▲                                 │
+//!    │                                          └──────── write_response ◀───────┘
+//!  dec_accepted_clients ◀──post── close ◀───────────────────────┘
+//! ```
+//!
+//! `accept` and `dec_accepted_clients` run as events of the accept color (pinned) and share the
+//! active-connection counter in a [`ColorCell`] of that color: no lock, no atomic. Every other
+//! handler runs as events of the connection's own color, so connections are served in parallel
+//! and each one's state (a `ColorCell` too) needs no lock either. `read_request`,
+//! `parse_request`, `get_from_cache` and `write_response` follow one another within one event of
+//! the connection's color: the thesis posts each as an event of that same color, which orders
+//! them the same way; calling them directly saves the queue operations.
+//!
+//! Closing after a response (an error, `Connection: close`) is *lingering*, as in nginx: the
+//! server shuts its sending side, then reads and discards what the client still sends for up to
+//! `LINGER`, and only then closes. Closing a socket with unread input makes the kernel send a
+//! reset, which can destroy the response before the client reads it.
+//!
+//! Timeouts: one timer per connection, re-armed lazily. A request head must arrive whole within
+//! `read_timeout` of its first byte (else 408: a slow-loris client holds a connection for that
+//! long at most); an idle keep-alive connection is closed after `keepalive_timeout`; a response
+//! that does not drain within `write_timeout` of its last progress closes the connection.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::IoSlice;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use ochre::io::{self, Event, Interest, Progress, Timer, Watch};
+use ochre::{Color, ColorCell};
+
+use crate::cache::{with_worker_cache, Body, FileCache, FileInfo, Lookup};
+use crate::path::{decode_target, TargetError};
+use crate::response::{error_response, Head};
+use crate::ServerShared;
+
+/// Output queued beyond this stops reading further pipelined requests until it drains.
+const OUT_HIGH_WATER: usize = 256 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+/// How long a closing connection keeps draining its input (module doc).
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What the accept color owns.
+pub(crate) struct AcceptState {
+    pub(crate) active: usize,
+    pub(crate) accepted: u64,
+}
+
+enum Chunk {
+    Bytes { data: Vec<u8>, pos: usize },
+    Shared { data: Arc<[u8]>, pos: usize, end: usize },
+    File { file: File, offset: u64, end: u64 },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Between requests (keep-alive), or before the first byte.
+    Idle,
+    /// A request head has started arriving.
+    Reading,
+}
+
+struct ConnState {
+    inbuf: Vec<u8>,
+    out: VecDeque<Chunk>,
+    out_bytes: usize,
+    requests: u32,
+    phase: Phase,
+    /// Request body bytes still to discard.
+    discard: u64,
+    deadline: Instant,
+    close_after_write: bool,
+    /// Sending side shut: draining input until end of file or `LINGER`.
+    lingering: bool,
+    closed: bool,
+    watch: Option<Watch>,
+    timer: Option<Timer>,
+}
+
+pub(crate) struct Conn {
+    stream: TcpStream,
+    /// Admitted under the cap (false: it is only told 503), so `close` decrements the count.
+    counted: bool,
+    color: Color,
+    server: Arc<ServerShared>,
+    state: ColorCell<ConnState>,
+}
+
+/// A parsed request: what the rest of the graph needs of it.
+struct Request {
+    head_only: bool,
+    http10: bool,
+    keep_alive: bool,
+    target: String,
+    if_none_match: Option<String>,
+    if_modified_since: Option<String>,
+    range: Option<String>,
+    if_range: Option<String>,
+}
+
+/// Accept (accept color): admit the connection under the cap, give it a color, register it.
+pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, _peer: SocketAddr) {
+    let admitted = server.accept_state.with(|a| {
+        a.accepted += 1;
+        let counted = a.active < server.config.max_connections;
+        if counted {
+            a.active += 1;
+        }
+        (a.accepted, counted)
+    });
+    let Ok((n, counted)) = admitted else { return };
+    let color = Color(server.color_base + n);
+    let now = Instant::now();
+    let conn = Arc::new(Conn {
+        stream,
+        counted,
+        color,
+        server: server.clone(),
+        state: ColorCell::new(
+            color,
+            ConnState {
+                inbuf: Vec::new(),
+                out: VecDeque::new(),
+                out_bytes: 0,
+                requests: 0,
+                phase: Phase::Idle,
+                discard: 0,
+                deadline: now + server.config.read_timeout,
+                close_after_write: false,
+                lingering: false,
+                closed: false,
+                watch: None,
+                timer: None,
+            },
+        ),
+    });
+    ochre::post(color, move || register_fd(conn));
+}
+
+/// RegisterFd (connection color): watch the socket and arm the timer.
+fn register_fd(conn: Arc<Conn>) {
+    let c = conn.clone();
+    let watch =
+        io::watch(&conn.stream, Interest::READ_WRITE, conn.color, move |ev| on_ready(&c, ev));
+    let _ = conn.state.with(|st| match watch {
+        Ok(w) => {
+            st.watch = Some(w);
+            arm_timer(&conn, st);
+            if !conn.counted {
+                // Over the connection cap: 503, then a lingering close.
+                queue(st, error_response(503, false, false, false));
+                st.close_after_write = true;
+                write_response(&conn, st);
+            }
+        }
+        Err(_) => close(&conn, st),
+    });
+}
+
+fn arm_timer(conn: &Arc<Conn>, st: &mut ConnState) {
+    let c = conn.clone();
+    let delay = st.deadline.saturating_duration_since(Instant::now());
+    st.timer = io::post_after(delay, conn.color, move || on_timer(&c)).ok();
+}
+
+/// The timer (connection color): time out, or re-arm for the current deadline.
+fn on_timer(conn: &Arc<Conn>) {
+    let _ = conn.state.with(|st| {
+        st.timer = None;
+        if st.closed {
+            return;
+        }
+        if Instant::now() < st.deadline {
+            arm_timer(conn, st);
+            return;
+        }
+        if st.lingering {
+            close(conn, st);
+        } else if st.phase == Phase::Reading && st.out.is_empty() && !st.close_after_write {
+            // The head did not arrive in time: 408, then close.
+            queue(st, error_response(408, false, false, false));
+            st.close_after_write = true;
+            write_response(conn, st);
+            if !st.out.is_empty() {
+                close(conn, st); // Nobody reads: do not wait any longer.
+            }
+        } else {
+            close(conn, st);
+        }
+    });
+}
+
+/// A readiness event of the socket (connection color).
+fn on_ready(conn: &Arc<Conn>, ev: &mut Event) {
+    let _ = conn.state.with(|st| {
+        if st.closed {
+            ev.cancel();
+            return;
+        }
+        if st.lingering {
+            drain_input(conn, st);
+        } else {
+            write_response(conn, st);
+            if !st.closed && !st.lingering {
+                read_request(conn, st);
+            }
+        }
+        if st.closed {
+            ev.cancel();
+        }
+    });
+}
+
+/// ReadRequest: read what the socket has (up to the head limit), then parse.
+fn read_request(conn: &Arc<Conn>, st: &mut ConnState) {
+    let limit = conn.server.config.max_header_bytes + READ_CHUNK;
+    loop {
+        if st.close_after_write || st.out_bytes >= OUT_HIGH_WATER || st.inbuf.len() >= limit {
+            break;
+        }
+        let len = st.inbuf.len();
+        st.inbuf.resize(len + READ_CHUNK, 0);
+        let r = io::net::read(&conn.stream, &mut st.inbuf[len..]);
+        match r {
+            Ok(Progress::Done(n)) => {
+                st.inbuf.truncate(len + n);
+                if st.phase == Phase::Idle && n > 0 {
+                    st.phase = Phase::Reading;
+                    st.deadline = Instant::now() + conn.server.config.read_timeout;
+                }
+                parse_request(conn, st);
+                if st.closed {
+                    return;
+                }
+            }
+            Ok(Progress::WouldBlock) => {
+                st.inbuf.truncate(len);
+                break;
+            }
+            Ok(Progress::Closed) | Err(_) => {
+                // The peer is gone (or reset): finish what can be sent, then close.
+                st.inbuf.truncate(len);
+                st.close_after_write = true;
+                break;
+            }
+        }
+    }
+    parse_request(conn, st);
+    write_response(conn, st);
+}
+
+fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str> {
+    req.headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .and_then(|h| std::str::from_utf8(h.value).ok())
+        .map(str::trim)
+}
+
+fn has_token(value: Option<&str>, token: &str) -> bool {
+    value.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// ParseRequest: parse every complete request in the buffer (pipelining), in order.
+fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
+    let cfg = &conn.server.config;
+    loop {
+        if st.closed || st.close_after_write || st.out_bytes >= OUT_HIGH_WATER {
+            return;
+        }
+        if st.discard > 0 {
+            let n = st.discard.min(st.inbuf.len() as u64) as usize;
+            st.inbuf.drain(..n);
+            st.discard -= n as u64;
+            if st.discard > 0 {
+                return;
+            }
+        }
+        if st.inbuf.is_empty() {
+            return;
+        }
+        let mut headers = vec![httparse::EMPTY_HEADER; cfg.max_headers];
+        let mut req = httparse::Request::new(&mut headers);
+        let parsed = req.parse(&st.inbuf);
+        let (used, request) = match parsed {
+            Ok(httparse::Status::Partial) => {
+                if st.inbuf.len() > cfg.max_header_bytes {
+                    let line_done = st.inbuf.contains(&b'\n');
+                    let code = if line_done { 431 } else { 414 };
+                    return fail(conn, st, code);
+                }
+                return;
+            }
+            Err(httparse::Error::Version) => return fail(conn, st, 505),
+            Err(httparse::Error::TooManyHeaders) => return fail(conn, st, 431),
+            Err(_) => return fail(conn, st, 400),
+            Ok(httparse::Status::Complete(used)) => {
+                if used > cfg.max_header_bytes {
+                    return fail(conn, st, 431);
+                }
+                let http10 = req.version == Some(0);
+                let method = req.method.unwrap_or("");
+                let target = req.path.unwrap_or("");
+                if target.len() > cfg.max_target_len {
+                    return fail(conn, st, 414);
+                }
+                if !http10 && header(&req, "host").is_none() {
+                    return fail(conn, st, 400);
+                }
+                if header(&req, "transfer-encoding").is_some() {
+                    // A body we would have to de-chunk to find the next request: refuse.
+                    return fail(conn, st, 400);
+                }
+                let body = match header(&req, "content-length") {
+                    None => 0,
+                    Some(v) => match v.parse::<u64>() {
+                        Ok(n) => n,
+                        Err(_) => return fail(conn, st, 400),
+                    },
+                };
+                if body > cfg.max_body_bytes {
+                    return fail(conn, st, 413);
+                }
+                st.discard = body;
+                let connection = header(&req, "connection");
+                let keep_alive = if http10 {
+                    has_token(connection, "keep-alive")
+                } else {
+                    !has_token(connection, "close")
+                };
+                let request = Request {
+                    head_only: method == "HEAD",
+                    http10,
+                    keep_alive,
+                    target: target.to_string(),
+                    if_none_match: header(&req, "if-none-match").map(String::from),
+                    if_modified_since: header(&req, "if-modified-since").map(String::from),
+                    range: header(&req, "range").map(String::from),
+                    if_range: header(&req, "if-range").map(String::from),
+                };
+                if method != "GET" && method != "HEAD" {
+                    (used, Err((405, request)))
+                } else {
+                    (used, Ok(request))
+                }
+            }
+        };
+        st.inbuf.drain(..used);
+        st.requests += 1;
+        st.phase = Phase::Idle;
+        let last = st.requests >= cfg.max_requests_per_connection;
+        match request {
+            Ok(mut r) => {
+                r.keep_alive &= !last;
+                get_from_cache(conn, st, r);
+            }
+            Err((code, r)) => {
+                let keep = r.keep_alive && !last;
+                queue(st, error_response(code, keep, r.http10, r.head_only));
+                st.close_after_write |= !keep;
+            }
+        }
+        if !st.inbuf.is_empty() {
+            // The next pipelined request has started: its head has `read_timeout` to complete.
+            st.phase = Phase::Reading;
+            st.deadline = Instant::now() + cfg.read_timeout;
+        }
+    }
+}
+
+/// A malformed or over-limit request: the error, then close (the stream cannot be trusted).
+fn fail(conn: &Arc<Conn>, st: &mut ConnState, code: u16) {
+    queue(st, error_response(code, false, false, false));
+    st.close_after_write = true;
+    st.inbuf.clear();
+    write_response(conn, st);
+}
+
+fn queue(st: &mut ConnState, bytes: Vec<u8>) {
+    st.out_bytes += bytes.len();
+    st.out.push_back(Chunk::Bytes { data: bytes, pos: 0 });
+}
+
+fn etag_matches(list: &str, etag: &str) -> bool {
+    let strip = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    list.trim() == "*" || list.split(',').any(|t| strip(t) == strip(etag))
+}
+
+fn not_modified(r: &Request, info: &FileInfo) -> bool {
+    if let Some(inm) = &r.if_none_match {
+        return etag_matches(inm, &info.etag);
+    }
+    if let Some(ims) =
+        r.if_modified_since.as_deref().and_then(|v| httpdate::parse_http_date(v).ok())
+    {
+        let secs = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+        };
+        return secs(info.mtime) <= secs(ims);
+    }
+    false
+}
+
+/// The byte range asked for: `Some(Ok((first, last)))`, `Some(Err(()))` if unsatisfiable,
+/// `None` to serve the whole file (no range, or one the server may ignore).
+fn byte_range(r: &Request, info: &FileInfo) -> Option<Result<(u64, u64), ()>> {
+    let spec = r.range.as_deref()?.trim().strip_prefix("bytes=")?;
+    if let Some(ir) = &r.if_range {
+        if ir.trim() != info.etag && ir.trim() != info.last_modified {
+            return None;
+        }
+    }
+    if spec.contains(',') {
+        return None; // Several ranges: the whole file is a valid answer.
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (a, b) = (a.trim(), b.trim());
+    let size = info.size;
+    if a.is_empty() {
+        let n: u64 = b.parse().ok()?;
+        if n == 0 || size == 0 {
+            return Some(Err(()));
+        }
+        return Some(Ok((size - n.min(size), size - 1)));
+    }
+    let first: u64 = a.parse().ok()?;
+    let last: u64 = if b.is_empty() { u64::MAX } else { b.parse().ok()? };
+    if last < first {
+        return None; // Invalid: ignored.
+    }
+    if first >= size {
+        return Some(Err(()));
+    }
+    Some(Ok((first, last.min(size - 1))))
+}
+
+/// GetFromCache: resolve the target, build the response and queue it.
+fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
+    let server = &conn.server;
+    let error = |st: &mut ConnState, code: u16| {
+        queue(st, error_response(code, r.keep_alive, r.http10, r.head_only));
+        st.close_after_write |= !r.keep_alive;
+    };
+    let target = match decode_target(&r.target) {
+        Ok(t) => t,
+        Err(TargetError::Malformed) => return error(st, 400),
+        Err(TargetError::Outside) => return error(st, 403),
+    };
+    let make = || {
+        FileCache::new(
+            server.root.clone(),
+            server.config.cache_bytes_per_worker,
+            server.config.small_file_bytes,
+        )
+    };
+    let mut lookup = with_worker_cache(server.id, make, |c| c.lookup(&target.path));
+    if matches!(lookup, Lookup::Directory) {
+        if !target.dir {
+            let head = Head::new(301)
+                .header("Location", format!("{}/", target.decoded))
+                .header("Content-Length", 0)
+                .finish(r.keep_alive, r.http10);
+            queue(st, head);
+            st.close_after_write |= !r.keep_alive;
+            return;
+        }
+        let index = target.path.join(&server.config.index);
+        lookup = match with_worker_cache(server.id, make, |c| c.lookup(&index)) {
+            Lookup::NotFound | Lookup::Directory => Lookup::Forbidden, // No listings.
+            other => other,
+        };
+    }
+    let info = match lookup {
+        Lookup::File(info) => info,
+        Lookup::NotFound => return error(st, 404),
+        Lookup::Forbidden | Lookup::Directory => return error(st, 403),
+        Lookup::Error(e) => {
+            eprintln!("sws: {}: {e}", target.decoded);
+            return error(st, 500);
+        }
+    };
+    if not_modified(&r, &info) {
+        let head = Head::new(304)
+            .header("ETag", &info.etag)
+            .header("Last-Modified", &info.last_modified)
+            .finish(r.keep_alive, r.http10);
+        queue(st, head);
+        st.close_after_write |= !r.keep_alive;
+        return;
+    }
+    let (code, first, last) = match if r.head_only { None } else { byte_range(&r, &info) } {
+        Some(Err(())) => {
+            let body = crate::response::error_page(416);
+            let mut head = Head::new(416)
+                .header("Content-Range", format!("bytes */{}", info.size))
+                .header("Content-Type", "text/html; charset=utf-8")
+                .header("Content-Length", body.len())
+                .finish(r.keep_alive, r.http10);
+            head.extend_from_slice(&body);
+            queue(st, head);
+            st.close_after_write |= !r.keep_alive;
+            return;
+        }
+        Some(Ok((a, b))) => (206, a, b),
+        None => (200, 0, info.size.saturating_sub(1)),
+    };
+    let len = if info.size == 0 { 0 } else { last - first + 1 };
+    let mut head = Head::new(code)
+        .header("Content-Type", &info.content_type)
+        .header("Content-Length", len)
+        .header("Last-Modified", &info.last_modified)
+        .header("ETag", &info.etag)
+        .header("Accept-Ranges", "bytes");
+    if code == 206 {
+        head = head.header("Content-Range", format!("bytes {first}-{last}/{}", info.size));
+    }
+    queue(st, head.finish(r.keep_alive, r.http10));
+    st.close_after_write |= !r.keep_alive;
+    if r.head_only || len == 0 {
+        return;
+    }
+    match &info.body {
+        Body::Memory(data) => {
+            st.out_bytes += len as usize;
+            st.out.push_back(Chunk::Shared {
+                data: data.clone(),
+                pos: first as usize,
+                end: last as usize + 1,
+            });
+        }
+        Body::Disk(path) => match File::open(path) {
+            Ok(file) => {
+                st.out_bytes += len as usize;
+                st.out.push_back(Chunk::File { file, offset: first, end: last + 1 });
+            }
+            Err(_) => {
+                // The head is already queued: the only honest way out is to close.
+                st.close_after_write = true;
+            }
+        },
+    }
+}
+
+/// WriteResponse: send queued output until done or the socket is full.
+fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
+    let mut progressed = false;
+    while let Some(chunk) = st.out.front() {
+        let r = match chunk {
+            Chunk::Bytes { data, pos } => {
+                // Gather this head with a following in-memory body in one system call.
+                let rest = &data[*pos..];
+                match st.out.get(1) {
+                    Some(Chunk::Shared { data: body, pos: bp, end }) => {
+                        let slices = [IoSlice::new(rest), IoSlice::new(&body[*bp..*end])];
+                        io::net::writev(&conn.stream, &slices)
+                    }
+                    _ => io::net::write(&conn.stream, rest),
+                }
+            }
+            Chunk::Shared { data, pos, end } => io::net::write(&conn.stream, &data[*pos..*end]),
+            Chunk::File { file, offset, end } => {
+                let want = (*end - *offset).min(1 << 30) as usize;
+                // A copy: the bookkeeping below advances the chunk's offset.
+                let mut at = *offset;
+                io::net::sendfile(&conn.stream, file, &mut at, want)
+            }
+        };
+        let mut n = match r {
+            Ok(Progress::Done(0)) | Ok(Progress::Closed) => {
+                // A file shrank under us, or nothing could be written.
+                st.close_after_write = true;
+                st.out.clear();
+                break;
+            }
+            Ok(Progress::Done(n)) => n,
+            Ok(Progress::WouldBlock) => break,
+            Err(_) => {
+                st.out.clear();
+                st.out_bytes = 0;
+                close(conn, st);
+                return;
+            }
+        };
+        progressed = true;
+        st.out_bytes = st.out_bytes.saturating_sub(n);
+        // Consume `n` bytes from the front chunks.
+        while n > 0 {
+            let Some(front) = st.out.front_mut() else { break };
+            let done = match front {
+                Chunk::Bytes { data, pos } => {
+                    let k = n.min(data.len() - *pos);
+                    *pos += k;
+                    n -= k;
+                    *pos == data.len()
+                }
+                Chunk::Shared { pos, end, .. } => {
+                    let k = n.min(*end - *pos);
+                    *pos += k;
+                    n -= k;
+                    *pos == *end
+                }
+                Chunk::File { offset, end, .. } => {
+                    let k = (n as u64).min(*end - *offset);
+                    *offset += k;
+                    n -= k as usize;
+                    *offset == *end
+                }
+            };
+            if done {
+                st.out.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+    let now = Instant::now();
+    if !st.out.is_empty() {
+        if progressed {
+            st.deadline = now + conn.server.config.write_timeout;
+        }
+        return;
+    }
+    st.out_bytes = 0;
+    if st.close_after_write {
+        linger(conn, st);
+    } else if progressed && st.phase == Phase::Idle {
+        st.deadline = now + conn.server.config.keepalive_timeout;
+    }
+}
+
+/// The response is out and the connection must end: shut the sending side, then drain the
+/// input for a while before closing (module doc).
+fn linger(conn: &Arc<Conn>, st: &mut ConnState) {
+    if st.lingering || st.closed {
+        return;
+    }
+    st.lingering = true;
+    st.inbuf = Vec::new();
+    st.discard = 0;
+    let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+    st.deadline = Instant::now() + LINGER.min(conn.server.config.read_timeout);
+    drain_input(conn, st);
+}
+
+/// Reads and drops input until the socket would block; closes at end of file or on errors.
+fn drain_input(conn: &Arc<Conn>, st: &mut ConnState) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match io::net::read(&conn.stream, &mut buf) {
+            Ok(Progress::Done(_)) => {}
+            Ok(Progress::WouldBlock) => return,
+            Ok(Progress::Closed) | Err(_) => return close(conn, st),
+        }
+    }
+}
+
+/// Close: stop watching, stop the timer, shut the socket, tell the accept color.
+fn close(conn: &Arc<Conn>, st: &mut ConnState) {
+    if st.closed {
+        return;
+    }
+    st.closed = true;
+    if let Some(w) = st.watch.take() {
+        w.cancel();
+    }
+    if let Some(t) = st.timer.take() {
+        t.cancel();
+    }
+    st.out.clear();
+    st.inbuf = Vec::new();
+    let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    if conn.counted {
+        let server = conn.server.clone();
+        ochre::post(server.accept_color, move || dec_accepted_clients(&server));
+    }
+}
+
+/// DecAcceptedClients (accept color): one connection fewer.
+fn dec_accepted_clients(server: &Arc<ServerShared>) {
+    let _ = server.accept_state.with(|a| a.active = a.active.saturating_sub(1));
+}

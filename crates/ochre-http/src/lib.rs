@@ -1,0 +1,128 @@
+//! SWS, the static-file web server of the thesis (§5.4.1), on ochre's colored events.
+//!
+//! How a request flows: the listening socket is watched as events of the *accept color*, pinned
+//! to one worker; `accept` admits the connection under the connection cap and gives it a color of
+//! its own, homed on some worker by the color hash. Everything about that connection then runs
+//! as events of its color on that worker: readiness of its socket calls `read_request`, which
+//! parses every complete request in the buffer (`parse_request`, pipelining included), looks the
+//! file up in the worker's cache (`get_from_cache`) and queues the response, which
+//! `write_response` sends (`writev` for heads and cached bodies, `sendfile` for large files).
+//! `close` ends the connection and posts `dec_accepted_clients` to the accept color. The handler
+//! graph and its timeouts are in `conn`; the path checks in `path`; the cache in `cache`.
+//!
+//! HTTP/1.1 (RFC 9110/9112) for static content: GET and HEAD, keep-alive and pipelining,
+//! `Content-Type` from the extension, `Date`, `Last-Modified`, `ETag`, conditional requests
+//! (`If-None-Match`, `If-Modified-Since` -> 304), one byte range (206, 416, `If-Range`), `index.html`
+//! for directories (no listings), HTTP/1.0 clients. Errors are answered, never crash the server:
+//! 400, 403, 404, 405 (with `Allow`), 408, 413, 414, 431, 500, 503 (connection cap), 505.
+
+mod cache;
+pub mod config;
+mod conn;
+pub mod path;
+mod response;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ochre::io::{Listener, Watch};
+use ochre::{Color, ColorCell, Handle};
+
+pub use config::ServerConfig;
+
+/// What every handler of a server shares.
+pub(crate) struct ServerShared {
+    id: u64,
+    config: ServerConfig,
+    /// The canonical root.
+    root: PathBuf,
+    accept_color: Color,
+    /// Connection colors are `color_base + n`.
+    color_base: u64,
+    accept_state: ColorCell<conn::AcceptState>,
+}
+
+/// A configured server, ready to serve listeners on a runtime.
+pub struct Server {
+    shared: Arc<ServerShared>,
+}
+
+static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
+
+/// Connection colors start here (the top half of the color space), away from small colors
+/// applications pick by hand.
+const CONNECTION_COLORS: u64 = 1 << 63;
+
+impl Server {
+    /// A server for `config`, accepting as events of `accept_color`. Fails if the root is not a
+    /// readable directory.
+    pub fn new(config: ServerConfig, accept_color: Color) -> std::io::Result<Server> {
+        let root = std::fs::canonicalize(&config.root)?;
+        if !root.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", root.display()),
+            ));
+        }
+        std::fs::read_dir(&root)?;
+        let id = NEXT_SERVER.fetch_add(1, Ordering::Relaxed);
+        Ok(Server {
+            shared: Arc::new(ServerShared {
+                id,
+                config,
+                root,
+                accept_color,
+                color_base: CONNECTION_COLORS + (id << 40),
+                accept_state: ColorCell::new(
+                    accept_color,
+                    conn::AcceptState { active: 0, accepted: 0 },
+                ),
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.shared.config
+    }
+
+    /// Serves `listener` (call from a handler, typically the run's first event).
+    pub fn serve(&self, listener: Listener) -> Result<Watch, ochre::Error> {
+        let shared = self.shared.clone();
+        listener.serve(self.shared.accept_color, move |s, peer| conn::accept(&shared, s, peer))
+    }
+
+    /// Ends the run once no connection is left, or at `deadline`, whichever comes first. Call it
+    /// after cancelling the listener's watch (graceful shutdown: in-flight responses finish).
+    pub fn shutdown_when_idle(&self, handle: &Handle, deadline: Instant) {
+        let shared = self.shared.clone();
+        let h = handle.clone();
+        handle.post(self.shared.accept_color, move || check_idle(shared, h, deadline));
+    }
+
+    /// Serves `listener` from any thread.
+    pub fn serve_with(&self, handle: &Handle, listener: Listener) -> Result<Watch, ochre::Error> {
+        let shared = self.shared.clone();
+        handle.serve(listener, self.shared.accept_color, move |s, peer| {
+            conn::accept(&shared, s, peer)
+        })
+    }
+}
+
+fn check_idle(shared: Arc<ServerShared>, handle: Handle, deadline: Instant) {
+    let active = shared.accept_state.with(|a| a.active).unwrap_or(0);
+    if active == 0 || Instant::now() >= deadline {
+        handle.shutdown();
+        return;
+    }
+    let color = shared.accept_color;
+    let h = handle.clone();
+    if handle
+        .post_after(Duration::from_millis(20), color, move || check_idle(shared, h, deadline))
+        .is_err()
+    {
+        handle.shutdown();
+    }
+}
