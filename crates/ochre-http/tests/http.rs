@@ -287,17 +287,7 @@ fn a_client_resetting_mid_response_does_not_hurt_the_server() {
         s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
         let mut buf = [0u8; 1000];
         let _ = s.read(&mut buf);
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        // SAFETY: setsockopt on an open socket with a correctly sized `linger`.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&s),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&linger as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            );
-        }
+        ochre::io::net::abort(s).unwrap();
     }
     assert_eq!(get(f.addr, "/big.bin", "").body.len(), 600_000);
 }

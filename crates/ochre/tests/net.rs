@@ -82,22 +82,6 @@ fn echo_a_thousand_concurrent_connections_over_four_workers() {
     assert_eq!(report.total().watches, 1001, "the listener and every connection");
 }
 
-/// Resets the connection instead of closing it (SO_LINGER 0).
-fn reset(s: TcpStream) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: setsockopt on an open socket with a correctly sized `linger`.
-    unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&s),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
-    drop(s);
-}
-
 #[test]
 fn reset_and_vanishing_peers_do_not_disturb_the_others() {
     let (rt, addr, run, _) = start(2);
@@ -107,7 +91,7 @@ fn reset_and_vanishing_peers_do_not_disturb_the_others() {
         if i % 2 == 0 {
             s.write_all(&payload(i, 100_000)).ok();
         }
-        reset(s);
+        ochre::io::net::abort(s).unwrap();
     }
     // A well-behaved client is still served, completely.
     let mut s = connect(addr);

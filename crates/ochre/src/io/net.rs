@@ -81,6 +81,15 @@ pub fn sendfile(
     }
 }
 
+/// Closes a connection with a reset instead of an orderly shutdown (`SO_LINGER` 0): the peer
+/// sees "connection reset" and unsent data is dropped. For aborting misbehaving peers, and for
+/// tests of peers that vanish.
+pub fn abort(stream: TcpStream) -> io::Result<()> {
+    rustix::net::sockopt::set_socket_linger(&stream, Some(Duration::ZERO))?;
+    drop(stream);
+    Ok(())
+}
+
 /// A non-blocking TCP listener.
 #[derive(Debug)]
 pub struct Listener {
