@@ -27,25 +27,37 @@ enum Command {
         json: bool,
     },
     /// Serve static files over HTTP/1.1 (SWS), until SIGINT or SIGTERM.
+    ///
+    /// Settings come from the defaults, then the --config file, then these flags.
     Serve {
-        /// The directory to serve. Nothing outside it is ever served.
+        /// The directory to serve (required here or in the config file). Nothing outside it is
+        /// ever served.
         #[arg(long)]
-        root: PathBuf,
+        root: Option<PathBuf>,
         /// Address and port to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
         /// Worker threads (default: one per CPU available).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: Option<u32>,
-        /// Concurrent connections; beyond, new ones get 503.
-        #[arg(long, default_value_t = 10_000)]
-        max_connections: usize,
-        /// Seconds a client has to send a whole request head.
-        #[arg(long, default_value_t = 10.0)]
-        read_timeout: f64,
-        /// Seconds an idle keep-alive connection is kept.
-        #[arg(long, default_value_t = 30.0)]
-        keepalive_timeout: f64,
+        /// A TOML file with server settings (the fields of ochre_http::ServerConfig).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Concurrent connections; beyond, new ones get 503 (default 10000).
+        #[arg(long)]
+        max_connections: Option<usize>,
+        /// Seconds a client has to send a whole request head (default 10).
+        #[arg(long, allow_negative_numbers = true)]
+        read_timeout: Option<f64>,
+        /// Seconds an idle keep-alive connection is kept (default 30).
+        #[arg(long, allow_negative_numbers = true)]
+        keepalive_timeout: Option<f64>,
+        /// Append a common-log-format line per response to this file.
+        #[arg(long)]
+        access_log: Option<PathBuf>,
+        /// Serve the counters as JSON at this path, to loopback clients (e.g. /.ochre/status).
+        #[arg(long)]
+        status_path: Option<String>,
     },
     /// Run one benchmark against its peers in this process and print its table.
     Bench {
@@ -96,10 +108,23 @@ fn main() -> ExitCode {
             root,
             listen,
             workers,
+            config,
             max_connections,
             read_timeout,
             keepalive_timeout,
-        } => serve(root, &listen, workers, max_connections, read_timeout, keepalive_timeout),
+            access_log,
+            status_path,
+        } => {
+            let flags = ServeFlags {
+                root,
+                max_connections,
+                read_timeout,
+                keepalive_timeout,
+                access_log,
+                status_path,
+            };
+            serve_config(config.as_deref(), flags).and_then(|c| serve(c, &listen, workers))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -115,22 +140,54 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
 }
 
+/// `serve` flags that override the configuration file.
+struct ServeFlags {
+    root: Option<PathBuf>,
+    max_connections: Option<usize>,
+    read_timeout: Option<f64>,
+    keepalive_timeout: Option<f64>,
+    access_log: Option<PathBuf>,
+    status_path: Option<String>,
+}
+
+fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::ServerConfig, String> {
+    let mut c = match file {
+        Some(p) => ochre_http::ServerConfig::from_toml_file(p)?,
+        None => {
+            if f.root.is_none() {
+                return Err("--root is required (or a --config file with root = ...)".into());
+            }
+            ochre_http::ServerConfig::default()
+        }
+    };
+    if let Some(r) = f.root {
+        c.root = r;
+    }
+    if let Some(n) = f.max_connections {
+        c.max_connections = n;
+    }
+    if let Some(t) = f.read_timeout {
+        c.read_timeout = seconds("read-timeout", t)?;
+    }
+    if let Some(t) = f.keepalive_timeout {
+        c.keepalive_timeout = seconds("keepalive-timeout", t)?;
+    }
+    if f.access_log.is_some() {
+        c.access_log = f.access_log;
+    }
+    if f.status_path.is_some() {
+        c.status_path = f.status_path;
+    }
+    Ok(c)
+}
+
 fn serve(
-    root: PathBuf,
+    config: ochre_http::ServerConfig,
     listen: &str,
     workers: Option<u32>,
-    max_connections: usize,
-    read_timeout: f64,
-    keepalive_timeout: f64,
 ) -> Result<(), String> {
     use ochre::io::{signal, Listener};
-    let config = ochre_http::ServerConfig {
-        root: root.clone(),
-        max_connections,
-        read_timeout: seconds("read-timeout", read_timeout)?,
-        keepalive_timeout: seconds("keepalive-timeout", keepalive_timeout)?,
-        ..ochre_http::ServerConfig::default()
-    };
+    let root = config.root.clone();
     let server = ochre_http::Server::new(config, ochre::Color(1))
         .map_err(|e| format!("cannot serve {}: {e}", root.display()))?;
     let mut builder = ochre::Runtime::builder();

@@ -40,6 +40,11 @@ pub struct ServerConfig {
     pub small_file_bytes: u64,
     /// Memory for cached file contents, per worker.
     pub cache_bytes_per_worker: usize,
+    /// Append one line per response, in the common log format, to this file.
+    pub access_log: Option<PathBuf>,
+    /// Serve the server's counters as JSON at this path, to loopback clients only
+    /// (e.g. `/.ochre/status`).
+    pub status_path: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -58,7 +63,43 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             small_file_bytes: 256 * 1024,
             cache_bytes_per_worker: 64 * 1024 * 1024,
+            access_log: None,
+            status_path: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a configuration file (TOML, the fields of this struct; absent ones keep their
+    /// defaults, unknown ones are an error). Durations are in seconds.
+    pub fn from_toml_file(path: &std::path::Path) -> Result<ServerConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_toml_file_sets_fields_and_refuses_unknown_ones() {
+        let dir = std::env::temp_dir().join(format!("sws-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "root = \"/srv\"\nread_timeout = 2.5\nmax_connections = 7\n")
+            .unwrap();
+        let c = ServerConfig::from_toml_file(&good).unwrap();
+        assert_eq!(c.root, PathBuf::from("/srv"));
+        assert_eq!(c.read_timeout, Duration::from_millis(2500));
+        assert_eq!(c.max_connections, 7);
+        assert_eq!(c.index, "index.html", "absent fields keep their defaults");
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "rot = \"/srv\"\n").unwrap();
+        let e = ServerConfig::from_toml_file(&bad).unwrap_err();
+        assert!(e.contains("rot"), "{e}");
+        assert!(ServerConfig::from_toml_file(&dir.join("missing.toml")).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
 

@@ -86,6 +86,7 @@ struct ConnState {
 
 pub(crate) struct Conn {
     stream: TcpStream,
+    peer: SocketAddr,
     /// Admitted under the cap (false: it is only told 503), so `close` decrements the count.
     counted: bool,
     color: Color,
@@ -95,6 +96,8 @@ pub(crate) struct Conn {
 
 /// A parsed request: what the rest of the graph needs of it.
 struct Request {
+    /// The request line, for the access log.
+    line: String,
     head_only: bool,
     http10: bool,
     keep_alive: bool,
@@ -106,7 +109,7 @@ struct Request {
 }
 
 /// Accept (accept color): admit the connection under the cap, give it a color, register it.
-pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, _peer: SocketAddr) {
+pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: SocketAddr) {
     let admitted = server.accept_state.with(|a| {
         a.accepted += 1;
         let counted = a.active < server.config.max_connections;
@@ -120,6 +123,7 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, _peer: Socke
     let now = Instant::now();
     let conn = Arc::new(Conn {
         stream,
+        peer,
         counted,
         color,
         server: server.clone(),
@@ -155,7 +159,7 @@ fn register_fd(conn: Arc<Conn>) {
             arm_timer(&conn, st);
             if !conn.counted {
                 // Over the connection cap: 503, then a lingering close.
-                queue(st, error_response(503, false, false, false));
+                respond(&conn, st, 503, error_response(503, false, false, false), 0, "-");
                 st.close_after_write = true;
                 write_response(&conn, st);
             }
@@ -185,7 +189,7 @@ fn on_timer(conn: &Arc<Conn>) {
             close(conn, st);
         } else if st.phase == Phase::Reading && st.out.is_empty() && !st.close_after_write {
             // The head did not arrive in time: 408, then close.
-            queue(st, error_response(408, false, false, false));
+            respond(conn, st, 408, error_response(408, false, false, false), 0, "-");
             st.close_after_write = true;
             write_response(conn, st);
             if !st.out.is_empty() {
@@ -336,6 +340,7 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
                     !has_token(connection, "close")
                 };
                 let request = Request {
+                    line: format!("{method} {target} HTTP/1.{}", if http10 { 0 } else { 1 }),
                     head_only: method == "HEAD",
                     http10,
                     keep_alive,
@@ -363,7 +368,14 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
             }
             Err((code, r)) => {
                 let keep = r.keep_alive && !last;
-                queue(st, error_response(code, keep, r.http10, r.head_only));
+                respond(
+                    conn,
+                    st,
+                    code,
+                    error_response(code, keep, r.http10, r.head_only),
+                    0,
+                    &r.line,
+                );
                 st.close_after_write |= !keep;
             }
         }
@@ -377,10 +389,19 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
 
 /// A malformed or over-limit request: the error, then close (the stream cannot be trusted).
 fn fail(conn: &Arc<Conn>, st: &mut ConnState, code: u16) {
-    queue(st, error_response(code, false, false, false));
+    respond(conn, st, code, error_response(code, false, false, false), 0, "-");
     st.close_after_write = true;
     st.inbuf.clear();
     write_response(conn, st);
+}
+
+/// Queues a response head (and any inline body), counting and logging the response.
+fn respond(conn: &Conn, st: &mut ConnState, code: u16, bytes: Vec<u8>, body: u64, line: &str) {
+    conn.server.counters.count(code, body);
+    if let Some(log) = &conn.server.access_log {
+        crate::stats::log_access(log, conn.peer, line, code, body);
+    }
+    queue(st, bytes);
 }
 
 fn queue(st: &mut ConnState, bytes: Vec<u8>) {
@@ -445,9 +466,34 @@ fn byte_range(r: &Request, info: &FileInfo) -> Option<Result<(u64, u64), ()>> {
 fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
     let server = &conn.server;
     let error = |st: &mut ConnState, code: u16| {
-        queue(st, error_response(code, r.keep_alive, r.http10, r.head_only));
+        respond(
+            conn,
+            st,
+            code,
+            error_response(code, r.keep_alive, r.http10, r.head_only),
+            0,
+            &r.line,
+        );
         st.close_after_write |= !r.keep_alive;
     };
+    if server.config.status_path.as_deref().is_some_and(|p| r.target.split('?').next() == Some(p)) {
+        if !conn.peer.ip().is_loopback() {
+            return error(st, 404);
+        }
+        let body = serde_json::to_vec_pretty(&server.counters.to_json()).unwrap_or_default();
+        let mut head = Head::new(200)
+            .header("Content-Type", "application/json")
+            .header("Content-Length", body.len())
+            .header("Cache-Control", "no-store")
+            .finish(r.keep_alive, r.http10);
+        let len = body.len() as u64;
+        if !r.head_only {
+            head.extend_from_slice(&body);
+        }
+        respond(conn, st, 200, head, len, &r.line);
+        st.close_after_write |= !r.keep_alive;
+        return;
+    }
     let target = match decode_target(&r.target) {
         Ok(t) => t,
         Err(TargetError::Malformed) => return error(st, 400),
@@ -467,7 +513,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
                 .header("Location", format!("{}/", target.decoded))
                 .header("Content-Length", 0)
                 .finish(r.keep_alive, r.http10);
-            queue(st, head);
+            respond(conn, st, 301, head, 0, &r.line);
             st.close_after_write |= !r.keep_alive;
             return;
         }
@@ -491,7 +537,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
             .header("ETag", &info.etag)
             .header("Last-Modified", &info.last_modified)
             .finish(r.keep_alive, r.http10);
-        queue(st, head);
+        respond(conn, st, 304, head, 0, &r.line);
         st.close_after_write |= !r.keep_alive;
         return;
     }
@@ -503,8 +549,9 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
                 .header("Content-Type", "text/html; charset=utf-8")
                 .header("Content-Length", body.len())
                 .finish(r.keep_alive, r.http10);
+            let len = body.len() as u64;
             head.extend_from_slice(&body);
-            queue(st, head);
+            respond(conn, st, 416, head, len, &r.line);
             st.close_after_write |= !r.keep_alive;
             return;
         }
@@ -521,7 +568,8 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
     if code == 206 {
         head = head.header("Content-Range", format!("bytes {first}-{last}/{}", info.size));
     }
-    queue(st, head.finish(r.keep_alive, r.http10));
+    let sent = if r.head_only { 0 } else { len };
+    respond(conn, st, code, head.finish(r.keep_alive, r.http10), sent, &r.line);
     st.close_after_write |= !r.keep_alive;
     if r.head_only || len == 0 {
         return;

@@ -21,6 +21,7 @@ pub mod config;
 mod conn;
 pub mod path;
 mod response;
+mod stats;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +43,8 @@ pub(crate) struct ServerShared {
     /// Connection colors are `color_base + n`.
     color_base: u64,
     accept_state: ColorCell<conn::AcceptState>,
+    counters: stats::Counters,
+    access_log: Option<std::fs::File>,
 }
 
 /// A configured server, ready to serve listeners on a runtime.
@@ -67,6 +70,10 @@ impl Server {
             ));
         }
         std::fs::read_dir(&root)?;
+        let access_log = match &config.access_log {
+            Some(p) => Some(std::fs::OpenOptions::new().create(true).append(true).open(p)?),
+            None => None,
+        };
         let id = NEXT_SERVER.fetch_add(1, Ordering::Relaxed);
         Ok(Server {
             shared: Arc::new(ServerShared {
@@ -79,6 +86,8 @@ impl Server {
                     accept_color,
                     conn::AcceptState { active: 0, accepted: 0 },
                 ),
+                counters: stats::Counters::new(stats::BLOCKS),
+                access_log,
             }),
         })
     }
@@ -86,6 +95,12 @@ impl Server {
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.shared.config
+    }
+
+    /// The counters (requests, body bytes, per status, per worker) as JSON; also served at
+    /// `status_path` when configured.
+    pub fn status(&self) -> serde_json::Value {
+        self.shared.counters.to_json()
     }
 
     /// Serves `listener` (call from a handler, typically the run's first event).

@@ -291,3 +291,28 @@ fn a_client_resetting_mid_response_does_not_hurt_the_server() {
     }
     assert_eq!(get(f.addr, "/big.bin", "").body.len(), 600_000);
 }
+
+#[test]
+fn access_log_and_status_endpoint() {
+    let log = std::env::temp_dir().join(format!("sws-access-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let l = log.clone();
+    let f = start("status", move |c| {
+        c.access_log = Some(l);
+        c.status_path = Some("/.ochre/status".into());
+    });
+    assert_eq!(get(f.addr, "/hello.txt", "").code, 200);
+    assert_eq!(get(f.addr, "/missing", "").code, 404);
+    let status = get(f.addr, "/.ochre/status", "");
+    assert_eq!((status.code, status.headers["content-type"].as_str()), (200, "application/json"));
+    let text = String::from_utf8(status.body).unwrap();
+    assert!(text.contains("\"404\": 1"), "{text}");
+    assert!(text.contains("\"requests\": 2"), "{text}");
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
+    assert!(lines[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 13"), "{}", lines[0]);
+    assert!(lines[1].ends_with("\"GET /missing HTTP/1.1\" 404 0"), "{}", lines[1]);
+    std::fs::remove_file(log).unwrap();
+}

@@ -1,0 +1,148 @@
+//! Per-worker, per-status counters and the access log.
+//!
+//! Each worker counts into its own padded block (one per worker, up to [`BLOCKS`]; read by the
+//! status endpoint), so counting a response costs no contended cache line. The access log is one
+//! `write(2)` per response to a file opened with `O_APPEND`, so lines from different workers
+//! never interleave.
+
+use std::fs::File;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crossbeam_utils::CachePadded;
+
+/// Status codes counted one by one; the last slot counts the others.
+pub const CODES: [u16; 16] =
+    [200, 206, 301, 304, 400, 403, 404, 405, 408, 413, 414, 416, 431, 500, 503, 505];
+
+/// Counter blocks: one per worker up to this many.
+pub const BLOCKS: usize = 64;
+
+/// One worker's counters.
+#[derive(Default)]
+pub struct WorkerCounters {
+    requests: AtomicU64,
+    body_bytes: AtomicU64,
+    by_code: [AtomicU64; CODES.len() + 1],
+}
+
+fn code_slot(code: u16) -> usize {
+    CODES.iter().position(|&c| c == code).unwrap_or(CODES.len())
+}
+
+/// All workers' counters.
+pub struct Counters {
+    workers: Box<[CachePadded<WorkerCounters>]>,
+}
+
+impl Counters {
+    /// Counters for `workers` workers.
+    pub fn new(workers: usize) -> Counters {
+        Counters { workers: (0..workers.max(1)).map(|_| CachePadded::default()).collect() }
+    }
+
+    /// Counts a response on the current worker.
+    pub fn count(&self, code: u16, body: u64) {
+        let w = ochre::current_worker().unwrap_or(0) % self.workers.len();
+        let c = &self.workers[w];
+        // Uncontended: each worker has its block (workers beyond the blocks share them, hence
+        // read-modify-writes rather than plain stores).
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        c.body_bytes.fetch_add(body, Ordering::Relaxed);
+        c.by_code[code_slot(code)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters as JSON: totals, per status, per worker.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut per_worker = Vec::new();
+        let mut total_codes = [0u64; CODES.len() + 1];
+        let (mut requests, mut bytes) = (0, 0);
+        for w in self.workers.iter() {
+            let r = w.requests.load(Ordering::Relaxed);
+            let b = w.body_bytes.load(Ordering::Relaxed);
+            requests += r;
+            bytes += b;
+            for (t, c) in total_codes.iter_mut().zip(w.by_code.iter()) {
+                *t += c.load(Ordering::Relaxed);
+            }
+            per_worker.push(serde_json::json!({ "requests": r, "body_bytes": b }));
+        }
+        let mut status = serde_json::Map::new();
+        for (i, n) in total_codes.iter().enumerate().filter(|(_, &n)| n > 0) {
+            let key = CODES.get(i).map_or("other".to_string(), |c| c.to_string());
+            status.insert(key, (*n).into());
+        }
+        serde_json::json!({
+            "requests": requests,
+            "body_bytes": bytes,
+            "status": status,
+            "workers": per_worker,
+        })
+    }
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// A time in the common log format: `22/Nov/2026:00:56:53 +0000`.
+pub fn clf_time(t: SystemTime) -> String {
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000",
+        MONTHS[m as usize - 1],
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Appends one common-log-format line.
+pub fn log_access(log: &File, peer: SocketAddr, line: &str, code: u16, body: u64) {
+    let entry =
+        format!("{} - - [{}] \"{}\" {code} {body}\n", peer.ip(), clf_time(SystemTime::now()), line);
+    let _ = (&*log).write_all(entry.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn common_log_format_dates() {
+        assert_eq!(clf_time(UNIX_EPOCH), "01/Jan/1970:00:00:00 +0000");
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_309_013); // 2026-11-22 00:56:53
+        assert_eq!(clf_time(t), "22/Nov/2026:00:56:53 +0000");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_825_600); // 2000-02-29 12:00:00
+        assert_eq!(clf_time(leap), "29/Feb/2000:12:00:00 +0000");
+    }
+
+    #[test]
+    fn counters_add_up_per_status() {
+        let c = Counters::new(2);
+        c.count(200, 10);
+        c.count(404, 5);
+        c.count(599, 0);
+        let j = c.to_json();
+        assert_eq!(j["requests"], 3);
+        assert_eq!(j["body_bytes"], 15);
+        assert_eq!(j["status"]["200"], 1);
+        assert_eq!(j["status"]["other"], 1);
+    }
+}
