@@ -58,6 +58,13 @@ enum Command {
         /// Serve the counters as JSON at this path, to loopback clients (e.g. /.ochre/status).
         #[arg(long)]
         status_path: Option<String>,
+        /// N-COPY: run this many independent server processes sharing the port
+        /// (SO_REUSEPORT), each on its own subset of the CPUs.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        copies: u32,
+        /// Internal: this process is copy number N of --copies.
+        #[arg(long, hide = true)]
+        copy: Option<u32>,
     },
     /// Run one benchmark against its peers in this process and print its table.
     Bench {
@@ -114,7 +121,12 @@ fn main() -> ExitCode {
             keepalive_timeout,
             access_log,
             status_path,
+            copies,
+            copy,
         } => {
+            if copies > 1 && copy.is_none() {
+                return exit(run_copies(copies));
+            }
             let flags = ServeFlags {
                 root,
                 max_connections,
@@ -123,9 +135,14 @@ fn main() -> ExitCode {
                 access_log,
                 status_path,
             };
-            serve_config(config.as_deref(), flags).and_then(|c| serve(c, &listen, workers))
+            let placement = Placement { copies, copy: copy.unwrap_or(0), workers };
+            serve_config(config.as_deref(), flags).and_then(|c| serve(c, &listen, placement))
         }
     };
+    exit(result)
+}
+
+fn exit(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -133,6 +150,80 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Where one server process runs: copy `copy` of `copies`, on its share of the CPUs.
+struct Placement {
+    copies: u32,
+    copy: u32,
+    workers: Option<u32>,
+}
+
+impl Placement {
+    /// This copy's CPUs: the allowed CPUs cut into `copies` contiguous groups (neighbouring CPU
+    /// numbers usually share caches), or all of them for a single copy.
+    fn cpus(&self) -> Result<Vec<usize>, String> {
+        let all =
+            ochre::topology::allowed_cpus().map_err(|e| format!("reading CPU affinity: {e}"))?;
+        let n = self.copies as usize;
+        if n <= 1 || all.is_empty() {
+            return Ok(all);
+        }
+        let per = (all.len() / n).max(1);
+        let start = (self.copy as usize * per) % all.len();
+        Ok((0..per).map(|k| all[(start + k) % all.len()]).collect())
+    }
+}
+
+/// N-COPY parent: starts the copies with the same arguments, forwards SIGINT/SIGTERM to them,
+/// and returns when they have all exited.
+fn run_copies(copies: u32) -> Result<(), String> {
+    use ochre::io::signal;
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut children = Vec::new();
+    for i in 0..copies {
+        let child = std::process::Command::new(&exe)
+            .args(&args)
+            .arg("--copy")
+            .arg(i.to_string())
+            .spawn()
+            .map_err(|e| format!("starting copy {i}: {e}"))?;
+        children.push(child);
+    }
+    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
+    let rt = ochre::Runtime::builder().workers(1).pin(false).build().map_err(|e| e.to_string())?;
+    let handle = rt.handle();
+    let mut watches = Vec::new();
+    for sig in [signal::SIGINT, signal::SIGTERM] {
+        let pids = pids.clone();
+        let forward = move |s: i32| {
+            for &pid in &pids {
+                // SAFETY: `kill` with a child's pid and a valid signal number.
+                unsafe { libc::kill(pid, s) };
+            }
+        };
+        watches
+            .push(handle.watch_signal(sig, ochre::Color(1), forward).map_err(|e| e.to_string())?);
+    }
+    let h = handle.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut failed = 0;
+        for mut c in children {
+            if !c.wait().map(|s| s.success()).unwrap_or(false) {
+                failed += 1;
+            }
+        }
+        h.shutdown();
+        failed
+    });
+    rt.run(ochre::Color(1), || {}).map_err(|e| e.to_string())?;
+    drop(watches);
+    let failed = waiter.join().map_err(|_| "waiting for the copies failed".to_string())?;
+    if failed > 0 {
+        return Err(format!("{failed} of {copies} copies failed"));
+    }
+    Ok(())
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -181,21 +272,20 @@ fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::Server
     Ok(c)
 }
 
-fn serve(
-    config: ochre_http::ServerConfig,
-    listen: &str,
-    workers: Option<u32>,
-) -> Result<(), String> {
+fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Result<(), String> {
     use ochre::io::{signal, Listener};
     let root = config.root.clone();
+    let workers = place.workers;
     let server = ochre_http::Server::new(config, ochre::Color(1))
         .map_err(|e| format!("cannot serve {}: {e}", root.display()))?;
-    let mut builder = ochre::Runtime::builder();
+    let mut builder = ochre::Runtime::builder().cpus(place.cpus()?);
     if let Some(w) = workers {
         builder = builder.workers(w as usize);
     }
     let rt = builder.build().map_err(|e| e.to_string())?;
-    let listener = Listener::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener =
+        if place.copies > 1 { Listener::bind_reuseport(listen) } else { Listener::bind(listen) }
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let handle = rt.handle();
     let watch = server.serve_with(&handle, listener).map_err(|e| e.to_string())?;
@@ -211,8 +301,13 @@ fn serve(
         signals
             .push(handle.watch_signal(sig, ochre::Color(1), on_signal).map_err(|e| e.to_string())?);
     }
+    let copy = if place.copies > 1 {
+        format!(" (copy {} of {})", place.copy, place.copies)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "ochre serve: {} on http://{addr}/ with {} workers (Ctrl-C to stop)",
+        "ochre serve: {} on http://{addr}/ with {} workers{copy} (Ctrl-C to stop)",
         root.display(),
         rt.workers()
     );

@@ -75,6 +75,7 @@ impl Counters {
             status.insert(key, (*n).into());
         }
         serde_json::json!({
+            "pid": std::process::id(),
             "requests": requests,
             "body_bytes": bytes,
             "status": status,

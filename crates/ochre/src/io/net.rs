@@ -120,6 +120,34 @@ impl Listener {
         Ok(Listener { inner })
     }
 
+    /// Binds with `SO_REUSEPORT` too, so that several processes (N-COPY) share the port and the
+    /// kernel spreads connections over them.
+    pub fn bind_reuseport(addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
+        for a in addr.to_socket_addrs()? {
+            let family = if a.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+            let attempt = (|| -> io::Result<TcpListener> {
+                let fd = rustix::net::socket_with(
+                    family,
+                    SocketType::STREAM,
+                    SocketFlags::CLOEXEC,
+                    None,
+                )?;
+                sockopt::set_socket_reuseaddr(&fd, true)?;
+                sockopt::set_socket_reuseport(&fd, true)?;
+                rustix::net::bind(&fd, &a)?;
+                rustix::net::listen(&fd, 1024)?;
+                Ok(TcpListener::from(fd))
+            })();
+            match attempt {
+                Ok(l) => return Listener::from_std(l),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
     /// Wraps a listening socket made elsewhere (made non-blocking here).
     pub fn from_std(inner: TcpListener) -> io::Result<Listener> {
         inner.set_nonblocking(true)?;
@@ -250,6 +278,15 @@ mod tests {
         assert_eq!(&buf[..12], b"hello, world");
         drop(b);
         assert_eq!(read(&a, &mut buf).unwrap(), Progress::Closed);
+    }
+
+    #[test]
+    fn two_listeners_share_a_port_with_reuseport() {
+        let a = Listener::bind_reuseport("127.0.0.1:0").unwrap();
+        let addr = a.local_addr().unwrap();
+        let b = Listener::bind_reuseport(addr).unwrap();
+        assert_eq!(b.local_addr().unwrap(), addr);
+        assert!(Listener::bind(addr).is_err(), "a plain bind is refused");
     }
 
     #[test]

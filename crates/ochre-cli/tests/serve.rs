@@ -1,0 +1,95 @@
+//! `ochre serve` as a user runs it: one process, and N-COPY (several processes on one port).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn wait_ready(port: u16, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(port, "/").is_none() {
+        assert!(child.try_wait().unwrap().is_none(), "the server exited early");
+        assert!(Instant::now() < deadline, "the server did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stop(mut child: Child) -> std::process::ExitStatus {
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn site(tag: &str) -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!("ochre-serve-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "hello\n").unwrap();
+    root
+}
+
+#[test]
+fn serve_answers_and_stops_gracefully_on_sigterm() {
+    let root = site("one");
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--root", root.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--workers", "2"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(port, &mut child);
+    let page = get(port, "/").unwrap();
+    assert!(page.starts_with("HTTP/1.1 200 OK") && page.ends_with("hello\n"), "{page}");
+    assert!(stop(child).success());
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn n_copy_spreads_connections_over_processes_sharing_the_port() {
+    let root = site("copies");
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--root", root.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--copies", "2", "--status-path", "/.ochre/status"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(port, &mut child);
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..60 {
+        let status = get(port, "/.ochre/status").unwrap();
+        let pid = status
+            .split("\"pid\": ")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .unwrap()
+            .trim()
+            .to_string();
+        pids.insert(pid);
+    }
+    assert_eq!(pids.len(), 2, "both copies answered: {pids:?}");
+    assert!(!pids.contains(&child.id().to_string()), "the parent only supervises");
+    assert!(stop(child).success(), "the parent forwards SIGTERM and its copies stop cleanly");
+    assert!(get(port, "/").is_none(), "nothing listens any more");
+    std::fs::remove_dir_all(root).unwrap();
+}
