@@ -12,17 +12,19 @@ pub mod harness;
 pub mod peers;
 pub mod pingpong;
 pub mod prodcons;
+pub mod sws;
 
 pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
-pub const BENCHES: &[&str] = &["pingpong", "prodcons"];
+pub const BENCHES: &[&str] = &["pingpong", "prodcons", "sws"];
 
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
     match name {
         "pingpong" => Some(pingpong::run(opts)),
         "prodcons" => Some(prodcons::run(opts)),
+        "sws" => Some(sws::run(opts)),
         _ => None,
     }
 }

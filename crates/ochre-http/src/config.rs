@@ -16,7 +16,7 @@ pub struct ServerConfig {
     pub index: String,
     /// Most bytes of a request head (request line and headers): 16 KiB, as common servers allow.
     pub max_header_bytes: usize,
-    /// Most header fields in a request.
+    /// Most header fields in a request (at most 128).
     pub max_headers: usize,
     /// Longest request target (URI): 8 KiB.
     pub max_target_len: usize,

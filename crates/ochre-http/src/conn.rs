@@ -42,6 +42,8 @@ use crate::ServerShared;
 
 /// Output queued beyond this stops reading further pipelined requests until it drains.
 const OUT_HIGH_WATER: usize = 256 * 1024;
+/// Most header fields parsed, whatever the configuration says (stack space per parse).
+const MAX_HEADERS: usize = 128;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 /// How long a closing connection keeps draining its input (module doc).
@@ -229,12 +231,9 @@ fn read_request(conn: &Arc<Conn>, st: &mut ConnState) {
         if st.close_after_write || st.out_bytes >= OUT_HIGH_WATER || st.inbuf.len() >= limit {
             break;
         }
-        let len = st.inbuf.len();
-        st.inbuf.resize(len + READ_CHUNK, 0);
-        let r = io::net::read(&conn.stream, &mut st.inbuf[len..]);
+        let r = io::net::read_into(&conn.stream, &mut st.inbuf, READ_CHUNK);
         match r {
             Ok(Progress::Done(n)) => {
-                st.inbuf.truncate(len + n);
                 if st.phase == Phase::Idle && n > 0 {
                     st.phase = Phase::Reading;
                     st.deadline = Instant::now() + conn.server.config.read_timeout;
@@ -244,13 +243,9 @@ fn read_request(conn: &Arc<Conn>, st: &mut ConnState) {
                     return;
                 }
             }
-            Ok(Progress::WouldBlock) => {
-                st.inbuf.truncate(len);
-                break;
-            }
+            Ok(Progress::WouldBlock) => break,
             Ok(Progress::Closed) | Err(_) => {
                 // The peer is gone (or reset): finish what can be sent, then close.
-                st.inbuf.truncate(len);
                 st.close_after_write = true;
                 break;
             }
@@ -290,9 +285,12 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
         if st.inbuf.is_empty() {
             return;
         }
-        let mut headers = vec![httparse::EMPTY_HEADER; cfg.max_headers];
-        let mut req = httparse::Request::new(&mut headers);
-        let parsed = req.parse(&st.inbuf);
+        // Uninitialized header slots on the stack: no allocation, no zeroing per request.
+        let mut headers =
+            [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let parsed = req
+            .parse_with_uninit_headers(&st.inbuf, &mut headers[..cfg.max_headers.min(MAX_HEADERS)]);
         let (used, request) = match parsed {
             Ok(httparse::Status::Partial) => {
                 if st.inbuf.len() > cfg.max_header_bytes {

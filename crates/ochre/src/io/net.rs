@@ -51,6 +51,26 @@ pub fn read(fd: &impl AsFd, buf: &mut [u8]) -> io::Result<Progress> {
     progress(rustix::io::read(fd, buf).map_err(io::Error::from), empty)
 }
 
+/// Reads into the spare capacity of `buf` (at most `max` bytes, reserving them if needed)
+/// without blocking, and extends its length: no zeroing of the buffer first.
+pub fn read_into(fd: &impl AsFd, buf: &mut Vec<u8>, max: usize) -> io::Result<Progress> {
+    if max == 0 {
+        return Ok(Progress::Done(0));
+    }
+    buf.reserve(max);
+    let len = buf.len();
+    let spare = &mut buf.spare_capacity_mut()[..max];
+    let r = rustix::io::read(fd, spare).map(|(init, _)| init.len()).map_err(io::Error::from);
+    match r {
+        Ok(n) => {
+            // SAFETY: `read` initialized the first `n` bytes of the spare capacity.
+            unsafe { buf.set_len(len + n) };
+            progress(Ok(n), false)
+        }
+        Err(e) => progress(Err(e), false),
+    }
+}
+
 /// Writes from `buf` without blocking (`Done(n)` may be a short write).
 pub fn write(fd: &impl AsFd, buf: &[u8]) -> io::Result<Progress> {
     match rustix::io::write(fd, buf).map_err(io::Error::from) {
@@ -274,8 +294,11 @@ mod tests {
         assert_eq!(write(&b, b"hello").unwrap(), Progress::Done(5));
         let parts = [IoSlice::new(b", "), IoSlice::new(b"world")];
         assert_eq!(writev(&b, &parts).unwrap(), Progress::Done(7));
-        assert_eq!(read(&a, &mut buf).unwrap(), Progress::Done(12));
-        assert_eq!(&buf[..12], b"hello, world");
+        let mut v = b">".to_vec();
+        assert_eq!(read_into(&a, &mut v, 5).unwrap(), Progress::Done(5));
+        assert_eq!(v, b">hello");
+        assert_eq!(read(&a, &mut buf).unwrap(), Progress::Done(7));
+        assert_eq!(&buf[..7], b", world");
         drop(b);
         assert_eq!(read(&a, &mut buf).unwrap(), Progress::Closed);
     }
