@@ -50,8 +50,10 @@ pub enum Spin {
 pub enum Steal {
     /// No stealing: a color runs on its home worker, always (what the thesis measured).
     Off,
-    /// libasync-smp's stealing: an idle worker takes one color, with all its pending events, from
-    /// one loaded worker chosen at random.
+    /// Stealing: an idle worker takes colors, with all their pending events, from a loaded
+    /// worker. Alone, libasync-smp's plain stealing (one color from a random loaded worker); the
+    /// heuristics are the `steal_*` switches of [`Config`], combinable, and pinned colors
+    /// ([`pin`](crate::pin)) are never taken.
     Plain,
 }
 
@@ -90,6 +92,16 @@ pub struct Config {
     pub max_spinners: Option<usize>,
     /// Work stealing.
     pub steal: Steal,
+    /// Batch stealing (slides: lock time 15.4% -> 5.1%, +18%): a victim lends up to half of its
+    /// lendable waiting colors per request, at most `steal_batch_max`, instead of one.
+    pub steal_batch: bool,
+    /// Most colors lent per request with `steal_batch` (a guess: enough to amortize a request,
+    /// few enough not to empty a victim that is about to run them).
+    pub steal_batch_max: usize,
+    /// Locality-aware stealing (slides: L2 misses 71% -> 44%, +27%): a thief asks the workers
+    /// nearest in the topology first (same cache, then same package, then same NUMA node, then
+    /// the rest), random start within a tier.
+    pub steal_locality: bool,
     /// Events of one color run back to back before the worker moves to the next ready color.
     /// Bounds how long one busy color can delay the others (a guess: long enough to keep the
     /// color's data in cache, short enough to be fair).
@@ -113,6 +125,9 @@ impl Default for Config {
             spin: Spin::Reasoned { threshold: None },
             max_spinners: None,
             steal: Steal::Off,
+            steal_batch: false,
+            steal_batch_max: 8,
+            steal_locality: false,
             turn_budget: 64,
             round_budget: 256,
             abort_on_panic: false,
@@ -149,6 +164,12 @@ impl Config {
         max_spinners: Option<usize>,
         /// Sets [`Config::steal`].
         steal: Steal,
+        /// Sets [`Config::steal_batch`].
+        steal_batch: bool,
+        /// Sets [`Config::steal_batch_max`].
+        steal_batch_max: usize,
+        /// Sets [`Config::steal_locality`].
+        steal_locality: bool,
         /// Sets [`Config::turn_budget`].
         turn_budget: usize,
         /// Sets [`Config::round_budget`].
@@ -163,6 +184,11 @@ impl Config {
         Config::default().batching(false).wakeup(Wakeup::Pipe).spin(Spin::Never).steal(Steal::Plain)
     }
 
+    /// Every stealing heuristic on (batch and locality-aware; pinning is per color).
+    pub fn stealing_heuristics(self) -> Self {
+        self.steal(Steal::Plain).steal_batch(true).steal_locality(true)
+    }
+
     /// Checks the values; [`Builder::build`](crate::Builder::build) calls it.
     pub(crate) fn validate(&self) -> Result<(), String> {
         if self.batch_size == 0 {
@@ -173,6 +199,9 @@ impl Config {
         }
         if !(self.safety_flush_factor.is_finite() && self.safety_flush_factor > 0.0) {
             return Err("safety_flush_factor must be a positive number".into());
+        }
+        if self.steal_batch_max == 0 {
+            return Err("steal_batch_max must be at least 1".into());
         }
         if self.max_spinners == Some(0) {
             return Err(

@@ -178,8 +178,8 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
             Msg::Forward { color, home, task, urgent } => {
                 q.accept_forward(color, home, task, urgent)
             }
-            Msg::Grant { from, loan } => {
-                if let Some(loan) = loan {
+            Msg::Grant { from, loans } => {
+                for loan in loans {
                     q.adopt(from, loan)
                 }
             }
@@ -240,7 +240,7 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
             let mut q = crate::sync::lock(&home.queue);
             assert!(matches!(q.post(c, event(0), false), Route::Queued));
             let loan = q.lend(thief_id).unwrap();
-            deliver(&thief, Msg::Grant { from: home_id, loan: Some(loan) });
+            deliver(&thief, Msg::Grant { from: home_id, loans: vec![loan] });
         }
         let poster = {
             let (home, e1, e2) = (home.clone(), event(1), event(2));

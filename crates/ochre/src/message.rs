@@ -17,8 +17,8 @@ pub(crate) enum Msg {
     Post { color: Color, task: Task, urgent: bool },
     /// An event that the color's home passes on to the receiver, which holds the color on loan.
     Forward { color: Color, home: usize, task: Task, urgent: bool },
-    /// Answer to a steal request: a color on loan with all its pending events, or nothing.
-    Grant { from: usize, loan: Option<Loan> },
+    /// Answer to a steal request: colors on loan with all their pending events (possibly none).
+    Grant { from: usize, loans: Vec<Loan> },
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them
     /// any more.
     Return { color: Color, ran: u64 },

@@ -263,6 +263,19 @@ impl ColorQueue {
         Some(Loan { color: slot.color, events, urgent })
     }
 
+    /// Lends up to `max` colors to `thief` (see [`lend`](ColorQueue::lend)), the ones that would
+    /// run last here first; with `half`, at most half of the lendable waiting colors (at least
+    /// one), so that the victim keeps work.
+    pub(crate) fn lend_many(&mut self, thief: usize, max: usize, half: bool) -> Vec<Loan> {
+        let lendable = self
+            .ready
+            .iter()
+            .filter(|&&k| self.slots[k].lease == Lease::Local && !self.slots[k].pinned)
+            .count();
+        let n = if half { (lendable / 2).max(1) } else { lendable }.min(max);
+        (0..n).map_while(|_| self.lend(thief)).collect()
+    }
+
     /// Pins a color homed here: it is never lent again (if it is lent now, it comes back as
     /// usual and stays).
     pub(crate) fn pin(&mut self, color: Color) {
@@ -517,6 +530,24 @@ mod tests {
         t.accept_forward(c, 0, u, true);
         run_all(&mut t);
         assert_eq!(*log.lock().unwrap(), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn batch_lending_takes_half_of_the_lendable_colors() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 2);
+        let colors: Vec<Color> = (0..9).map(|k| color_on(0, 2, k)).collect();
+        q.pin(colors[0]);
+        for &c in &colors {
+            let _ = q.post(c, task(&log, 0), false);
+        }
+        // 8 lendable (one pinned): half is 4, the last four posted.
+        let loans = q.lend_many(1, 16, true);
+        let lent: Vec<Color> = loans.iter().map(|l| l.color).collect();
+        assert_eq!(lent, vec![colors[8], colors[7], colors[6], colors[5]]);
+        assert_eq!(q.lend_many(1, 2, true).len(), 2, "bounded by max");
+        assert_eq!(q.lend_many(1, 16, false).len(), 2, "without `half`: all that is left");
+        assert!(q.lend_many(1, 16, true).is_empty(), "only the pinned color remains");
     }
 
     #[test]

@@ -44,11 +44,12 @@ pub struct Builder {
     pin: bool,
     cpus: Option<Vec<usize>>,
     config: Config,
+    topology: Option<topology::Topology>,
 }
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder { workers: None, pin: true, cpus: None, config: Config::default() }
+        Builder { workers: None, pin: true, cpus: None, config: Config::default(), topology: None }
     }
 }
 
@@ -71,6 +72,15 @@ impl Builder {
     /// Default: the whole mask.
     pub fn cpus(mut self, cpus: impl IntoIterator<Item = usize>) -> Self {
         self.cpus = Some(cpus.into_iter().collect());
+        self
+    }
+
+    /// The topology that locality-aware stealing follows (worker `i` at tree position
+    /// `i % len`). Default: the machine's, discovered from sysfs, with workers pinned in tree
+    /// order. A synthetic one ([`Topology::synthetic`](topology::Topology::synthetic)) studies
+    /// policies for machines we do not have; pinning still uses the real CPUs.
+    pub fn topology(mut self, topology: topology::Topology) -> Self {
+        self.topology = Some(topology);
         self
     }
 
@@ -99,9 +109,27 @@ impl Builder {
                 }
                 list
             }
-            None => allowed.clone(),
+            // Tree order: consecutive workers fill a cache domain before the next.
+            None => topology::Topology::discover()
+                .map(|t| t.cpus().to_vec())
+                .unwrap_or_else(|_| allowed.clone()),
         };
         let workers = self.workers.unwrap_or(cpus.len());
+        let tree = match self.topology {
+            Some(t) if !t.is_empty() => t,
+            Some(_) => return Err(Error::Config("the topology has no CPU".into())),
+            None => topology::Topology::discover()
+                .map(|t| {
+                    // Follow the workers' CPUs, in their order.
+                    let flat = topology::Topology::flat(cpus.clone());
+                    if t.cpus() == cpus.as_slice() {
+                        t
+                    } else {
+                        flat
+                    }
+                })
+                .unwrap_or_else(|_| topology::Topology::flat(cpus.clone())),
+        };
         if workers == 0 || cpus.is_empty() {
             return Err(Error::ZeroWorkers);
         }
@@ -120,7 +148,7 @@ impl Builder {
             (allowed.len() / 2).max(1)
         });
         let shared = Arc::new(
-            Shared::new(self.config, workers, spin_threshold, max_spinners)
+            Shared::new(self.config, workers, spin_threshold, max_spinners, &tree)
                 .map_err(|e| Error::os("creating a wake-up channel", e))?,
         );
         let gate = Arc::new(Gate {

@@ -169,6 +169,11 @@ pub(crate) struct Shared {
     pub(crate) panics: Mutex<Vec<PanicRecord>>,
     /// The error that aborted the current run, if any.
     pub(crate) abort: Mutex<Option<Error>>,
+    /// For each worker, the other workers grouped by topology distance, nearest first (one group
+    /// of all others when locality is off): the order a thief asks victims in.
+    pub(crate) victims: Box<[Vec<Vec<usize>>]>,
+    /// `tier[thief][victim]`: 1 + the index of the victim's group for that thief.
+    pub(crate) tier: Box<[Box<[u8]>]>,
 }
 
 impl Shared {
@@ -178,7 +183,29 @@ impl Shared {
         workers: usize,
         spin_threshold: Duration,
         max_spinners: usize,
+        topology: &crate::topology::Topology,
     ) -> std::io::Result<Shared> {
+        let victims: Box<[Vec<Vec<usize>>]> = (0..workers)
+            .map(|w| {
+                if config.steal_locality {
+                    topology.victim_tiers(w, workers)
+                } else {
+                    vec![(0..workers).filter(|&v| v != w).collect()]
+                }
+            })
+            .collect();
+        let tier = victims
+            .iter()
+            .map(|tiers| {
+                let mut t = vec![0u8; workers];
+                for (i, group) in tiers.iter().enumerate() {
+                    for &v in group {
+                        t[v] = (i + 1).min(255) as u8;
+                    }
+                }
+                t.into_boxed_slice()
+            })
+            .collect();
         let remotes = (0..workers)
             .map(|_| Ok(Remote::new(Parker::new(config.wakeup)?, PollerHandle::new()?)))
             .collect::<std::io::Result<Vec<_>>>()?;
@@ -199,6 +226,8 @@ impl Shared {
             max_spinners,
             panics: Mutex::new(Vec::new()),
             abort: Mutex::new(None),
+            victims,
+            tier,
         })
     }
 

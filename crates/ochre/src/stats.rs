@@ -80,6 +80,11 @@ counters! {
     steals_out = StealsOut,
     /// Events that came with the colors this worker stole.
     stolen_events = StolenEvents,
+    /// Steal requests answered with nothing (the victim had nothing lendable any more).
+    steal_failures = StealFailures,
+    /// Sum over the colors stolen of the victim's tier (1 = nearest group of workers in the
+    /// topology); mean distance = steal_tiers / steals_in.
+    steal_tiers = StealTiers,
     /// Handlers that panicked on this worker.
     panics = Panics,
     /// Descriptors this worker started watching.

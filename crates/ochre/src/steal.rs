@@ -27,13 +27,14 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     if shared.config.steal == Steal::Off || core.steal_pending || shared.workers < 2 {
         return;
     }
-    let n = shared.workers;
-    let start = (core.next_random() % n as u64) as usize;
-    for i in 0..n {
-        let victim = (start + i) % n;
-        if victim == core.id {
-            continue;
-        }
+    let random = core.next_random();
+    let tiers = &shared.victims[core.id];
+    let candidates = tiers.iter().flat_map(|group| {
+        // Random start within each tier, tiers nearest first.
+        let start = (random % group.len().max(1) as u64) as usize;
+        (0..group.len()).map(move |i| group[(start + i) % group.len()])
+    });
+    for victim in candidates {
         let remote = &shared.remotes[victim];
         if remote.status.ready.load(Ordering::Relaxed) == 0 {
             continue;
@@ -67,12 +68,15 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
         return;
     }
     let thief = thief - 1;
-    let loan = core.queue.lend(thief);
-    if loan.is_some() {
-        core.counters.add(Counter::StealsOut, 1);
-    }
+    let config = &shared.config;
+    let loans = if config.steal_batch {
+        core.queue.lend_many(thief, config.steal_batch_max, true)
+    } else {
+        core.queue.lend(thief).into_iter().collect()
+    };
+    core.counters.add(Counter::StealsOut, loans.len() as u64);
     let from = core.id;
-    core.send(shared, thief, Msg::Grant { from, loan });
+    core.send(shared, thief, Msg::Grant { from, loans });
     if shared.config.batching {
         core.flush_to(shared, thief);
     }
@@ -113,8 +117,16 @@ mod tests {
     use std::time::Duration;
 
     fn setup(workers: usize, steal: Steal) -> (Shared, Vec<Core>) {
-        let config = Config::default().steal(steal);
-        let shared = Shared::new(config.clone(), workers, Duration::ZERO, 1).unwrap();
+        setup_with(workers, Config::default().steal(steal), "")
+    }
+
+    fn setup_with(workers: usize, config: Config, topology: &str) -> (Shared, Vec<Core>) {
+        let topology = if topology.is_empty() {
+            crate::topology::Topology::flat((0..workers).collect())
+        } else {
+            crate::topology::Topology::synthetic(topology).unwrap()
+        };
+        let shared = Shared::new(config.clone(), workers, Duration::ZERO, 1, &topology).unwrap();
         let cores = (0..workers).map(|i| Core::new(i, workers, &config)).collect();
         (shared, cores)
     }
@@ -147,6 +159,51 @@ mod tests {
         request(&mut cores[3], &shared);
         assert!(!cores[3].steal_pending, "one thief per victim");
         assert_eq!(cores[0].counters.snapshot().steal_attempts, 1);
+    }
+
+    #[test]
+    fn a_locality_aware_thief_asks_its_nearest_loaded_worker() {
+        // Two L2 domains of two cores: 0 and 1 share one, 2 and 3 the other.
+        for locality in [true, false] {
+            let config = Config::default().steal(Steal::Plain).steal_locality(locality);
+            let mut asked_far = 0;
+            for seed in 0..64u64 {
+                let (shared, mut cores) = setup_with(4, config.clone(), "l2:2 core:2");
+                cores[0].rng ^= seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                shared.remotes[1].status.ready.store(1, Ordering::Relaxed);
+                shared.remotes[3].status.ready.store(1, Ordering::Relaxed);
+                request(&mut cores[0], &shared);
+                if shared.remotes[3].poke.steal_request.load(Ordering::Relaxed) != 0 {
+                    asked_far += 1;
+                } else {
+                    assert_ne!(shared.remotes[1].poke.steal_request.load(Ordering::Relaxed), 0);
+                }
+            }
+            if locality {
+                assert_eq!(asked_far, 0, "the same-L2 worker is always asked first");
+            } else {
+                assert!(asked_far > 0, "plain stealing picks at random");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_grant_carries_several_colors_and_counts_the_tier() {
+        let config = Config::default().steal(Steal::Plain).steal_batch(true).steal_locality(true);
+        let (shared, mut cores) = setup_with(4, config, "l2:2 core:2");
+        let mut victim = cores.remove(2);
+        let thief = &mut cores[0];
+        for k in 0..6 {
+            let c = color_on(2, 4, k);
+            let _ = victim.queue.post(c, Box::new(|| {}), false);
+        }
+        victim.publish(&shared);
+        request(thief, &shared);
+        answer(&mut victim, &shared);
+        thief.take_inbox(&shared);
+        let s = thief.counters.snapshot();
+        assert_eq!(s.steals_in, 3, "half of six");
+        assert_eq!(s.steal_tiers, 3 * 2, "worker 2 is in thief 0's second tier");
     }
 
     #[test]

@@ -274,10 +274,15 @@ impl Core {
             Msg::Forward { color, home, task, urgent } => {
                 self.queue.accept_forward(color, home, task, urgent)
             }
-            Msg::Grant { from, loan } => {
+            Msg::Grant { from, loans } => {
                 self.steal_pending = false;
-                if let Some(loan) = loan {
+                if loans.is_empty() {
+                    self.counters.add(Counter::StealFailures, 1);
+                }
+                let tier = u64::from(shared.tier[self.id][from]);
+                for loan in loans {
                     self.counters.add(Counter::StealsIn, 1);
+                    self.counters.add(Counter::StealTiers, tier);
                     self.counters.add(Counter::StolenEvents, loan.events.len() as u64);
                     self.queue.adopt(from, loan);
                 }

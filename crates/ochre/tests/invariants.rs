@@ -195,15 +195,20 @@ fn events_budget() -> i64 {
 /// spread colors over workers, a few dozen make hot colors that are stolen while others keep
 /// posting to them (forwarding).
 fn stress(name: &str, workers: usize, config: Config, shutdown_after: Option<u64>) {
+    stress_on(name, workers, config, None, shutdown_after);
+}
+
+/// [`stress`] with a synthetic topology (for locality-aware stealing).
+fn stress_on(
+    name: &str,
+    workers: usize,
+    config: Config,
+    topology: Option<&str>,
+    shutdown_after: Option<u64>,
+) {
     for (i, colors) in [3000u64, 48, 3000].into_iter().enumerate() {
-        stress_once(
-            name,
-            workers,
-            config.clone(),
-            shutdown_after,
-            colors,
-            seed().wrapping_add(i as u64),
-        );
+        let seed = seed().wrapping_add(i as u64);
+        stress_once(name, workers, config.clone(), topology, shutdown_after, colors, seed);
     }
 }
 
@@ -211,13 +216,18 @@ fn stress_once(
     name: &str,
     workers: usize,
     config: Config,
+    topology: Option<&str>,
     shutdown_after: Option<u64>,
     colors: u64,
     seed: u64,
 ) {
     let budget = events_budget();
     let o = Oracle::new(seed, colors, budget, shutdown_after);
-    let rt = Runtime::builder().workers(workers).config(config).build().unwrap();
+    let mut builder = Runtime::builder().workers(workers).config(config);
+    if let Some(t) = topology {
+        builder = builder.topology(ochre::topology::Topology::synthetic(t).unwrap());
+    }
+    let rt = builder.build().unwrap();
     let ctx = format!("[{name}, {colors} colors] seed {seed} (replay: OCHRE_STRESS_SEED={seed})");
 
     // Outside posters start with the run and race with it; what they post after it ends waits for
@@ -344,4 +354,21 @@ fn stress_shutdown_in_the_middle_loses_nothing() {
 #[test]
 fn stress_baseline_shutdown_in_the_middle_loses_nothing() {
     stress("baseline-shutdown", 16, Config::baseline(), Some(5_000));
+}
+
+#[test]
+fn stress_batch_stealing() {
+    stress("steal-batch", 16, Config::default().steal(Steal::Plain).steal_batch(true), None);
+}
+
+#[test]
+fn stress_every_stealing_heuristic_on_a_two_node_sixteen_core_topology() {
+    let config = Config::default().stealing_heuristics().batch_size(4).turn_budget(2);
+    stress_on("heuristics", 16, config, Some("numa:2 l3:1 l2:4 core:2"), None);
+}
+
+#[test]
+fn stress_heuristics_with_a_shutdown_in_the_middle() {
+    let config = Config::default().stealing_heuristics();
+    stress_on("heuristics-shutdown", 16, config, Some("numa:2 core:8"), Some(5_000));
 }
