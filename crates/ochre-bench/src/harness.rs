@@ -155,7 +155,7 @@ pub fn measure_case(
             min: s.iter().copied().fold(f64::INFINITY, f64::min),
             max: s.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             median: m,
-            vs_ochre: ochre_median.map(|o| m / o),
+            vs_ochre: ochre_median.map(|o| m / o).filter(|r| r.is_finite()),
             samples: s,
         });
     }

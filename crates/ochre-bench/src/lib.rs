@@ -8,16 +8,19 @@
 
 #![warn(missing_docs)]
 
+pub mod ablation;
 pub mod harness;
 pub mod peers;
 pub mod pingpong;
 pub mod prodcons;
+pub mod steal;
 pub mod sws;
+pub mod wakeup;
 
 pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
-pub const BENCHES: &[&str] = &["pingpong", "prodcons", "sws"];
+pub const BENCHES: &[&str] = &["pingpong", "prodcons", "wakeup", "steal", "ablation", "sws"];
 
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
@@ -25,6 +28,9 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "pingpong" => Some(pingpong::run(opts)),
         "prodcons" => Some(prodcons::run(opts)),
         "sws" => Some(sws::run(opts)),
+        "steal" => Some(steal::run(opts)),
+        "wakeup" => Some(wakeup::run(opts)),
+        "ablation" => Some(ablation::run(opts)),
         _ => None,
     }
 }

@@ -102,6 +102,11 @@ pub struct Config {
     /// nearest in the topology first (same cache, then same package, then same NUMA node, then
     /// the rest), random start within a tier.
     pub steal_locality: bool,
+    /// Cost-aware stealing (the team's Mely idea): a color whose turns are measured to take less
+    /// than this is not lent, since moving it costs more than running it where it is (a steal
+    /// round trip is a few microseconds, and a moved color's data follows it into another
+    /// cache). Turns are timed on a sample (one in `TURN_SAMPLE`). `None`: off.
+    pub steal_min_work: Option<Duration>,
     /// Events of one color run back to back before the worker moves to the next ready color.
     /// Bounds how long one busy color can delay the others (a guess: long enough to keep the
     /// color's data in cache, short enough to be fair).
@@ -128,6 +133,7 @@ impl Default for Config {
             steal_batch: false,
             steal_batch_max: 8,
             steal_locality: false,
+            steal_min_work: None,
             turn_budget: 64,
             round_budget: 256,
             abort_on_panic: false,
@@ -170,6 +176,8 @@ impl Config {
         steal_batch_max: usize,
         /// Sets [`Config::steal_locality`].
         steal_locality: bool,
+        /// Sets [`Config::steal_min_work`].
+        steal_min_work: Option<Duration>,
         /// Sets [`Config::turn_budget`].
         turn_budget: usize,
         /// Sets [`Config::round_budget`].
@@ -184,9 +192,13 @@ impl Config {
         Config::default().batching(false).wakeup(Wakeup::Pipe).spin(Spin::Never).steal(Steal::Plain)
     }
 
-    /// Every stealing heuristic on (batch and locality-aware; pinning is per color).
+    /// Every stealing heuristic on (batch, locality-aware, cost-aware with a 20 µs floor;
+    /// pinning is per color).
     pub fn stealing_heuristics(self) -> Self {
-        self.steal(Steal::Plain).steal_batch(true).steal_locality(true)
+        self.steal(Steal::Plain)
+            .steal_batch(true)
+            .steal_locality(true)
+            .steal_min_work(Some(Duration::from_micros(20)))
     }
 
     /// Checks the values; [`Builder::build`](crate::Builder::build) calls it.

@@ -67,6 +67,9 @@ struct Slot {
     lease: Lease,
     /// Never lent (the slot is kept even when empty, to remember it).
     pinned: bool,
+    /// How long a turn of this color takes, in ns (moving average of sampled turns; 0 until
+    /// sampled). What a thief would get by taking it, for cost-aware stealing.
+    weight_ns: u64,
 }
 
 /// Where a post went.
@@ -246,13 +249,31 @@ impl ColorQueue {
         }
     }
 
+    /// Records a sampled turn of the color in `key`: `ns` for the whole turn.
+    pub(crate) fn record_turn(&mut self, key: usize, ns: u64) {
+        if let Some(slot) = self.slots.get_mut(key) {
+            slot.weight_ns = if slot.weight_ns == 0 { ns } else { (slot.weight_ns * 3 + ns) / 4 };
+        }
+    }
+
+    fn lendable(&self, key: usize, min_weight_ns: u64) -> bool {
+        let s = &self.slots[key];
+        // With a floor, a color not sampled yet stays: a few turns tell whether it is worth
+        // moving, and moving a light one costs more than waiting does.
+        s.lease == Lease::Local && !s.pinned && s.weight_ns >= min_weight_ns
+    }
+
     /// Lends one color to `thief`: the ready color that would run last here, among those homed
     /// here and not pinned (a borrowed color is never lent on). Returns `None` if there is none.
+    #[cfg(test)]
     pub(crate) fn lend(&mut self, thief: usize) -> Option<Loan> {
-        let pos = self
-            .ready
-            .iter()
-            .rposition(|&k| self.slots[k].lease == Lease::Local && !self.slots[k].pinned)?;
+        self.lend_weighing(thief, 0)
+    }
+
+    /// [`lend`](ColorQueue::lend), skipping colors whose turns are lighter than `min_weight_ns`
+    /// (cost-aware stealing: moving them costs more than it saves).
+    pub(crate) fn lend_weighing(&mut self, thief: usize, min_weight_ns: u64) -> Option<Loan> {
+        let pos = self.ready.iter().rposition(|&k| self.lendable(k, min_weight_ns))?;
         let key = self.ready.remove(pos)?;
         let slot = &mut self.slots[key];
         slot.queued = false;
@@ -266,14 +287,16 @@ impl ColorQueue {
     /// Lends up to `max` colors to `thief` (see [`lend`](ColorQueue::lend)), the ones that would
     /// run last here first; with `half`, at most half of the lendable waiting colors (at least
     /// one), so that the victim keeps work.
-    pub(crate) fn lend_many(&mut self, thief: usize, max: usize, half: bool) -> Vec<Loan> {
-        let lendable = self
-            .ready
-            .iter()
-            .filter(|&&k| self.slots[k].lease == Lease::Local && !self.slots[k].pinned)
-            .count();
+    pub(crate) fn lend_many(
+        &mut self,
+        thief: usize,
+        max: usize,
+        half: bool,
+        min_weight_ns: u64,
+    ) -> Vec<Loan> {
+        let lendable = self.ready.iter().filter(|&&k| self.lendable(k, min_weight_ns)).count();
         let n = if half { (lendable / 2).max(1) } else { lendable }.min(max);
-        (0..n).map_while(|_| self.lend(thief)).collect()
+        (0..n).map_while(|_| self.lend_weighing(thief, min_weight_ns)).collect()
     }
 
     /// Pins a color homed here: it is never lent again (if it is lent now, it comes back as
@@ -308,6 +331,7 @@ impl ColorQueue {
             queued: false,
             lease,
             pinned: false,
+            weight_ns: 0,
         });
         self.index.insert(color, key);
         key
@@ -542,12 +566,30 @@ mod tests {
             let _ = q.post(c, task(&log, 0), false);
         }
         // 8 lendable (one pinned): half is 4, the last four posted.
-        let loans = q.lend_many(1, 16, true);
+        let loans = q.lend_many(1, 16, true, 0);
         let lent: Vec<Color> = loans.iter().map(|l| l.color).collect();
         assert_eq!(lent, vec![colors[8], colors[7], colors[6], colors[5]]);
-        assert_eq!(q.lend_many(1, 2, true).len(), 2, "bounded by max");
-        assert_eq!(q.lend_many(1, 16, false).len(), 2, "without `half`: all that is left");
-        assert!(q.lend_many(1, 16, true).is_empty(), "only the pinned color remains");
+        assert_eq!(q.lend_many(1, 2, true, 0).len(), 2, "bounded by max");
+        assert_eq!(q.lend_many(1, 16, false, 0).len(), 2, "without `half`: all that is left");
+        assert!(q.lend_many(1, 16, true, 0).is_empty(), "only the pinned color remains");
+    }
+
+    #[test]
+    fn cost_aware_lending_skips_light_colors() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, 2);
+        let (light, heavy, unknown) = (color_on(0, 2, 0), color_on(0, 2, 1), color_on(0, 2, 2));
+        for c in [heavy, light, unknown] {
+            let _ = q.post(c, task(&log, 0), false);
+        }
+        let key = |q: &ColorQueue, c| *q.index.get(&c).unwrap();
+        let (kl, kh) = (key(&q, light), key(&q, heavy));
+        q.record_turn(kl, 1_000);
+        q.record_turn(kh, 500_000);
+        let lent: Vec<Color> = q.lend_many(1, 16, false, 20_000).iter().map(|l| l.color).collect();
+        assert_eq!(lent, vec![heavy], "the light and the unsampled colors stay");
+        assert!(q.lend_weighing(1, 20_000).is_none());
+        assert_eq!(q.lend(1).map(|l| l.color), Some(unknown), "without a floor they go too");
     }
 
     #[test]

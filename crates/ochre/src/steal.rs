@@ -69,10 +69,11 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     }
     let thief = thief - 1;
     let config = &shared.config;
+    let floor = config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
     let loans = if config.steal_batch {
-        core.queue.lend_many(thief, config.steal_batch_max, true)
+        core.queue.lend_many(thief, config.steal_batch_max, true, floor)
     } else {
-        core.queue.lend(thief).into_iter().collect()
+        core.queue.lend_weighing(thief, floor).into_iter().collect()
     };
     core.counters.add(Counter::StealsOut, loans.len() as u64);
     let from = core.id;

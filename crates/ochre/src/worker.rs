@@ -38,6 +38,9 @@ use crate::{Color, Error};
 
 /// How many events run between two safety-flush checks (each check may read the clock).
 const SAFETY_CHECK_EVERY: u32 = 16;
+/// One turn in this many is timed, for cost-aware stealing (`queue::ColorQueue::record_turn`):
+/// two clock reads per sampled turn, nothing on the others.
+pub(crate) const TURN_SAMPLE: u32 = 8;
 
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {
@@ -56,6 +59,8 @@ pub(crate) struct Core {
     /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
     pub(crate) nudge_cooldown: u32,
     events_since_check: u32,
+    /// Turns started, for sampling their duration.
+    turns: u32,
     overdue: Vec<usize>,
     /// Watched descriptors and timers (`io`).
     pub(crate) io: IoCore,
@@ -78,6 +83,7 @@ impl Core {
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             nudge_cooldown: 0,
             events_since_check: 0,
+            turns: 0,
             overdue: Vec::new(),
             io: IoCore::new(),
             graveyard: Vec::new(),
@@ -369,13 +375,16 @@ impl WorkerCtx {
         let turn_budget = shared.config.turn_budget;
         let mut ran = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next) = {
+            let (key, color, mut next, timed) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
                 };
                 let first = core.queue.pop(key);
-                (key, color, first)
+                core.turns = core.turns.wrapping_add(1);
+                let sample =
+                    shared.config.steal_min_work.is_some() && core.turns % TURN_SAMPLE == 0;
+                (key, color, first, sample.then(std::time::Instant::now))
             };
             self.current.set(Some(color));
             let mut n = 0;
@@ -390,6 +399,10 @@ impl WorkerCtx {
             ran += n;
             let mut core = self.core.borrow_mut();
             core.counters.add(Counter::EventsRun, n as u64);
+            if let Some(t0) = timed {
+                let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+                core.queue.record_turn(key, ns);
+            }
             if let Some(ret) = core.queue.end_turn(key) {
                 core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
             }

@@ -1,0 +1,143 @@
+//! Stealing policies on imbalanced colors, and what stealing costs where it cannot help.
+//!
+//! Imbalanced: a few heavy colors (long chains of 10 µs events), all homed on worker 0, among
+//! many light ones (short chains) spread over every worker: without stealing worker 0 runs every
+//! heavy chain while the others idle; the figure is events per second over the whole run (the
+//! slowest worker sets it). Balanced: ping-pong local, where
+//! every worker has the same work and stealing can only cost (the bar: <= 2%).
+//!
+//! Policies: off, plain (libasync-smp), batch, locality-aware, cost-aware, and all heuristics
+//! together (pinning is per color and exercised by the web server).
+
+use ochre::{Color, Config, Runtime, Steal};
+
+use crate::harness::{measure_case, work, BenchReport, Options, System};
+
+/// The policies compared.
+pub fn policies() -> Vec<(&'static str, Config)> {
+    vec![
+        ("off", Config::default()),
+        ("plain", Config::default().steal(Steal::Plain)),
+        ("batch", Config::default().steal(Steal::Plain).steal_batch(true)),
+        ("locality", Config::default().steal(Steal::Plain).steal_locality(true)),
+        (
+            "cost",
+            Config::default()
+                .steal(Steal::Plain)
+                .steal_min_work(Some(std::time::Duration::from_micros(20))),
+        ),
+        ("all", Config::default().stealing_heuristics()),
+    ]
+}
+
+fn chain(c: Color, left: u32, cost: u64) {
+    work(cost);
+    if left > 1 {
+        ochre::post(c, move || chain(c, left - 1, cost));
+    }
+}
+
+/// The imbalanced workload: `heavy` chains of `length` events homed on worker 0, `light`
+/// chains of `length / 8` events on any worker, 10 µs per event. Returns events/s.
+pub fn imbalanced(rt: &Runtime, heavy: usize, light: u64, length: u32) -> Result<f64, String> {
+    let heavy_colors: Vec<Color> =
+        (1_000..).map(Color).filter(|&c| rt.home_of(c) == 0).take(heavy).collect();
+    let short = (length / 8).max(1);
+    let report = rt
+        .run(Color(0), move || {
+            for &c in &heavy_colors {
+                ochre::post(c, move || chain(c, length, 10_000));
+            }
+            for l in 0..light {
+                let c = Color(100_000 + l);
+                ochre::post(c, move || chain(c, short, 10_000));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let events = report.total().events_run;
+    let expected = heavy as u64 * u64::from(length) + light * u64::from(short) + 1;
+    if events != expected {
+        return Err(format!("ran {events} events, expected {expected}"));
+    }
+    Ok(events as f64 / report.elapsed.as_secs_f64())
+}
+
+/// Runs the stealing benchmark.
+pub fn run(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "steal",
+        "Stealing policies: imbalanced colors (events/s, higher is better) and ping-pong (ev/s/worker, stealing must cost <= 2%).",
+    );
+    let length = if opts.quick { 400 } else { 1_500 };
+    for &w in opts.workers.iter().filter(|&&w| w >= 2) {
+        let runtimes: Vec<(&str, Result<Runtime, ochre::Error>)> = policies()
+            .into_iter()
+            .map(|(name, cfg)| (name, Runtime::builder().workers(w).config(cfg).build()))
+            .collect();
+        let case = format!("{w}w imbalanced");
+        let systems = runtimes
+            .iter()
+            .map(|(name, rt)| {
+                let label =
+                    if *name == "all" { "ochre".to_string() } else { format!("steal-{name}") };
+                System::new(label, move || {
+                    rt.as_ref()
+                        .map_err(|e| e.to_string())
+                        .and_then(|rt| imbalanced(rt, 4, 40, length))
+                })
+            })
+            .collect();
+        measure_case(&mut report, &case, w, "ev/s", opts.reps, systems);
+        if let (Some(all), Some(off)) =
+            (report.median_of("ochre", &case), report.median_of("steal-off", &case))
+        {
+            report.check(
+                format!("[{case}] stealing heuristics beat no stealing"),
+                all / off,
+                all > off,
+            );
+        }
+        let pp_case = format!("{w}w pingpong");
+        let epw = if opts.quick { 400_000 } else { 3_000_000 };
+        let systems = runtimes
+            .iter()
+            .filter(|(name, _)| matches!(*name, "off" | "all"))
+            .map(|(name, rt)| {
+                let label =
+                    if *name == "all" { "ochre".to_string() } else { "steal-off".to_string() };
+                System::new(label, move || {
+                    rt.as_ref()
+                        .map_err(|e| e.to_string())
+                        .and_then(|rt| crate::pingpong::ochre_pingpong(rt, epw))
+                })
+            })
+            .collect();
+        measure_case(&mut report, &pp_case, w, "ev/s/worker", opts.reps, systems);
+        if let (Some(on), Some(off)) =
+            (report.median_of("ochre", &pp_case), report.median_of("steal-off", &pp_case))
+        {
+            report.check(
+                format!("[{pp_case}] stealing costs <= 2% on balanced work"),
+                on / off,
+                on / off >= 0.98,
+            );
+        }
+    }
+    if report.rows.is_empty() {
+        report.notes.push("needs at least 2 workers: skipped".into());
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_imbalanced_workload_runs_every_event_under_every_policy() {
+        for (name, cfg) in policies() {
+            let rt = Runtime::builder().workers(2).pin(false).config(cfg).build().unwrap();
+            assert!(imbalanced(&rt, 2, 5, 16).unwrap() > 0.0, "{name}");
+        }
+    }
+}
