@@ -1,8 +1,8 @@
 //! Wake-up latency of each idle policy, and what an idle runtime burns.
 //!
-//! Latency: a relay between two pinned workers (each event posts the next to a color on the
-//! other worker) with a pause between hops long enough for the receiver to go idle; the figure is
-//! the median one-way time per hop. Mechanisms: futex, condition variable and pipe (sleeping at
+//! Latency: a relay between two pinned workers (each event works for a while, then posts the
+//! next to a color on the other worker, which meanwhile has nothing to do); the figure is the
+//! median one-way time per hop. Mechanisms: futex, condition variable and pipe (sleeping at
 //! once), pure spinning, and reasoned spinning (the default). The raw mechanisms are also probed
 //! directly (`measure_wakeup`, no runtime in between).
 //!
@@ -34,28 +34,22 @@ fn two_colors(rt: &Runtime) -> (Color, Color) {
     (on(0), on(1))
 }
 
-/// Median one-way hop latency in µs, over `hops` hops with `gap` of idleness before each.
+/// Median one-way hop latency in µs, over `hops` hops. Before each hop the sender works for
+/// `gap` (busy), so the receiver has been idle that long when the event reaches it: short gaps
+/// are a loaded runtime, long ones an idle one.
 pub fn relay(rt: &Runtime, hops: u32, gap: Duration) -> Result<f64, String> {
-    let (a, b) = two_colors(rt);
-    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
-    fn hop(
-        to: Color,
-        back: Color,
-        left: u32,
-        gap: Duration,
-        samples: Arc<std::sync::Mutex<Vec<f64>>>,
-        sent: Instant,
-    ) {
+    type Samples = Arc<std::sync::Mutex<Vec<f64>>>;
+    fn hop(to: Color, back: Color, left: u32, gap: Duration, samples: Samples, sent: Instant) {
         samples.lock().unwrap().push(sent.elapsed().as_secs_f64() * 1e6);
         if left == 0 {
             return;
         }
-        // Stay busy-free for `gap`, via a timer, so the other worker has time to fall idle.
-        let _ = ochre::io::post_after(gap, back, move || {
-            let now = Instant::now();
-            ochre::post(to, move || hop(back, to, left - 1, gap, samples, now));
-        });
+        crate::harness::work(gap.as_nanos() as u64);
+        let now = Instant::now();
+        ochre::post(to, move || hop(back, to, left - 1, gap, samples, now));
     }
+    let (a, b) = two_colors(rt);
+    let samples: Samples = Arc::new(std::sync::Mutex::new(Vec::new()));
     let s = samples.clone();
     rt.run(a, move || {
         let now = Instant::now();
@@ -63,6 +57,9 @@ pub fn relay(rt: &Runtime, hops: u32, gap: Duration) -> Result<f64, String> {
     })
     .map_err(|e| e.to_string())?;
     let mut v = samples.lock().unwrap().clone();
+    // The first hops teach reasoned spinning how long sleeps are: leave them out.
+    let skip = v.len() / 5;
+    v.drain(..skip);
     v.sort_by(|x, y| x.total_cmp(y));
     Ok(v[v.len() / 2])
 }
@@ -155,6 +152,11 @@ pub fn run(opts: &Options) -> BenchReport {
     }
     if let Some(idle) = report.median_of("ochre", "idle CPU") {
         report.check("an idle runtime uses ~0% CPU (< 2%)", idle, idle < 2.0);
+    }
+    if let Some((_, Ok(rt))) = runtimes.first() {
+        report
+            .notes
+            .push(format!("reasoned-spinning threshold in force: {:?}", rt.spin_threshold()));
     }
     report
         .notes

@@ -199,7 +199,8 @@ impl PipeParker {
 ///
 /// The two threads are pinned to two different CPUs when the process may use two, since a
 /// wake-up on the waker's own CPU is only a context switch (about 1 µs here, against 25-35 µs
-/// across CPUs on this virtual machine) and is not what an idle worker costs.
+/// across CPUs on this virtual machine) and is not what an idle worker costs; and the sleeper
+/// sleeps 1 ms before each wake-up, past the hypervisor's halt-polling window.
 #[cfg(not(loom))]
 pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -243,8 +244,10 @@ pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> 
                 pin(0);
                 let mut samples = Vec::with_capacity(rounds as usize);
                 for r in 1..=rounds {
-                    // Let the echo thread fall asleep, so that a real wake-up is measured.
-                    std::thread::sleep(Duration::from_micros(300));
+                    // Let the echo thread fall asleep for real: a CPU idle for less than the
+                    // hypervisor's halt-polling window (up to a few hundred µs) wakes in ~1 µs,
+                    // which is not what a worker idle for a while costs.
+                    std::thread::sleep(Duration::from_millis(1));
                     let t = Instant::now();
                     b.seen.store(r, Ordering::Release);
                     b.parker.unpark();
