@@ -54,9 +54,10 @@ pub struct Server {
 
 static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
-/// Connection colors start here (the top half of the color space), away from small colors
+/// Connection colors start here (a quarter of the way up the color space, below the grouped
+/// colors of `Color::grouped`), away from small colors
 /// applications pick by hand.
-const CONNECTION_COLORS: u64 = 1 << 63;
+const CONNECTION_COLORS: u64 = 1 << 62;
 
 impl Server {
     /// A server for `config`, accepting as events of `accept_color`. Fails if the root is not a

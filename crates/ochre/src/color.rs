@@ -14,10 +14,47 @@ use std::fmt;
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct Color(pub u64);
 
+/// Colors with this bit set are grouped: bits 32-62 hold the group, bits 0-31 the member.
+const GROUPED: u64 = 1 << 63;
+
 impl Color {
     /// The color of events posted without one: a program that never colors anything is serial,
     /// and therefore correct, and parallelism is added one color at a time.
     pub const DEFAULT: Color = Color(0);
+
+    /// Member `member` of color group `group` (a "bubble" of the memory-aware scheduling work: a
+    /// connection and its helpers, a MapReduce task and its buffers). The members of a group are
+    /// placed on the workers of one cache domain, groups are spread over the domains, and
+    /// stealing moves the waiting members of a group together. Grouped colors have the top bit
+    /// set; `group` keeps 31 bits.
+    pub const fn grouped(group: u32, member: u32) -> Color {
+        Color(GROUPED | ((group as u64 & 0x7fff_ffff) << 32) | member as u64)
+    }
+
+    /// The group of a grouped color.
+    pub const fn group(self) -> Option<u32> {
+        if self.0 & GROUPED != 0 {
+            Some(((self.0 >> 32) & 0x7fff_ffff) as u32)
+        } else {
+            None
+        }
+    }
+}
+
+/// Where colors live: the worker count and the size of a cache domain (consecutive workers
+/// share caches, since workers are placed in tree order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) workers: usize,
+    pub(crate) domain: usize,
+}
+
+impl Placement {
+    /// Workers that share nothing worth grouping for.
+    #[cfg(test)]
+    pub(crate) fn flat(workers: usize) -> Placement {
+        Placement { workers, domain: 1 }
+    }
 }
 
 impl fmt::Debug for Color {
@@ -38,14 +75,23 @@ impl From<u64> for Color {
     }
 }
 
-/// The home worker of `color` among `workers` workers.
+/// The home worker of `color`: for a grouped color, a worker of its group's cache domain (groups
+/// spread round robin over the domains, members round robin within one); for others, a hash.
 ///
 /// The color is mixed (the 64-bit finalizer of MurmurHash3) before the modulo, so that colors
 /// derived from pointers, file descriptors or strided ids spread evenly instead of piling onto one
 /// worker (users of Asio strands hit exactly that, asio #1240). Use
 /// [`Runtime::home_of`](crate::Runtime::home_of) to choose colors for a given worker.
 #[inline]
-pub(crate) fn home_of(color: Color, workers: usize) -> usize {
+pub(crate) fn home_of(color: Color, placement: Placement) -> usize {
+    let Placement { workers, domain } = placement;
+    if let Some(group) = color.group() {
+        let domain = domain.clamp(1, workers);
+        let domains = workers.div_ceil(domain);
+        let first = (group as usize % domains) * domain;
+        let size = domain.min(workers - first);
+        return first + (color.0 as u32 as usize) % size;
+    }
     let mut x = color.0;
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -65,11 +111,30 @@ mod tests {
         let colors = if cfg!(miri) { 50 } else { 1000 };
         for n in 1..20 {
             for c in 0..colors {
-                let h = home_of(Color(c), n);
+                let h = home_of(Color(c), Placement::flat(n));
                 assert!(h < n);
-                assert_eq!(h, home_of(Color(c), n));
+                assert_eq!(h, home_of(Color(c), Placement::flat(n)));
             }
         }
+    }
+
+    #[test]
+    fn groups_stay_in_one_domain_and_spread_over_domains() {
+        let p = Placement { workers: 8, domain: 2 };
+        for g in 0..8u32 {
+            let homes: Vec<usize> = (0..6).map(|m| home_of(Color::grouped(g, m), p)).collect();
+            let first = (g as usize % 4) * 2;
+            assert!(homes.iter().all(|&h| h == first || h == first + 1), "group {g}: {homes:?}");
+            assert!(
+                homes.contains(&first) && homes.contains(&(first + 1)),
+                "both cores of the pair"
+            );
+        }
+        assert_eq!(Color::grouped(7, 3).group(), Some(7));
+        assert_eq!(Color(5).group(), None);
+        // A last, smaller domain.
+        let p = Placement { workers: 5, domain: 2 };
+        assert!((0..10).all(|m| home_of(Color::grouped(2, m), p) == 4));
     }
 
     #[test]
@@ -78,7 +143,7 @@ mod tests {
         let n = 8;
         let mut per = vec![0usize; n];
         for i in 0..8000u64 {
-            per[home_of(Color(i * 64), n)] += 1;
+            per[home_of(Color(i * 64), Placement::flat(n))] += 1;
         }
         for (w, &k) in per.iter().enumerate() {
             assert!((800..1200).contains(&k), "worker {w} got {k} of 8000 strided colors");

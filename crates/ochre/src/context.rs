@@ -92,7 +92,7 @@ pub fn try_post<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result<(), 
 /// as usual and then stays.
 pub fn pin(color: Color) -> Result<(), Error> {
     with_current(|ctx| {
-        let home = crate::color::home_of(color, ctx.shared.workers);
+        let home = crate::color::home_of(color, ctx.shared.placement);
         let mut core = ctx.core.borrow_mut();
         if home == ctx.id {
             core.queue.pin(color);

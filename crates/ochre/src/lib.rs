@@ -78,6 +78,8 @@ mod park;
 mod queue;
 mod runtime;
 mod shared;
+#[cfg(all(test, not(loom)))]
+mod sim;
 mod stats;
 mod steal;
 mod sync;

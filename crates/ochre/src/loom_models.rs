@@ -211,7 +211,7 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
     model(|| {
         let c = Color(0);
         // Worker 0 is c's home (home_of(c, 2) is fixed; assert it to keep the model honest).
-        let home_id = crate::color::home_of(c, 2);
+        let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
         let thief_id = 1 - home_id;
         let running = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -227,12 +227,12 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
         };
         let home = Arc::new(ModelWorker {
             id: home_id,
-            queue: Mutex::new(ColorQueue::new(home_id, 2)),
+            queue: Mutex::new(ColorQueue::new(home_id, crate::color::Placement::flat(2))),
             inbox: Inbox::new(),
         });
         let thief = Arc::new(ModelWorker {
             id: thief_id,
-            queue: Mutex::new(ColorQueue::new(thief_id, 2)),
+            queue: Mutex::new(ColorQueue::new(thief_id, crate::color::Placement::flat(2))),
             inbox: Inbox::new(),
         });
         // Event 0 is queued at home, then lent.

@@ -41,7 +41,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 use slab::Slab;
 
-use crate::color::home_of;
+use crate::color::{home_of, Placement};
 use crate::message::{Loan, Task};
 use crate::Color;
 
@@ -93,7 +93,7 @@ pub(crate) struct Returned {
 /// The run queue of one worker.
 pub(crate) struct ColorQueue {
     me: usize,
-    workers: usize,
+    placement: Placement,
     index: FxHashMap<Color, usize>,
     slots: Slab<Slot>,
     ready: VecDeque<usize>,
@@ -102,10 +102,10 @@ pub(crate) struct ColorQueue {
 }
 
 impl ColorQueue {
-    pub(crate) fn new(me: usize, workers: usize) -> Self {
+    pub(crate) fn new(me: usize, placement: Placement) -> Self {
         ColorQueue {
             me,
-            workers,
+            placement,
             index: FxHashMap::default(),
             slots: Slab::new(),
             ready: VecDeque::new(),
@@ -139,7 +139,7 @@ impl ColorQueue {
             _ => match self.index.get(&color) {
                 Some(&k) => k,
                 None => {
-                    let home = home_of(color, self.workers);
+                    let home = home_of(color, self.placement);
                     if home != self.me {
                         return Route::Remote { home, task };
                     }
@@ -274,6 +274,11 @@ impl ColorQueue {
     /// (cost-aware stealing: moving them costs more than it saves).
     pub(crate) fn lend_weighing(&mut self, thief: usize, min_weight_ns: u64) -> Option<Loan> {
         let pos = self.ready.iter().rposition(|&k| self.lendable(k, min_weight_ns))?;
+        self.lend_at(thief, pos)
+    }
+
+    /// Lends the ready color at position `pos` of the ready list.
+    fn lend_at(&mut self, thief: usize, pos: usize) -> Option<Loan> {
         let key = self.ready.remove(pos)?;
         let slot = &mut self.slots[key];
         slot.queued = false;
@@ -286,7 +291,8 @@ impl ColorQueue {
 
     /// Lends up to `max` colors to `thief` (see [`lend`](ColorQueue::lend)), the ones that would
     /// run last here first; with `half`, at most half of the lendable waiting colors (at least
-    /// one), so that the victim keeps work.
+    /// one), so that the victim keeps work. A grouped color brings every waiting lendable member
+    /// of its group along (groups move whole; they are split only because a thief is idle).
     pub(crate) fn lend_many(
         &mut self,
         thief: usize,
@@ -296,7 +302,21 @@ impl ColorQueue {
     ) -> Vec<Loan> {
         let lendable = self.ready.iter().filter(|&&k| self.lendable(k, min_weight_ns)).count();
         let n = if half { (lendable / 2).max(1) } else { lendable }.min(max);
-        (0..n).map_while(|_| self.lend_weighing(thief, min_weight_ns)).collect()
+        let mut loans = Vec::new();
+        let mut taken = 0;
+        while taken < n {
+            let Some(loan) = self.lend_weighing(thief, min_weight_ns) else { break };
+            taken += 1;
+            if let Some(g) = loan.color.group() {
+                while let Some(pos) = self.ready.iter().rposition(|&k| {
+                    self.slots[k].color.group() == Some(g) && self.lendable(k, min_weight_ns)
+                }) {
+                    loans.extend(self.lend_at(thief, pos));
+                }
+            }
+            loans.push(loan);
+        }
+        loans
     }
 
     /// Pins a color homed here: it is never lent again (if it is lent now, it comes back as
@@ -393,7 +413,7 @@ mod tests {
 
     /// A color homed on worker `w` of `n`.
     fn color_on(w: usize, n: usize, skip: usize) -> Color {
-        (0..).map(Color).filter(|&c| home_of(c, n) == w).nth(skip).unwrap()
+        (0..).map(Color).filter(|&c| home_of(c, Placement::flat(n)) == w).nth(skip).unwrap()
     }
 
     fn run_all(q: &mut ColorQueue) -> Vec<Returned> {
@@ -410,7 +430,7 @@ mod tests {
     #[test]
     fn local_fifo_and_remote_routing() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 2);
+        let mut q = ColorQueue::new(0, Placement::flat(2));
         let mine = color_on(0, 2, 0);
         let theirs = color_on(1, 2, 0);
         for i in 0..3 {
@@ -426,7 +446,7 @@ mod tests {
     #[test]
     fn urgent_goes_before_queued_events_in_posting_order() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 1);
+        let mut q = ColorQueue::new(0, Placement::flat(1));
         let c = Color(5);
         let _ = q.post(c, task(&log, 1), false);
         let _ = q.post(c, task(&log, 2), false);
@@ -439,7 +459,7 @@ mod tests {
     #[test]
     fn urgent_from_the_running_color_precedes_its_remaining_events() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 1);
+        let mut q = ColorQueue::new(0, Placement::flat(1));
         let c = Color(1);
         let _ = q.post(c, task(&log, 1), false);
         let _ = q.post(c, task(&log, 2), false);
@@ -458,7 +478,7 @@ mod tests {
     #[test]
     fn urgent_color_jumps_the_ready_list() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 1);
+        let mut q = ColorQueue::new(0, Placement::flat(1));
         let _ = q.post(Color(1), task(&log, 1), false);
         let _ = q.post(Color(2), task(&log, 2), true);
         run_all(&mut q);
@@ -469,8 +489,8 @@ mod tests {
     fn lend_forward_return_round_trip() {
         let log = Log::default();
         let (home, thief) = (0, 1);
-        let mut h = ColorQueue::new(home, 2);
-        let mut t = ColorQueue::new(thief, 2);
+        let mut h = ColorQueue::new(home, Placement::flat(2));
+        let mut t = ColorQueue::new(thief, Placement::flat(2));
         let c = color_on(home, 2, 0);
         let other = color_on(home, 2, 1);
         let _ = h.post(other, task(&log, 100), false);
@@ -503,8 +523,8 @@ mod tests {
     #[test]
     fn a_return_racing_a_forward_keeps_the_color_away() {
         let log = Log::default();
-        let mut h = ColorQueue::new(0, 2);
-        let mut t = ColorQueue::new(1, 2);
+        let mut h = ColorQueue::new(0, Placement::flat(2));
+        let mut t = ColorQueue::new(1, Placement::flat(2));
         let c = color_on(0, 2, 0);
         let _ = h.post(c, task(&log, 0), false);
         t.adopt(0, h.lend(1).unwrap());
@@ -528,7 +548,7 @@ mod tests {
     #[test]
     fn guests_queue_their_own_posts_locally_and_are_never_lent_on() {
         let log = Log::default();
-        let mut t = ColorQueue::new(1, 2);
+        let mut t = ColorQueue::new(1, Placement::flat(2));
         let c = color_on(0, 2, 0);
         let mut events = VecDeque::new();
         events.push_back(task(&log, 0));
@@ -544,8 +564,8 @@ mod tests {
     #[test]
     fn lending_keeps_urgent_prefix() {
         let log = Log::default();
-        let mut h = ColorQueue::new(0, 2);
-        let mut t = ColorQueue::new(1, 2);
+        let mut h = ColorQueue::new(0, Placement::flat(2));
+        let mut t = ColorQueue::new(1, Placement::flat(2));
         let c = color_on(0, 2, 0);
         let _ = h.post(c, task(&log, 2), false);
         let _ = h.post(c, task(&log, 1), true);
@@ -559,7 +579,7 @@ mod tests {
     #[test]
     fn batch_lending_takes_half_of_the_lendable_colors() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 2);
+        let mut q = ColorQueue::new(0, Placement::flat(2));
         let colors: Vec<Color> = (0..9).map(|k| color_on(0, 2, k)).collect();
         q.pin(colors[0]);
         for &c in &colors {
@@ -577,7 +597,7 @@ mod tests {
     #[test]
     fn cost_aware_lending_skips_light_colors() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 2);
+        let mut q = ColorQueue::new(0, Placement::flat(2));
         let (light, heavy, unknown) = (color_on(0, 2, 0), color_on(0, 2, 1), color_on(0, 2, 2));
         for c in [heavy, light, unknown] {
             let _ = q.post(c, task(&log, 0), false);
@@ -593,9 +613,31 @@ mod tests {
     }
 
     #[test]
+    fn a_group_moves_whole() {
+        let log = Log::default();
+        let p = Placement { workers: 2, domain: 2 };
+        let mut q = ColorQueue::new(0, p);
+        let members: Vec<Color> =
+            (0..8).map(|m| Color::grouped(3, m)).filter(|&c| home_of(c, p) == 0).collect();
+        let loner = color_on(0, 2, 0);
+        let _ = q.post(loner, task(&log, 0), false);
+        for &c in &members {
+            let _ = q.post(c, task(&log, 0), false);
+        }
+        // One color asked for: the last waiting one is grouped, so its waiting mates come along.
+        let loans = q.lend_many(1, 1, false, 0);
+        let mut lent: Vec<Color> = loans.iter().map(|l| l.color).collect();
+        lent.sort();
+        let mut expected = members.clone();
+        expected.sort();
+        assert_eq!(lent, expected);
+        assert_eq!(q.lease(loner), Some(Lease::Local));
+    }
+
+    #[test]
     fn pinned_colors_are_never_lent() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 2);
+        let mut q = ColorQueue::new(0, Placement::flat(2));
         let (a, b) = (color_on(0, 2, 0), color_on(0, 2, 1));
         q.pin(b);
         let _ = q.post(a, task(&log, 1), false);
@@ -609,7 +651,7 @@ mod tests {
     #[test]
     fn idle_slots_are_bounded() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, 1);
+        let mut q = ColorQueue::new(0, Placement::flat(1));
         let colors = KEEP_IDLE_SLOTS_UNDER as u64 + 200;
         for c in 0..colors {
             let _ = q.post(Color(c), task(&log, c), false);

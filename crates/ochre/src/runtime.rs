@@ -170,7 +170,7 @@ impl Builder {
             running: AtomicBool::new(false),
         };
         for (i, pin) in pins.into_iter().enumerate() {
-            let core = Core::new(i, workers, &shared.config);
+            let core = Core::new(i, shared.placement, &shared.config);
             let (shared, gate) = (shared.clone(), gate.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("ochre-w{i}"))
@@ -319,7 +319,7 @@ impl Runtime {
 
     /// The worker a color lives on (its home), unless lent by stealing.
     pub fn home_of(&self, color: Color) -> usize {
-        home_of(color, self.shared.workers)
+        home_of(color, self.shared.placement)
     }
 
     /// The reasoned-spinning threshold in force (zero if the spin policy has none).
@@ -385,7 +385,7 @@ impl Runtime {
         *lock(&shared.abort) = None;
         let before = self.handle().stats();
         shared.post_external(
-            home_of(color, shared.workers),
+            home_of(color, shared.placement),
             Msg::Post { color, task: init, urgent: false },
             true,
         );
@@ -435,7 +435,7 @@ pub(crate) fn pin_on(shared: &Arc<Shared>, color: Color) {
     if on_worker {
         let _ = crate::context::pin(color);
     } else {
-        shared.post_external(home_of(color, shared.workers), Msg::Pin { color }, false);
+        shared.post_external(home_of(color, shared.placement), Msg::Pin { color }, false);
     }
 }
 
@@ -523,7 +523,7 @@ impl Handle {
         if on_worker {
             return crate::context::post_task(color, task, urgent);
         }
-        let dest = home_of(color, self.shared.workers);
+        let dest = home_of(color, self.shared.placement);
         self.shared.post_external(dest, Msg::Post { color, task, urgent }, true);
         Ok(())
     }
@@ -637,7 +637,7 @@ impl Handle {
 
     /// The home worker of a color.
     pub fn home_of(&self, color: Color) -> usize {
-        home_of(color, self.shared.workers)
+        home_of(color, self.shared.placement)
     }
 
     /// True once the runtime was dropped.

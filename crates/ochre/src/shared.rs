@@ -161,6 +161,8 @@ pub(crate) struct Control {
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) workers: usize,
+    /// Where colors live (`color::home_of`).
+    pub(crate) placement: crate::color::Placement,
     pub(crate) remotes: Box<[Remote]>,
     pub(crate) control: Control,
     /// Reasoned-spinning threshold (0 if the policy does not use one).
@@ -212,6 +214,7 @@ impl Shared {
         Ok(Shared {
             config,
             workers,
+            placement: crate::color::Placement { workers, domain: topology.domain_size(workers) },
             remotes: remotes.into_boxed_slice(),
             control: Control {
                 stop: Padded::new(AtomicUsize::new(RUNNING)),

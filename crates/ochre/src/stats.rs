@@ -85,6 +85,8 @@ counters! {
     /// Sum over the colors stolen of the victim's tier (1 = nearest group of workers in the
     /// topology); mean distance = steal_tiers / steals_in.
     steal_tiers = StealTiers,
+    /// Time spent searching: from each steal request to its answer, in microseconds.
+    steal_wait_us = StealWaitMicros,
     /// Handlers that panicked on this worker.
     panics = Panics,
     /// Descriptors this worker started watching.

@@ -46,6 +46,7 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
             .is_ok()
         {
             core.steal_pending = true;
+            core.steal_asked_at = Some(std::time::Instant::now());
             core.counters.add(Counter::StealAttempts, 1);
             core.send(shared, victim, Msg::StealRequest);
             if shared.config.batching {
@@ -73,7 +74,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     let loans = if config.steal_batch {
         core.queue.lend_many(thief, config.steal_batch_max, true, floor)
     } else {
-        core.queue.lend_weighing(thief, floor).into_iter().collect()
+        core.queue.lend_many(thief, 1, false, floor)
     };
     core.counters.add(Counter::StealsOut, loans.len() as u64);
     let from = core.id;
@@ -128,12 +129,17 @@ mod tests {
             crate::topology::Topology::synthetic(topology).unwrap()
         };
         let shared = Shared::new(config.clone(), workers, Duration::ZERO, 1, &topology).unwrap();
-        let cores = (0..workers).map(|i| Core::new(i, workers, &config)).collect();
+        let placement = crate::color::Placement::flat(workers);
+        let cores = (0..workers).map(|i| Core::new(i, placement, &config)).collect();
         (shared, cores)
     }
 
     fn color_on(w: usize, n: usize, skip: usize) -> Color {
-        (0..).map(Color).filter(|&c| home_of(c, n) == w).nth(skip).unwrap()
+        (0..)
+            .map(Color)
+            .filter(|&c| home_of(c, crate::color::Placement::flat(n)) == w)
+            .nth(skip)
+            .unwrap()
     }
 
     fn inbox_msgs(shared: &Shared, w: usize) -> Vec<Msg> {
@@ -239,7 +245,7 @@ mod tests {
         assert!(thief.queue.lease(b).is_some() && thief.queue.lease(a).is_none());
         // Answering with nothing to lend still releases the thief.
         request(&mut thief, &shared);
-        let mut empty = Core::new(1, 2, &Config::default());
+        let mut empty = Core::new(1, crate::color::Placement::flat(2), &Config::default());
         answer(&mut empty, &shared);
         thief.take_inbox(&shared);
         assert!(!thief.steal_pending);

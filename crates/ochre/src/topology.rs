@@ -186,6 +186,23 @@ impl Topology {
         }
     }
 
+    /// How many consecutive workers (placed in tree order) share the nearest cache domain that
+    /// holds more than one of them: the size of a color group's home (`Color::grouped`). 1 when
+    /// no level groups workers.
+    pub fn domain_size(&self, workers: usize) -> usize {
+        let n = self.len().max(1);
+        let used = workers.min(n);
+        // From the level just above the core up: the first that puts two workers together.
+        for level in (0..4).rev() {
+            let first = self.paths[0][level];
+            let size = (0..used).take_while(|&i| self.paths[i][level] == first).count();
+            if size >= 2 {
+                return size;
+            }
+        }
+        1
+    }
+
     /// For a worker at tree position `me` among `workers` workers placed in tree order (worker
     /// `w` at position `w % len`): the other workers grouped by distance, nearest group first.
     pub fn victim_tiers(&self, me: usize, workers: usize) -> Vec<Vec<usize>> {
@@ -273,6 +290,19 @@ mod tests {
         assert_eq!(t.distance(0, 2), 2, "same package (and L3 level), other L2");
         assert_eq!(t.distance(0, 4), 4, "other package");
         assert_eq!(t.victim_tiers(0, 8), vec![vec![1], vec![2, 3], vec![4, 5, 6, 7]]);
+    }
+
+    #[test]
+    fn cache_domains_size_color_groups() {
+        assert_eq!(Topology::synthetic("package:2 l2:2 core:2").unwrap().domain_size(8), 2);
+        assert_eq!(Topology::synthetic("numa:4 core:4").unwrap().domain_size(16), 4);
+        assert_eq!(Topology::synthetic("numa:4 core:4").unwrap().domain_size(2), 2);
+        assert_eq!(Topology::synthetic("core:1").unwrap().domain_size(4), 1);
+        assert_eq!(
+            Topology::flat(vec![0, 1, 2]).domain_size(3),
+            3,
+            "no structure known: one domain"
+        );
     }
 
     #[test]

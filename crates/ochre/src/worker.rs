@@ -55,6 +55,8 @@ pub(crate) struct Core {
     pub(crate) last_sleep: Option<Duration>,
     /// A steal request of ours is waiting for its grant.
     pub(crate) steal_pending: bool,
+    /// When that request was made (time spent searching).
+    pub(crate) steal_asked_at: Option<Instant>,
     pub(crate) rng: u64,
     /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
     pub(crate) nudge_cooldown: u32,
@@ -70,16 +72,22 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(id: usize, shared_workers: usize, config: &crate::Config) -> Self {
+    pub(crate) fn new(
+        id: usize,
+        placement: crate::color::Placement,
+        config: &crate::Config,
+    ) -> Self {
+        let shared_workers = placement.workers;
         Core {
             id,
-            queue: ColorQueue::new(id, shared_workers),
+            queue: ColorQueue::new(id, placement),
             outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor),
             counters: Counters::new(),
             sent: 0,
             received: 0,
             last_sleep: None,
             steal_pending: false,
+            steal_asked_at: None,
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             nudge_cooldown: 0,
             events_since_check: 0,
@@ -131,7 +139,7 @@ impl Core {
         let dest = if self.queue.lease(color).is_some() {
             self.id
         } else {
-            home_of(color, shared.workers)
+            home_of(color, shared.placement)
         };
         if dest == self.id {
             self.counters.add(Counter::PostsLocal, 1);
@@ -282,6 +290,9 @@ impl Core {
             }
             Msg::Grant { from, loans } => {
                 self.steal_pending = false;
+                if let Some(t) = self.steal_asked_at.take() {
+                    self.counters.add(Counter::StealWaitMicros, t.elapsed().as_micros() as u64);
+                }
                 if loans.is_empty() {
                     self.counters.add(Counter::StealFailures, 1);
                 }

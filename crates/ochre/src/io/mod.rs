@@ -280,7 +280,7 @@ pub(crate) fn watch_on(
     if shared.control.closed.load(Ordering::SeqCst) {
         return Err(Error::Closed);
     }
-    let owner = home_of(color, shared.workers);
+    let owner = home_of(color, shared.placement);
     let token = shared.control.next_token.fetch_add(1, Ordering::Relaxed);
     let identity = identity(fd).ok_or_else(|| {
         Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not an open descriptor"))
@@ -380,7 +380,7 @@ where
 pub(crate) fn timer_on(shared: &Arc<Shared>, at: Instant, color: Color, task: Task) -> Timer {
     let owner = with_current(|ctx| Arc::ptr_eq(&ctx.shared, shared).then_some(ctx.id))
         .flatten()
-        .unwrap_or_else(|| home_of(color, shared.workers));
+        .unwrap_or_else(|| home_of(color, shared.placement));
     let state = Arc::new(TimerState {
         owner,
         key: AtomicU64::new(u64::MAX),
