@@ -263,6 +263,16 @@ impl ColorQueue {
         s.lease == Lease::Local && !s.pinned && s.weight_ns >= min_weight_ns
     }
 
+    /// True if at least `n` waiting colors could be lent now (looks at the first 64 only).
+    pub(crate) fn has_lendable(&self, min_weight_ns: u64, n: usize) -> bool {
+        self.ready
+            .iter()
+            .take(64)
+            .filter(|&&k| self.lendable(k, min_weight_ns))
+            .nth(n - 1)
+            .is_some()
+    }
+
     /// Lends one color to `thief`: the ready color that would run last here, among those homed
     /// here and not pinned (a borrowed color is never lent on). Returns `None` if there is none.
     #[cfg(test)]

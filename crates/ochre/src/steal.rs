@@ -27,6 +27,12 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     if shared.config.steal == Steal::Off || core.steal_pending || shared.workers < 2 {
         return;
     }
+    // After empty answers, ask less often: a victim answers every request, and on balanced
+    // work each answer is a message it did not need to send.
+    if core.steal_backoff > 0 {
+        core.steal_backoff -= 1;
+        return;
+    }
     let random = core.next_random();
     let tiers = &shared.victims[core.id];
     let candidates = tiers.iter().flat_map(|group| {
@@ -57,6 +63,11 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     }
 }
 
+/// The cost-aware floor in ns (0 when cost-aware stealing is off).
+fn min_work_ns(shared: &Shared) -> u64 {
+    shared.config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
 /// A worker answers a steal request left in its slot, if any: lends a color or says no.
 #[inline]
 pub(crate) fn answer(core: &mut Core, shared: &Shared) {
@@ -70,7 +81,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     }
     let thief = thief - 1;
     let config = &shared.config;
-    let floor = config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
+    let floor = min_work_ns(shared);
     let loans = if config.steal_batch {
         core.queue.lend_many(thief, config.steal_batch_max, true, floor)
     } else {
@@ -99,7 +110,11 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         || core.queue.ready_len() < 2
         || shared.control.parked.load(Ordering::Relaxed) == 0
         || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
+        || !core.queue.has_lendable(min_work_ns(shared), 2)
     {
+        // Nothing a thief could take (pinned, borrowed or too light): waking it would only cost
+        // a system call here and a wasted request there.
+        core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
         return;
     }
     for (i, r) in shared.remotes.iter().enumerate() {

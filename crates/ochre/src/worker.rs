@@ -57,6 +57,9 @@ pub(crate) struct Core {
     pub(crate) steal_pending: bool,
     /// When that request was made (time spent searching).
     pub(crate) steal_asked_at: Option<Instant>,
+    /// Idle spells to skip before asking again, after empty answers (doubles up to 64).
+    pub(crate) steal_backoff: u32,
+    steal_backoff_next: u32,
     pub(crate) rng: u64,
     /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
     pub(crate) nudge_cooldown: u32,
@@ -88,6 +91,8 @@ impl Core {
             last_sleep: None,
             steal_pending: false,
             steal_asked_at: None,
+            steal_backoff: 0,
+            steal_backoff_next: 1,
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             nudge_cooldown: 0,
             events_since_check: 0,
@@ -295,6 +300,10 @@ impl Core {
                 }
                 if loans.is_empty() {
                     self.counters.add(Counter::StealFailures, 1);
+                    self.steal_backoff = self.steal_backoff_next;
+                    self.steal_backoff_next = (self.steal_backoff_next * 2).min(64);
+                } else {
+                    self.steal_backoff_next = 1;
                 }
                 let tier = u64::from(shared.tier[self.id][from]);
                 for loan in loans {
