@@ -66,6 +66,38 @@ enum Command {
         #[arg(long, hide = true)]
         copy: Option<u32>,
     },
+    /// Load an HTTP server: a closed loop of clients (Banga & Druschel), latency percentiles,
+    /// errors by kind. Every run is bounded in time.
+    Load {
+        /// The URL to request, e.g. http://127.0.0.1:8080/index.html (repeat for several paths
+        /// of the same server, requested in turn).
+        #[arg(required = true)]
+        urls: Vec<String>,
+        /// Concurrent clients (connections).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        clients: u32,
+        /// Requests per connection before it is closed and reopened (150 in the thesis).
+        #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(1..))]
+        requests_per_connection: u32,
+        /// Milliseconds between a response and the next request of a client.
+        #[arg(long, default_value_t = 0.0)]
+        think_ms: f64,
+        /// Seconds of measured load.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Seconds of load before measuring.
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// Seconds a request may take before it counts as a timeout.
+        #[arg(long, default_value_t = 5.0)]
+        timeout: f64,
+        /// Worker threads of the injector (default: one per CPU).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        workers: Option<u32>,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Run one benchmark against its peers in this process and print its table.
     Bench {
         /// Which benchmark.
@@ -111,6 +143,29 @@ fn main() -> ExitCode {
             bench(&name, &opts, json.as_deref())
         }
         Command::Study { quick, full: _, out } => study(quick, &out),
+        Command::Load {
+            urls,
+            clients,
+            requests_per_connection,
+            think_ms,
+            duration,
+            warmup,
+            timeout,
+            workers,
+            json,
+        } => (|| {
+            let phases = ochre_load::Phases {
+                warmup: seconds("warmup", warmup)?,
+                measure: seconds("duration", duration)?,
+                timeout: seconds("timeout", timeout)?,
+            };
+            let model = ochre_load::ClosedLoop {
+                clients: clients as usize,
+                requests_per_connection,
+                think: seconds("think-ms", think_ms / 1000.0)?,
+            };
+            load(&urls, &model, &phases, workers, json.as_deref())
+        })(),
         Command::Serve {
             root,
             listen,
@@ -229,6 +284,34 @@ fn run_copies(copies: u32) -> Result<(), String> {
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
+}
+
+fn load(
+    urls: &[String],
+    model: &ochre_load::ClosedLoop,
+    phases: &ochre_load::Phases,
+    workers: Option<u32>,
+    json: Option<&Path>,
+) -> Result<(), String> {
+    let mut target = ochre_load::parse_url(&urls[0])?;
+    for u in &urls[1..] {
+        let t = ochre_load::parse_url(u)?;
+        if t.addr != target.addr {
+            return Err(format!("{u}: all URLs must name the same server"));
+        }
+        target.paths.extend(t.paths);
+    }
+    let mut builder = ochre::Runtime::builder();
+    if let Some(w) = workers {
+        builder = builder.workers(w as usize);
+    }
+    let rt = builder.build().map_err(|e| e.to_string())?;
+    let report = ochre_load::closed_loop(&rt, &target, model, phases)?;
+    print!("{}", report.table());
+    if let Some(path) = json {
+        write_json(path, &report)?;
+    }
+    Ok(())
 }
 
 /// `serve` flags that override the configuration file.

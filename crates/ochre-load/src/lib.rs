@@ -1,0 +1,129 @@
+//! `ochre load`: an HTTP/1.1 load injector on the ochre runtime.
+//!
+//! How a run flows: [`closed_loop`] makes one client per connection slot, each a color of its
+//! own (`client`): the clients connect, send, read, record latencies into their own HDR
+//! histogram (no shared counter on the hot path), and reconnect after a number of requests.
+//! A warm-up phase is not recorded; the measured phase is; then no new request is sent, every
+//! outstanding one finishes or times out, the runtime goes quiescent and the run returns. The
+//! per-client tallies are merged into a [`LoadReport`] (throughput, latency percentiles, errors
+//! by kind), printable as a table or JSON.
+//!
+//! This is the first part of the injector: the closed loop. Semi-open and open loops, the file
+//! set generator, rate search and master/workers come next.
+
+mod client;
+pub mod report;
+
+use std::net::ToSocketAddrs;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ochre::{Color, Runtime};
+
+pub use client::Target;
+pub use report::{ErrorKind, LoadReport, Tally};
+
+/// Colors of the clients start here (below SWS's connection colors and grouped colors).
+const CLIENT_COLORS: u64 = 1 << 61;
+
+/// The closed loop (Banga & Druschel): `clients` clients, each sending requests one after the
+/// other on a connection, `requests_per_connection` per connection, with `think` between a
+/// response and the next request.
+#[derive(Clone, Debug)]
+pub struct ClosedLoop {
+    /// Concurrent clients (connections).
+    pub clients: usize,
+    /// Requests per connection before it is closed and a new one opened (150 in the thesis).
+    pub requests_per_connection: u32,
+    /// Pause between a response and the next request.
+    pub think: Duration,
+}
+
+/// Phases of a run.
+#[derive(Clone, Debug)]
+pub struct Phases {
+    /// Not recorded.
+    pub warmup: Duration,
+    /// Recorded.
+    pub measure: Duration,
+    /// A request without its complete response after this counts as a timeout.
+    pub timeout: Duration,
+}
+
+/// Parses `http://host[:port]/path` into a target (only `http`).
+pub fn parse_url(url: &str) -> Result<Target, String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url}: only http:// URLs"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        return Err(format!("{url}: no host"));
+    }
+    let with_port =
+        if authority.contains(':') { authority.to_string() } else { format!("{authority}:80") };
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{url}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{url}: no address"))?;
+    Ok(Target { addr, host: authority.to_string(), paths: vec![path.to_string()] })
+}
+
+/// Runs a closed loop against `target` on `rt` and reports the measured phase.
+pub fn closed_loop(
+    rt: &Runtime,
+    target: &Target,
+    model: &ClosedLoop,
+    phases: &Phases,
+) -> Result<LoadReport, String> {
+    if model.clients == 0 || model.requests_per_connection == 0 || target.paths.is_empty() {
+        return Err("clients, requests per connection and paths must not be zero".into());
+    }
+    let start = Instant::now();
+    let run = Arc::new(client::Run {
+        target: target.clone(),
+        per_connection: model.requests_per_connection,
+        think: model.think,
+        timeout: phases.timeout,
+        measure_from: start + phases.warmup,
+        measure_until: start + phases.warmup + phases.measure,
+        tallies: (0..model.clients).map(|_| Mutex::new(Tally::new())).collect(),
+    });
+    let r = run.clone();
+    let clients = model.clients;
+    rt.run(Color(CLIENT_COLORS), move || {
+        for i in 0..clients {
+            let color = Color(CLIENT_COLORS + 1 + i as u64);
+            let c = client::Client::new(i, color, r.clone());
+            ochre::post(color, move || client::start(c));
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    let mut total = Tally::new();
+    for t in &run.tallies {
+        let t = t.lock().map_err(|_| "a client's tally was poisoned".to_string())?;
+        total.merge(&t);
+    }
+    let name = format!(
+        "closed loop, {} clients, {} requests/connection, think {:?}",
+        model.clients, model.requests_per_connection, model.think
+    );
+    Ok(LoadReport::from_tally(name, &total, phases.measure))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = parse_url("http://127.0.0.1:8080/a/b?c").unwrap();
+        assert_eq!(t.addr.port(), 8080);
+        assert_eq!(t.paths, vec!["/a/b?c"]);
+        assert_eq!(t.host, "127.0.0.1:8080");
+        assert_eq!(parse_url("http://127.0.0.1:9").unwrap().paths, vec!["/"]);
+        assert!(parse_url("https://x/").is_err());
+        assert!(parse_url("http:///x").is_err());
+    }
+}
