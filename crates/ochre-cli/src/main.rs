@@ -66,8 +66,9 @@ enum Command {
         #[arg(long, hide = true)]
         copy: Option<u32>,
     },
-    /// Load an HTTP server: a closed loop of clients (Banga & Druschel), latency percentiles,
-    /// errors by kind. Every run is bounded in time.
+    /// Load an HTTP server: a closed loop of clients (Banga & Druschel), or with --rate an open
+    /// loop (latency from each request's intended send time); latency percentiles, errors by
+    /// kind. Every run is bounded in time.
     Load {
         /// The URL to request, e.g. http://127.0.0.1:8080/index.html (repeat for several paths
         /// of the same server, requested in turn).
@@ -82,6 +83,12 @@ enum Command {
         /// Milliseconds between a response and the next request of a client.
         #[arg(long, default_value_t = 0.0)]
         think_ms: f64,
+        /// Open loop: requests per second in all, over --clients connections.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Open loop: Poisson arrivals (exponential gaps) instead of fixed gaps.
+        #[arg(long, requires = "rate")]
+        poisson: bool,
         /// Seconds of measured load.
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
@@ -148,6 +155,8 @@ fn main() -> ExitCode {
             clients,
             requests_per_connection,
             think_ms,
+            rate,
+            poisson,
             duration,
             warmup,
             timeout,
@@ -159,10 +168,17 @@ fn main() -> ExitCode {
                 measure: seconds("duration", duration)?,
                 timeout: seconds("timeout", timeout)?,
             };
-            let model = ochre_load::ClosedLoop {
-                clients: clients as usize,
-                requests_per_connection,
-                think: seconds("think-ms", think_ms / 1000.0)?,
+            let model = match rate {
+                Some(rate) => LoadModel::Open(ochre_load::OpenLoop {
+                    rate,
+                    connections: clients as usize,
+                    poisson,
+                }),
+                None => LoadModel::Closed(ochre_load::ClosedLoop {
+                    clients: clients as usize,
+                    requests_per_connection,
+                    think: seconds("think-ms", think_ms / 1000.0)?,
+                }),
             };
             load(&urls, &model, &phases, workers, json.as_deref())
         })(),
@@ -286,9 +302,14 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
 }
 
+enum LoadModel {
+    Closed(ochre_load::ClosedLoop),
+    Open(ochre_load::OpenLoop),
+}
+
 fn load(
     urls: &[String],
-    model: &ochre_load::ClosedLoop,
+    model: &LoadModel,
     phases: &ochre_load::Phases,
     workers: Option<u32>,
     json: Option<&Path>,
@@ -306,7 +327,10 @@ fn load(
         builder = builder.workers(w as usize);
     }
     let rt = builder.build().map_err(|e| e.to_string())?;
-    let report = ochre_load::closed_loop(&rt, &target, model, phases)?;
+    let report = match model {
+        LoadModel::Closed(m) => ochre_load::closed_loop(&rt, &target, m, phases)?,
+        LoadModel::Open(m) => ochre_load::open_loop(&rt, &target, m, phases)?,
+    };
     print!("{}", report.table());
     if let Some(path) = json {
         write_json(path, &report)?;

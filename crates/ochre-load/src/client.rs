@@ -8,6 +8,12 @@
 //! it closes and connects again (Banga & Druschel's closed loop, 150 requests per connection in
 //! the thesis). Errors are counted by kind and the client reconnects.
 //!
+//! In the open loop (httperf style), a client sends at *intended* times, one every `gap`
+//! (fixed, or exponentially distributed for a Poisson arrival process), whatever the server does:
+//! if the previous response is late, the next request goes out as soon as it arrives, and its
+//! latency is counted from its intended time, so queueing at a stalled server shows in the
+//! percentiles instead of being hidden (coordinated omission).
+//!
 //! Everything is bounded in time: no request is sent after the measured phase ends, every
 //! request has a timeout, so a dead or hung server ends the run with errors counted.
 
@@ -32,10 +38,19 @@ pub struct Target {
 }
 
 /// Shared by every client of a run.
+/// When a client sends its next request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pacing {
+    /// Closed loop: after each response, wait `think`, then send.
+    Closed { think: Duration },
+    /// Open loop: at intended times `gap` apart (mean gap for Poisson arrivals).
+    Open { gap: Duration, poisson: bool },
+}
+
 pub(crate) struct Run {
     pub(crate) target: Target,
+    pub(crate) pacing: Pacing,
     pub(crate) per_connection: u32,
-    pub(crate) think: Duration,
     pub(crate) timeout: Duration,
     pub(crate) measure_from: Instant,
     pub(crate) measure_until: Instant,
@@ -59,6 +74,9 @@ struct ClientState {
     /// Bumped per request, so a stale timeout is recognized.
     seq: u64,
     done: bool,
+    /// Open loop: the intended time of the next request.
+    intended: Option<Instant>,
+    rng: u64,
 }
 
 pub(crate) struct Client {
@@ -86,9 +104,20 @@ impl Client {
                     next_path: id,
                     seq: 0,
                     done: false,
+                    intended: None,
+                    rng: 0x9e37_79b9_7f4a_7c15
+                        ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
                 },
             ),
         })
+    }
+
+    fn count_late(&self, intended: Instant) {
+        if intended >= self.run.measure_from && intended <= self.run.measure_until {
+            if let Ok(mut t) = self.run.tallies[self.id].lock() {
+                t.late += 1;
+            }
+        }
     }
 
     fn count_error(&self, kind: ErrorKind) {
@@ -124,7 +153,7 @@ pub(crate) fn start(client: Arc<Client>) {
                         st.conn = Some(conn);
                         st.on_conn = 0;
                         st.buf.clear();
-                        send_request(&client, st);
+                        next_send(&client, st);
                     }
                     Err(_) => retry_later(&client, ErrorKind::Connect),
                 }
@@ -138,6 +167,50 @@ fn retry_later(client: &Arc<Client>, kind: ErrorKind) {
     client.count_error(kind);
     let c = client.clone();
     let _ = io::post_after(Duration::from_millis(10), client.color, move || start(c));
+}
+
+/// Open loop: the gap to the next intended send.
+fn gap(st: &mut ClientState, mean: Duration, poisson: bool) -> Duration {
+    if !poisson {
+        return mean;
+    }
+    st.rng ^= st.rng << 13;
+    st.rng ^= st.rng >> 7;
+    st.rng ^= st.rng << 17;
+    let u = ((st.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    mean.mul_f64(-u.ln())
+}
+
+/// Sends the next request now (closed loop), or at its intended time (open loop).
+fn next_send(client: &Arc<Client>, st: &mut ClientState) {
+    match client.run.pacing {
+        Pacing::Closed { think } if think.is_zero() => send_request(client, st),
+        Pacing::Closed { think } => {
+            let c = client.clone();
+            let _ = io::post_after(think, client.color, move || {
+                let _ = c.state.with(|st| send_request(&c, st));
+            });
+        }
+        Pacing::Open { .. } => {
+            let due = st.intended.unwrap_or_else(Instant::now);
+            let now = Instant::now();
+            if due <= now {
+                if now.saturating_duration_since(due) > Duration::from_millis(1) {
+                    client.count_late(due);
+                }
+                send_request(client, st);
+            } else {
+                let c = client.clone();
+                let _ = io::post_after(due - now, client.color, move || {
+                    let _ = c.state.with(|st| {
+                        if st.inflight.is_none() && st.conn.is_some() {
+                            send_request(&c, st);
+                        }
+                    });
+                });
+            }
+        }
+    }
 }
 
 fn send_request(client: &Arc<Client>, st: &mut ClientState) {
@@ -162,7 +235,17 @@ fn send_request(client: &Arc<Client>, st: &mut ClientState) {
     }
     st.on_conn += 1;
     st.seq += 1;
-    st.inflight = Some(Instant::now());
+    let now = Instant::now();
+    st.inflight = Some(match run.pacing {
+        // Latency counts from the intended time: queueing behind a slow response shows.
+        Pacing::Open { gap: mean, poisson } => {
+            let intended = st.intended.unwrap_or(now).min(now);
+            let g = gap(st, mean, poisson);
+            st.intended = Some(intended + g);
+            intended
+        }
+        Pacing::Closed { .. } => now,
+    });
     let (c, seq) = (client.clone(), st.seq);
     if let Some(t) = st.timer.take() {
         t.cancel();
@@ -258,13 +341,8 @@ fn parse(client: &Arc<Client>, st: &mut ClientState) -> bool {
             let c = client.clone();
             ochre::post(client.color, move || start(c));
         }
-    } else if run.think.is_zero() {
-        send_request(client, st);
     } else {
-        let c = client.clone();
-        let _ = io::post_after(run.think, client.color, move || {
-            let _ = c.state.with(|st| send_request(&c, st));
-        });
+        next_send(client, st);
     }
     true
 }

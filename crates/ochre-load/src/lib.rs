@@ -8,8 +8,9 @@
 //! per-client tallies are merged into a [`LoadReport`] (throughput, latency percentiles, errors
 //! by kind), printable as a table or JSON.
 //!
-//! This is the first part of the injector: the closed loop. Semi-open and open loops, the file
-//! set generator, rate search and master/workers come next.
+//! Models so far: the closed loop and the open loop (fixed or Poisson arrivals, latency from the
+//! intended send time). The semi-open loop, the file set generator, rate search and
+//! master/workers come next.
 
 mod client;
 pub mod report;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use ochre::{Color, Runtime};
 
+use client::Pacing;
 pub use client::Target;
 pub use report::{ErrorKind, LoadReport, Tally};
 
@@ -37,6 +39,19 @@ pub struct ClosedLoop {
     pub requests_per_connection: u32,
     /// Pause between a response and the next request.
     pub think: Duration,
+}
+
+/// The open loop (httperf style): requests at `rate` per second over `connections` keep-alive
+/// connections, whatever the server does; latency counts from each request's intended time.
+#[derive(Clone, Debug)]
+pub struct OpenLoop {
+    /// Requests per second in all.
+    pub rate: f64,
+    /// Connections the requests are spread over (each has at most one request outstanding;
+    /// later ones wait for it, and their wait is part of their latency).
+    pub connections: usize,
+    /// Exponential gaps (Poisson arrivals) instead of fixed ones.
+    pub poisson: bool,
 }
 
 /// Phases of a run.
@@ -77,21 +92,61 @@ pub fn closed_loop(
     model: &ClosedLoop,
     phases: &Phases,
 ) -> Result<LoadReport, String> {
-    if model.clients == 0 || model.requests_per_connection == 0 || target.paths.is_empty() {
-        return Err("clients, requests per connection and paths must not be zero".into());
+    if model.requests_per_connection == 0 {
+        return Err("requests per connection must not be zero".into());
+    }
+    let name = format!(
+        "closed loop, {} clients, {} requests/connection, think {:?}",
+        model.clients, model.requests_per_connection, model.think
+    );
+    let pacing = Pacing::Closed { think: model.think };
+    drive(rt, target, model.clients, model.requests_per_connection, pacing, phases, name)
+}
+
+/// Runs an open loop against `target` on `rt` and reports the measured phase.
+pub fn open_loop(
+    rt: &Runtime,
+    target: &Target,
+    model: &OpenLoop,
+    phases: &Phases,
+) -> Result<LoadReport, String> {
+    if !(model.rate.is_finite() && model.rate > 0.0) {
+        return Err("the rate must be a positive number".into());
+    }
+    let gap = Duration::from_secs_f64(model.connections as f64 / model.rate);
+    let name = format!(
+        "open loop, {} req/s{} over {} connections",
+        model.rate,
+        if model.poisson { " (Poisson)" } else { "" },
+        model.connections
+    );
+    let pacing = Pacing::Open { gap, poisson: model.poisson };
+    drive(rt, target, model.connections, u32::MAX, pacing, phases, name)
+}
+
+fn drive(
+    rt: &Runtime,
+    target: &Target,
+    clients: usize,
+    per_connection: u32,
+    pacing: Pacing,
+    phases: &Phases,
+    name: String,
+) -> Result<LoadReport, String> {
+    if clients == 0 || target.paths.is_empty() {
+        return Err("clients (connections) and paths must not be zero".into());
     }
     let start = Instant::now();
     let run = Arc::new(client::Run {
         target: target.clone(),
-        per_connection: model.requests_per_connection,
-        think: model.think,
+        pacing,
+        per_connection,
         timeout: phases.timeout,
         measure_from: start + phases.warmup,
         measure_until: start + phases.warmup + phases.measure,
-        tallies: (0..model.clients).map(|_| Mutex::new(Tally::new())).collect(),
+        tallies: (0..clients).map(|_| Mutex::new(Tally::new())).collect(),
     });
     let r = run.clone();
-    let clients = model.clients;
     rt.run(Color(CLIENT_COLORS), move || {
         for i in 0..clients {
             let color = Color(CLIENT_COLORS + 1 + i as u64);
@@ -105,10 +160,6 @@ pub fn closed_loop(
         let t = t.lock().map_err(|_| "a client's tally was poisoned".to_string())?;
         total.merge(&t);
     }
-    let name = format!(
-        "closed loop, {} clients, {} requests/connection, think {:?}",
-        model.clients, model.requests_per_connection, model.think
-    );
     Ok(LoadReport::from_tally(name, &total, phases.measure))
 }
 

@@ -34,6 +34,9 @@ pub struct Tally {
     pub errors: [u64; ERROR_KINDS],
     /// Response bytes (heads and bodies) in the measured phase.
     pub bytes: u64,
+    /// Open loop: requests sent more than 1 ms after their intended time (the connection was
+    /// still waiting for an earlier response).
+    pub late: u64,
 }
 
 impl Tally {
@@ -44,6 +47,7 @@ impl Tally {
             ok: 0,
             errors: [0; ERROR_KINDS],
             bytes: 0,
+            late: 0,
         }
     }
 
@@ -52,6 +56,7 @@ impl Tally {
         let _ = self.latency_us.add(&other.latency_us);
         self.ok += other.ok;
         self.bytes += other.bytes;
+        self.late += other.late;
         for (a, b) in self.errors.iter_mut().zip(other.errors) {
             *a += b;
         }
@@ -85,6 +90,8 @@ pub struct LoadReport {
     pub latency_mean_us: f64,
     /// Largest latency.
     pub latency_max_us: u64,
+    /// Open loop: sends later than intended (see [`Tally::late`]).
+    pub late_sends: u64,
 }
 
 impl LoadReport {
@@ -107,6 +114,7 @@ impl LoadReport {
             latency_us,
             latency_mean_us: t.latency_us.mean(),
             latency_max_us: t.latency_us.max(),
+            late_sends: t.late,
         }
     }
 
@@ -140,6 +148,9 @@ impl LoadReport {
             "errors: {}\n",
             if errs.is_empty() { "none".to_string() } else { errs.join(" ") }
         );
+        if self.late_sends > 0 {
+            s += &format!("late sends (open loop): {}\n", self.late_sends);
+        }
         s
     }
 }

@@ -1,6 +1,6 @@
-//! The closed loop against a test server whose response delay is set: throughput follows
-//! clients / (service time + think time), every request is accounted for, a dead server ends
-//! the run with errors rather than a hang.
+//! The load models against a test server whose response delay is set: closed-loop throughput
+//! follows clients / (service time + think time); the open loop shows the queueing a stalled
+//! server causes (no coordinated omission); a dead server ends the run with errors, not a hang.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,10 +8,22 @@ use std::time::{Duration, Instant};
 
 use ochre::io::{self, Interest, Listener, Progress};
 use ochre::{Color, Runtime};
-use ochre_load::{closed_loop, ClosedLoop, ErrorKind, Phases, Target};
+use ochre_load::{closed_loop, open_loop, ClosedLoop, ErrorKind, OpenLoop, Phases, Target};
 
 /// A server that answers every request after `delay`, on its own runtime; returns its address.
 fn delaying_server(delay: Duration) -> (SocketAddr, Arc<Runtime>) {
+    stalling_server(delay, Duration::ZERO, Duration::ZERO)
+}
+
+/// Like `delaying_server`, but from `stall_at` after it starts and for `stall_for`, it answers
+/// nothing; what arrived meanwhile is answered when the stall ends.
+fn stalling_server(
+    delay: Duration,
+    stall_at: Duration,
+    stall_for: Duration,
+) -> (SocketAddr, Arc<Runtime>) {
+    let t0 = Instant::now();
+    let (stall_from, stall_until) = (t0 + stall_at, t0 + stall_at + stall_for);
     let rt = Arc::new(Runtime::builder().workers(1).pin(false).build().unwrap());
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -31,7 +43,13 @@ fn delaying_server(delay: Duration) -> (SocketAddr, Arc<Runtime>) {
                                 String::from_utf8_lossy(&buf[..end]).contains("Connection: close");
                             buf.drain(..end + 4);
                             let s2 = s.clone();
-                            let _ = io::post_after(delay, color, move || {
+                            let now = Instant::now();
+                            let wait = if now >= stall_from && now < stall_until {
+                                stall_until - now + delay
+                            } else {
+                                delay
+                            };
+                            let _ = io::post_after(wait, color, move || {
                                 let _ = io::net::write(
                                     &*s2,
                                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -115,4 +133,79 @@ fn a_dead_server_ends_the_run_with_connect_errors() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(report.ok, 0);
     assert!(report.errors[ErrorKind::Connect as usize] > 0, "{}", report.table());
+}
+
+#[test]
+fn the_open_loop_shows_the_queueing_a_stalled_server_causes() {
+    // The server stalls for 300 ms in the middle of a 1 s measurement.
+    let phases = Phases {
+        warmup: Duration::ZERO,
+        measure: Duration::from_secs(1),
+        timeout: Duration::from_secs(3),
+    };
+    let (addr, server) = stalling_server(
+        Duration::from_millis(2),
+        Duration::from_millis(300),
+        Duration::from_millis(300),
+    );
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let open = open_loop(
+        &rt,
+        &target(addr),
+        &OpenLoop { rate: 200.0, connections: 2, poisson: false },
+        &phases,
+    )
+    .unwrap();
+    server.handle().shutdown();
+    // A quarter or more of the requests were due during the stall: they waited for it.
+    assert!(
+        open.percentile(90.0).unwrap() >= 100_000,
+        "open loop p90 hides the stall: {}",
+        open.table()
+    );
+    assert!(open.latency_max_us >= 250_000, "{}", open.table());
+    assert!(open.late_sends > 0, "sends were late behind the stalled responses: {}", open.table());
+    assert!((150.0..=230.0).contains(&open.throughput), "{}", open.table());
+
+    // The closed loop against the same stall: only the requests in flight see it.
+    let (addr, server) = stalling_server(
+        Duration::from_millis(2),
+        Duration::from_millis(300),
+        Duration::from_millis(300),
+    );
+    let closed = closed_loop(
+        &rt,
+        &target(addr),
+        &ClosedLoop { clients: 2, requests_per_connection: 1000, think: Duration::ZERO },
+        &phases,
+    )
+    .unwrap();
+    server.handle().shutdown();
+    assert!(closed.percentile(90.0).unwrap() < 20_000, "closed loop p90: {}", closed.table());
+    assert!(
+        closed.latency_max_us >= 250_000,
+        "its in-flight requests did wait: {}",
+        closed.table()
+    );
+}
+
+#[test]
+fn poisson_arrivals_keep_the_mean_rate() {
+    let (addr, server) = delaying_server(Duration::from_millis(1));
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let phases = Phases {
+        warmup: Duration::ZERO,
+        measure: Duration::from_secs(1),
+        timeout: Duration::from_secs(2),
+    };
+    let r = open_loop(
+        &rt,
+        &target(addr),
+        &OpenLoop { rate: 300.0, connections: 8, poisson: true },
+        &phases,
+    )
+    .unwrap();
+    server.handle().shutdown();
+    assert!((220.0..=380.0).contains(&r.throughput), "{}", r.table());
+    assert_eq!(r.errors, [0; 5]);
 }
