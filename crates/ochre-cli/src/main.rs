@@ -104,6 +104,24 @@ enum Command {
         /// Also write the report as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Request paths drawn from this mix (`mix.txt` of `ochre fileset`) instead of the URLs'.
+        #[arg(long)]
+        mix: Option<PathBuf>,
+    },
+    /// Generate a SPECweb99-like static file set and its request mix (mix.txt) in a directory.
+    Fileset {
+        /// Where to write it (created).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Total size in MiB (about 5 MiB per directory of 36 files).
+        #[arg(long, default_value_t = 100)]
+        size_mib: u64,
+        /// Zipf exponent of directory and file popularity (1.0 in SPECweb99).
+        #[arg(long, default_value_t = 1.0)]
+        zipf: f64,
+        /// Seed of the file contents.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Run one benchmark against its peers in this process and print its table.
     Bench {
@@ -150,6 +168,7 @@ fn main() -> ExitCode {
             bench(&name, &opts, json.as_deref())
         }
         Command::Study { quick, full: _, out } => study(quick, &out),
+        Command::Fileset { dir, size_mib, zipf, seed } => fileset(&dir, size_mib, zipf, seed),
         Command::Load {
             urls,
             clients,
@@ -162,6 +181,7 @@ fn main() -> ExitCode {
             timeout,
             workers,
             json,
+            mix,
         } => (|| {
             let phases = ochre_load::Phases {
                 warmup: seconds("warmup", warmup)?,
@@ -180,7 +200,7 @@ fn main() -> ExitCode {
                     think: seconds("think-ms", think_ms / 1000.0)?,
                 }),
             };
-            load(&urls, &model, &phases, workers, json.as_deref())
+            load(&urls, &model, &phases, workers, json.as_deref(), mix.as_deref())
         })(),
         Command::Serve {
             root,
@@ -313,8 +333,17 @@ fn load(
     phases: &ochre_load::Phases,
     workers: Option<u32>,
     json: Option<&Path>,
+    mix: Option<&Path>,
 ) -> Result<(), String> {
     let mut target = ochre_load::parse_url(&urls[0])?;
+    if let Some(m) = mix {
+        let set = ochre_load::fileset::FileSet::read_mix(m)?;
+        target.mix = Some(ochre_load::fileset::Mix::new(&set.weights));
+        target.paths = set.paths;
+        if urls.len() > 1 {
+            return Err("with --mix, give one URL (the server)".into());
+        }
+    }
     for u in &urls[1..] {
         let t = ochre_load::parse_url(u)?;
         if t.addr != target.addr {
@@ -335,6 +364,23 @@ fn load(
     if let Some(path) = json {
         write_json(path, &report)?;
     }
+    Ok(())
+}
+
+fn fileset(dir: &Path, size_mib: u64, zipf: f64, seed: u64) -> Result<(), String> {
+    if !(zipf.is_finite() && zipf >= 0.0) {
+        return Err("--zipf must be a non-negative number".into());
+    }
+    let dirs = ochre_load::fileset::FileSet::dirs_for(size_mib << 20);
+    let set = ochre_load::fileset::FileSet::describe(dirs, zipf, 1.0);
+    set.write(dir, seed).map_err(|e| format!("writing {}: {e}", dir.display()))?;
+    let total: u64 = set.sizes.iter().sum();
+    eprintln!(
+        "ochre fileset: {} files in {dirs} directories, {:.1} MiB, mix in {}",
+        set.paths.len(),
+        total as f64 / (1u64 << 20) as f64,
+        dir.join("mix.txt").display()
+    );
     Ok(())
 }
 

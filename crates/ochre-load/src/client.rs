@@ -26,15 +26,18 @@ use ochre::{Color, ColorCell};
 
 use crate::report::{ErrorKind, Tally};
 
-/// What to load: an address, the `Host` header, the paths to request (round robin).
+/// What to load: an address, the `Host` header, the paths to request (in turn, or drawn from a
+/// request mix).
 #[derive(Clone, Debug)]
 pub struct Target {
     /// Server address.
     pub addr: SocketAddr,
     /// `Host` header value.
     pub host: String,
-    /// Paths requested in turn.
+    /// Paths requested.
     pub paths: Vec<String>,
+    /// Draw the paths by these weights (a file set's mix) instead of in turn.
+    pub mix: Option<crate::fileset::Mix>,
 }
 
 /// Shared by every client of a run.
@@ -219,8 +222,17 @@ fn send_request(client: &Arc<Client>, st: &mut ClientState) {
         return finish(client, st);
     }
     let Some(conn) = st.conn.clone() else { return };
-    let path = &run.target.paths[st.next_path % run.target.paths.len()];
+    let index = match &run.target.mix {
+        Some(mix) => {
+            st.rng ^= st.rng << 13;
+            st.rng ^= st.rng >> 7;
+            st.rng ^= st.rng << 17;
+            mix.pick(((st.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64)
+        }
+        None => st.next_path,
+    };
     st.next_path += 1;
+    let path = &run.target.paths[index % run.target.paths.len()];
     let last = st.on_conn + 1 >= run.per_connection;
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\n{}\r\n",

@@ -13,6 +13,7 @@
 //! master/workers come next.
 
 mod client;
+pub mod fileset;
 pub mod report;
 
 use std::net::ToSocketAddrs;
@@ -82,7 +83,7 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         .map_err(|e| format!("{url}: {e}"))?
         .next()
         .ok_or_else(|| format!("{url}: no address"))?;
-    Ok(Target { addr, host: authority.to_string(), paths: vec![path.to_string()] })
+    Ok(Target { addr, host: authority.to_string(), paths: vec![path.to_string()], mix: None })
 }
 
 /// Runs a closed loop against `target` on `rt` and reports the measured phase.

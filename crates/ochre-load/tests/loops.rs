@@ -77,7 +77,7 @@ fn stalling_server(
 }
 
 fn target(addr: SocketAddr) -> Target {
-    Target { addr, host: "test".into(), paths: vec!["/a".into(), "/b".into()] }
+    Target { addr, host: "test".into(), paths: vec!["/a".into(), "/b".into()], mix: None }
 }
 
 #[test]
