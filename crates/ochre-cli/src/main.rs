@@ -66,9 +66,9 @@ enum Command {
         #[arg(long, hide = true)]
         copy: Option<u32>,
     },
-    /// Load an HTTP server: a closed loop of clients (Banga & Druschel), or with --rate an open
-    /// loop (latency from each request's intended send time); latency percentiles, errors by
-    /// kind. Every run is bounded in time.
+    /// Load an HTTP server: a closed loop of clients (Banga & Druschel); with --rate an open
+    /// loop (latency from each request's intended send time); with --sessions a semi-open loop
+    /// (Schroeder et al.). Latency percentiles, errors by kind. Every run is bounded in time.
     Load {
         /// The URL to request, e.g. http://127.0.0.1:8080/index.html (repeat for several paths
         /// of the same server, requested in turn).
@@ -86,8 +86,15 @@ enum Command {
         /// Open loop: requests per second in all, over --clients connections.
         #[arg(long)]
         rate: Option<f64>,
-        /// Open loop: Poisson arrivals (exponential gaps) instead of fixed gaps.
-        #[arg(long, requires = "rate")]
+        /// Semi-open loop: sessions arriving per second (each session thinks --think-ms on
+        /// average between requests; Pariag et al. use 343).
+        #[arg(long, conflicts_with = "rate")]
+        sessions: Option<f64>,
+        /// Semi-open loop: probability that a session leaves after each reply.
+        #[arg(long, default_value_t = 0.2, requires = "sessions")]
+        leave: f64,
+        /// Poisson arrivals (exponential gaps) instead of fixed gaps, for --rate or --sessions.
+        #[arg(long)]
         poisson: bool,
         /// Seconds of measured load.
         #[arg(long, default_value_t = 10.0)]
@@ -175,6 +182,8 @@ fn main() -> ExitCode {
             requests_per_connection,
             think_ms,
             rate,
+            sessions,
+            leave,
             poisson,
             duration,
             warmup,
@@ -188,16 +197,23 @@ fn main() -> ExitCode {
                 measure: seconds("duration", duration)?,
                 timeout: seconds("timeout", timeout)?,
             };
-            let model = match rate {
-                Some(rate) => LoadModel::Open(ochre_load::OpenLoop {
+            let think = seconds("think-ms", think_ms / 1000.0)?;
+            let model = match (rate, sessions) {
+                (Some(rate), _) => LoadModel::Open(ochre_load::OpenLoop {
                     rate,
                     connections: clients as usize,
                     poisson,
                 }),
-                None => LoadModel::Closed(ochre_load::ClosedLoop {
+                (None, Some(arrival_rate)) => LoadModel::SemiOpen(ochre_load::SemiOpenLoop {
+                    arrival_rate,
+                    leave,
+                    think,
+                    poisson,
+                }),
+                (None, None) => LoadModel::Closed(ochre_load::ClosedLoop {
                     clients: clients as usize,
                     requests_per_connection,
-                    think: seconds("think-ms", think_ms / 1000.0)?,
+                    think,
                 }),
             };
             load(&urls, &model, &phases, workers, json.as_deref(), mix.as_deref())
@@ -325,6 +341,7 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
 enum LoadModel {
     Closed(ochre_load::ClosedLoop),
     Open(ochre_load::OpenLoop),
+    SemiOpen(ochre_load::SemiOpenLoop),
 }
 
 fn load(
@@ -359,6 +376,7 @@ fn load(
     let report = match model {
         LoadModel::Closed(m) => ochre_load::closed_loop(&rt, &target, m, phases)?,
         LoadModel::Open(m) => ochre_load::open_loop(&rt, &target, m, phases)?,
+        LoadModel::SemiOpen(m) => ochre_load::semi_open_loop(&rt, &target, m, phases)?,
     };
     print!("{}", report.table());
     if let Some(path) = json {

@@ -48,6 +48,9 @@ pub(crate) enum Pacing {
     Closed { think: Duration },
     /// Open loop: at intended times `gap` apart (mean gap for Poisson arrivals).
     Open { gap: Duration, poisson: bool },
+    /// Semi-open loop: a session; after each reply it leaves with probability `leave`, else
+    /// thinks (exponential, mean `think`) and sends again.
+    Session { leave: f64, think: Duration },
 }
 
 pub(crate) struct Run {
@@ -117,16 +120,29 @@ impl Client {
 
     fn count_late(&self, intended: Instant) {
         if intended >= self.run.measure_from && intended <= self.run.measure_until {
-            if let Ok(mut t) = self.run.tallies[self.id].lock() {
+            if let Ok(mut t) = self.run.tallies[self.slot()].lock() {
                 t.late += 1;
             }
         }
     }
 
+    fn count_session(&self) {
+        let now = Instant::now();
+        if now >= self.run.measure_from && now <= self.run.measure_until {
+            if let Ok(mut t) = self.run.tallies[self.slot()].lock() {
+                t.sessions += 1;
+            }
+        }
+    }
+
+    fn slot(&self) -> usize {
+        self.id % self.run.tallies.len()
+    }
+
     fn count_error(&self, kind: ErrorKind) {
         let now = Instant::now();
         if now >= self.run.measure_from && now <= self.run.measure_until {
-            if let Ok(mut t) = self.run.tallies[self.id].lock() {
+            if let Ok(mut t) = self.run.tallies[self.slot()].lock() {
                 t.errors[kind as usize] += 1;
             }
         }
@@ -156,7 +172,13 @@ pub(crate) fn start(client: Arc<Client>) {
                         st.conn = Some(conn);
                         st.on_conn = 0;
                         st.buf.clear();
-                        next_send(&client, st);
+                        if let Pacing::Session { .. } = client.run.pacing {
+                            client.count_session();
+                            // A session's first request goes at once.
+                            send_request(&client, st);
+                        } else {
+                            next_send(&client, st);
+                        }
                     }
                     Err(_) => retry_later(&client, ErrorKind::Connect),
                 }
@@ -168,6 +190,9 @@ pub(crate) fn start(client: Arc<Client>) {
 
 fn retry_later(client: &Arc<Client>, kind: ErrorKind) {
     client.count_error(kind);
+    if let Pacing::Session { .. } = client.run.pacing {
+        return; // A session that cannot connect is lost, as a user would be.
+    }
     let c = client.clone();
     let _ = io::post_after(Duration::from_millis(10), client.color, move || start(c));
 }
@@ -188,6 +213,13 @@ fn gap(st: &mut ClientState, mean: Duration, poisson: bool) -> Duration {
 fn next_send(client: &Arc<Client>, st: &mut ClientState) {
     match client.run.pacing {
         Pacing::Closed { think } if think.is_zero() => send_request(client, st),
+        Pacing::Session { think, .. } => {
+            let pause = gap(st, think, true);
+            let c = client.clone();
+            let _ = io::post_after(pause, client.color, move || {
+                let _ = c.state.with(|st| send_request(&c, st));
+            });
+        }
         Pacing::Closed { think } => {
             let c = client.clone();
             let _ = io::post_after(think, client.color, move || {
@@ -256,7 +288,7 @@ fn send_request(client: &Arc<Client>, st: &mut ClientState) {
             st.intended = Some(intended + g);
             intended
         }
-        Pacing::Closed { .. } => now,
+        Pacing::Closed { .. } | Pacing::Session { .. } => now,
     });
     let (c, seq) = (client.clone(), st.seq);
     if let Some(t) = st.timer.take() {
@@ -335,7 +367,7 @@ fn parse(client: &Arc<Client>, st: &mut ClientState) -> bool {
     }
     let run = &client.run;
     if sent >= run.measure_from && now <= run.measure_until {
-        if let Ok(mut t) = run.tallies[client.id].lock() {
+        if let Ok(mut t) = run.tallies[client.slot()].lock() {
             if (200..400).contains(&code) {
                 t.ok += 1;
                 t.latency_us.saturating_record((now - sent).as_micros().max(1) as u64);
@@ -344,6 +376,20 @@ fn parse(client: &Arc<Client>, st: &mut ClientState) -> bool {
             }
             t.bytes += (head + len) as u64;
         }
+    }
+    if let Pacing::Session { leave, .. } = run.pacing {
+        st.rng ^= st.rng << 13;
+        st.rng ^= st.rng >> 7;
+        st.rng ^= st.rng << 17;
+        let u = ((st.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        if u < leave || closes || now >= run.measure_until {
+            // The session ends: it does not come back.
+            close(st);
+            st.done = true;
+            return true;
+        }
+        next_send(client, st);
+        return true;
     }
     if closes || st.on_conn >= run.per_connection || now >= run.measure_until {
         close(st);
@@ -376,7 +422,9 @@ fn close(st: &mut ClientState) {
 fn reconnect(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
     close(st);
     client.count_error(kind);
-    if Instant::now() >= client.run.measure_until {
+    if Instant::now() >= client.run.measure_until
+        || matches!(client.run.pacing, Pacing::Session { .. })
+    {
         st.done = true;
         return;
     }

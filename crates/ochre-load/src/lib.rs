@@ -1,6 +1,6 @@
 //! `ochre load`: an HTTP/1.1 load injector on the ochre runtime.
 //!
-//! How a run flows: [`closed_loop`] makes one client per connection slot, each a color of its
+//! How a run flows: [`closed_loop`] (and [`open_loop`]) make one client per connection slot, each a color of its
 //! own (`client`): the clients connect, send, read, record latencies into their own HDR
 //! histogram (no shared counter on the hot path), and reconnect after a number of requests.
 //! A warm-up phase is not recorded; the measured phase is; then no new request is sent, every
@@ -8,9 +8,10 @@
 //! per-client tallies are merged into a [`LoadReport`] (throughput, latency percentiles, errors
 //! by kind), printable as a table or JSON.
 //!
-//! Models so far: the closed loop and the open loop (fixed or Poisson arrivals, latency from the
-//! intended send time). The semi-open loop, the file set generator, rate search and
-//! master/workers come next.
+//! Models: the closed loop, the open loop (fixed or Poisson arrivals, latency from the intended
+//! send time) and the semi-open loop (sessions arriving at a rate, leaving with a probability
+//! after each reply). Requests follow a URL list in turn or a file set's weighted mix
+//! (`fileset`). Rate search and master/workers come next.
 
 mod client;
 pub mod fileset;
@@ -52,6 +53,22 @@ pub struct OpenLoop {
     /// later ones wait for it, and their wait is part of their latency).
     pub connections: usize,
     /// Exponential gaps (Poisson arrivals) instead of fixed ones.
+    pub poisson: bool,
+}
+
+/// The semi-open loop (Schroeder et al.): sessions arrive at `arrival_rate` per second
+/// (Poisson or fixed); after each reply a session leaves with probability `leave`, else thinks
+/// (exponential, mean `think`; Pariag et al. use 0.343 s between requests of an active session)
+/// and sends again. Mean requests per session: 1 / `leave`.
+#[derive(Clone, Debug)]
+pub struct SemiOpenLoop {
+    /// Sessions starting per second.
+    pub arrival_rate: f64,
+    /// Probability of leaving after each reply.
+    pub leave: f64,
+    /// Mean think time between a reply and the session's next request.
+    pub think: Duration,
+    /// Exponential inter-arrival times instead of fixed ones.
     pub poisson: bool,
 }
 
@@ -123,6 +140,78 @@ pub fn open_loop(
     );
     let pacing = Pacing::Open { gap, poisson: model.poisson };
     drive(rt, target, model.connections, u32::MAX, pacing, phases, name)
+}
+
+/// Runs a semi-open loop against `target` on `rt` and reports the measured phase.
+pub fn semi_open_loop(
+    rt: &Runtime,
+    target: &Target,
+    model: &SemiOpenLoop,
+    phases: &Phases,
+) -> Result<LoadReport, String> {
+    if !(model.arrival_rate.is_finite() && model.arrival_rate > 0.0) {
+        return Err("the arrival rate must be a positive number".into());
+    }
+    if !(model.leave > 0.0 && model.leave <= 1.0) {
+        return Err("the leave probability must be in (0, 1]".into());
+    }
+    if target.paths.is_empty() {
+        return Err("no path to request".into());
+    }
+    let start = Instant::now();
+    let run = Arc::new(client::Run {
+        target: target.clone(),
+        pacing: Pacing::Session { leave: model.leave, think: model.think },
+        per_connection: u32::MAX,
+        timeout: phases.timeout,
+        measure_from: start + phases.warmup,
+        measure_until: start + phases.warmup + phases.measure,
+        tallies: (0..TALLY_SLOTS).map(|_| Mutex::new(Tally::new())).collect(),
+    });
+    let r = run.clone();
+    let gap = Duration::from_secs_f64(1.0 / model.arrival_rate);
+    let poisson = model.poisson;
+    rt.run(Color(CLIENT_COLORS), move || arrive(r, 0, gap, poisson, 0x2545_f491_4f6c_dd1d))
+        .map_err(|e| e.to_string())?;
+    let mut total = Tally::new();
+    for t in &run.tallies {
+        let t = t.lock().map_err(|_| "a session's tally was poisoned".to_string())?;
+        total.merge(&t);
+    }
+    let name = format!(
+        "semi-open loop, {} sessions/s{}, leave {}, think {:?}",
+        model.arrival_rate,
+        if poisson { " (Poisson)" } else { "" },
+        model.leave,
+        model.think
+    );
+    Ok(LoadReport::from_tally(name, &total, phases.measure))
+}
+
+/// Tallies the sessions of a semi-open loop share (a session uses `id % TALLY_SLOTS`).
+const TALLY_SLOTS: usize = 64;
+
+/// The arrival process (an event of the first client color): starts session `n`, then schedules
+/// the next arrival, until the measured phase ends.
+fn arrive(run: Arc<client::Run>, n: u64, gap: Duration, poisson: bool, mut rng: u64) {
+    if Instant::now() >= run.measure_until {
+        return;
+    }
+    let color = Color(CLIENT_COLORS + 1 + n);
+    let c = client::Client::new(n as usize, color, run.clone());
+    ochre::post(color, move || client::start(c));
+    let next = if poisson {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let u = ((rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        gap.mul_f64(-u.ln())
+    } else {
+        gap
+    };
+    let _ = ochre::io::post_after(next, Color(CLIENT_COLORS), move || {
+        arrive(run, n + 1, gap, poisson, rng)
+    });
 }
 
 fn drive(

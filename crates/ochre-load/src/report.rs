@@ -37,6 +37,8 @@ pub struct Tally {
     /// Open loop: requests sent more than 1 ms after their intended time (the connection was
     /// still waiting for an earlier response).
     pub late: u64,
+    /// Semi-open loop: sessions started in the measured phase.
+    pub sessions: u64,
 }
 
 impl Tally {
@@ -48,6 +50,7 @@ impl Tally {
             errors: [0; ERROR_KINDS],
             bytes: 0,
             late: 0,
+            sessions: 0,
         }
     }
 
@@ -57,6 +60,7 @@ impl Tally {
         self.ok += other.ok;
         self.bytes += other.bytes;
         self.late += other.late;
+        self.sessions += other.sessions;
         for (a, b) in self.errors.iter_mut().zip(other.errors) {
             *a += b;
         }
@@ -92,6 +96,8 @@ pub struct LoadReport {
     pub latency_max_us: u64,
     /// Open loop: sends later than intended (see [`Tally::late`]).
     pub late_sends: u64,
+    /// Semi-open loop: sessions started in the measured phase.
+    pub sessions: u64,
 }
 
 impl LoadReport {
@@ -115,6 +121,7 @@ impl LoadReport {
             latency_mean_us: t.latency_us.mean(),
             latency_max_us: t.latency_us.max(),
             late_sends: t.late,
+            sessions: t.sessions,
         }
     }
 
@@ -148,6 +155,13 @@ impl LoadReport {
             "errors: {}\n",
             if errs.is_empty() { "none".to_string() } else { errs.join(" ") }
         );
+        if self.sessions > 0 {
+            s += &format!(
+                "sessions: {} ({:.2} responses per session)\n",
+                self.sessions,
+                self.ok as f64 / self.sessions as f64
+            );
+        }
         if self.late_sends > 0 {
             s += &format!("late sends (open loop): {}\n", self.late_sends);
         }

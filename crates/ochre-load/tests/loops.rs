@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use ochre::io::{self, Interest, Listener, Progress};
 use ochre::{Color, Runtime};
-use ochre_load::{closed_loop, open_loop, ClosedLoop, ErrorKind, OpenLoop, Phases, Target};
+use ochre_load::{
+    closed_loop, open_loop, semi_open_loop, ClosedLoop, ErrorKind, OpenLoop, Phases, SemiOpenLoop,
+    Target,
+};
 
 /// A server that answers every request after `delay`, on its own runtime; returns its address.
 fn delaying_server(delay: Duration) -> (SocketAddr, Arc<Runtime>) {
@@ -208,4 +211,28 @@ fn poisson_arrivals_keep_the_mean_rate() {
     server.handle().shutdown();
     assert!((220.0..=380.0).contains(&r.throughput), "{}", r.table());
     assert_eq!(r.errors, [0; 5]);
+}
+
+#[test]
+fn semi_open_sessions_last_one_over_the_leave_probability() {
+    let (addr, server) = delaying_server(Duration::from_millis(1));
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let model = SemiOpenLoop {
+        arrival_rate: 300.0,
+        leave: 0.25,
+        think: Duration::from_millis(2),
+        poisson: true,
+    };
+    let phases = Phases {
+        warmup: Duration::ZERO,
+        measure: Duration::from_millis(1500),
+        timeout: Duration::from_secs(2),
+    };
+    let r = semi_open_loop(&rt, &target(addr), &model, &phases).unwrap();
+    server.handle().shutdown();
+    assert!((250..=650).contains(&r.sessions), "sessions arrive at ~300/s: {}", r.table());
+    let per_session = r.ok as f64 / r.sessions as f64;
+    // Geometric with p = 0.25: mean 4 (sessions cut by the end of the phase pull it down a bit).
+    assert!((3.0..=4.8).contains(&per_session), "{per_session} per session: {}", r.table());
+    assert_eq!(r.errors, [0; 5], "{}", r.table());
 }
