@@ -197,16 +197,20 @@ fn retry_later(client: &Arc<Client>, kind: ErrorKind) {
     let _ = io::post_after(Duration::from_millis(10), client.color, move || start(c));
 }
 
+/// A uniform number in (0, 1) from a xorshift64 state (never 0: the state is odd-seeded).
+pub(crate) fn uniform(rng: &mut u64) -> f64 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    ((*rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
 /// Open loop: the gap to the next intended send.
 fn gap(st: &mut ClientState, mean: Duration, poisson: bool) -> Duration {
     if !poisson {
         return mean;
     }
-    st.rng ^= st.rng << 13;
-    st.rng ^= st.rng >> 7;
-    st.rng ^= st.rng << 17;
-    let u = ((st.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    mean.mul_f64(-u.ln())
+    mean.mul_f64(-uniform(&mut st.rng).ln())
 }
 
 /// Sends the next request now (closed loop), or at its intended time (open loop).
@@ -255,12 +259,7 @@ fn send_request(client: &Arc<Client>, st: &mut ClientState) {
     }
     let Some(conn) = st.conn.clone() else { return };
     let index = match &run.target.mix {
-        Some(mix) => {
-            st.rng ^= st.rng << 13;
-            st.rng ^= st.rng >> 7;
-            st.rng ^= st.rng << 17;
-            mix.pick(((st.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64)
-        }
+        Some(mix) => mix.pick(uniform(&mut st.rng)),
         None => st.next_path,
     };
     st.next_path += 1;
@@ -378,11 +377,7 @@ fn parse(client: &Arc<Client>, st: &mut ClientState) -> bool {
         }
     }
     if let Pacing::Session { leave, .. } = run.pacing {
-        st.rng ^= st.rng << 13;
-        st.rng ^= st.rng >> 7;
-        st.rng ^= st.rng << 17;
-        let u = ((st.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        if u < leave || closes || now >= run.measure_until {
+        if uniform(&mut st.rng) < leave || closes || now >= run.measure_until {
             // The session ends: it does not come back.
             close(st);
             st.done = true;

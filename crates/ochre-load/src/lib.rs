@@ -200,15 +200,7 @@ fn arrive(run: Arc<client::Run>, n: u64, gap: Duration, poisson: bool, mut rng: 
     let color = Color(CLIENT_COLORS + 1 + n);
     let c = client::Client::new(n as usize, color, run.clone());
     ochre::post(color, move || client::start(c));
-    let next = if poisson {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let u = ((rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        gap.mul_f64(-u.ln())
-    } else {
-        gap
-    };
+    let next = if poisson { gap.mul_f64(-client::uniform(&mut rng).ln()) } else { gap };
     let _ = ochre::io::post_after(next, Color(CLIENT_COLORS), move || {
         arrive(run, n + 1, gap, poisson, rng)
     });
