@@ -96,6 +96,10 @@ enum Command {
         /// Poisson arrivals (exponential gaps) instead of fixed gaps, for --rate or --sessions.
         #[arg(long)]
         poisson: bool,
+        /// Rate search: the highest open-loop rate (up to --rate, default 100000) whose p99
+        /// stays under this many milliseconds, in 8 probes of --duration each.
+        #[arg(long, conflicts_with = "sessions")]
+        search_p99_ms: Option<f64>,
         /// Seconds of measured load.
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
@@ -185,6 +189,7 @@ fn main() -> ExitCode {
             sessions,
             leave,
             poisson,
+            search_p99_ms,
             duration,
             warmup,
             timeout,
@@ -198,6 +203,19 @@ fn main() -> ExitCode {
                 timeout: seconds("timeout", timeout)?,
             };
             let think = seconds("think-ms", think_ms / 1000.0)?;
+            if let Some(slo) = search_p99_ms {
+                let slo = seconds("search-p99-ms", slo / 1000.0)?;
+                let high = rate.unwrap_or(100_000.0);
+                return search(
+                    &urls[0],
+                    clients as usize,
+                    slo,
+                    high,
+                    &phases,
+                    workers,
+                    json.as_deref(),
+                );
+            }
             let model = match (rate, sessions) {
                 (Some(rate), _) => LoadModel::Open(ochre_load::OpenLoop {
                     rate,
@@ -336,6 +354,37 @@ fn run_copies(copies: u32) -> Result<(), String> {
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
+}
+
+fn search(
+    url: &str,
+    connections: usize,
+    slo: Duration,
+    high: f64,
+    phases: &ochre_load::Phases,
+    workers: Option<u32>,
+    json: Option<&Path>,
+) -> Result<(), String> {
+    let target = ochre_load::parse_url(url)?;
+    let mut builder = ochre::Runtime::builder();
+    if let Some(w) = workers {
+        builder = builder.workers(w as usize);
+    }
+    let rt = builder.build().map_err(|e| e.to_string())?;
+    let s =
+        ochre_load::rate_search(&rt, &target, connections, slo, (high / 1000.0, high), 8, phases)?;
+    for (rate, r) in &s.probes {
+        println!(
+            "{rate:>10.0} req/s: delivered {:>10.0}, p99 {:>8} us",
+            r.throughput,
+            r.percentile(99.0).unwrap_or(0)
+        );
+    }
+    println!("highest rate with p99 <= {slo:?}: {:.0} req/s", s.best_rate);
+    if let Some(path) = json {
+        write_json(path, &s)?;
+    }
+    Ok(())
 }
 
 enum LoadModel {

@@ -11,7 +11,8 @@
 //! Models: the closed loop, the open loop (fixed or Poisson arrivals, latency from the intended
 //! send time) and the semi-open loop (sessions arriving at a rate, leaving with a probability
 //! after each reply). Requests follow a URL list in turn or a file set's weighted mix
-//! (`fileset`). Rate search and master/workers come next.
+//! (`fileset`). [`rate_search`] finds the highest open-loop rate under a p99 objective.
+//! Master/workers come next.
 
 mod client;
 pub mod fileset;
@@ -186,6 +187,51 @@ pub fn semi_open_loop(
         model.think
     );
     Ok(LoadReport::from_tally(name, &total, phases.measure))
+}
+
+/// The result of a rate search: the highest rate that met the objective, and every probe.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct RateSearch {
+    /// The highest open-loop rate whose p99 stayed under the objective (0 if none did).
+    pub best_rate: f64,
+    /// Each probe: the rate tried and its report.
+    pub probes: Vec<(f64, LoadReport)>,
+}
+
+/// Finds the highest open-loop rate in `[low, high]` whose p99 latency stays under `p99_slo`,
+/// with no error and the rate actually delivered (>= 95%), by bisection over `probes` runs.
+pub fn rate_search(
+    rt: &Runtime,
+    target: &Target,
+    connections: usize,
+    p99_slo: Duration,
+    (mut low, mut high): (f64, f64),
+    probes: usize,
+    phases: &Phases,
+) -> Result<RateSearch, String> {
+    if !(low > 0.0 && high > low && high.is_finite()) {
+        return Err("the rate range must be 0 < low < high".into());
+    }
+    let mut out = RateSearch { best_rate: 0.0, probes: Vec::new() };
+    for i in 0..probes.max(1) {
+        // Probe the top first (often met), then bisect.
+        let rate = if i == 0 { high } else { (low + high) / 2.0 };
+        let r = open_loop(rt, target, &OpenLoop { rate, connections, poisson: true }, phases)?;
+        let met = r.percentile(99.0).is_some_and(|p| p <= p99_slo.as_micros() as u64)
+            && r.errors.iter().all(|&e| e == 0)
+            && r.throughput >= 0.95 * rate;
+        out.probes.push((rate, r));
+        if met {
+            out.best_rate = out.best_rate.max(rate);
+            low = rate;
+            if i == 0 {
+                break;
+            }
+        } else {
+            high = rate;
+        }
+    }
+    Ok(out)
 }
 
 /// Tallies the sessions of a semi-open loop share (a session uses `id % TALLY_SLOTS`).

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use ochre::io::{self, Interest, Listener, Progress};
 use ochre::{Color, Runtime};
 use ochre_load::{
-    closed_loop, open_loop, semi_open_loop, ClosedLoop, ErrorKind, OpenLoop, Phases, SemiOpenLoop,
-    Target,
+    closed_loop, open_loop, rate_search, semi_open_loop, ClosedLoop, ErrorKind, OpenLoop, Phases,
+    SemiOpenLoop, Target,
 };
 
 /// A server that answers every request after `delay`, on its own runtime; returns its address.
@@ -235,4 +235,28 @@ fn semi_open_sessions_last_one_over_the_leave_probability() {
     // Geometric with p = 0.25: mean 4 (sessions cut by the end of the phase pull it down a bit).
     assert!((3.0..=4.8).contains(&per_session), "{per_session} per session: {}", r.table());
     assert_eq!(r.errors, [0; 5], "{}", r.table());
+}
+
+#[test]
+fn rate_search_finds_the_knee_of_a_server_that_serves_one_request_at_a_time() {
+    // One connection, 5 ms per request: about 200 req/s at most; above that the queue grows
+    // and p99 explodes.
+    let (addr, server) = delaying_server(Duration::from_millis(5));
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let phases = Phases {
+        warmup: Duration::ZERO,
+        measure: Duration::from_millis(400),
+        timeout: Duration::from_secs(2),
+    };
+    let s =
+        rate_search(&rt, &target(addr), 1, Duration::from_millis(40), (20.0, 800.0), 6, &phases)
+            .unwrap();
+    server.handle().shutdown();
+    assert!(
+        (60.0..=200.0).contains(&s.best_rate),
+        "best {} after {:?}",
+        s.best_rate,
+        s.probes.iter().map(|(r, rep)| (*r, rep.percentile(99.0))).collect::<Vec<_>>()
+    );
+    assert_eq!(s.probes.len(), 6);
 }
