@@ -1,6 +1,6 @@
 //! A worker's timers: a hashed timing wheel.
 //!
-//! 4096 slots of 1 ms: a timer due at tick `t` waits in slot `t % 4096` with its absolute tick;
+//! 4096 slots of 100 µs: a timer due at tick `t` waits in slot `t % 4096` with its absolute tick;
 //! each tick the wheel visits one slot and fires the timers of that slot that are due, keeping the
 //! others (due a revolution or more later). Insertion and cancellation are O(1): an entry lives in
 //! a slab, the slot keeps only its key and generation, and a cancelled entry leaves a stale key
@@ -8,8 +8,10 @@
 //! the poller's timeout) in at most 64 word scans.
 //!
 //! Resolution: timers fire on the first wheel advance at or after their deadline, rounded up to
-//! the next millisecond; the worker advances the wheel once per round and sleeps no longer than
-//! the next deadline, so a timer fires at most one millisecond plus one round late.
+//! the next 100 µs tick; the worker advances the wheel once per round and sleeps no longer than
+//! the next deadline (with a nanosecond timeout), so a timer fires at most one tick plus one
+//! round late. (A millisecond tick made an open-loop injector's send times, and so its
+//! latencies, a millisecond coarse.)
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,7 @@ use crate::message::Task;
 use crate::Color;
 
 const SLOTS: usize = 4096;
-const TICK: Duration = Duration::from_millis(1);
+const TICK: Duration = Duration::from_micros(100);
 
 struct Entry {
     due: u64,
@@ -156,7 +158,8 @@ impl Wheel {
                 continue;
             }
             if word & (1 << (slot % 64)) != 0 {
-                return Some(self.start + Duration::from_millis(self.now + 1 + d as u64));
+                let ticks = self.now + 1 + d as u64;
+                return Some(self.start + Duration::from_nanos(TICK.as_nanos() as u64 * ticks));
             }
         }
         None
