@@ -63,6 +63,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 mod cell;
 mod color;
 mod config;

@@ -1,0 +1,683 @@
+//! EMA, the event memory allocator: small objects placed by the worker that will use them.
+//!
+//! Each worker owns a [`Heap`]. A heap carves 16 KiB blocks (aligned on their size) into objects
+//! of one size class, and keeps its blocks per size class **and per destination worker**: an
+//! object allocated for a color that runs on worker `d` comes from a block that holds only objects
+//! for `d`. Blocks are cache-line aligned and never share a line, so objects bound for different
+//! workers never share one either: the false sharing that the thesis (§5.2) found in every general
+//! allocator on producer-consumer traffic cannot happen here.
+//!
+//! Freeing: the block of any object is found by masking its address, and the block header names
+//! the heap that carved it (its *owner*).
+//! - Freed by its owner: the object goes back on its block's free list. No lock, no atomic.
+//! - Freed by another heap: the object joins that heap's *crumbs* for the owner, a private chain;
+//!   past [`CRUMB_BATCH`] objects the chain is handed to the owner in one atomic push onto the
+//!   owner's remote stack ([`Heap::flush_crumbs`] does it for all owners; a worker calls it before
+//!   it parks, so freed memory never waits on an idle worker).
+//! - Freed by a thread without a heap ([`free_remote`]): one atomic push.
+//!
+//! The owner drains its remote stack when a size class runs out, and in [`Heap::drain_remote`].
+//! A block whose objects all came back is given back to the system, except one spare per bin.
+//!
+//! Lifetime: every block holds a strong count on its owner's [`HeapShared`], so a remote free can
+//! always reach the owner's stack. When a `Heap` is dropped with objects still out, it marks its
+//! shared half *abandoned*; from then on whoever pushes to the stack also drains it (under a lock)
+//! and releases blocks as they empty, so the last free of the last object releases everything.
+//! The pusher checks `abandoned` after its push and the dropping heap drains after setting it,
+//! both sequentially consistent, so every object is drained by one of them.
+//!
+//! Invariants: an object is handed out by exactly one `alloc` and comes back by exactly one free;
+//! `used` in a block header counts objects handed out and not yet back on the owner's lists; only
+//! the owner thread (or, once abandoned, the holder of `orphan`) touches a block's header.
+
+use std::alloc::{alloc, dealloc, Layout};
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use crate::sync::{lock, AtomicBool, AtomicPtr, AtomicUsize, Mutex, Ordering};
+
+/// Size of a block, also its alignment (the mask that finds a block from an object).
+pub const BLOCK: usize = 16 << 10;
+/// Size classes, in bytes. Objects larger than the last one are not EMA's.
+pub const CLASSES: [usize; 12] = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024];
+/// The largest object EMA serves.
+pub const MAX_SMALL: usize = CLASSES[CLASSES.len() - 1];
+/// Objects a heap holds for one owner before handing them back in one push.
+pub const CRUMB_BATCH: usize = 64;
+
+/// Where objects start in a block: the header's size, rounded to a cache line.
+const HEADER: usize = 128;
+const LINE: usize = 64;
+
+/// A free object: its first word links it to the next.
+struct FreeObj {
+    next: *mut FreeObj,
+}
+
+#[repr(C, align(128))]
+struct BlockHeader {
+    owner: *const HeapShared,
+    class: usize,
+    dest: usize,
+    /// Objects returned to the owner and not reused yet.
+    free: *mut FreeObj,
+    /// Objects handed out and not yet back on the owner's lists.
+    used: usize,
+    /// Objects never handed out start at this index.
+    bump: usize,
+    capacity: usize,
+    /// The bin's list of blocks with free objects (doubly linked so an emptied block can leave).
+    prev: *mut BlockHeader,
+    next: *mut BlockHeader,
+    in_bin: bool,
+}
+
+const _: () = assert!(std::mem::size_of::<BlockHeader>() <= HEADER);
+
+fn block_layout() -> Layout {
+    // BLOCK is a power of two and non-zero.
+    Layout::from_size_align(BLOCK, BLOCK).expect("block layout")
+}
+
+/// The size class serving `layout`, if EMA serves it: size up to [`MAX_SMALL`]; alignment up to
+/// 16 from any class, up to a cache line from classes that are multiples of it.
+pub fn class_of(layout: Layout) -> Option<usize> {
+    let (size, align) = (layout.size().max(1), layout.align());
+    if align > LINE {
+        return None;
+    }
+    CLASSES.iter().position(|&c| c >= size && (align <= 16 || c % align == 0))
+}
+
+fn block_of(obj: *mut u8) -> *mut BlockHeader {
+    // Keeps the object's provenance, which is its block's (objects are carved from blocks).
+    obj.map_addr(|a| a & !(BLOCK - 1)).cast()
+}
+
+/// The half of a heap that other threads reach: the remote stack and the abandonment protocol.
+pub struct HeapShared {
+    id: usize,
+    /// Chains of objects freed elsewhere, pushed whole.
+    remote: AtomicPtr<FreeObj>,
+    abandoned: AtomicBool,
+    /// Serializes drains once abandoned.
+    orphan: Mutex<()>,
+    /// Objects received through the remote stack (statistics).
+    remote_frees: AtomicUsize,
+}
+
+impl HeapShared {
+    /// Pushes a chain `head..=tail` (linked through `next`) onto the remote stack.
+    ///
+    /// # Safety
+    /// The chain's objects are EMA objects of this heap, each freed exactly once, linked and
+    /// owned by the caller; this heap is alive (the caller's objects' blocks keep it so).
+    unsafe fn push(this: *const HeapShared, head: *mut FreeObj, tail: *mut FreeObj, count: usize) {
+        // SAFETY: the objects' blocks hold strong counts, so `this` is alive now; the extra count
+        // keeps it alive past the push, when another thread may drain and release those blocks.
+        unsafe { Arc::increment_strong_count(this) };
+        // SAFETY: as just said, `this` stays alive until the decrement below.
+        let shared = unsafe { &*this };
+        let mut top = shared.remote.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `tail` is the caller's, not yet published.
+            unsafe { (*tail).next = top };
+            match shared.remote.compare_exchange_weak(top, head, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(t) => top = t,
+            }
+        }
+        shared.remote_frees.fetch_add(count, Ordering::Relaxed);
+        if shared.abandoned.load(Ordering::SeqCst) {
+            let _g = lock(&shared.orphan);
+            // SAFETY: abandoned: no owner drains any more, and we hold the orphan lock.
+            unsafe { drain_orphan(shared) };
+        }
+        // SAFETY: the count taken above.
+        unsafe { Arc::decrement_strong_count(this) };
+    }
+}
+
+/// Frees `obj`, an EMA object, from a thread that has no heap: one atomic push to its owner.
+///
+/// # Safety
+/// `obj` came from [`Heap::alloc`] of a heap (alive or dropped) and is freed exactly once.
+pub unsafe fn free_remote(obj: NonNull<u8>) {
+    let o = obj.as_ptr().cast::<FreeObj>();
+    // SAFETY: the block of a live object is alive and its header immutable in `owner`.
+    let owner = unsafe { (*block_of(obj.as_ptr())).owner };
+    // SAFETY: a one-object chain of an object the caller owns.
+    unsafe { HeapShared::push(owner, o, o, 1) };
+}
+
+/// Drains the stack of an abandoned heap, releasing blocks as they empty.
+///
+/// # Safety
+/// Caller holds `shared.orphan` and the heap is abandoned (no owner touches its blocks).
+unsafe fn drain_orphan(shared: &HeapShared) {
+    let mut o = shared.remote.swap(ptr::null_mut(), Ordering::Acquire);
+    while !o.is_null() {
+        // SAFETY: objects on the stack are freed objects of this heap, linked by their pushers.
+        let next = unsafe { (*o).next };
+        let b = block_of(o.cast());
+        // SAFETY: the block is alive (it holds `o`, counted in `used`); serialized by the lock.
+        unsafe {
+            (*b).used -= 1;
+            if (*b).used == 0 {
+                release_block(b);
+            }
+        }
+        o = next;
+    }
+}
+
+/// Gives a block back to the system and drops its count on the owner.
+///
+/// # Safety
+/// No object of `b` is in use or listed anywhere; `b` is unlinked from any bin.
+unsafe fn release_block(b: *mut BlockHeader) {
+    // SAFETY: the header is valid until the dealloc below.
+    let owner = unsafe { (*b).owner };
+    // SAFETY: `b` came from `alloc(block_layout())`.
+    unsafe { dealloc(b.cast(), block_layout()) };
+    // SAFETY: the count this block took when it was carved. If it was the last one, the owner's
+    // shared half is dropped here; callers never touch it afterwards (pushers hold their own).
+    unsafe { Arc::decrement_strong_count(owner) };
+}
+
+/// Per-heap counters, read by the stats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    /// Bytes of objects handed out and not yet back (by class size).
+    pub live_bytes: usize,
+    /// Blocks held.
+    pub blocks: usize,
+    /// Objects freed here for other owners and not handed back yet.
+    pub crumbs_pending: usize,
+    /// Objects this heap received back through its remote stack.
+    pub remote_frees: usize,
+    /// Allocations refused by the cap.
+    pub refused: usize,
+}
+
+struct Crumbs {
+    owner: *const HeapShared,
+    head: *mut FreeObj,
+    tail: *mut FreeObj,
+    count: usize,
+}
+
+const NO_CRUMBS: Crumbs =
+    Crumbs { owner: ptr::null(), head: ptr::null_mut(), tail: ptr::null_mut(), count: 0 };
+
+/// One worker's allocator. Not `Sync`: only its owner thread uses it.
+pub struct Heap {
+    shared: Arc<HeapShared>,
+    /// `bins[dest * CLASSES.len() + class]`: head of the list of blocks with free objects.
+    bins: Vec<*mut BlockHeader>,
+    /// One empty block kept per bin, so a class that breathes does not hit the system each time.
+    spare: Vec<*mut BlockHeader>,
+    dests: usize,
+    /// Crumbs per owner, indexed by owner id (an entry for another heap of the same id is flushed
+    /// first: ids are unique within a runtime, not across runtimes).
+    crumbs: Vec<Crumbs>,
+    cap: Option<usize>,
+    stats: HeapStats,
+}
+
+// SAFETY: a Heap is used by one thread at a time (its owner); its raw pointers are to blocks it
+// owns or to other heaps' shared halves, which are `Sync`. Moving it to its worker thread at
+// start-up is the only transfer.
+unsafe impl Send for Heap {}
+// SAFETY: all fields are atomics or a mutex; the raw pointers in blocks are not reached through
+// `HeapShared`.
+unsafe impl Sync for HeapShared {}
+// SAFETY: as above.
+unsafe impl Send for HeapShared {}
+
+impl Heap {
+    /// A heap with id `id` (unique within its runtime), serving `dests` destination workers,
+    /// holding at most `cap` bytes of blocks if given.
+    pub fn new(id: usize, dests: usize, cap: Option<usize>) -> Heap {
+        let dests = dests.max(1);
+        Heap {
+            shared: Arc::new(HeapShared {
+                id,
+                remote: AtomicPtr::new(ptr::null_mut()),
+                abandoned: AtomicBool::new(false),
+                orphan: Mutex::new(()),
+                remote_frees: AtomicUsize::new(0),
+            }),
+            bins: vec![ptr::null_mut(); dests * CLASSES.len()],
+            spare: vec![ptr::null_mut(); dests * CLASSES.len()],
+            dests,
+            crumbs: Vec::new(),
+            cap,
+            stats: HeapStats::default(),
+        }
+    }
+
+    /// This heap's id.
+    pub fn id(&self) -> usize {
+        self.shared.id
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HeapStats {
+        HeapStats { remote_frees: self.shared.remote_frees.load(Ordering::Relaxed), ..self.stats }
+    }
+
+    /// An object for `layout`, to be used mostly by worker `dest`; `None` if EMA does not serve
+    /// this layout (see [`class_of`]) or the cap is reached.
+    pub fn alloc(&mut self, layout: Layout, dest: usize) -> Option<NonNull<u8>> {
+        let class = class_of(layout)?;
+        let bin = (dest % self.dests) * CLASSES.len() + class;
+        let mut b = self.bins[bin];
+        if b.is_null() {
+            self.drain_remote();
+            b = self.bins[bin];
+        }
+        if b.is_null() {
+            b = self.new_block(bin, class, dest % self.dests)?;
+        }
+        // SAFETY: `b` is a block of this heap, listed in `bin`, so it has a free object.
+        unsafe {
+            let obj = if !(*b).free.is_null() {
+                let o = (*b).free;
+                (*b).free = (*o).next;
+                o.cast::<u8>()
+            } else {
+                let o = b.cast::<u8>().add(HEADER + (*b).bump * CLASSES[class]);
+                (*b).bump += 1;
+                o
+            };
+            (*b).used += 1;
+            if (*b).free.is_null() && (*b).bump == (*b).capacity {
+                self.unlink(bin, b);
+            }
+            self.stats.live_bytes += CLASSES[class];
+            Some(NonNull::new_unchecked(obj))
+        }
+    }
+
+    /// Frees `obj`, allocated by this heap or any other.
+    ///
+    /// # Safety
+    /// `obj` came from [`Heap::alloc`] and is freed exactly once.
+    pub unsafe fn free(&mut self, obj: NonNull<u8>) {
+        let o = obj.as_ptr().cast::<FreeObj>();
+        let b = block_of(obj.as_ptr());
+        // SAFETY: the block of a live object is alive; `owner` never changes.
+        let owner = unsafe { (*b).owner };
+        if ptr::eq(owner, Arc::as_ptr(&self.shared)) {
+            // SAFETY: our own block, on our thread.
+            unsafe { self.take_back(b, o) };
+            return;
+        }
+        // SAFETY: another heap's shared half, alive while its block is.
+        let id = unsafe { (*owner).id };
+        if self.crumbs.len() <= id {
+            self.crumbs.resize_with(id + 1, || NO_CRUMBS);
+        }
+        if !ptr::eq(self.crumbs[id].owner, owner) {
+            self.flush_one(id);
+            self.crumbs[id].owner = owner;
+        }
+        let c = &mut self.crumbs[id];
+        // SAFETY: `o` is ours to link now.
+        unsafe { (*o).next = c.head };
+        if c.head.is_null() {
+            c.tail = o;
+        }
+        c.head = o;
+        c.count += 1;
+        self.stats.crumbs_pending += 1;
+        if c.count >= CRUMB_BATCH {
+            self.flush_one(id);
+        }
+    }
+
+    /// Hands every pending crumb back to its owner (before parking, and at drop).
+    pub fn flush_crumbs(&mut self) {
+        for id in 0..self.crumbs.len() {
+            self.flush_one(id);
+        }
+    }
+
+    fn flush_one(&mut self, id: usize) {
+        let c = std::mem::replace(&mut self.crumbs[id], NO_CRUMBS);
+        if c.count > 0 {
+            self.stats.crumbs_pending -= c.count;
+            // SAFETY: a chain of objects freed once each, all of `c.owner`'s blocks.
+            unsafe { HeapShared::push(c.owner, c.head, c.tail, c.count) };
+        }
+    }
+
+    /// Takes back the objects other threads freed.
+    pub fn drain_remote(&mut self) {
+        let mut o = self.shared.remote.swap(ptr::null_mut(), Ordering::Acquire);
+        while !o.is_null() {
+            // SAFETY: objects on our stack are our freed objects, linked by their pushers; the
+            // Acquire swap makes their links visible.
+            let next = unsafe { (*o).next };
+            // SAFETY: as above; our block, our thread.
+            unsafe { self.take_back(block_of(o.cast()), o) };
+            o = next;
+        }
+    }
+
+    /// Puts `o` back on its block `b` (ours), relisting or releasing the block.
+    ///
+    /// # Safety
+    /// `b` is a block of this heap and `o` one of its objects, out and now freed.
+    unsafe fn take_back(&mut self, b: *mut BlockHeader, o: *mut FreeObj) {
+        // SAFETY: per the contract.
+        unsafe {
+            let (class, dest) = ((*b).class, (*b).dest);
+            let bin = dest * CLASSES.len() + class;
+            (*o).next = (*b).free;
+            (*b).free = o;
+            (*b).used -= 1;
+            self.stats.live_bytes -= CLASSES[class];
+            if !(*b).in_bin {
+                self.link(bin, b);
+            }
+            if (*b).used == 0 {
+                // Keep one empty block per bin; give further ones back.
+                if self.spare[bin].is_null() {
+                    self.spare[bin] = b;
+                } else if self.spare[bin] != b {
+                    self.unlink(bin, b);
+                    self.stats.blocks -= 1;
+                    release_block(b);
+                }
+            } else if self.spare[bin] == b {
+                self.spare[bin] = ptr::null_mut();
+            }
+        }
+    }
+
+    fn new_block(&mut self, bin: usize, class: usize, dest: usize) -> Option<*mut BlockHeader> {
+        if self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap) {
+            self.stats.refused += 1;
+            return None;
+        }
+        // SAFETY: non-zero size.
+        let b = unsafe { alloc(block_layout()) }.cast::<BlockHeader>();
+        if b.is_null() {
+            self.stats.refused += 1;
+            return None;
+        }
+        let owner = Arc::into_raw(self.shared.clone());
+        // SAFETY: `b` is a fresh block of BLOCK bytes, aligned for the header.
+        unsafe {
+            b.write(BlockHeader {
+                owner,
+                class,
+                dest,
+                free: ptr::null_mut(),
+                used: 0,
+                bump: 0,
+                capacity: (BLOCK - HEADER) / CLASSES[class],
+                prev: ptr::null_mut(),
+                next: ptr::null_mut(),
+                in_bin: false,
+            });
+        }
+        self.stats.blocks += 1;
+        self.link(bin, b);
+        Some(b)
+    }
+
+    fn link(&mut self, bin: usize, b: *mut BlockHeader) {
+        let head = self.bins[bin];
+        // SAFETY: `b` and `head` are blocks of this heap.
+        unsafe {
+            (*b).prev = ptr::null_mut();
+            (*b).next = head;
+            (*b).in_bin = true;
+            if !head.is_null() {
+                (*head).prev = b;
+            }
+        }
+        self.bins[bin] = b;
+    }
+
+    fn unlink(&mut self, bin: usize, b: *mut BlockHeader) {
+        // SAFETY: `b` is listed in `bin`; its neighbours are blocks of this heap.
+        unsafe {
+            let (p, n) = ((*b).prev, (*b).next);
+            if p.is_null() {
+                self.bins[bin] = n;
+            } else {
+                (*p).next = n;
+            }
+            if !n.is_null() {
+                (*n).prev = p;
+            }
+            (*b).prev = ptr::null_mut();
+            (*b).next = ptr::null_mut();
+            (*b).in_bin = false;
+        }
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        self.flush_crumbs();
+        self.drain_remote();
+        // Empty listed blocks go back now; blocks with objects out are left to the last free.
+        for bin in 0..self.bins.len() {
+            let mut b = self.bins[bin];
+            while !b.is_null() {
+                // SAFETY: listed blocks of this heap.
+                let (next, used) = unsafe { ((*b).next, (*b).used) };
+                self.unlink(bin, b);
+                if used == 0 {
+                    self.stats.blocks -= 1;
+                    // SAFETY: no object of `b` is out; unlinked.
+                    unsafe { release_block(b) };
+                }
+                b = next;
+            }
+        }
+        if self.stats.blocks > 0 {
+            self.shared.abandoned.store(true, Ordering::SeqCst);
+            let _g = lock(&self.shared.orphan);
+            // SAFETY: abandoned, lock held. A push that raced with the store above either landed
+            // before this drain or will see `abandoned` and drain itself.
+            unsafe { drain_orphan(&self.shared) };
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn l(size: usize) -> Layout {
+        Layout::from_size_align(size, 8).unwrap()
+    }
+
+    #[test]
+    fn classes_cover_sizes_and_alignments() {
+        assert_eq!(class_of(l(1)), Some(0));
+        assert_eq!(class_of(l(17)), Some(1));
+        assert_eq!(class_of(l(1024)), Some(11));
+        assert_eq!(class_of(l(1025)), None);
+        let a64 = Layout::from_size_align(40, 64).unwrap();
+        assert_eq!(CLASSES[class_of(a64).unwrap()], 64);
+        assert_eq!(class_of(Layout::from_size_align(8, 128).unwrap()), None);
+    }
+
+    #[test]
+    fn objects_never_overlap_and_respect_alignment() {
+        let mut h = Heap::new(0, 2, None);
+        let mut spans = Vec::new();
+        for i in 0..600 {
+            let size = CLASSES[i % CLASSES.len()] - (i % 7);
+            let align = if i % 5 == 0 { 64 } else { 8 };
+            let lay = Layout::from_size_align(size, align).unwrap();
+            let p = h.alloc(lay, i % 2).unwrap();
+            assert_eq!(p.as_ptr() as usize % align, 0);
+            // Write the whole object: Miri checks it is in bounds of its block.
+            unsafe { ptr::write_bytes(p.as_ptr(), i as u8, size) };
+            spans.push((p.as_ptr() as usize, size, p));
+        }
+        let mut sorted: Vec<_> = spans.iter().map(|&(a, s, _)| (a, s)).collect();
+        sorted.sort();
+        for w in sorted.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "objects overlap");
+        }
+        for (_, _, p) in spans {
+            unsafe { h.free(p) };
+        }
+        assert_eq!(h.stats().live_bytes, 0);
+    }
+
+    #[test]
+    fn destinations_never_share_a_cache_line() {
+        let mut h = Heap::new(0, 4, None);
+        let mut lines = std::collections::HashMap::new();
+        let mut ps = Vec::new();
+        for i in 0..400 {
+            let dest = i % 4;
+            let p = h.alloc(l(24), dest).unwrap();
+            let first = p.as_ptr() as usize / LINE;
+            let last = (p.as_ptr() as usize + 31) / LINE;
+            for line in first..=last {
+                let d = *lines.entry(line).or_insert(dest);
+                assert_eq!(d, dest, "a cache line holds objects for two workers");
+            }
+            ps.push(p);
+        }
+        for p in ps {
+            unsafe { h.free(p) };
+        }
+    }
+
+    #[test]
+    fn freed_objects_are_reused_and_empty_blocks_released() {
+        let mut h = Heap::new(0, 1, None);
+        let per_block = (BLOCK - HEADER) / 64;
+        let ps: Vec<_> = (0..per_block * 3).map(|_| h.alloc(l(64), 0).unwrap()).collect();
+        assert_eq!(h.stats().blocks, 3);
+        assert_eq!(h.stats().live_bytes, per_block * 3 * 64);
+        for p in ps {
+            unsafe { h.free(p) };
+        }
+        // One spare kept for the bin; the others went back.
+        assert_eq!(h.stats().blocks, 1);
+        let p = h.alloc(l(64), 0).unwrap();
+        assert_eq!(h.stats().blocks, 1, "the spare block is reused");
+        unsafe { h.free(p) };
+    }
+
+    #[test]
+    fn remote_frees_come_back_in_batches_and_on_flush() {
+        let mut a = Heap::new(0, 2, None);
+        let mut b = Heap::new(1, 2, None);
+        let ps: Vec<_> = (0..CRUMB_BATCH + 10).map(|_| a.alloc(l(32), 1).unwrap()).collect();
+        for p in &ps[..CRUMB_BATCH - 1] {
+            unsafe { b.free(*p) };
+        }
+        assert_eq!(b.stats().crumbs_pending, CRUMB_BATCH - 1);
+        assert_eq!(a.stats().remote_frees, 0, "below the batch, crumbs stay with the freer");
+        unsafe { b.free(ps[CRUMB_BATCH - 1]) };
+        assert_eq!(b.stats().crumbs_pending, 0);
+        assert_eq!(a.stats().remote_frees, CRUMB_BATCH, "a full batch goes back in one push");
+        for p in &ps[CRUMB_BATCH..] {
+            unsafe { b.free(*p) };
+        }
+        b.flush_crumbs();
+        assert_eq!(a.stats().remote_frees, CRUMB_BATCH + 10);
+        assert_eq!(a.stats().live_bytes, (CRUMB_BATCH + 10) * 32, "not drained yet");
+        a.drain_remote();
+        assert_eq!(a.stats().live_bytes, 0);
+    }
+
+    #[test]
+    fn the_cap_refuses_cleanly() {
+        let mut h = Heap::new(0, 1, Some(2 * BLOCK));
+        let mut ps = Vec::new();
+        while let Some(p) = h.alloc(l(1024), 0) {
+            ps.push(p);
+        }
+        assert_eq!(ps.len(), 2 * ((BLOCK - HEADER) / 1024));
+        assert_eq!(h.stats().refused, 1);
+        unsafe { h.free(ps.pop().unwrap()) };
+        ps.push(h.alloc(l(1024), 0).expect("freed room is usable again"));
+        for p in ps {
+            unsafe { h.free(p) };
+        }
+    }
+
+    #[test]
+    fn objects_outliving_their_heap_are_released_by_their_last_free() {
+        let mut a = Heap::new(0, 1, None);
+        let mut b = Heap::new(1, 1, None);
+        let ps: Vec<_> = (0..10).map(|_| a.alloc(l(48), 0).unwrap()).collect();
+        let weak = Arc::downgrade(&a.shared);
+        drop(a);
+        assert!(weak.upgrade().is_some(), "blocks with objects out keep the heap's shared half");
+        for p in &ps[..5] {
+            unsafe { b.free(*p) };
+        }
+        b.flush_crumbs();
+        for p in &ps[5..9] {
+            unsafe { free_remote(*p) };
+        }
+        assert!(weak.upgrade().is_some());
+        unsafe { free_remote(ps[9]) };
+        assert!(weak.upgrade().is_none(), "the last free released the block and the heap");
+    }
+
+    #[test]
+    fn threads_exchange_objects_and_every_one_comes_back() {
+        // Each thread allocates objects for the next and frees what the previous sent it; the
+        // payload checks that no object was handed out twice.
+        struct Sent(NonNull<u8>, usize);
+        // SAFETY (test): the object moves with its only reference.
+        unsafe impl Send for Sent {}
+        const T: usize = 4;
+        const N: usize = if cfg!(miri) { 300 } else { 20_000 };
+        let (txs, rxs): (Vec<_>, Vec<_>) =
+            (0..T).map(|_| std::sync::mpsc::channel::<Sent>()).unzip();
+        let mut rxs: Vec<_> = rxs.into_iter().map(Some).collect();
+        let weaks = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..T {
+                let tx = txs[(t + 1) % T].clone();
+                let rx = rxs[t].take().unwrap();
+                let weaks = &weaks;
+                s.spawn(move || {
+                    let mut h = Heap::new(t, T, None);
+                    weaks.lock().unwrap().push(Arc::downgrade(&h.shared));
+                    for i in 0..N {
+                        let p = h.alloc(l(8 + i % 200), (t + 1) % T).unwrap();
+                        unsafe { p.as_ptr().cast::<usize>().write(t * N + i) };
+                        tx.send(Sent(p, t * N + i)).unwrap();
+                        while let Ok(Sent(p, tag)) = rx.try_recv() {
+                            assert_eq!(unsafe { p.as_ptr().cast::<usize>().read() }, tag);
+                            unsafe { h.free(p) };
+                        }
+                        if i % 1000 == 0 {
+                            h.drain_remote();
+                        }
+                    }
+                    drop(tx);
+                    for Sent(p, tag) in rx {
+                        assert_eq!(unsafe { p.as_ptr().cast::<usize>().read() }, tag);
+                        unsafe { h.free(p) };
+                    }
+                    h.flush_crumbs();
+                });
+            }
+            drop(txs);
+        });
+        for w in weaks.into_inner().unwrap() {
+            assert!(w.upgrade().is_none(), "every object came back and every block was released");
+        }
+    }
+}
