@@ -4,7 +4,7 @@
 //!
 //! Systems: `floor` (a hand-rolled single-thread `VecDeque<Box<dyn FnOnce()>>` loop per thread:
 //! the cost of an event with no runtime at all), `ochre`, `ochre-baseline` (libasync-smp
-//! configuration), `tokio-mt` (multi-thread runtime, `spawn` from a task) and `tokio-ct` (one
+//! configuration), `ochre-sysalloc` (ochre with events from the global allocator), `tokio-mt` (multi-thread runtime, `spawn` from a task) and `tokio-ct` (one
 //! current-thread runtime per pinned thread).
 
 use std::cell::RefCell;
@@ -171,6 +171,7 @@ pub fn run(opts: &Options) -> BenchReport {
         let case = format!("{w} worker{}", if w > 1 { "s" } else { "" });
         let rt = Runtime::builder().workers(w).build();
         let base = Runtime::builder().workers(w).config(Config::baseline()).build();
+        let sys = Runtime::builder().workers(w).config(Config::default().ema(false)).build();
         let tmt = peers::tokio_multi_thread(w);
         let systems = vec![
             System::new("floor", || {
@@ -182,6 +183,10 @@ pub fn run(opts: &Options) -> BenchReport {
                 Err(e) => Err(e.to_string()),
             }),
             System::new("ochre-baseline", || match &base {
+                Ok(rt) => ochre_pingpong(rt, epw),
+                Err(e) => Err(e.to_string()),
+            }),
+            System::new("ochre-sysalloc", || match &sys {
                 Ok(rt) => ochre_pingpong(rt, epw),
                 Err(e) => Err(e.to_string()),
             }),

@@ -2,7 +2,8 @@
 //! (itself included), waits until they have all run, and repeats. Every round pays cross-worker
 //! posting and, unless the consumers spin, their wake-ups. Swept over the handler cost.
 //!
-//! Systems: `ochre`, `ochre-baseline`, `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
+//! Systems: `ochre`, `ochre-baseline`, `ochre-sysalloc` (ochre with events from the global
+//! allocator instead of EMA), `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
 //! spawned tasks joined per round), `channels` (a pool of threads fed by a crossbeam channel,
 //! completions back on another) and `one-core` (the same 100 handlers run inline on one thread:
 //! what the round costs without any parallelism).
@@ -170,6 +171,7 @@ pub fn run(opts: &Options) -> BenchReport {
     for &w in &opts.workers {
         let rt = Runtime::builder().workers(w).build();
         let base = Runtime::builder().workers(w).config(Config::baseline()).build();
+        let sys = Runtime::builder().workers(w).config(Config::default().ema(false)).build();
         let pool = peers::rayon_pool(w);
         let tmt = peers::tokio_multi_thread(w);
         for cost in costs(opts) {
@@ -178,6 +180,7 @@ pub fn run(opts: &Options) -> BenchReport {
             let systems = vec![
                 System::new("ochre", ochre_system(&rt, cost, n)),
                 System::new("ochre-baseline", ochre_system(&base, cost, n)),
+                System::new("ochre-sysalloc", ochre_system(&sys, cost, n)),
                 System::new("rayon", || {
                     pool.as_ref().map(|p| rayon_prodcons(p, cost, n)).map_err(|e| e.clone())
                 }),

@@ -23,14 +23,18 @@
 //! always reach the owner's stack. When a `Heap` is dropped with objects still out, it marks its
 //! shared half *abandoned*; from then on whoever pushes to the stack also drains it (under a lock)
 //! and releases blocks as they empty, so the last free of the last object releases everything.
-//! The pusher checks `abandoned` after its push and the dropping heap drains after setting it,
-//! both sequentially consistent, so every object is drained by one of them.
+//! The dropping heap sets `abandoned`, then drains with a release swap; a push ordered before the
+//! swap is drained by it, and a push ordered after it reads the swap's value, so it sees
+//! `abandoned` and drains itself (the loom model `loom_abandoned_heap_is_released_by_the_last_free`
+//! found the version where the swap was only an acquire).
 //!
 //! Invariants: an object is handed out by exactly one `alloc` and comes back by exactly one free;
 //! `used` in a block header counts objects handed out and not yet back on the owner's lists; only
 //! the owner thread (or, once abandoned, the holder of `orphan`) touches a block's header.
 
 use std::alloc::{alloc, dealloc, Layout};
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -122,8 +126,12 @@ impl HeapShared {
         loop {
             // SAFETY: `tail` is the caller's, not yet published.
             unsafe { (*tail).next = top };
-            match shared.remote.compare_exchange_weak(top, head, Ordering::SeqCst, Ordering::Relaxed)
-            {
+            match shared.remote.compare_exchange_weak(
+                top,
+                head,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => break,
                 Err(t) => top = t,
             }
@@ -156,7 +164,9 @@ pub unsafe fn free_remote(obj: NonNull<u8>) {
 /// # Safety
 /// Caller holds `shared.orphan` and the heap is abandoned (no owner touches its blocks).
 unsafe fn drain_orphan(shared: &HeapShared) {
-    let mut o = shared.remote.swap(ptr::null_mut(), Ordering::Acquire);
+    // AcqRel, not just Acquire: a pusher whose push comes after this swap reads the value it
+    // wrote, and must then also see `abandoned` (stored before), so that it drains itself.
+    let mut o = shared.remote.swap(ptr::null_mut(), Ordering::AcqRel);
     while !o.is_null() {
         // SAFETY: objects on the stack are freed objects of this heap, linked by their pushers.
         let next = unsafe { (*o).next };
@@ -261,6 +271,12 @@ impl Heap {
     /// This heap's id.
     pub fn id(&self) -> usize {
         self.shared.id
+    }
+
+    /// A weak reference to the shared half: gone once the heap and all its blocks are.
+    #[cfg(test)]
+    pub(crate) fn shared_weak(&self) -> std::sync::Weak<HeapShared> {
+        Arc::downgrade(&self.shared)
     }
 
     /// Counters.
@@ -492,6 +508,57 @@ impl Drop for Heap {
     }
 }
 
+thread_local! {
+    /// The heap of the worker running on this thread, while it runs (`HeapEnter`).
+    static CURRENT: Cell<*mut Heap> = const { Cell::new(ptr::null_mut()) };
+}
+
+/// Makes `heap` this thread's heap until the guard drops; the guard borrows the heap mutably, so
+/// nothing else touches it meanwhile.
+pub(crate) struct HeapEnter<'a> {
+    previous: *mut Heap,
+    _heap: PhantomData<&'a mut Heap>,
+}
+
+impl<'a> HeapEnter<'a> {
+    pub(crate) fn new(heap: &'a mut Heap) -> HeapEnter<'a> {
+        let previous = CURRENT.with(|c| c.replace(heap as *mut Heap));
+        HeapEnter { previous, _heap: PhantomData }
+    }
+}
+
+impl Drop for HeapEnter<'_> {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.previous));
+    }
+}
+
+/// Runs `f` on this thread's heap, if it has one.
+#[inline]
+pub(crate) fn with_heap<R>(f: impl FnOnce(&mut Heap) -> R) -> Option<R> {
+    let p = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null_mut());
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: set by a live `HeapEnter` of this thread, which holds the heap's unique borrow;
+    // heap operations never call out to code that could reach the heap again, so this `&mut` is
+    // the only one while `f` runs (`f` here is always a single heap operation).
+    Some(f(unsafe { &mut *p }))
+}
+
+/// Frees an EMA object on this thread's heap if it has one, else by a remote push.
+///
+/// # Safety
+/// As [`Heap::free`].
+#[inline]
+pub(crate) unsafe fn free_here(obj: NonNull<u8>) {
+    // SAFETY: forwarded contract.
+    if with_heap(|h| unsafe { h.free(obj) }).is_none() {
+        // SAFETY: forwarded contract.
+        unsafe { free_remote(obj) };
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -618,7 +685,7 @@ mod tests {
         let mut a = Heap::new(0, 1, None);
         let mut b = Heap::new(1, 1, None);
         let ps: Vec<_> = (0..10).map(|_| a.alloc(l(48), 0).unwrap()).collect();
-        let weak = Arc::downgrade(&a.shared);
+        let weak = a.shared_weak();
         drop(a);
         assert!(weak.upgrade().is_some(), "blocks with objects out keep the heap's shared half");
         for p in &ps[..5] {

@@ -118,6 +118,15 @@ pub struct Config {
     /// A panicking handler ends the run with [`Error::HandlerPanicked`](crate::Error) instead of
     /// being counted and skipped.
     pub abort_on_panic: bool,
+    /// Allocate events (closure storage) with EMA, each worker's color-aware allocator (`alloc`
+    /// module): storage for an event of color `c` comes from a block reserved for `c`'s home
+    /// worker, so events bound for different workers never share a cache line, and the running
+    /// worker's free goes back to the poster in batches. `false`: the global allocator, as
+    /// libasync-smp did (thesis §5.2).
+    pub ema: bool,
+    /// Most bytes of EMA blocks one worker may hold; past it, events fall back to the global
+    /// allocator (counted in `ema_refused`). `None`: no cap.
+    pub ema_cap: Option<usize>,
 }
 
 impl Default for Config {
@@ -137,6 +146,8 @@ impl Default for Config {
             turn_budget: 64,
             round_budget: 256,
             abort_on_panic: false,
+            ema: true,
+            ema_cap: None,
         }
     }
 }
@@ -184,12 +195,21 @@ impl Config {
         round_budget: usize,
         /// Sets [`Config::abort_on_panic`].
         abort_on_panic: bool,
+        /// Sets [`Config::ema`].
+        ema: bool,
+        /// Sets [`Config::ema_cap`].
+        ema_cap: Option<usize>,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
-    /// spinning, plain stealing. Build with the `unpadded` feature for its memory layout too.
+    /// spinning, plain stealing, events from the global allocator. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
-        Config::default().batching(false).wakeup(Wakeup::Pipe).spin(Spin::Never).steal(Steal::Plain)
+        Config::default()
+            .batching(false)
+            .wakeup(Wakeup::Pipe)
+            .spin(Spin::Never)
+            .steal(Steal::Plain)
+            .ema(false)
     }
 
     /// Every stealing heuristic on (batch, locality-aware, cost-aware with a 20 µs floor;
@@ -236,6 +256,7 @@ mod tests {
         assert_eq!(b.wakeup, Wakeup::Pipe);
         assert_eq!(b.spin, Spin::Never);
         assert_eq!(b.steal, Steal::Plain);
+        assert!(d.ema && !b.ema);
         assert!(d.validate().is_ok() && b.validate().is_ok());
     }
 

@@ -154,6 +154,8 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     let remote = &shared.remotes[ctx.id];
     let locked = !shared.config.batching;
     let io = ctx.core.borrow().io.active();
+    // Memory freed here for other workers goes back before we sleep, so it never waits on us.
+    crate::alloc::with_heap(|h| h.flush_crumbs());
     // Before the announcement on the inbox, which publishes it to wakers (`shared::Status`).
     remote.status.parks_in_poller.store(io, Ordering::Relaxed);
     if !remote.poke.inbox.try_sleep(locked) {

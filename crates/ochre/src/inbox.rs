@@ -226,7 +226,7 @@ mod tests {
     use crate::Color;
 
     fn post(tag: u64) -> Msg {
-        let task: Task = Box::new(|| {});
+        let task = Task::new(|| {});
         Msg::Post { color: Color(tag), task, urgent: false }
     }
 
@@ -272,12 +272,12 @@ mod tests {
         let inbox = Inbox::new();
         for _ in 0..3 {
             let w = witness.clone();
-            let task: Task = Box::new(move || drop(w));
+            let task = Task::new(move || drop(w));
             let _ = inbox.push_batch(vec![Msg::Post { color: Color(1), task, urgent: false }]);
         }
         let partial = inbox.take_batches();
         let w = witness.clone();
-        let task: Task = Box::new(move || drop(w));
+        let task = Task::new(move || drop(w));
         let _ = inbox.push_batch(vec![Msg::Post { color: Color(2), task, urgent: false }]);
         drop(partial);
         drop(inbox);

@@ -27,7 +27,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn tag_msg(tag: u64) -> Msg {
-    let task: Task = Box::new(|| {});
+    let task = Task::new(|| {});
     Msg::Post { color: Color(tag), task, urgent: false }
 }
 
@@ -193,7 +193,7 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
     let mut ran = 0;
     while let Some(task) = q.pop(key) {
         drop(q);
-        task();
+        task.run();
         ran += 1;
         q = crate::sync::lock(&me.queue);
     }
@@ -218,7 +218,7 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
         let ran = Arc::new(AtomicUsize::new(0));
         let event = |tag: u64| -> Task {
             let (running, log, ran) = (running.clone(), log.clone(), ran.clone());
-            Box::new(move || {
+            Task::new(move || {
                 assert!(!running.swap(true, Ordering::SeqCst), "two events of one color at once");
                 log.lock().unwrap().push(tag);
                 running.store(false, Ordering::SeqCst);
@@ -281,5 +281,36 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
         let p1 = log.iter().position(|&t| t == 1).unwrap();
         let p2 = log.iter().position(|&t| t == 2).unwrap();
         assert!(p1 < p2, "the poster's events ran out of order: {log:?}");
+    });
+}
+
+/// EMA's abandonment protocol: a remote free racing with the owner heap's drop. Whichever order,
+/// the block goes back exactly once and the heap's shared half is released with it.
+#[test]
+fn loom_abandoned_heap_is_released_by_the_last_free() {
+    use crate::alloc::{free_remote, Heap};
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+
+    struct Sent(NonNull<u8>);
+    // SAFETY (test): the object moves to the other thread with its only reference.
+    unsafe impl Send for Sent {}
+
+    model(|| {
+        let mut a = Heap::new(0, 1, None);
+        let lay = Layout::from_size_align(32, 8).unwrap();
+        let (p1, p2) = (a.alloc(lay, 0).unwrap(), a.alloc(lay, 0).unwrap());
+        let weak = a.shared_weak();
+        let s1 = Sent(p1);
+        let t = loom::thread::spawn(move || {
+            let s = s1;
+            // SAFETY: allocated above, freed once, here.
+            unsafe { free_remote(s.0) };
+        });
+        // SAFETY: allocated above, freed once, here.
+        unsafe { a.free(p2) };
+        drop(a);
+        t.join().unwrap();
+        assert!(weak.upgrade().is_none(), "the block and the heap went back");
     });
 }

@@ -4,12 +4,124 @@
 //! color lending travel as [`Msg`]. The lending protocol (see `queue`) relies on one property of
 //! the transport: messages from one sender to one receiver arrive in the order they were sent.
 
+use std::alloc::Layout;
 use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 
+use crate::alloc;
 use crate::Color;
 
 /// A handler with its arguments captured: what the thesis calls an event.
-pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
+///
+/// A thin owned closure: a pointer to the closure's storage and a table of two functions. The
+/// storage comes from the posting thread's EMA heap when it has one and the closure fits a size
+/// class (placed for the worker that will run it), else from the global allocator; a closure
+/// without captures takes no storage at all. Running the task moves the closure out and frees its
+/// storage *before* calling it, so the storage goes back while the closure runs (and a panicking
+/// closure leaks nothing).
+pub(crate) struct Task {
+    data: NonNull<u8>,
+    table: &'static TaskTable,
+}
+
+struct TaskTable {
+    /// Moves the closure out, frees the storage, calls the closure.
+    run: unsafe fn(NonNull<u8>),
+    /// Drops the closure in place and frees the storage.
+    drop: unsafe fn(NonNull<u8>),
+}
+
+// SAFETY: a Task owns a `F: Send` closure; its storage can be freed from any thread (EMA frees
+// from a thread that did not allocate go back to the owner by the remote path).
+unsafe impl Send for Task {}
+
+struct Tables<F>(PhantomData<F>);
+
+impl<F: FnOnce() + Send + 'static> Tables<F> {
+    const EMA: TaskTable = TaskTable { run: run_ema::<F>, drop: drop_ema::<F> };
+    const BOXED: TaskTable = TaskTable { run: run_boxed::<F>, drop: drop_boxed::<F> };
+    const INLINE: TaskTable = TaskTable { run: run_inline::<F>, drop: drop_inline::<F> };
+}
+
+impl Task {
+    /// Wraps `f`, with storage placed for worker `dest` if this thread has an EMA heap.
+    #[inline]
+    pub(crate) fn new_for<F: FnOnce() + Send + 'static>(f: F, dest: usize) -> Task {
+        let layout = Layout::new::<F>();
+        if layout.size() == 0 {
+            std::mem::forget(f);
+            return Task { data: NonNull::dangling(), table: &Tables::<F>::INLINE };
+        }
+        if let Some(Some(p)) = alloc::with_heap(|h| h.alloc(layout, dest)) {
+            // SAFETY: a fresh EMA object of at least `layout`'s size and alignment.
+            unsafe { p.as_ptr().cast::<F>().write(f) };
+            return Task { data: p, table: &Tables::<F>::EMA };
+        }
+        let p = Box::into_raw(Box::new(f));
+        // SAFETY: `Box::into_raw` never returns null.
+        Task { data: unsafe { NonNull::new_unchecked(p.cast()) }, table: &Tables::<F>::BOXED }
+    }
+
+    /// Wraps `f`, with storage placed for the current worker.
+    pub(crate) fn new<F: FnOnce() + Send + 'static>(f: F) -> Task {
+        let here = crate::context::with_current(|ctx| ctx.id).unwrap_or(0);
+        Task::new_for(f, here)
+    }
+
+    /// Runs the closure.
+    #[inline]
+    pub(crate) fn run(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the table matches the storage `new_for` chose; `this` is never used again.
+        unsafe { (this.table.run)(this.data) }
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // SAFETY: the table matches the storage; the task was not run (run forgets it).
+        unsafe { (self.table.drop)(self.data) }
+    }
+}
+
+unsafe fn run_ema<F: FnOnce()>(p: NonNull<u8>) {
+    // SAFETY: `p` holds an `F` written by `new_for`, read once here.
+    let f = unsafe { p.as_ptr().cast::<F>().read() };
+    // SAFETY: an EMA object, freed once; its `F` was moved out.
+    unsafe { alloc::free_here(p) };
+    f();
+}
+
+unsafe fn drop_ema<F: FnOnce()>(p: NonNull<u8>) {
+    // SAFETY: `p` holds an `F`; dropped once, then its storage freed once.
+    unsafe {
+        std::ptr::drop_in_place(p.as_ptr().cast::<F>());
+        alloc::free_here(p);
+    }
+}
+
+unsafe fn run_boxed<F: FnOnce()>(p: NonNull<u8>) {
+    // SAFETY: `p` came from `Box::<F>::into_raw`.
+    let f = *unsafe { Box::from_raw(p.as_ptr().cast::<F>()) };
+    f();
+}
+
+unsafe fn drop_boxed<F: FnOnce()>(p: NonNull<u8>) {
+    // SAFETY: `p` came from `Box::<F>::into_raw`.
+    drop(unsafe { Box::from_raw(p.as_ptr().cast::<F>()) });
+}
+
+unsafe fn run_inline<F: FnOnce()>(_: NonNull<u8>) {
+    // SAFETY: `F` is zero-sized: any aligned non-null pointer reads one (the one `new_for` forgot).
+    let f = unsafe { NonNull::<F>::dangling().as_ptr().read() };
+    f();
+}
+
+unsafe fn drop_inline<F: FnOnce()>(_: NonNull<u8>) {
+    // SAFETY: as in `run_inline`; dropped once.
+    unsafe { std::ptr::drop_in_place(NonNull::<F>::dangling().as_ptr()) };
+}
 
 /// A message to a worker.
 pub(crate) enum Msg {
@@ -37,4 +149,80 @@ pub(crate) struct Loan {
     pub(crate) events: VecDeque<Task>,
     /// How many of `events`, at the front, were posted urgent.
     pub(crate) urgent: usize,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::alloc::{Heap, HeapEnter};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts drops of what a closure captured.
+    struct Probe(Arc<AtomicUsize>);
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn exercise() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let ran = Arc::new(AtomicUsize::new(0));
+        // Run: the closure runs once and its captures drop once.
+        let (p, r) = (Probe(drops.clone()), ran.clone());
+        Task::new_for(
+            move || {
+                let _p = p;
+                r.fetch_add(1, Ordering::Relaxed);
+            },
+            1,
+        )
+        .run();
+        // Dropped unrun: captures drop, nothing runs.
+        let (p, r) = (Probe(drops.clone()), ran.clone());
+        drop(Task::new_for(
+            move || {
+                let _p = p;
+                r.fetch_add(1, Ordering::Relaxed);
+            },
+            0,
+        ));
+        // Too big for EMA: the global allocator, same behaviour.
+        let (big, r) = ([7u8; 4096], ran.clone());
+        Task::new_for(
+            move || {
+                r.fetch_add(big[4095] as usize, Ordering::Relaxed);
+            },
+            0,
+        )
+        .run();
+        // Zero-sized closure.
+        Task::new_for(|| {}, 0).run();
+        // A panicking closure frees its storage and drops its captures while unwinding.
+        let p = Probe(drops.clone());
+        let t = Task::new_for(
+            move || {
+                let _p = p;
+                panic!("boom");
+            },
+            0,
+        );
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.run())).is_err());
+        assert_eq!(ran.load(Ordering::Relaxed), 1 + 7);
+        assert_eq!(drops.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn tasks_run_once_and_drop_once_with_and_without_a_heap() {
+        exercise();
+        let mut heap = Heap::new(0, 2, None);
+        {
+            let _e = HeapEnter::new(&mut heap);
+            exercise();
+        }
+        let s = heap.stats();
+        assert!(s.blocks > 0, "tasks came from the heap");
+        assert_eq!(s.live_bytes, 0, "and all their storage came back");
+    }
 }

@@ -135,7 +135,7 @@ mod tests {
     use crate::Color;
 
     fn msg() -> Msg {
-        let task: Task = Box::new(|| {});
+        let task = Task::new(|| {});
         Msg::Post { color: Color(1), task, urgent: false }
     }
 

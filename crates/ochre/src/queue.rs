@@ -418,7 +418,7 @@ mod tests {
 
     fn task(log: &Log, v: u64) -> Task {
         let log = log.clone();
-        Box::new(move || log.lock().unwrap().push(v))
+        Task::new(move || log.lock().unwrap().push(v))
     }
 
     /// A color homed on worker `w` of `n`.
@@ -430,7 +430,7 @@ mod tests {
         let mut returns = vec![];
         while let Some((k, _)) = q.start_turn() {
             while let Some(t) = q.pop(k) {
-                t();
+                t.run();
             }
             returns.extend(q.end_turn(k));
         }
@@ -474,12 +474,12 @@ mod tests {
         let _ = q.post(c, task(&log, 1), false);
         let _ = q.post(c, task(&log, 2), false);
         let (k, _) = q.start_turn().unwrap();
-        q.pop(k).unwrap()();
+        q.pop(k).unwrap().run();
         // While event 1 runs, it posts 3 (normal) and 0 (urgent).
         let _ = q.post(c, task(&log, 3), false);
         let _ = q.post(c, task(&log, 0), true);
         while let Some(t) = q.pop(k) {
-            t();
+            t.run();
         }
         assert!(q.end_turn(k).is_none());
         assert_eq!(*log.lock().unwrap(), vec![1, 0, 2, 3]);

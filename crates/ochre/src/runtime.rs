@@ -214,6 +214,11 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, core: Core, pin: Option<u
             lock(&gate.state).warnings.push(format!("worker {id}: pinning to CPU {cpu}: {e}"));
         }
     }
+    // The heap lives as long as the thread, across runs: objects it carved may outlive a run.
+    let mut heap = shared
+        .config
+        .ema
+        .then(|| crate::alloc::Heap::new(core.id, shared.workers, shared.config.ema_cap));
     let ctx = WorkerCtx::new(shared, core);
     let mut seen = 0;
     loop {
@@ -229,6 +234,7 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, core: Core, pin: Option<u
         }
         let outcome = {
             let _enter = Enter::new(&ctx);
+            let _heap = heap.as_mut().map(crate::alloc::HeapEnter::new);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run()))
         };
         let mut g = lock(&gate.state);
@@ -363,7 +369,7 @@ impl Runtime {
         if with_current(|_| ()).is_some() || self.running.swap(true, Ordering::SeqCst) {
             return Err(Error::AlreadyRunning);
         }
-        let result = self.run_inner(color, Box::new(init));
+        let result = self.run_inner(color, Task::new(init));
         self.running.store(false, Ordering::SeqCst);
         result
     }
@@ -502,7 +508,7 @@ impl Handle {
 
     /// Posts `f` as an event of `color`; [`Error::Closed`] if the runtime was dropped.
     pub fn try_post<F: FnOnce() + Send + 'static>(&self, color: Color, f: F) -> Result<(), Error> {
-        self.try_post_task(color, Box::new(f), false)
+        self.try_post_task(color, Task::new(f), false)
     }
 
     /// Posts `f` as an urgent event of `color` (see [`post_urgent`](crate::post_urgent)).
@@ -511,7 +517,7 @@ impl Handle {
         color: Color,
         f: F,
     ) -> Result<(), Error> {
-        self.try_post_task(color, Box::new(f), true)
+        self.try_post_task(color, Task::new(f), true)
     }
 
     fn try_post_task(&self, color: Color, task: Task, urgent: bool) -> Result<(), Error> {
@@ -608,7 +614,7 @@ impl Handle {
         if self.is_closed() {
             return Err(Error::Closed);
         }
-        Ok(crate::io::timer_on(&self.shared, at, color, Box::new(f)))
+        Ok(crate::io::timer_on(&self.shared, at, color, Task::new(f)))
     }
 
     /// Pins `color` to its home worker, from any thread; see [`pin`](crate::pin).

@@ -37,7 +37,7 @@ pub(crate) struct Chain {
 }
 
 fn noop() -> Task {
-    Box::new(|| {})
+    Task::new(|| {})
 }
 
 /// Runs `chains` on `workers` workers of `topology` under `policy`, with `seed` choosing victims
@@ -89,7 +89,7 @@ pub(crate) fn simulate(
                 let mut ran = 0u64;
                 while ran < 4 {
                     let Some(task) = qs[w].pop(key) else { break };
-                    task();
+                    task.run();
                     ran += 1;
                     last_on.insert(color, w);
                     let n = left.get_mut(&color).expect("a chain color");

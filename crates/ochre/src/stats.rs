@@ -30,9 +30,14 @@ macro_rules! counters {
                 WorkerStats { $($field: a[Counter::$variant as usize],)* }
             }
 
-            /// Field-wise `self - earlier`, saturating (for per-run deltas).
+            /// Field-wise `self - earlier`, saturating (for per-run deltas); the gauges
+            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`) keep `self`'s value.
             pub fn since(&self, earlier: &WorkerStats) -> WorkerStats {
-                WorkerStats { $($field: self.$field.saturating_sub(earlier.$field),)* }
+                let mut d = WorkerStats { $($field: self.$field.saturating_sub(earlier.$field),)* };
+                d.ema_live_bytes = self.ema_live_bytes;
+                d.ema_blocks = self.ema_blocks;
+                d.ema_crumbs = self.ema_crumbs;
+                d
             }
 
             /// Field-wise sum.
@@ -103,6 +108,16 @@ counters! {
     signals = Signals,
     /// Accept errors (descriptor or buffer exhaustion) that made a listener back off.
     accept_errors = AcceptErrors,
+    /// Gauge: bytes of EMA objects this worker's heap has handed out and not got back.
+    ema_live_bytes = EmaLiveBytes,
+    /// Gauge: EMA blocks (16 KiB each) this worker's heap holds.
+    ema_blocks = EmaBlocks,
+    /// Gauge: objects of other workers' heaps freed here and not handed back yet.
+    ema_crumbs = EmaCrumbs,
+    /// Objects other threads freed and handed back to this worker's heap.
+    ema_remote_frees = EmaRemoteFrees,
+    /// Allocations the EMA cap refused (they fell back to the global allocator).
+    ema_refused = EmaRefused,
 }
 
 impl WorkerStats {
@@ -128,6 +143,12 @@ impl Counters {
     #[inline]
     pub(crate) fn add(&mut self, c: Counter, n: u64) {
         self.0[c as usize] += n;
+    }
+
+    /// Sets a gauge, or a counter kept elsewhere.
+    #[inline]
+    pub(crate) fn set(&mut self, c: Counter, v: u64) {
+        self.0[c as usize] = v;
     }
 
     #[cfg(all(test, not(loom)))]

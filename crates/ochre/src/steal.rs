@@ -130,6 +130,7 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
 mod tests {
     use super::*;
     use crate::color::home_of;
+    use crate::message::Task;
     use crate::{Color, Config};
     use std::time::Duration;
 
@@ -217,7 +218,7 @@ mod tests {
         let thief = &mut cores[0];
         for k in 0..6 {
             let c = color_on(2, 4, k);
-            let _ = victim.queue.post(c, Box::new(|| {}), false);
+            let _ = victim.queue.post(c, Task::new(|| {}), false);
         }
         victim.publish(&shared);
         request(thief, &shared);
@@ -243,9 +244,9 @@ mod tests {
         let (a, b) = (color_on(1, 2, 0), color_on(1, 2, 1));
         let mut victim = cores.pop().unwrap();
         let mut thief = cores.pop().unwrap();
-        let _ = victim.queue.post(a, Box::new(|| {}), false);
-        let _ = victim.queue.post(b, Box::new(|| {}), false);
-        let _ = victim.queue.post(b, Box::new(|| {}), false);
+        let _ = victim.queue.post(a, Task::new(|| {}), false);
+        let _ = victim.queue.post(b, Task::new(|| {}), false);
+        let _ = victim.queue.post(b, Task::new(|| {}), false);
         victim.publish(&shared);
         request(&mut thief, &shared);
         assert!(thief.steal_pending);

@@ -321,7 +321,14 @@ impl Core {
     }
 
     /// Publishes counters and load for other threads.
-    pub(crate) fn publish(&self, shared: &Shared) {
+    pub(crate) fn publish(&mut self, shared: &Shared) {
+        if let Some(h) = crate::alloc::with_heap(|h| h.stats()) {
+            self.counters.set(Counter::EmaLiveBytes, h.live_bytes as u64);
+            self.counters.set(Counter::EmaBlocks, h.blocks as u64);
+            self.counters.set(Counter::EmaCrumbs, h.crumbs_pending as u64);
+            self.counters.set(Counter::EmaRemoteFrees, h.remote_frees as u64);
+            self.counters.set(Counter::EmaRefused, h.refused as u64);
+        }
         let remote = &shared.remotes[self.id];
         remote.stats.publish(&self.counters);
         remote.status.ready.store(self.queue.ready_len(), Ordering::Relaxed);
@@ -384,6 +391,12 @@ impl WorkerCtx {
                 break;
             }
         }
+        // Hand back what we freed for others, take back what others freed for us: after a
+        // quiescent run every worker flushed before it slept, so the heaps' gauges are exact.
+        crate::alloc::with_heap(|h| {
+            h.flush_crumbs();
+            h.drain_remote();
+        });
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);
         core.publish(shared);
@@ -436,7 +449,7 @@ impl WorkerCtx {
     }
 
     fn run_task(&self, color: Color, task: Task) {
-        let Err(payload) = catch_unwind(AssertUnwindSafe(task)) else {
+        let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) else {
             return;
         };
         let message = panic_message(payload.as_ref());

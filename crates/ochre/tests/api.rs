@@ -489,3 +489,44 @@ fn a_color_cell_opens_only_in_events_of_its_color() {
     let mut cell = Arc::try_unwrap(cell).unwrap();
     assert_eq!(*cell.get_mut(), 10_000, "every increment seen, none lost");
 }
+
+/// Cross-worker posts of events that capture data: with EMA (the default) their storage comes
+/// from the posters' heaps and every byte goes back by the end of a quiescent run; without it,
+/// no heap is involved.
+#[test]
+fn event_storage_comes_from_ema_and_all_of_it_comes_back() {
+    for ema in [true, false] {
+        let rt = Runtime::builder().workers(4).config(Config::default().ema(ema)).build().unwrap();
+        let sum = Arc::new(AtomicU64::new(0));
+        let s = sum.clone();
+        let report = rt
+            .run(Color(0), move || {
+                for c in 0..64u64 {
+                    let s = s.clone();
+                    ochre::post(Color(c), move || {
+                        for i in 0..100u64 {
+                            let payload = [c, i, c * i, 7];
+                            let s = s.clone();
+                            ochre::post(Color(c + 1000 * (i % 3 + 1)), move || {
+                                s.fetch_add(payload.iter().sum::<u64>(), Ordering::Relaxed);
+                            });
+                        }
+                    });
+                }
+            })
+            .unwrap();
+        assert_eq!(report.end, RunEnd::Quiescent);
+        let expected: u64 =
+            (0..64u64).flat_map(|c| (0..100u64).map(move |i| c + i + c * i + 7)).sum();
+        assert_eq!(sum.load(Ordering::Relaxed), expected);
+        let total = report.workers.iter().fold(ochre::WorkerStats::default(), |a, w| a.add(w));
+        if ema {
+            assert!(total.ema_blocks > 0, "events were allocated from EMA");
+            assert!(total.ema_remote_frees > 0, "events run elsewhere came back to their poster");
+            assert_eq!(total.ema_live_bytes, 0, "every event's storage came back");
+            assert_eq!(total.ema_crumbs, 0, "nothing left waiting with a freer");
+        } else {
+            assert_eq!((total.ema_blocks, total.ema_remote_frees), (0, 0));
+        }
+    }
+}

@@ -406,12 +406,12 @@ where
     F: FnOnce() + Send + 'static,
 {
     let shared = with_current(|ctx| ctx.shared.clone()).ok_or(Error::NotInRuntime)?;
-    Ok(timer_on(&shared, at, color, Box::new(f)))
+    Ok(timer_on(&shared, at, color, Task::new(f)))
 }
 
 /// The event that runs a readiness handler and hands it back to its owner.
 fn handler_event(token: u64, handler: Handler, ready: Ready, state: Arc<WatchState>) -> Task {
-    Box::new(move || {
+    Task::new(move || {
         let mut handler = handler;
         let mut ev = Event { ready, cancel: false };
         if !state.cancelled.load(Ordering::Acquire) {
@@ -476,9 +476,9 @@ impl Core {
                     return;
                 }
                 let st = state.clone();
-                let guarded: Task = Box::new(move || {
+                let guarded = Task::new(move || {
                     if !st.cancelled.load(Ordering::Acquire) {
-                        task();
+                        task.run();
                     }
                 });
                 let key = self.io.wheel.insert(at, color, guarded);

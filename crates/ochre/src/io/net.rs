@@ -266,7 +266,7 @@ where
                         &shared,
                         std::time::Instant::now() + delay,
                         color,
-                        Box::new(move || {
+                        crate::message::Task::new(move || {
                             lock(&retry).waiting = false;
                             accept_ready(&retry);
                         }),

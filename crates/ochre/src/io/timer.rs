@@ -173,7 +173,7 @@ mod tests {
 
     fn task(log: &Arc<Mutex<Vec<u32>>>, v: u32) -> Task {
         let log = log.clone();
-        Box::new(move || log.lock().unwrap().push(v))
+        Task::new(move || log.lock().unwrap().push(v))
     }
 
     fn fire(w: &mut Wheel, at: Instant) -> Vec<(Color, Task)> {
@@ -197,11 +197,11 @@ mod tests {
         let next = w.next_deadline().unwrap();
         assert!(next >= t0 + ms(10) && next <= t0 + ms(11), "{:?}", next - t0);
         for (_, t) in fire(&mut w, t0 + ms(25)) {
-            t();
+            t.run();
         }
         assert_eq!(*log.lock().unwrap(), vec![10, 11, 20]);
         for (_, t) in fire(&mut w, t0 + ms(31)) {
-            t();
+            t.run();
         }
         assert_eq!(*log.lock().unwrap(), vec![10, 11, 20, 30]);
         assert_eq!(w.len(), 0);
@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(a.key, b.key);
         assert!(w.cancel(a).is_none());
         for (_, t) in fire(&mut w, t0 + ms(10)) {
-            t();
+            t.run();
         }
         assert_eq!(*log.lock().unwrap(), vec![2]);
     }
