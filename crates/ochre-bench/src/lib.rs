@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod ablation;
+pub mod alloc;
 pub mod harness;
 pub mod peers;
 pub mod pingpong;
@@ -20,7 +21,8 @@ pub mod wakeup;
 pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
-pub const BENCHES: &[&str] = &["pingpong", "prodcons", "wakeup", "steal", "ablation", "sws"];
+pub const BENCHES: &[&str] =
+    &["pingpong", "prodcons", "wakeup", "steal", "alloc", "ablation", "sws"];
 
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
@@ -31,6 +33,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "steal" => Some(steal::run(opts)),
         "wakeup" => Some(wakeup::run(opts)),
         "ablation" => Some(ablation::run(opts)),
+        "alloc" => Some(alloc::run(opts)),
         _ => None,
     }
 }

@@ -48,6 +48,10 @@ pub const CLASSES: [usize; 12] = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 7
 pub const MAX_SMALL: usize = CLASSES[CLASSES.len() - 1];
 /// Objects a heap holds for one owner before handing them back in one push.
 pub const CRUMB_BATCH: usize = 64;
+/// Empty blocks a heap keeps for reuse (any class, any destination) before giving them back to
+/// the system: producer-consumer traffic empties and refills blocks constantly, and a 16 KiB
+/// aligned allocation from the system costs far more than an object.
+pub const CACHED_BLOCKS: usize = 32;
 
 /// Where objects start in a block: the header's size, rounded to a cache line.
 const HEADER: usize = 128;
@@ -87,11 +91,30 @@ fn block_layout() -> Layout {
 /// 16 from any class, up to a cache line from classes that are multiples of it.
 pub fn class_of(layout: Layout) -> Option<usize> {
     let (size, align) = (layout.size().max(1), layout.align());
-    if align > LINE {
+    if size > MAX_SMALL || align > LINE {
         return None;
     }
-    CLASSES.iter().position(|&c| c >= size && (align <= 16 || c % align == 0))
+    // The smallest class holding `size`, from a table by 16-byte step (no search).
+    let class = CLASS_BY_STEP[(size + 15) / 16] as usize;
+    if align <= 16 {
+        return Some(class);
+    }
+    CLASSES[class..].iter().position(|&c| c % align == 0).map(|i| class + i)
 }
+
+/// `CLASS_BY_STEP[k]`: the smallest class of at least `16 k` bytes.
+const CLASS_BY_STEP: [u8; MAX_SMALL / 16 + 1] = {
+    let mut t = [0u8; MAX_SMALL / 16 + 1];
+    let (mut k, mut c) = (0, 0);
+    while k < t.len() {
+        while CLASSES[c] < k * 16 {
+            c += 1;
+        }
+        t[k] = c as u8;
+        k += 1;
+    }
+    t
+};
 
 fn block_of(obj: *mut u8) -> *mut BlockHeader {
     // Keeps the object's provenance, which is its block's (objects are carved from blocks).
@@ -228,6 +251,8 @@ pub struct Heap {
     bins: Vec<*mut BlockHeader>,
     /// One empty block kept per bin, so a class that breathes does not hit the system each time.
     spare: Vec<*mut BlockHeader>,
+    /// Empty blocks, unlinked, ready to be carved for any bin (at most [`CACHED_BLOCKS`]).
+    cache: Vec<*mut BlockHeader>,
     dests: usize,
     /// Crumbs per owner, indexed by owner id (an entry for another heap of the same id is flushed
     /// first: ids are unique within a runtime, not across runtimes).
@@ -261,6 +286,7 @@ impl Heap {
             }),
             bins: vec![ptr::null_mut(); dests * CLASSES.len()],
             spare: vec![ptr::null_mut(); dests * CLASSES.len()],
+            cache: Vec::new(),
             dests,
             crumbs: Vec::new(),
             cap,
@@ -286,16 +312,19 @@ impl Heap {
 
     /// An object for `layout`, to be used mostly by worker `dest`; `None` if EMA does not serve
     /// this layout (see [`class_of`]) or the cap is reached.
+    #[inline]
     pub fn alloc(&mut self, layout: Layout, dest: usize) -> Option<NonNull<u8>> {
         let class = class_of(layout)?;
-        let bin = (dest % self.dests) * CLASSES.len() + class;
+        // No division on the fast path: `dest` is a worker index, almost always in range.
+        let dest = if dest < self.dests { dest } else { dest % self.dests };
+        let bin = dest * CLASSES.len() + class;
         let mut b = self.bins[bin];
         if b.is_null() {
             self.drain_remote();
             b = self.bins[bin];
         }
         if b.is_null() {
-            b = self.new_block(bin, class, dest % self.dests)?;
+            b = self.new_block(bin, class, dest)?;
         }
         // SAFETY: `b` is a block of this heap, listed in `bin`, so it has a free object.
         unsafe {
@@ -321,6 +350,7 @@ impl Heap {
     ///
     /// # Safety
     /// `obj` came from [`Heap::alloc`] and is freed exactly once.
+    #[inline]
     pub unsafe fn free(&mut self, obj: NonNull<u8>) {
         let o = obj.as_ptr().cast::<FreeObj>();
         let b = block_of(obj.as_ptr());
@@ -387,6 +417,7 @@ impl Heap {
     ///
     /// # Safety
     /// `b` is a block of this heap and `o` one of its objects, out and now freed.
+    #[inline]
     unsafe fn take_back(&mut self, b: *mut BlockHeader, o: *mut FreeObj) {
         // SAFETY: per the contract.
         unsafe {
@@ -405,8 +436,12 @@ impl Heap {
                     self.spare[bin] = b;
                 } else if self.spare[bin] != b {
                     self.unlink(bin, b);
-                    self.stats.blocks -= 1;
-                    release_block(b);
+                    if self.cache.len() < CACHED_BLOCKS {
+                        self.cache.push(b);
+                    } else {
+                        self.stats.blocks -= 1;
+                        release_block(b);
+                    }
                 }
             } else if self.spare[bin] == b {
                 self.spare[bin] = ptr::null_mut();
@@ -415,18 +450,25 @@ impl Heap {
     }
 
     fn new_block(&mut self, bin: usize, class: usize, dest: usize) -> Option<*mut BlockHeader> {
-        if self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap) {
-            self.stats.refused += 1;
-            return None;
-        }
-        // SAFETY: non-zero size.
-        let b = unsafe { alloc(block_layout()) }.cast::<BlockHeader>();
-        if b.is_null() {
-            self.stats.refused += 1;
-            return None;
-        }
-        let owner = Arc::into_raw(self.shared.clone());
-        // SAFETY: `b` is a fresh block of BLOCK bytes, aligned for the header.
+        let (b, owner) = if let Some(b) = self.cache.pop() {
+            // A cached block keeps the count it took on our shared half when first carved.
+            // SAFETY: cached blocks are ours, empty and unlinked.
+            (b, unsafe { (*b).owner })
+        } else {
+            if self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap) {
+                self.stats.refused += 1;
+                return None;
+            }
+            // SAFETY: non-zero size.
+            let b = unsafe { alloc(block_layout()) }.cast::<BlockHeader>();
+            if b.is_null() {
+                self.stats.refused += 1;
+                return None;
+            }
+            self.stats.blocks += 1;
+            (b, Arc::into_raw(self.shared.clone()))
+        };
+        // SAFETY: `b` is a block of BLOCK bytes, aligned for the header, with no object out.
         unsafe {
             b.write(BlockHeader {
                 owner,
@@ -441,7 +483,6 @@ impl Heap {
                 in_bin: false,
             });
         }
-        self.stats.blocks += 1;
         self.link(bin, b);
         Some(b)
     }
@@ -497,6 +538,11 @@ impl Drop for Heap {
                 }
                 b = next;
             }
+        }
+        for b in std::mem::take(&mut self.cache) {
+            self.stats.blocks -= 1;
+            // SAFETY: cached blocks are empty and unlinked.
+            unsafe { release_block(b) };
         }
         if self.stats.blocks > 0 {
             self.shared.abandoned.store(true, Ordering::SeqCst);
@@ -576,6 +622,14 @@ mod tests {
         let a64 = Layout::from_size_align(40, 64).unwrap();
         assert_eq!(CLASSES[class_of(a64).unwrap()], 64);
         assert_eq!(class_of(Layout::from_size_align(8, 128).unwrap()), None);
+        for size in 1..=MAX_SMALL {
+            for align in [1, 8, 16, 32, 64] {
+                let lay = Layout::from_size_align(size, align).unwrap();
+                let want =
+                    CLASSES.iter().position(|&c| c >= size && (align <= 16 || c % align == 0));
+                assert_eq!(class_of(lay), want, "size {size} align {align}");
+            }
+        }
     }
 
     #[test]
@@ -625,20 +679,24 @@ mod tests {
     }
 
     #[test]
-    fn freed_objects_are_reused_and_empty_blocks_released() {
+    fn freed_objects_are_reused_and_empty_blocks_cached_then_released() {
         let mut h = Heap::new(0, 1, None);
         let per_block = (BLOCK - HEADER) / 64;
-        let ps: Vec<_> = (0..per_block * 3).map(|_| h.alloc(l(64), 0).unwrap()).collect();
-        assert_eq!(h.stats().blocks, 3);
-        assert_eq!(h.stats().live_bytes, per_block * 3 * 64);
+        let n = CACHED_BLOCKS + 4;
+        let ps: Vec<_> = (0..per_block * n).map(|_| h.alloc(l(64), 0).unwrap()).collect();
+        assert_eq!(h.stats().blocks, n);
+        assert_eq!(h.stats().live_bytes, per_block * n * 64);
         for p in ps {
             unsafe { h.free(p) };
         }
-        // One spare kept for the bin; the others went back.
-        assert_eq!(h.stats().blocks, 1);
+        // One spare kept for the bin, CACHED_BLOCKS cached; the others went back.
+        assert_eq!(h.stats().blocks, 1 + CACHED_BLOCKS);
         let p = h.alloc(l(64), 0).unwrap();
-        assert_eq!(h.stats().blocks, 1, "the spare block is reused");
+        let q = h.alloc(l(512), 0).unwrap();
+        assert_eq!(h.stats().blocks, 1 + CACHED_BLOCKS, "the spare and a cached block are reused");
+        unsafe { ptr::write_bytes(q.as_ptr(), 1, 512) };
         unsafe { h.free(p) };
+        unsafe { h.free(q) };
     }
 
     #[test]
