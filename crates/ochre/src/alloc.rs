@@ -95,7 +95,7 @@ pub fn class_of(layout: Layout) -> Option<usize> {
         return None;
     }
     // The smallest class holding `size`, from a table by 16-byte step (no search).
-    let class = CLASS_BY_STEP[(size + 15) / 16] as usize;
+    let class = CLASS_BY_STEP[size.div_ceil(16)] as usize;
     if align <= 16 {
         return Some(class);
     }
