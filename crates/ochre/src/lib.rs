@@ -52,13 +52,18 @@
 //! signals ([`io`]) enter the same path: a worker's epoll set reports readiness, and the worker
 //! posts the watching handler as an event of its color; timers fire from the worker's wheel as
 //! posts. A worker that watches descriptors or has timers sleeps in its epoll set instead of its
-//! parker. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
-//! (transport), `idle`/`park` (sleeping), `steal`, `worker` (the loop), `io`, `stats`, `config`.
+//! parker. An event's closure is stored in memory from the posting worker's EMA heap ([`alloc`]),
+//! in blocks reserved for the color's home worker, and the running worker frees it in batches
+//! back to the poster; [`ColorBox`] gives handlers the same placement for their own data.
+//! Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox` (transport),
+//! `idle`/`park` (sleeping), `steal`, `worker` (the loop), `alloc` (EMA), `message` (thin
+//! tasks), `io`, `stats`, `config`.
 //!
 //! ## Baseline
 //!
 //! [`Config::baseline`] behaves like the original libasync-smp (one lock per posted event, pipe
-//! wake-ups, no spinning, plain stealing); with the `unpadded` feature, also its memory layout.
+//! wake-ups, no spinning, plain stealing, events from the global allocator); with the
+//! `unpadded` feature, also its memory layout.
 //! Every optimization is a switch, for the ablation study.
 
 #![warn(missing_docs)]
@@ -66,6 +71,7 @@
 pub mod alloc;
 mod cell;
 mod color;
+mod color_box;
 mod config;
 mod context;
 mod error;
@@ -92,6 +98,7 @@ mod loom_models;
 
 pub use cell::ColorCell;
 pub use color::Color;
+pub use color_box::ColorBox;
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{current_color, current_worker, pin, post, post_urgent, shutdown, try_post};
 pub use error::Error;

@@ -1,0 +1,111 @@
+//! [`ColorBox`]: user data placed, by EMA, for the worker that runs a color.
+//!
+//! A handler that prepares data for events of another color (a buffer a consumer will fill, a
+//! request a connection's handlers will read) allocates it with `ColorBox::new(color, value)`:
+//! the storage comes from the calling worker's EMA heap, from blocks reserved for that color's
+//! home worker, so it never shares a cache line with data bound for another worker. Outside a
+//! worker, with EMA off, or for values larger than EMA's largest class, it is an ordinary `Box`.
+//!
+//! If the color later runs elsewhere (stolen, or the box is moved to an event of another color),
+//! the object stays valid wherever it goes; it was placed for the old home, and its free becomes a
+//! remote free, batched back to the heap that allocated it. Dropping a `ColorBox` on any thread is
+//! allowed.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use crate::alloc;
+use crate::color::home_of;
+use crate::context::with_current;
+use crate::Color;
+
+/// An owned value in memory placed for the worker that runs a color (module doc).
+pub struct ColorBox<T> {
+    ptr: NonNull<T>,
+    /// Where the storage came from: an EMA heap (`true`) or the global allocator.
+    ema: bool,
+}
+
+// SAFETY: a ColorBox owns its `T` like a `Box<T>`; its storage can be freed from any thread.
+unsafe impl<T: Send> Send for ColorBox<T> {}
+// SAFETY: shared access only hands out `&T`.
+unsafe impl<T: Sync> Sync for ColorBox<T> {}
+
+impl<T> ColorBox<T> {
+    /// Moves `value` into storage placed for `color`'s home worker.
+    pub fn new(color: Color, value: T) -> ColorBox<T> {
+        let layout = Layout::new::<T>();
+        if layout.size() > 0 {
+            let placed = with_current(|ctx| home_of(color, ctx.shared.placement))
+                .and_then(|home| alloc::with_heap(|h| h.alloc(layout, home)).flatten());
+            if let Some(p) = placed {
+                let ptr = p.cast::<T>();
+                // SAFETY: a fresh EMA object of at least `T`'s size and alignment.
+                unsafe { ptr.as_ptr().write(value) };
+                return ColorBox { ptr, ema: true };
+            }
+        }
+        // SAFETY: `Box::into_raw` never returns null.
+        let ptr = unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(value))) };
+        ColorBox { ptr, ema: false }
+    }
+
+    /// Whether the storage came from EMA (else from the global allocator).
+    pub fn is_placed(this: &ColorBox<T>) -> bool {
+        this.ema
+    }
+
+    /// Moves the value out, freeing the storage.
+    pub fn into_inner(this: ColorBox<T>) -> T {
+        let this = std::mem::ManuallyDrop::new(this);
+        if this.ema {
+            // SAFETY: the value is read once; the storage, an EMA object, is freed once.
+            unsafe {
+                let v = this.ptr.as_ptr().read();
+                alloc::free_here(this.ptr.cast());
+                v
+            }
+        } else {
+            // SAFETY: the pointer came from `Box::into_raw`.
+            *unsafe { Box::from_raw(this.ptr.as_ptr()) }
+        }
+    }
+}
+
+impl<T> Drop for ColorBox<T> {
+    fn drop(&mut self) {
+        if self.ema {
+            // SAFETY: the value is dropped once, then its EMA storage freed once.
+            unsafe {
+                std::ptr::drop_in_place(self.ptr.as_ptr());
+                alloc::free_here(self.ptr.cast());
+            }
+        } else {
+            // SAFETY: the pointer came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+        }
+    }
+}
+
+impl<T> Deref for ColorBox<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the box owns a live `T`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> DerefMut for ColorBox<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the box owns a live `T`, borrowed uniquely through `&mut self`.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for ColorBox<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}

@@ -1,0 +1,124 @@
+//! EMA under the runtime: `ColorBox` placement, remote frees through stealing and moves, and
+//! memory that outlives its runtime. Many more workers than cores, stealing on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ochre::{Color, ColorBox, Config, RunEnd, Runtime, WorkerStats};
+
+/// Counts the drops of the values it is part of.
+struct Tracked {
+    words: [u64; 8],
+    drops: Arc<AtomicU64>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+struct Totals {
+    /// Colors homed on worker 0: the other workers get work only by stealing it.
+    colors: Vec<Color>,
+    created: AtomicU64,
+    placed: AtomicU64,
+    checked: AtomicU64,
+    drops: Arc<AtomicU64>,
+}
+
+/// One hop: check the box, then pass it on to another color (or drop it) and start a new one.
+fn hop(t: Arc<Totals>, b: ColorBox<Tracked>, seed: u64, left: u32) {
+    assert!(b.words.iter().all(|&w| w == b.words[0]), "a box's contents were overwritten");
+    t.checked.fetch_add(1, Ordering::Relaxed);
+    if left == 0 {
+        return; // dropped here: often not on the worker that allocated it
+    }
+    let next = t.colors[(seed % t.colors.len() as u64) as usize];
+    let fresh =
+        ColorBox::new(next, Tracked { words: [seed.wrapping_mul(31); 8], drops: t.drops.clone() });
+    t.created.fetch_add(1, Ordering::Relaxed);
+    if ColorBox::is_placed(&fresh) {
+        t.placed.fetch_add(1, Ordering::Relaxed);
+    }
+    let (t1, t2) = (t.clone(), t);
+    let s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) >> 1;
+    ochre::post(next, move || hop(t1, fresh, s, left - 1));
+    // The old box travels on to an unrelated color: its free becomes remote there.
+    let other = t2.colors[((s ^ 0x55) % t2.colors.len() as u64) as usize];
+    ochre::post(other, move || hop(t2, b, s ^ 0x55, 0));
+}
+
+#[test]
+fn boxes_cross_sixteen_stealing_workers_and_all_memory_comes_back() {
+    let config = Config::default().stealing_heuristics().steal_min_work(None);
+    let rt = Runtime::builder().workers(16).pin(false).config(config).build().unwrap();
+    let colors: Vec<Color> = (1..).map(Color).filter(|&c| rt.home_of(c) == 0).take(97).collect();
+    let t = Arc::new(Totals {
+        colors,
+        created: AtomicU64::new(0),
+        placed: AtomicU64::new(0),
+        checked: AtomicU64::new(0),
+        drops: Arc::new(AtomicU64::new(0)),
+    });
+    let t0 = t.clone();
+    let report = rt
+        .run(Color(0), move || {
+            for i in 0..64u64 {
+                let t = t0.clone();
+                let c = t.colors[i as usize];
+                let b = ColorBox::new(c, Tracked { words: [i; 8], drops: t.drops.clone() });
+                t.created.fetch_add(1, Ordering::Relaxed);
+                ochre::post(c, move || hop(t, b, i * 7919 + 1, 200));
+            }
+        })
+        .unwrap();
+    assert_eq!(report.end, RunEnd::Quiescent);
+    assert!(report.panics.is_empty(), "{:?}", report.panics);
+    let created = t.created.load(Ordering::Relaxed);
+    assert_eq!(created, 64 * 201);
+    // A box is checked by the event it was made for, then (unless it ends a chain) again by the
+    // unrelated color it is moved to.
+    assert_eq!(t.checked.load(Ordering::Relaxed), 2 * created - 64, "every box arrived");
+    assert_eq!(t.drops.load(Ordering::Relaxed), created, "every box was dropped exactly once");
+    assert!(t.placed.load(Ordering::Relaxed) > created / 2, "boxes made in handlers are placed");
+    let total = report.workers.iter().fold(WorkerStats::default(), |a, w| a.add(w));
+    assert!(total.steals_in > 0, "colors moved between workers");
+    assert!(total.ema_remote_frees > 0);
+    assert_eq!(total.ema_live_bytes, 0, "every byte went back to the heap that gave it");
+    assert_eq!(total.ema_crumbs, 0);
+}
+
+#[test]
+fn a_box_outside_a_worker_is_a_plain_box_and_boxes_may_outlive_their_runtime() {
+    let drops = Arc::new(AtomicU64::new(0));
+    let outside = ColorBox::new(Color(3), Tracked { words: [3; 8], drops: drops.clone() });
+    assert!(!ColorBox::is_placed(&outside));
+    assert_eq!(ColorBox::into_inner(outside).words, [3; 8]);
+    assert_eq!(drops.load(Ordering::Relaxed), 1);
+
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    {
+        let rt = Runtime::builder().workers(3).pin(false).build().unwrap();
+        let (k, d) = (kept.clone(), drops.clone());
+        rt.run(Color(0), move || {
+            for c in 1..=30u64 {
+                let (k, d) = (k.clone(), d.clone());
+                ochre::post(Color(c), move || {
+                    let b = ColorBox::new(Color(c + 100), Tracked { words: [c; 8], drops: d });
+                    assert!(ColorBox::is_placed(&b));
+                    k.lock().unwrap().push(b);
+                });
+            }
+        })
+        .unwrap();
+        // The runtime, its workers and their heaps go here; the boxes stay valid.
+    }
+    let boxes = std::mem::take(&mut *kept.lock().unwrap());
+    assert_eq!(boxes.len(), 30);
+    let mut seen: Vec<u64> = boxes.iter().map(|b| b.words[0]).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=30).collect::<Vec<_>>());
+    drop(boxes);
+    assert_eq!(drops.load(Ordering::Relaxed), 31);
+}
