@@ -54,7 +54,7 @@ pub const CRUMB_BATCH: usize = 64;
 pub const CACHED_BLOCKS: usize = 32;
 
 /// Where objects start in a block: the header's size, rounded to a cache line.
-const HEADER: usize = 128;
+pub const HEADER: usize = 128;
 const LINE: usize = 64;
 
 /// A free object: its first word links it to the next.
@@ -303,6 +303,12 @@ impl Heap {
     #[cfg(test)]
     pub(crate) fn shared_weak(&self) -> std::sync::Weak<HeapShared> {
         Arc::downgrade(&self.shared)
+    }
+
+    /// Whether carving one more block would pass the cap (allocations that need a new block are
+    /// refused).
+    pub fn at_cap(&self) -> bool {
+        self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap) && self.cache.is_empty()
     }
 
     /// Counters.

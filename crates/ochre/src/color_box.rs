@@ -34,19 +34,47 @@ unsafe impl<T: Send> Send for ColorBox<T> {}
 unsafe impl<T: Sync> Sync for ColorBox<T> {}
 
 impl<T> ColorBox<T> {
-    /// Moves `value` into storage placed for `color`'s home worker.
+    /// Moves `value` into storage placed for `color`'s home worker. If the worker's heap is at
+    /// its cap ([`Config::ema_cap`](crate::Config::ema_cap)), the value goes to the global
+    /// allocator instead; [`ColorBox::try_new`] refuses instead.
     pub fn new(color: Color, value: T) -> ColorBox<T> {
+        match Self::place(color, value) {
+            Ok(b) => b,
+            Err(value) => Self::boxed(value),
+        }
+    }
+
+    /// As [`ColorBox::new`], but hands `value` back if this worker's EMA heap is at its cap:
+    /// for memory that must stay within the budget.
+    pub fn try_new(color: Color, value: T) -> Result<ColorBox<T>, T> {
         let layout = Layout::new::<T>();
-        if layout.size() > 0 {
-            let placed = with_current(|ctx| home_of(color, ctx.shared.placement))
-                .and_then(|home| alloc::with_heap(|h| h.alloc(layout, home)).flatten());
-            if let Some(p) = placed {
+        let capped = alloc::with_heap(|h| h.at_cap()).unwrap_or(false);
+        match Self::place(color, value) {
+            Ok(b) => Ok(b),
+            Err(value) if capped && alloc::class_of(layout).is_some() => Err(value),
+            Err(value) => Ok(Self::boxed(value)),
+        }
+    }
+
+    fn place(color: Color, value: T) -> Result<ColorBox<T>, T> {
+        let layout = Layout::new::<T>();
+        if layout.size() == 0 {
+            return Err(value);
+        }
+        let placed = with_current(|ctx| home_of(color, ctx.shared.placement))
+            .and_then(|home| alloc::with_heap(|h| h.alloc(layout, home)).flatten());
+        match placed {
+            Some(p) => {
                 let ptr = p.cast::<T>();
                 // SAFETY: a fresh EMA object of at least `T`'s size and alignment.
                 unsafe { ptr.as_ptr().write(value) };
-                return ColorBox { ptr, ema: true };
+                Ok(ColorBox { ptr, ema: true })
             }
+            None => Err(value),
         }
+    }
+
+    fn boxed(value: T) -> ColorBox<T> {
         // SAFETY: `Box::into_raw` never returns null.
         let ptr = unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(value))) };
         ColorBox { ptr, ema: false }

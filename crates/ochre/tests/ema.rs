@@ -122,3 +122,36 @@ fn a_box_outside_a_worker_is_a_plain_box_and_boxes_may_outlive_their_runtime() {
     drop(boxes);
     assert_eq!(drops.load(Ordering::Relaxed), 31);
 }
+
+#[test]
+fn the_cap_makes_try_new_refuse_and_new_fall_back() {
+    let config = Config::default().ema_cap(Some(2 * ochre::alloc::BLOCK));
+    let rt = Runtime::builder().workers(1).pin(false).config(config).build().unwrap();
+    let out = Arc::new(Mutex::new((0usize, 0usize, 0usize, 0usize)));
+    let o = out.clone();
+    let report = rt
+        .run(Color(0), move || {
+            let mut kept = Vec::new();
+            let mut refused = None;
+            for i in 0..200usize {
+                match ColorBox::try_new(Color(1), [i as u8; 1000]) {
+                    Ok(b) => kept.push(b),
+                    Err(v) => {
+                        refused = Some((i, v[0] as usize));
+                        break;
+                    }
+                }
+            }
+            let (at, value) = refused.expect("the cap refused an allocation");
+            let fallback = ColorBox::new(Color(1), [9u8; 1000]);
+            let mut o = o.lock().unwrap();
+            *o = (kept.len(), at, value, usize::from(!ColorBox::is_placed(&fallback)));
+        })
+        .unwrap();
+    let (kept, at, value, fell_back) = *out.lock().unwrap();
+    let per_block = (ochre::alloc::BLOCK - ochre::alloc::HEADER) / 1024;
+    assert_eq!(kept, 2 * per_block, "exactly the capped blocks were filled");
+    assert_eq!((at, value), (kept, kept), "the refused value came back intact");
+    assert_eq!(fell_back, 1, "new() falls back to the global allocator at the cap");
+    assert!(report.workers[0].ema_refused >= 2);
+}
