@@ -65,8 +65,10 @@ struct FreeObj {
 #[repr(C, align(128))]
 struct BlockHeader {
     owner: *const HeapShared,
-    class: usize,
-    dest: usize,
+    /// The owner's bin (destination and class) this block serves.
+    bin: usize,
+    /// Object size (the class's).
+    size: usize,
     /// Objects returned to the owner and not reused yet.
     free: *mut FreeObj,
     /// Objects handed out and not yet back on the owner's lists.
@@ -249,8 +251,6 @@ pub struct Heap {
     shared: Arc<HeapShared>,
     /// `bins[dest * CLASSES.len() + class]`: head of the list of blocks with free objects.
     bins: Vec<*mut BlockHeader>,
-    /// One empty block kept per bin, so a class that breathes does not hit the system each time.
-    spare: Vec<*mut BlockHeader>,
     /// Empty blocks, unlinked, ready to be carved for any bin (at most [`CACHED_BLOCKS`]).
     cache: Vec<*mut BlockHeader>,
     dests: usize,
@@ -285,7 +285,6 @@ impl Heap {
                 remote_frees: AtomicUsize::new(0),
             }),
             bins: vec![ptr::null_mut(); dests * CLASSES.len()],
-            spare: vec![ptr::null_mut(); dests * CLASSES.len()],
             cache: Vec::new(),
             dests,
             crumbs: Vec::new(),
@@ -330,7 +329,7 @@ impl Heap {
             b = self.bins[bin];
         }
         if b.is_null() {
-            b = self.new_block(bin, class, dest)?;
+            b = self.new_block(bin, class)?;
         }
         // SAFETY: `b` is a block of this heap, listed in `bin`, so it has a free object.
         unsafe {
@@ -339,7 +338,7 @@ impl Heap {
                 (*b).free = (*o).next;
                 o.cast::<u8>()
             } else {
-                let o = b.cast::<u8>().add(HEADER + (*b).bump * CLASSES[class]);
+                let o = b.cast::<u8>().add(HEADER + (*b).bump * (*b).size);
                 (*b).bump += 1;
                 o
             };
@@ -347,7 +346,7 @@ impl Heap {
             if (*b).free.is_null() && (*b).bump == (*b).capacity {
                 self.unlink(bin, b);
             }
-            self.stats.live_bytes += CLASSES[class];
+            self.stats.live_bytes += (*b).size;
             Some(NonNull::new_unchecked(obj))
         }
     }
@@ -427,35 +426,29 @@ impl Heap {
     unsafe fn take_back(&mut self, b: *mut BlockHeader, o: *mut FreeObj) {
         // SAFETY: per the contract.
         unsafe {
-            let (class, dest) = ((*b).class, (*b).dest);
-            let bin = dest * CLASSES.len() + class;
+            let bin = (*b).bin;
             (*o).next = (*b).free;
             (*b).free = o;
             (*b).used -= 1;
-            self.stats.live_bytes -= CLASSES[class];
+            self.stats.live_bytes -= (*b).size;
             if !(*b).in_bin {
                 self.link(bin, b);
             }
-            if (*b).used == 0 {
-                // Keep one empty block per bin; give further ones back.
-                if self.spare[bin].is_null() {
-                    self.spare[bin] = b;
-                } else if self.spare[bin] != b {
-                    self.unlink(bin, b);
-                    if self.cache.len() < CACHED_BLOCKS {
-                        self.cache.push(b);
-                    } else {
-                        self.stats.blocks -= 1;
-                        release_block(b);
-                    }
+            // An empty block stays while it is its bin's only one (so a class that breathes
+            // does not go to the system each time); otherwise it goes to the cache or back.
+            if (*b).used == 0 && !((*b).prev.is_null() && (*b).next.is_null()) {
+                self.unlink(bin, b);
+                if self.cache.len() < CACHED_BLOCKS {
+                    self.cache.push(b);
+                } else {
+                    self.stats.blocks -= 1;
+                    release_block(b);
                 }
-            } else if self.spare[bin] == b {
-                self.spare[bin] = ptr::null_mut();
             }
         }
     }
 
-    fn new_block(&mut self, bin: usize, class: usize, dest: usize) -> Option<*mut BlockHeader> {
+    fn new_block(&mut self, bin: usize, class: usize) -> Option<*mut BlockHeader> {
         let (b, owner) = if let Some(b) = self.cache.pop() {
             // A cached block keeps the count it took on our shared half when first carved.
             // SAFETY: cached blocks are ours, empty and unlinked.
@@ -478,8 +471,8 @@ impl Heap {
         unsafe {
             b.write(BlockHeader {
                 owner,
-                class,
-                dest,
+                bin,
+                size: CLASSES[class],
                 free: ptr::null_mut(),
                 used: 0,
                 bump: 0,
@@ -695,7 +688,7 @@ mod tests {
         for p in ps {
             unsafe { h.free(p) };
         }
-        // One spare kept for the bin, CACHED_BLOCKS cached; the others went back.
+        // The last empty block stays in its bin, CACHED_BLOCKS are cached, the others went back.
         assert_eq!(h.stats().blocks, 1 + CACHED_BLOCKS);
         let p = h.alloc(l(64), 0).unwrap();
         let q = h.alloc(l(512), 0).unwrap();
