@@ -19,18 +19,41 @@ use crate::peers;
 /// Events per round.
 pub const FAN_OUT: usize = 100;
 
-/// Handler costs swept, in ns.
+/// Handler costs swept, in ns; [`SORT22`] is the thesis's allocator case.
 pub fn costs(opts: &Options) -> Vec<u64> {
     if opts.quick {
-        vec![0, 1_000, 10_000]
+        vec![0, 1_000, 10_000, SORT22]
     } else {
-        vec![0, 100, 1_000, 10_000, 100_000]
+        vec![0, 100, 1_000, 10_000, 100_000, SORT22]
     }
+}
+
+/// Not a cost but the thesis's allocator workload (§5.2.2): each event carries a 22-byte payload
+/// written by the producer, and the consumer sorts it 50 times. What the allocator decides is
+/// where the producer writes the payloads: on lines shared by events for different consumers or
+/// not.
+pub const SORT22: u64 = u64::MAX;
+
+/// A payload for event `i` of a round.
+#[inline]
+fn payload(i: usize) -> [u8; 22] {
+    std::array::from_fn(|k| (i * 31 + k * 17) as u8)
+}
+
+/// The consumer's work on a payload: 50 sorts, each after a perturbation.
+#[inline]
+fn sort50(mut p: [u8; 22]) {
+    for k in 0..50 {
+        p.sort_unstable();
+        p[k % 22] ^= 0x5a;
+    }
+    std::hint::black_box(p);
 }
 
 /// Rounds for one sample: enough for ~`target` of work, at least 20.
 fn rounds(opts: &Options, cost: u64, workers: usize) -> u64 {
     let target_ns: u64 = if opts.quick { 40_000_000 } else { 150_000_000 };
+    let cost = if cost == SORT22 { 2_000 } else { cost };
     let per_round = FAN_OUT as u64 * (cost + 300) / workers as u64;
     (target_ns / per_round).clamp(20, 20_000)
 }
@@ -67,13 +90,25 @@ fn produce(r: &'static Round, rounds_left: u64) {
         return;
     }
     r.remaining.store(FAN_OUT, Ordering::Relaxed);
+    let done = move || {
+        if r.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            ochre::post(r.producer, move || produce(r, rounds_left - 1));
+        }
+    };
     for i in 0..FAN_OUT {
-        ochre::post(r.consumers[i % r.consumers.len()], move || {
-            work(r.cost);
-            if r.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                ochre::post(r.producer, move || produce(r, rounds_left - 1));
-            }
-        });
+        let to = r.consumers[i % r.consumers.len()];
+        if r.cost == SORT22 {
+            let p = payload(i);
+            ochre::post(to, move || {
+                sort50(p);
+                done();
+            });
+        } else {
+            ochre::post(to, move || {
+                work(r.cost);
+                done();
+            });
+        }
     }
 }
 
@@ -95,8 +130,13 @@ pub fn rayon_prodcons(pool: &rayon::ThreadPool, cost: u64, rounds: u64) -> f64 {
     pool.install(|| {
         for _ in 0..rounds {
             rayon::scope(|s| {
-                for _ in 0..FAN_OUT {
-                    s.spawn(move |_| work(cost));
+                for i in 0..FAN_OUT {
+                    if cost == SORT22 {
+                        let p = payload(i);
+                        s.spawn(move |_| sort50(p));
+                    } else {
+                        s.spawn(move |_| work(cost));
+                    }
                 }
             });
         }
@@ -110,7 +150,14 @@ pub fn tokio_prodcons(rt: &tokio::runtime::Runtime, cost: u64, rounds: u64) -> f
     rt.block_on(async move {
         let mut handles = Vec::with_capacity(FAN_OUT);
         for _ in 0..rounds {
-            handles.extend((0..FAN_OUT).map(|_| tokio::spawn(async move { work(cost) })));
+            handles.extend((0..FAN_OUT).map(|i| {
+                let p = payload(i);
+                if cost == SORT22 {
+                    tokio::spawn(async move { sort50(p) })
+                } else {
+                    tokio::spawn(async move { work(cost) })
+                }
+            }));
             for h in handles.drain(..) {
                 h.await.expect("task ran");
             }
@@ -121,23 +168,27 @@ pub fn tokio_prodcons(rt: &tokio::runtime::Runtime, cost: u64, rounds: u64) -> f
 
 /// A pool of pinned threads fed by a crossbeam channel; the producer waits for 100 completions.
 pub fn channels_prodcons(workers: usize, cost: u64, rounds: u64) -> f64 {
-    let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Option<u64>>();
+    let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Option<(u64, [u8; 22])>>();
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<()>();
     std::thread::scope(|s| {
         for i in 0..workers {
             let (jobs_rx, done_tx) = (jobs_rx.clone(), done_tx.clone());
             s.spawn(move || {
                 peers::pin_as(i);
-                while let Ok(Some(c)) = jobs_rx.recv() {
-                    work(c);
+                while let Ok(Some((c, p))) = jobs_rx.recv() {
+                    if c == SORT22 {
+                        sort50(p);
+                    } else {
+                        work(c);
+                    }
                     let _ = done_tx.send(());
                 }
             });
         }
         let t = Instant::now();
         for _ in 0..rounds {
-            for _ in 0..FAN_OUT {
-                let _ = jobs_tx.send(Some(cost));
+            for i in 0..FAN_OUT {
+                let _ = jobs_tx.send(Some((cost, payload(i))));
             }
             for _ in 0..FAN_OUT {
                 let _ = done_rx.recv();
@@ -155,8 +206,12 @@ pub fn channels_prodcons(workers: usize, cost: u64, rounds: u64) -> f64 {
 pub fn one_core(cost: u64, rounds: u64) -> f64 {
     let t = Instant::now();
     for _ in 0..rounds {
-        for _ in 0..FAN_OUT {
-            work(std::hint::black_box(cost));
+        for i in 0..FAN_OUT {
+            if cost == SORT22 {
+                sort50(std::hint::black_box(payload(i)));
+            } else {
+                work(std::hint::black_box(cost));
+            }
         }
     }
     (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
@@ -194,7 +249,33 @@ pub fn run(opts: &Options) -> BenchReport {
             checks(&mut report, &case, w, cost);
         }
     }
+    scaling_checks(&mut report);
     report
+}
+
+/// The thesis's allocator goal: on the payload case, per-worker throughput does not drop from 1
+/// to 2 workers with EMA (it did with every general allocator).
+fn scaling_checks(report: &mut BenchReport) {
+    let label = cost_label(SORT22);
+    let per_worker = |r: &BenchReport, sys: &str| {
+        let one = r.median_of(sys, &format!("1w {label}"))?;
+        let two = r.median_of(sys, &format!("2w {label}"))?;
+        Some(two / 2.0 / one)
+    };
+    if let Some(ema) = per_worker(report, "ochre") {
+        report.check(
+            format!("[{label}] ochre per-worker throughput at 2 workers >= 95% of 1 worker"),
+            ema,
+            ema >= 0.95,
+        );
+        if let Some(sys) = per_worker(report, "ochre-sysalloc") {
+            report.check(
+                format!("[{label}] EMA scales at least as well as the global allocator ({sys:.3})"),
+                ema / sys,
+                ema >= sys,
+            );
+        }
+    }
 }
 
 /// ochre as a benchmark system: the shared state is set up once for the case.
@@ -213,6 +294,7 @@ fn ochre_system(
 fn cost_label(ns: u64) -> String {
     match ns {
         0 => "empty".into(),
+        SORT22 => "22 B sort x50".into(),
         n if n < 1_000 => format!("{n} ns"),
         n => format!("{} us", n / 1_000),
     }
@@ -239,6 +321,9 @@ fn checks(report: &mut BenchReport, case: &str, workers: usize, cost: u64) {
                 o / b >= 2.0,
             );
         }
+    }
+    if cost == SORT22 {
+        return;
     }
     if cost >= 1_000 && workers >= 2 {
         let ideal = workers as f64 * 1e9 / cost as f64;
