@@ -62,20 +62,27 @@ struct FreeObj {
     next: *mut FreeObj,
 }
 
+/// A block's header: two cache lines. The first is written once, when the block is carved, and
+/// read by every thread that frees one of its objects; the second is written by the owner on
+/// every allocation and free. Keeping them apart keeps remote frees from missing on a line the
+/// owner keeps writing (true sharing on one header line cost the remote pattern dearly).
 #[repr(C, align(128))]
 struct BlockHeader {
     owner: *const HeapShared,
+    /// The owner's id (read by remote freers, so that they need not touch the owner's state).
+    owner_id: usize,
     /// The owner's bin (destination and class) this block serves.
     bin: usize,
     /// Object size (the class's).
     size: usize,
+    capacity: usize,
+    _immutable_line: [u8; LINE - 5 * std::mem::size_of::<usize>()],
     /// Objects returned to the owner and not reused yet.
     free: *mut FreeObj,
     /// Objects handed out and not yet back on the owner's lists.
     used: usize,
     /// Objects never handed out start at this index.
     bump: usize,
-    capacity: usize,
     /// The bin's list of blocks with free objects (doubly linked so an emptied block can leave).
     prev: *mut BlockHeader,
     next: *mut BlockHeader,
@@ -83,6 +90,7 @@ struct BlockHeader {
 }
 
 const _: () = assert!(std::mem::size_of::<BlockHeader>() <= HEADER);
+const _: () = assert!(std::mem::offset_of!(BlockHeader, free) == LINE);
 
 fn block_layout() -> Layout {
     // BLOCK is a power of two and non-zero.
@@ -366,8 +374,8 @@ impl Heap {
             unsafe { self.take_back(b, o) };
             return;
         }
-        // SAFETY: another heap's shared half, alive while its block is.
-        let id = unsafe { (*owner).id };
+        // SAFETY: as above; `owner_id` never changes either.
+        let id = unsafe { (*b).owner_id };
         if self.crumbs.len() <= id {
             self.crumbs.resize_with(id + 1, || NO_CRUMBS);
         }
@@ -471,8 +479,10 @@ impl Heap {
         unsafe {
             b.write(BlockHeader {
                 owner,
+                owner_id: self.shared.id,
                 bin,
                 size: CLASSES[class],
+                _immutable_line: [0; LINE - 5 * std::mem::size_of::<usize>()],
                 free: ptr::null_mut(),
                 used: 0,
                 bump: 0,
