@@ -10,14 +10,15 @@
 //! Freeing: the block of any object is found by masking its address, and the block header names
 //! the heap that carved it (its *owner*).
 //! - Freed by its owner: the object goes back on its block's free list. No lock, no atomic.
-//! - Freed by another heap: the object joins that heap's *crumbs* for the owner, a private chain;
-//!   past [`CRUMB_BATCH`] objects the chain is handed to the owner in one atomic push onto the
+//! - Freed by another heap: the object joins that heap's *crumbs* for the owner, a private array;
+//!   at [`CRUMB_BATCH`] objects the array is handed to the owner in one atomic push onto the
 //!   owner's remote stack ([`Heap::flush_crumbs`] does it for all owners; a worker calls it before
 //!   it parks, so freed memory never waits on an idle worker).
-//! - Freed by a thread without a heap ([`free_remote`]): one atomic push.
+//! - Freed by a thread without a heap ([`free_remote`]): a one-object batch, one atomic push.
 //!
 //! The owner drains its remote stack when a size class runs out, and in [`Heap::drain_remote`].
-//! A block whose objects all came back is given back to the system, except one spare per bin.
+//! A block whose objects all came back stays while it is its bin's only block; otherwise it goes
+//! to a cache of [`CACHED_BLOCKS`] empty blocks (any bin), and beyond that back to the system.
 //!
 //! Lifetime: every block holds a strong count on its owner's [`HeapShared`], so a remote free can
 //! always reach the owner's stack. When a `Heap` is dropped with objects still out, it marks its
@@ -131,11 +132,30 @@ fn block_of(obj: *mut u8) -> *mut BlockHeader {
     obj.map_addr(|a| a & !(BLOCK - 1)).cast()
 }
 
+/// Objects freed by one thread for one owner, handed over whole: an array, not a chain through
+/// the objects, so that the owner reads their addresses from a few contiguous lines instead of
+/// chasing one remote cache line per object (a latency-bound walk).
+struct Batch {
+    next: *mut Batch,
+    len: usize,
+    objs: [*mut FreeObj; CRUMB_BATCH],
+}
+
+impl Batch {
+    fn new() -> *mut Batch {
+        Box::into_raw(Box::new(Batch {
+            next: ptr::null_mut(),
+            len: 0,
+            objs: [ptr::null_mut(); CRUMB_BATCH],
+        }))
+    }
+}
+
 /// The half of a heap that other threads reach: the remote stack and the abandonment protocol.
 pub struct HeapShared {
     id: usize,
-    /// Chains of objects freed elsewhere, pushed whole.
-    remote: AtomicPtr<FreeObj>,
+    /// Batches of objects freed elsewhere.
+    remote: AtomicPtr<Batch>,
     abandoned: AtomicBool,
     /// Serializes drains once abandoned.
     orphan: Mutex<()>,
@@ -144,12 +164,14 @@ pub struct HeapShared {
 }
 
 impl HeapShared {
-    /// Pushes a chain `head..=tail` (linked through `next`) onto the remote stack.
+    /// Pushes a batch (from [`Batch::new`]) onto the remote stack.
     ///
     /// # Safety
-    /// The chain's objects are EMA objects of this heap, each freed exactly once, linked and
-    /// owned by the caller; this heap is alive (the caller's objects' blocks keep it so).
-    unsafe fn push(this: *const HeapShared, head: *mut FreeObj, tail: *mut FreeObj, count: usize) {
+    /// The batch's objects are EMA objects of this heap, each freed exactly once and owned by the
+    /// caller, as is the batch; this heap is alive (the objects' blocks keep it so).
+    unsafe fn push(this: *const HeapShared, batch: *mut Batch) {
+        // SAFETY: the caller's batch.
+        let count = unsafe { (*batch).len };
         // SAFETY: the objects' blocks hold strong counts, so `this` is alive now; the extra count
         // keeps it alive past the push, when another thread may drain and release those blocks.
         unsafe { Arc::increment_strong_count(this) };
@@ -157,11 +179,11 @@ impl HeapShared {
         let shared = unsafe { &*this };
         let mut top = shared.remote.load(Ordering::Relaxed);
         loop {
-            // SAFETY: `tail` is the caller's, not yet published.
-            unsafe { (*tail).next = top };
+            // SAFETY: the batch is the caller's, not yet published.
+            unsafe { (*batch).next = top };
             match shared.remote.compare_exchange_weak(
                 top,
-                head,
+                batch,
                 Ordering::SeqCst,
                 Ordering::Relaxed,
             ) {
@@ -185,11 +207,16 @@ impl HeapShared {
 /// # Safety
 /// `obj` came from [`Heap::alloc`] of a heap (alive or dropped) and is freed exactly once.
 pub unsafe fn free_remote(obj: NonNull<u8>) {
-    let o = obj.as_ptr().cast::<FreeObj>();
     // SAFETY: the block of a live object is alive and its header immutable in `owner`.
     let owner = unsafe { (*block_of(obj.as_ptr())).owner };
-    // SAFETY: a one-object chain of an object the caller owns.
-    unsafe { HeapShared::push(owner, o, o, 1) };
+    let batch = Batch::new();
+    // SAFETY: a fresh batch, ours.
+    unsafe {
+        (*batch).objs[0] = obj.as_ptr().cast();
+        (*batch).len = 1;
+    }
+    // SAFETY: a one-object batch of an object the caller owns.
+    unsafe { HeapShared::push(owner, batch) };
 }
 
 /// Drains the stack of an abandoned heap, releasing blocks as they empty.
@@ -199,19 +226,22 @@ pub unsafe fn free_remote(obj: NonNull<u8>) {
 unsafe fn drain_orphan(shared: &HeapShared) {
     // AcqRel, not just Acquire: a pusher whose push comes after this swap reads the value it
     // wrote, and must then also see `abandoned` (stored before), so that it drains itself.
-    let mut o = shared.remote.swap(ptr::null_mut(), Ordering::AcqRel);
-    while !o.is_null() {
-        // SAFETY: objects on the stack are freed objects of this heap, linked by their pushers.
-        let next = unsafe { (*o).next };
-        let b = block_of(o.cast());
-        // SAFETY: the block is alive (it holds `o`, counted in `used`); serialized by the lock.
-        unsafe {
-            (*b).used -= 1;
-            if (*b).used == 0 {
-                release_block(b);
+    let mut batch = shared.remote.swap(ptr::null_mut(), Ordering::AcqRel);
+    while !batch.is_null() {
+        // SAFETY: batches on the stack were handed over whole by their pushers; now ours.
+        let bx = unsafe { Box::from_raw(batch) };
+        for &o in &bx.objs[..bx.len] {
+            let b = block_of(o.cast());
+            // SAFETY: the block is alive (it holds `o`, counted in `used`); serialized by the
+            // lock.
+            unsafe {
+                (*b).used -= 1;
+                if (*b).used == 0 {
+                    release_block(b);
+                }
             }
         }
-        o = next;
+        batch = bx.next;
     }
 }
 
@@ -246,13 +276,11 @@ pub struct HeapStats {
 
 struct Crumbs {
     owner: *const HeapShared,
-    head: *mut FreeObj,
-    tail: *mut FreeObj,
-    count: usize,
+    /// The batch being filled for `owner` (null: none yet).
+    batch: *mut Batch,
 }
 
-const NO_CRUMBS: Crumbs =
-    Crumbs { owner: ptr::null(), head: ptr::null_mut(), tail: ptr::null_mut(), count: 0 };
+const NO_CRUMBS: Crumbs = Crumbs { owner: ptr::null(), batch: ptr::null_mut() };
 
 /// One worker's allocator. Not `Sync`: only its owner thread uses it.
 pub struct Heap {
@@ -384,15 +412,18 @@ impl Heap {
             self.crumbs[id].owner = owner;
         }
         let c = &mut self.crumbs[id];
-        // SAFETY: `o` is ours to link now.
-        unsafe { (*o).next = c.head };
-        if c.head.is_null() {
-            c.tail = o;
+        if c.batch.is_null() {
+            c.batch = Batch::new();
         }
-        c.head = o;
-        c.count += 1;
+        // SAFETY: our batch, not yet published; `len < CRUMB_BATCH` (full batches are flushed).
+        let full = unsafe {
+            let b = &mut *c.batch;
+            b.objs[b.len] = o;
+            b.len += 1;
+            b.len == CRUMB_BATCH
+        };
         self.stats.crumbs_pending += 1;
-        if c.count >= CRUMB_BATCH {
+        if full {
             self.flush_one(id);
         }
     }
@@ -406,23 +437,26 @@ impl Heap {
 
     fn flush_one(&mut self, id: usize) {
         let c = std::mem::replace(&mut self.crumbs[id], NO_CRUMBS);
-        if c.count > 0 {
-            self.stats.crumbs_pending -= c.count;
-            // SAFETY: a chain of objects freed once each, all of `c.owner`'s blocks.
-            unsafe { HeapShared::push(c.owner, c.head, c.tail, c.count) };
+        if !c.batch.is_null() {
+            // SAFETY: our batch, with at least one object (created on the first crumb).
+            self.stats.crumbs_pending -= unsafe { (*c.batch).len };
+            // SAFETY: objects freed once each, all of `c.owner`'s blocks.
+            unsafe { HeapShared::push(c.owner, c.batch) };
         }
     }
 
     /// Takes back the objects other threads freed.
     pub fn drain_remote(&mut self) {
-        let mut o = self.shared.remote.swap(ptr::null_mut(), Ordering::Acquire);
-        while !o.is_null() {
-            // SAFETY: objects on our stack are our freed objects, linked by their pushers; the
-            // Acquire swap makes their links visible.
-            let next = unsafe { (*o).next };
-            // SAFETY: as above; our block, our thread.
-            unsafe { self.take_back(block_of(o.cast()), o) };
-            o = next;
+        let mut batch = self.shared.remote.swap(ptr::null_mut(), Ordering::Acquire);
+        while !batch.is_null() {
+            // SAFETY: batches on our stack were handed over whole by their pushers; the Acquire
+            // swap makes their contents visible. Now ours.
+            let bx = unsafe { Box::from_raw(batch) };
+            for &o in &bx.objs[..bx.len] {
+                // SAFETY: our freed objects; our blocks, our thread.
+                unsafe { self.take_back(block_of(o.cast()), o) };
+            }
+            batch = bx.next;
         }
     }
 
