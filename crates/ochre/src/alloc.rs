@@ -16,6 +16,10 @@
 //!   it parks, so freed memory never waits on an idle worker).
 //! - Freed by a thread without a heap ([`free_remote`]): a one-object batch, one atomic push.
 //!
+//! A worker that never idles hands crumbs back only when a batch fills, so it may hold up to
+//! `CRUMB_BATCH - 1` objects per owner at a time: bounded, and handed back the moment it idles
+//! or its run ends.
+//!
 //! The owner drains its remote stack when a size class runs out, and in [`Heap::drain_remote`].
 //! A block whose objects all came back stays while it is its bin's only block; otherwise it goes
 //! to a cache of [`CACHED_BLOCKS`] empty blocks (any bin), and beyond that back to the system.
