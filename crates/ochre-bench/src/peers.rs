@@ -57,3 +57,16 @@ pub fn on_pinned_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Ve
         handles.into_iter().map(|h| h.join().expect("benchmark thread panicked")).collect()
     })
 }
+
+/// ochre with EMA off and `alloc` holding its events: the allocator comparison of issue 5, in
+/// the same process as the other systems.
+pub fn ochre_with_allocator(
+    workers: usize,
+    alloc: ochre::EventAlloc,
+) -> Result<ochre::Runtime, ochre::Error> {
+    ochre::Runtime::builder()
+        .workers(workers)
+        .config(ochre::Config::default().ema(false))
+        .event_allocator(alloc)
+        .build()
+}

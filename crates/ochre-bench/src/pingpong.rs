@@ -4,8 +4,10 @@
 //!
 //! Systems: `floor` (a hand-rolled single-thread `VecDeque<Box<dyn FnOnce()>>` loop per thread:
 //! the cost of an event with no runtime at all), `ochre`, `ochre-baseline` (libasync-smp
-//! configuration), `ochre-sysalloc` (ochre with events from the global allocator), `tokio-mt` (multi-thread runtime, `spawn` from a task) and `tokio-ct` (one
-//! current-thread runtime per pinned thread).
+//! configuration), `ochre-sysalloc` (ochre with events from the global allocator),
+//! `ochre-jemalloc` / `ochre-mimalloc` (with those as its event allocator), `tokio-mt`
+//! (multi-thread runtime, `spawn` from a task) and `tokio-ct` (one current-thread runtime per
+//! pinned thread).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -172,30 +174,33 @@ pub fn run(opts: &Options) -> BenchReport {
         let rt = Runtime::builder().workers(w).build();
         let base = Runtime::builder().workers(w).config(Config::baseline()).build();
         let sys = Runtime::builder().workers(w).config(Config::default().ema(false)).build();
+        let je = crate::peers::ochre_with_allocator(w, &tikv_jemallocator::Jemalloc);
+        let mi = crate::peers::ochre_with_allocator(w, &mimalloc::MiMalloc);
         let tmt = peers::tokio_multi_thread(w);
-        let systems = vec![
-            System::new("floor", || {
-                let r = peers::on_pinned_threads(w, |_| floor_loop(epw));
-                Ok(r.iter().sum::<f64>() / r.len() as f64)
-            }),
-            System::new("ochre", || match &rt {
+        let mut systems = vec![System::new("floor", || {
+            let r = peers::on_pinned_threads(w, |_| floor_loop(epw));
+            Ok(r.iter().sum::<f64>() / r.len() as f64)
+        })];
+        let ochres = [
+            ("ochre", &rt),
+            ("ochre-baseline", &base),
+            ("ochre-sysalloc", &sys),
+            ("ochre-jemalloc", &je),
+            ("ochre-mimalloc", &mi),
+        ];
+        for (name, rt) in ochres {
+            systems.push(System::new(name, move || match rt {
                 Ok(rt) => ochre_pingpong(rt, epw),
                 Err(e) => Err(e.to_string()),
-            }),
-            System::new("ochre-baseline", || match &base {
-                Ok(rt) => ochre_pingpong(rt, epw),
-                Err(e) => Err(e.to_string()),
-            }),
-            System::new("ochre-sysalloc", || match &sys {
-                Ok(rt) => ochre_pingpong(rt, epw),
-                Err(e) => Err(e.to_string()),
-            }),
+            }));
+        }
+        systems.extend([
             System::new("tokio-mt", || match &tmt {
                 Ok(rt) => Ok(tokio_mt_pingpong(rt, w, epw)),
                 Err(e) => Err(e.clone()),
             }),
             System::new("tokio-ct", || tokio_ct_pingpong(w, epw)),
-        ];
+        ]);
         measure_case(&mut report, &case, w, "ev/s/worker", opts.reps, systems);
     }
     checks(&mut report);

@@ -3,7 +3,8 @@
 //! posting and, unless the consumers spin, their wake-ups. Swept over the handler cost.
 //!
 //! Systems: `ochre`, `ochre-baseline`, `ochre-sysalloc` (ochre with events from the global
-//! allocator instead of EMA), `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
+//! allocator instead of EMA), `ochre-jemalloc` and `ochre-mimalloc` (ochre with those as its
+//! event allocator), `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
 //! spawned tasks joined per round), `channels` (a pool of threads fed by a crossbeam channel,
 //! completions back on another) and `one-core` (the same 100 handlers run inline on one thread:
 //! what the round costs without any parallelism).
@@ -227,6 +228,8 @@ pub fn run(opts: &Options) -> BenchReport {
         let rt = Runtime::builder().workers(w).build();
         let base = Runtime::builder().workers(w).config(Config::baseline()).build();
         let sys = Runtime::builder().workers(w).config(Config::default().ema(false)).build();
+        let je = crate::peers::ochre_with_allocator(w, &tikv_jemallocator::Jemalloc);
+        let mi = crate::peers::ochre_with_allocator(w, &mimalloc::MiMalloc);
         let pool = peers::rayon_pool(w);
         let tmt = peers::tokio_multi_thread(w);
         for cost in costs(opts) {
@@ -236,6 +239,8 @@ pub fn run(opts: &Options) -> BenchReport {
                 System::new("ochre", ochre_system(&rt, cost, n)),
                 System::new("ochre-baseline", ochre_system(&base, cost, n)),
                 System::new("ochre-sysalloc", ochre_system(&sys, cost, n)),
+                System::new("ochre-jemalloc", ochre_system(&je, cost, n)),
+                System::new("ochre-mimalloc", ochre_system(&mi, cost, n)),
                 System::new("rayon", || {
                     pool.as_ref().map(|p| rayon_prodcons(p, cost, n)).map_err(|e| e.clone())
                 }),
@@ -268,12 +273,14 @@ fn scaling_checks(report: &mut BenchReport) {
             ema,
             ema >= 0.95,
         );
-        if let Some(sys) = per_worker(report, "ochre-sysalloc") {
-            report.check(
-                format!("[{label}] EMA scales at least as well as the global allocator ({sys:.3})"),
-                ema / sys,
-                ema >= sys,
-            );
+        for other in ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc"] {
+            if let Some(o) = per_worker(report, other) {
+                report.check(
+                    format!("[{label}] EMA scales at least as well as {other} ({o:.3})"),
+                    ema / o,
+                    ema >= o,
+                );
+            }
         }
     }
 }

@@ -105,6 +105,6 @@ pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]
 pub use park::measure_wakeup;
-pub use runtime::{Builder, Handle, RunEnd, RunReport, Runtime};
+pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime};
 pub use shared::PanicRecord;
 pub use stats::WorkerStats;

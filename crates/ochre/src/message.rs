@@ -5,12 +5,31 @@
 //! the transport: messages from one sender to one receiver arrive in the order they were sent.
 
 use std::alloc::Layout;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::alloc;
+use crate::runtime::EventAlloc;
 use crate::Color;
+
+thread_local! {
+    /// The allocator for closures EMA does not hold, on a worker built with one.
+    static EVENT_ALLOC: Cell<Option<EventAlloc>> = const { Cell::new(None) };
+}
+
+/// Sets this thread's event allocator (a worker thread, once, at start).
+pub(crate) fn set_event_allocator(a: Option<EventAlloc>) {
+    EVENT_ALLOC.with(|c| c.set(a));
+}
+
+/// A closure with the allocator that holds it, so that any thread can free it there.
+#[repr(C)]
+struct Custom<F> {
+    alloc: EventAlloc,
+    f: F,
+}
 
 /// A handler with its arguments captured: what the thesis calls an event.
 ///
@@ -42,6 +61,7 @@ impl<F: FnOnce() + Send + 'static> Tables<F> {
     const EMA: TaskTable = TaskTable { run: run_ema::<F>, drop: drop_ema::<F> };
     const BOXED: TaskTable = TaskTable { run: run_boxed::<F>, drop: drop_boxed::<F> };
     const INLINE: TaskTable = TaskTable { run: run_inline::<F>, drop: drop_inline::<F> };
+    const CUSTOM: TaskTable = TaskTable { run: run_custom::<F>, drop: drop_custom::<F> };
 }
 
 impl Task {
@@ -57,6 +77,15 @@ impl Task {
             // SAFETY: a fresh EMA object of at least `layout`'s size and alignment.
             unsafe { p.as_ptr().cast::<F>().write(f) };
             return Task { data: p, table: &Tables::<F>::EMA };
+        }
+        if let Some(a) = EVENT_ALLOC.try_with(|c| c.get()).ok().flatten() {
+            // SAFETY: `Custom<F>` is not zero-sized (it holds a reference).
+            let p = unsafe { a.alloc(Layout::new::<Custom<F>>()) }.cast::<Custom<F>>();
+            if let Some(p) = NonNull::new(p) {
+                // SAFETY: fresh memory for one `Custom<F>`.
+                unsafe { p.as_ptr().write(Custom { alloc: a, f }) };
+                return Task { data: p.cast(), table: &Tables::<F>::CUSTOM };
+            }
         }
         let p = Box::into_raw(Box::new(f));
         // SAFETY: `Box::into_raw` never returns null.
@@ -110,6 +139,27 @@ unsafe fn run_boxed<F: FnOnce()>(p: NonNull<u8>) {
 unsafe fn drop_boxed<F: FnOnce()>(p: NonNull<u8>) {
     // SAFETY: `p` came from `Box::<F>::into_raw`.
     drop(unsafe { Box::from_raw(p.as_ptr().cast::<F>()) });
+}
+
+unsafe fn run_custom<F: FnOnce()>(p: NonNull<u8>) {
+    let p = p.as_ptr().cast::<Custom<F>>();
+    // SAFETY: `p` holds a `Custom<F>` written by `new_for`, read once; then its memory is given
+    // back to the allocator that gave it, with the same layout.
+    let c = unsafe { p.read() };
+    // SAFETY: as just said.
+    unsafe { c.alloc.dealloc(p.cast(), Layout::new::<Custom<F>>()) };
+    (c.f)();
+}
+
+unsafe fn drop_custom<F: FnOnce()>(p: NonNull<u8>) {
+    let p = p.as_ptr().cast::<Custom<F>>();
+    // SAFETY: `p` holds a `Custom<F>`; dropped once, then its memory freed once where it came
+    // from.
+    unsafe {
+        let a = (*p).alloc;
+        std::ptr::drop_in_place(p);
+        a.dealloc(p.cast(), Layout::new::<Custom<F>>());
+    }
 }
 
 unsafe fn run_inline<F: FnOnce()>(_: NonNull<u8>) {
@@ -224,5 +274,27 @@ mod tests {
         let s = heap.stats();
         assert!(s.blocks > 0, "tasks came from the heap");
         assert_eq!(s.live_bytes, 0, "and all their storage came back");
+
+        struct Counting(AtomicUsize, AtomicUsize);
+        // SAFETY: forwards to the system allocator unchanged.
+        unsafe impl std::alloc::GlobalAlloc for Counting {
+            unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+                self.0.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: forwarded contract.
+                unsafe { std::alloc::System.alloc(l) }
+            }
+            unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+                self.1.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: forwarded contract.
+                unsafe { std::alloc::System.dealloc(p, l) }
+            }
+        }
+        static COUNTING: Counting = Counting(AtomicUsize::new(0), AtomicUsize::new(0));
+        set_event_allocator(Some(&COUNTING));
+        exercise();
+        set_event_allocator(None);
+        // Four closures capture something (the zero-sized one takes no storage).
+        assert_eq!(COUNTING.0.load(Ordering::Relaxed), 4);
+        assert_eq!(COUNTING.1.load(Ordering::Relaxed), 4);
     }
 }

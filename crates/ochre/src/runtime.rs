@@ -45,11 +45,32 @@ pub struct Builder {
     cpus: Option<Vec<usize>>,
     config: Config,
     topology: Option<topology::Topology>,
+    event_alloc: EventAllocSlot,
+}
+
+/// An allocator for events' closures, as [`Builder::event_allocator`] takes it.
+pub type EventAlloc = &'static (dyn std::alloc::GlobalAlloc + Sync);
+
+/// The builder's event allocator, shown without its (opaque) contents.
+#[derive(Clone, Copy, Default)]
+struct EventAllocSlot(Option<EventAlloc>);
+
+impl std::fmt::Debug for EventAllocSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(<allocator>)" } else { "None" })
+    }
 }
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder { workers: None, pin: true, cpus: None, config: Config::default(), topology: None }
+        Builder {
+            workers: None,
+            pin: true,
+            cpus: None,
+            config: Config::default(),
+            topology: None,
+            event_alloc: EventAllocSlot(None),
+        }
     }
 }
 
@@ -81,6 +102,15 @@ impl Builder {
     /// policies for machines we do not have; pinning still uses the real CPUs.
     pub fn topology(mut self, topology: topology::Topology) -> Self {
         self.topology = Some(topology);
+        self
+    }
+
+    /// Where events' closures live when EMA does not hold them ([`Config::ema`] off, an
+    /// object larger than EMA's classes, or the EMA cap reached): this allocator instead of the
+    /// process's global one. For comparing allocators inside one process (the benchmarks run
+    /// ochre with jemalloc and mimalloc as its event allocator this way).
+    pub fn event_allocator(mut self, alloc: EventAlloc) -> Self {
+        self.event_alloc = EventAllocSlot(Some(alloc));
         self
     }
 
@@ -172,9 +202,12 @@ impl Builder {
         for (i, pin) in pins.into_iter().enumerate() {
             let core = Core::new(i, shared.placement, &shared.config);
             let (shared, gate) = (shared.clone(), gate.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("ochre-w{i}"))
-                .spawn(move || worker_thread(shared, gate, core, pin));
+            let event_alloc = self.event_alloc.0;
+            let spawned =
+                std::thread::Builder::new().name(format!("ochre-w{i}")).spawn(move || {
+                    crate::message::set_event_allocator(event_alloc);
+                    worker_thread(shared, gate, core, pin)
+                });
             match spawned {
                 Ok(t) => rt.threads.push(t),
                 // Dropping `rt` stops and joins the workers already started.

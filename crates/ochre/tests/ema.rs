@@ -155,3 +155,69 @@ fn the_cap_makes_try_new_refuse_and_new_fall_back() {
     assert_eq!(fell_back, 1, "new() falls back to the global allocator at the cap");
     assert!(report.workers[0].ema_refused >= 2);
 }
+
+/// An allocator that counts, over the system one.
+struct Counting {
+    allocs: AtomicU64,
+    frees: AtomicU64,
+}
+
+// SAFETY: forwards to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        self.allocs.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+}
+
+static COUNTING: Counting = Counting { allocs: AtomicU64::new(0), frees: AtomicU64::new(0) };
+
+#[test]
+fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
+    let rt = Runtime::builder()
+        .workers(3)
+        .pin(false)
+        .config(Config::default().ema(false))
+        .event_allocator(&COUNTING)
+        .build()
+        .unwrap();
+    let sum = Arc::new(AtomicU64::new(0));
+    let s = sum.clone();
+    rt.run(Color(0), move || {
+        for c in 1..=50u64 {
+            let s = s.clone();
+            ochre::post(Color(c), move || {
+                let s2 = s.clone();
+                ochre::post(Color(c + 100), move || {
+                    s2.fetch_add(c, Ordering::Relaxed);
+                });
+            });
+        }
+    })
+    .unwrap();
+    assert_eq!(sum.load(Ordering::Relaxed), (1..=50).sum::<u64>());
+    // 100 events posted by handlers; the first one came from outside (global allocator).
+    assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 100);
+    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 100, "every event's memory came back");
+    // Events left unrun at a shutdown and dropped with the runtime are freed there too.
+    let s = sum.clone();
+    rt.run(Color(0), move || {
+        for _ in 0..20 {
+            let s = s.clone();
+            ochre::post(Color(7), move || {
+                s.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        ochre::shutdown();
+    })
+    .unwrap();
+    drop(rt);
+    assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 120);
+    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 120, "run or not, every event was freed");
+}
