@@ -58,15 +58,18 @@ pub fn on_pinned_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Ve
     })
 }
 
-/// ochre with EMA off and `alloc` holding its events: the allocator comparison of issue 5, in
-/// the same process as the other systems.
-pub fn ochre_with_allocator(
-    workers: usize,
-    alloc: ochre::EventAlloc,
-) -> Result<ochre::Runtime, ochre::Error> {
-    ochre::Runtime::builder()
-        .workers(workers)
-        .config(ochre::Config::default().ema(false))
-        .event_allocator(alloc)
-        .build()
+/// The ochre configurations the runtime benchmarks compare, built with `workers` workers:
+/// `ochre` (default), `ochre-baseline` (libasync-smp), `ochre-sysalloc` (EMA off: events from the
+/// global allocator), `ochre-jemalloc` and `ochre-mimalloc` (EMA off, those as the event
+/// allocator: the allocator comparison of issue 5, in the same process as the other systems).
+pub fn ochre_variants(workers: usize) -> Vec<(&'static str, Result<ochre::Runtime, ochre::Error>)> {
+    use ochre::{Config, Runtime};
+    let no_ema = || Runtime::builder().workers(workers).config(Config::default().ema(false));
+    vec![
+        ("ochre", Runtime::builder().workers(workers).build()),
+        ("ochre-baseline", Runtime::builder().workers(workers).config(Config::baseline()).build()),
+        ("ochre-sysalloc", no_ema().build()),
+        ("ochre-jemalloc", no_ema().event_allocator(&tikv_jemallocator::Jemalloc).build()),
+        ("ochre-mimalloc", no_ema().event_allocator(&mimalloc::MiMalloc).build()),
+    ]
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use ochre::{Color, Config, Runtime};
+use ochre::{Color, Runtime};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
 use crate::peers;
@@ -171,25 +171,14 @@ pub fn run(opts: &Options) -> BenchReport {
     let epw = events_per_worker(opts);
     for &w in &opts.workers {
         let case = format!("{w} worker{}", if w > 1 { "s" } else { "" });
-        let rt = Runtime::builder().workers(w).build();
-        let base = Runtime::builder().workers(w).config(Config::baseline()).build();
-        let sys = Runtime::builder().workers(w).config(Config::default().ema(false)).build();
-        let je = crate::peers::ochre_with_allocator(w, &tikv_jemallocator::Jemalloc);
-        let mi = crate::peers::ochre_with_allocator(w, &mimalloc::MiMalloc);
+        let ochres = peers::ochre_variants(w);
         let tmt = peers::tokio_multi_thread(w);
         let mut systems = vec![System::new("floor", || {
             let r = peers::on_pinned_threads(w, |_| floor_loop(epw));
             Ok(r.iter().sum::<f64>() / r.len() as f64)
         })];
-        let ochres = [
-            ("ochre", &rt),
-            ("ochre-baseline", &base),
-            ("ochre-sysalloc", &sys),
-            ("ochre-jemalloc", &je),
-            ("ochre-mimalloc", &mi),
-        ];
-        for (name, rt) in ochres {
-            systems.push(System::new(name, move || match rt {
+        for (name, rt) in &ochres {
+            systems.push(System::new(*name, move || match rt {
                 Ok(rt) => ochre_pingpong(rt, epw),
                 Err(e) => Err(e.to_string()),
             }));

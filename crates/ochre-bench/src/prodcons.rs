@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use ochre::{Color, Config, Runtime};
+use ochre::{Color, Runtime};
 
 use crate::harness::{measure_case, work, BenchReport, Options, System};
 use crate::peers;
@@ -225,22 +225,17 @@ pub fn run(opts: &Options) -> BenchReport {
         "Producer-consumer: 100 events spread over all workers per round, consumer events/s (higher is better).",
     );
     for &w in &opts.workers {
-        let rt = Runtime::builder().workers(w).build();
-        let base = Runtime::builder().workers(w).config(Config::baseline()).build();
-        let sys = Runtime::builder().workers(w).config(Config::default().ema(false)).build();
-        let je = crate::peers::ochre_with_allocator(w, &tikv_jemallocator::Jemalloc);
-        let mi = crate::peers::ochre_with_allocator(w, &mimalloc::MiMalloc);
+        let ochres = peers::ochre_variants(w);
         let pool = peers::rayon_pool(w);
         let tmt = peers::tokio_multi_thread(w);
         for cost in costs(opts) {
             let n = rounds(opts, cost, w);
             let case = format!("{w}w {}", cost_label(cost));
-            let systems = vec![
-                System::new("ochre", ochre_system(&rt, cost, n)),
-                System::new("ochre-baseline", ochre_system(&base, cost, n)),
-                System::new("ochre-sysalloc", ochre_system(&sys, cost, n)),
-                System::new("ochre-jemalloc", ochre_system(&je, cost, n)),
-                System::new("ochre-mimalloc", ochre_system(&mi, cost, n)),
+            let mut systems: Vec<System<'_>> = ochres
+                .iter()
+                .map(|(name, rt)| System::new(*name, ochre_system(rt, cost, n)))
+                .collect();
+            systems.extend([
                 System::new("rayon", || {
                     pool.as_ref().map(|p| rayon_prodcons(p, cost, n)).map_err(|e| e.clone())
                 }),
@@ -249,7 +244,7 @@ pub fn run(opts: &Options) -> BenchReport {
                 }),
                 System::new("channels", || Ok(channels_prodcons(w, cost, n))),
                 System::new("one-core", || Ok(one_core(cost, n))),
-            ];
+            ]);
             measure_case(&mut report, &case, w, "ev/s", opts.reps, systems);
             checks(&mut report, &case, w, cost);
         }

@@ -347,7 +347,12 @@ impl Heap {
     /// Whether carving one more block would pass the cap (allocations that need a new block are
     /// refused).
     pub fn at_cap(&self) -> bool {
-        self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap) && self.cache.is_empty()
+        self.cache.is_empty() && self.block_over_cap()
+    }
+
+    /// Whether carving a new block from the system would pass the cap.
+    fn block_over_cap(&self) -> bool {
+        self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap)
     }
 
     /// Counters.
@@ -500,7 +505,7 @@ impl Heap {
             // SAFETY: cached blocks are ours, empty and unlinked.
             (b, unsafe { (*b).owner })
         } else {
-            if self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap) {
+            if self.block_over_cap() {
                 self.stats.refused += 1;
                 return None;
             }

@@ -47,11 +47,16 @@ impl<T> ColorBox<T> {
     /// As [`ColorBox::new`], but hands `value` back if this worker's EMA heap is at its cap:
     /// for memory that must stay within the budget.
     pub fn try_new(color: Color, value: T) -> Result<ColorBox<T>, T> {
-        let layout = Layout::new::<T>();
-        let capped = alloc::with_heap(|h| h.at_cap()).unwrap_or(false);
         match Self::place(color, value) {
             Ok(b) => Ok(b),
-            Err(value) if capped && alloc::class_of(layout).is_some() => Err(value),
+            // Refused for the cap, not because EMA does not serve `T` or we are off a worker.
+            Err(value)
+                if std::mem::size_of::<T>() > 0
+                    && alloc::class_of(Layout::new::<T>()).is_some()
+                    && alloc::with_heap(|h| h.at_cap()).unwrap_or(false) =>
+            {
+                Err(value)
+            }
             Err(value) => Ok(Self::boxed(value)),
         }
     }

@@ -47,15 +47,18 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&WorkerCtx) -> R) -> Option<R> {
     Some(f(unsafe { &*p }))
 }
 
-/// `f` as a task, its storage placed for `color`'s home worker (where it will most likely run).
-#[inline]
-fn task_for<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Task {
-    let home = with_current(|ctx| crate::color::home_of(color, ctx.shared.placement)).unwrap_or(0);
-    Task::new_for(f, home)
-}
-
 pub(crate) fn post_task(color: Color, task: Task, urgent: bool) -> Result<(), Error> {
     with_current(|ctx| ctx.core.borrow_mut().post(&ctx.shared, color, task, urgent))
+        .ok_or(Error::NotInRuntime)
+}
+
+#[inline]
+fn post_closure<F: FnOnce() + Send + 'static>(
+    color: Color,
+    f: F,
+    urgent: bool,
+) -> Result<(), Error> {
+    with_current(|ctx| ctx.core.borrow_mut().post_closure(&ctx.shared, color, f, urgent))
         .ok_or(Error::NotInRuntime)
 }
 
@@ -69,7 +72,7 @@ pub(crate) fn post_task(color: Color, task: Task, urgent: bool) -> Result<(), Er
 /// threads, or [`try_post`] to get an error instead.
 #[inline]
 pub fn post<F: FnOnce() + Send + 'static>(color: Color, f: F) {
-    if let Err(e) = post_task(color, task_for(color, f), false) {
+    if let Err(e) = post_closure(color, f, false) {
         panic!("ochre::post: {e}");
     }
 }
@@ -83,14 +86,14 @@ pub fn post<F: FnOnce() + Send + 'static>(color: Color, f: F) {
 /// If called outside an ochre handler (see [`post`]).
 #[inline]
 pub fn post_urgent<F: FnOnce() + Send + 'static>(color: Color, f: F) {
-    if let Err(e) = post_task(color, task_for(color, f), true) {
+    if let Err(e) = post_closure(color, f, true) {
         panic!("ochre::post_urgent: {e}");
     }
 }
 
 /// Like [`post`], but returns [`Error::NotInRuntime`] instead of panicking outside a handler.
 pub fn try_post<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result<(), Error> {
-    post_task(color, task_for(color, f), false)
+    post_closure(color, f, false)
 }
 
 /// Pins `color` to its home worker: stealing never moves it (the accept color of a server is

@@ -82,6 +82,28 @@ pub(crate) enum Route {
     Remote { home: usize, task: Task },
 }
 
+/// Where a post goes, decided before the event is built ([`ColorQueue::route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dest {
+    /// This worker (`me`) holds the color: queue under `key`.
+    Here { key: usize, me: usize },
+    /// The color (slot `key`) is lent to `to`.
+    Forward { key: usize, to: usize },
+    /// The color's home is another worker.
+    Remote { home: usize },
+}
+
+impl Dest {
+    /// The worker that will run the event (barring a steal meanwhile).
+    pub(crate) fn runs_on(self) -> usize {
+        match self {
+            Dest::Here { me, .. } => me,
+            Dest::Forward { to, .. } => to,
+            Dest::Remote { home } => home,
+        }
+    }
+}
+
 /// A guest slot was emptied: tell the home how many of its events ran.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Returned {
@@ -133,6 +155,15 @@ impl ColorQueue {
     /// Posts an event made on this worker, or received here as the color's home.
     #[inline]
     pub(crate) fn post(&mut self, color: Color, task: Task, urgent: bool) -> Route {
+        let dest = self.route(color);
+        self.post_to(dest, task, urgent)
+    }
+
+    /// Where an event of `color` posted here goes; the worker that will run it is
+    /// [`Dest::runs_on`]. Split from [`post_to`](Self::post_to) so that a poster can place the
+    /// event's memory for that worker before it builds the event.
+    #[inline]
+    pub(crate) fn route(&mut self, color: Color) -> Dest {
         let key = match self.running {
             // Fast path: a handler posting to its own color (chains, ping-pong): no lookup.
             Some(k) if self.slots[k].color == color => k,
@@ -141,18 +172,34 @@ impl ColorQueue {
                 None => {
                     let home = home_of(color, self.placement);
                     if home != self.me {
-                        return Route::Remote { home, task };
+                        return Dest::Remote { home };
                     }
                     self.insert(color, Lease::Local)
                 }
             },
         };
-        if let Lease::Away { to, outstanding } = &mut self.slots[key].lease {
-            *outstanding += 1;
-            return Route::Forward { to: *to, task };
+        match self.slots[key].lease {
+            Lease::Away { to, .. } => Dest::Forward { key, to },
+            _ => Dest::Here { key, me: self.me },
         }
-        self.enqueue(key, task, urgent);
-        Route::Queued
+    }
+
+    /// Posts `task` where [`route`](Self::route) said, with no post in between.
+    #[inline]
+    pub(crate) fn post_to(&mut self, dest: Dest, task: Task, urgent: bool) -> Route {
+        match dest {
+            Dest::Here { key, .. } => {
+                self.enqueue(key, task, urgent);
+                Route::Queued
+            }
+            Dest::Forward { key, to } => {
+                if let Lease::Away { outstanding, .. } = &mut self.slots[key].lease {
+                    *outstanding += 1;
+                }
+                Route::Forward { to, task }
+            }
+            Dest::Remote { home } => Route::Remote { home, task },
+        }
     }
 
     /// Accepts an event that the color's home forwarded to this worker, the borrower.

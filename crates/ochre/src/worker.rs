@@ -29,7 +29,7 @@ use crate::idle;
 use crate::io::IoCore;
 use crate::message::{Msg, Task};
 use crate::outbox::Outbox;
-use crate::queue::{ColorQueue, Route};
+use crate::queue::{ColorQueue, Dest, Route};
 use crate::shared::{PanicRecord, Shared};
 use crate::stats::{Counter, Counters};
 use crate::steal;
@@ -116,13 +116,37 @@ impl Core {
     /// A post made by a handler running on this worker.
     #[inline]
     pub(crate) fn post(&mut self, shared: &Shared, color: Color, task: Task, urgent: bool) {
-        if urgent {
-            self.counters.add(Counter::PostsUrgent, 1);
-        }
         if !shared.config.batching {
             return self.post_locked(shared, color, task, urgent);
         }
-        match self.queue.post(color, task, urgent) {
+        let dest = self.queue.route(color);
+        self.post_to(shared, color, dest, task, urgent);
+    }
+
+    /// Posts closure `f`, its memory placed (EMA) for the worker that will run it: the route is
+    /// decided first, so the placement costs no second lookup.
+    #[inline]
+    pub(crate) fn post_closure<F: FnOnce() + Send + 'static>(
+        &mut self,
+        shared: &Shared,
+        color: Color,
+        f: F,
+        urgent: bool,
+    ) {
+        if !shared.config.batching {
+            let task = Task::new_for(f, home_of(color, shared.placement));
+            return self.post_locked(shared, color, task, urgent);
+        }
+        let dest = self.queue.route(color);
+        let task = Task::new_for(f, dest.runs_on());
+        self.post_to(shared, color, dest, task, urgent);
+    }
+
+    fn post_to(&mut self, shared: &Shared, color: Color, dest: Dest, task: Task, urgent: bool) {
+        if urgent {
+            self.counters.add(Counter::PostsUrgent, 1);
+        }
+        match self.queue.post_to(dest, task, urgent) {
             Route::Queued => self.counters.add(Counter::PostsLocal, 1),
             Route::Forward { to, task } => {
                 self.counters.add(Counter::PostsLocal, 1);
@@ -141,6 +165,9 @@ impl Core {
     /// even when that worker is this one.
     #[cold]
     fn post_locked(&mut self, shared: &Shared, color: Color, task: Task, urgent: bool) {
+        if urgent {
+            self.counters.add(Counter::PostsUrgent, 1);
+        }
         let dest = if self.queue.lease(color).is_some() {
             self.id
         } else {
