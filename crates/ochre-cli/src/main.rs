@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use ochre_bench::{BenchReport, Options};
 
+mod load;
+
 #[derive(Parser)]
 #[command(
     name = "ochre",
@@ -66,59 +68,7 @@ enum Command {
         #[arg(long, hide = true)]
         copy: Option<u32>,
     },
-    /// Load an HTTP server: a closed loop of clients (Banga & Druschel); with --rate an open
-    /// loop (latency from each request's intended send time); with --sessions a semi-open loop
-    /// (Schroeder et al.). Latency percentiles, errors by kind. Every run is bounded in time.
-    Load {
-        /// The URL to request, e.g. http://127.0.0.1:8080/index.html (repeat for several paths
-        /// of the same server, requested in turn).
-        #[arg(required = true)]
-        urls: Vec<String>,
-        /// Concurrent clients (connections).
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        clients: u32,
-        /// Requests per connection before it is closed and reopened (150 in the thesis).
-        #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(1..))]
-        requests_per_connection: u32,
-        /// Milliseconds between a response and the next request of a client.
-        #[arg(long, default_value_t = 0.0)]
-        think_ms: f64,
-        /// Open loop: requests per second in all, over --clients connections.
-        #[arg(long)]
-        rate: Option<f64>,
-        /// Semi-open loop: sessions arriving per second (each session thinks --think-ms on
-        /// average between requests; Pariag et al. use 343).
-        #[arg(long, conflicts_with = "rate")]
-        sessions: Option<f64>,
-        /// Semi-open loop: probability that a session leaves after each reply.
-        #[arg(long, default_value_t = 0.2, requires = "sessions")]
-        leave: f64,
-        /// Poisson arrivals (exponential gaps) instead of fixed gaps, for --rate or --sessions.
-        #[arg(long)]
-        poisson: bool,
-        /// Rate search: the highest open-loop rate (up to --rate, default 100000) whose p99
-        /// stays under this many milliseconds, in 8 probes of --duration each.
-        #[arg(long, conflicts_with = "sessions")]
-        search_p99_ms: Option<f64>,
-        /// Seconds of measured load.
-        #[arg(long, default_value_t = 10.0)]
-        duration: f64,
-        /// Seconds of load before measuring.
-        #[arg(long, default_value_t = 1.0)]
-        warmup: f64,
-        /// Seconds a request may take before it counts as a timeout.
-        #[arg(long, default_value_t = 5.0)]
-        timeout: f64,
-        /// Worker threads of the injector (default: one per CPU).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
-        workers: Option<u32>,
-        /// Also write the report as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Request paths drawn from this mix (`mix.txt` of `ochre fileset`) instead of the URLs'.
-        #[arg(long)]
-        mix: Option<PathBuf>,
-    },
+    Load(load::LoadArgs),
     /// Generate a SPECweb99-like static file set and its request mix (mix.txt) in a directory.
     Fileset {
         /// Where to write it (created).
@@ -180,62 +130,7 @@ fn main() -> ExitCode {
         }
         Command::Study { quick, full: _, out } => study(quick, &out),
         Command::Fileset { dir, size_mib, zipf, seed } => fileset(&dir, size_mib, zipf, seed),
-        Command::Load {
-            urls,
-            clients,
-            requests_per_connection,
-            think_ms,
-            rate,
-            sessions,
-            leave,
-            poisson,
-            search_p99_ms,
-            duration,
-            warmup,
-            timeout,
-            workers,
-            json,
-            mix,
-        } => (|| {
-            let phases = ochre_load::Phases {
-                warmup: seconds("warmup", warmup)?,
-                measure: seconds("duration", duration)?,
-                timeout: seconds("timeout", timeout)?,
-            };
-            let think = seconds("think-ms", think_ms / 1000.0)?;
-            if let Some(slo) = search_p99_ms {
-                let slo = seconds("search-p99-ms", slo / 1000.0)?;
-                let high = rate.unwrap_or(100_000.0);
-                return search(
-                    &urls[0],
-                    clients as usize,
-                    slo,
-                    high,
-                    &phases,
-                    workers,
-                    json.as_deref(),
-                );
-            }
-            let model = match (rate, sessions) {
-                (Some(rate), _) => LoadModel::Open(ochre_load::OpenLoop {
-                    rate,
-                    connections: clients as usize,
-                    poisson,
-                }),
-                (None, Some(arrival_rate)) => LoadModel::SemiOpen(ochre_load::SemiOpenLoop {
-                    arrival_rate,
-                    leave,
-                    think,
-                    poisson,
-                }),
-                (None, None) => LoadModel::Closed(ochre_load::ClosedLoop {
-                    clients: clients as usize,
-                    requests_per_connection,
-                    think,
-                }),
-            };
-            load(&urls, &model, &phases, workers, json.as_deref(), mix.as_deref())
-        })(),
+        Command::Load(args) => load::run(&args),
         Command::Serve {
             root,
             listen,
@@ -354,84 +249,6 @@ fn run_copies(copies: u32) -> Result<(), String> {
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
-}
-
-fn search(
-    url: &str,
-    connections: usize,
-    slo: Duration,
-    high: f64,
-    phases: &ochre_load::Phases,
-    workers: Option<u32>,
-    json: Option<&Path>,
-) -> Result<(), String> {
-    let target = ochre_load::parse_url(url)?;
-    let mut builder = ochre::Runtime::builder();
-    if let Some(w) = workers {
-        builder = builder.workers(w as usize);
-    }
-    let rt = builder.build().map_err(|e| e.to_string())?;
-    let s =
-        ochre_load::rate_search(&rt, &target, connections, slo, (high / 1000.0, high), 8, phases)?;
-    for (rate, r) in &s.probes {
-        println!(
-            "{rate:>10.0} req/s: delivered {:>10.0}, p99 {:>8} us",
-            r.throughput,
-            r.percentile(99.0).unwrap_or(0)
-        );
-    }
-    println!("highest rate with p99 <= {slo:?}: {:.0} req/s", s.best_rate);
-    if let Some(path) = json {
-        write_json(path, &s)?;
-    }
-    Ok(())
-}
-
-enum LoadModel {
-    Closed(ochre_load::ClosedLoop),
-    Open(ochre_load::OpenLoop),
-    SemiOpen(ochre_load::SemiOpenLoop),
-}
-
-fn load(
-    urls: &[String],
-    model: &LoadModel,
-    phases: &ochre_load::Phases,
-    workers: Option<u32>,
-    json: Option<&Path>,
-    mix: Option<&Path>,
-) -> Result<(), String> {
-    let mut target = ochre_load::parse_url(&urls[0])?;
-    if let Some(m) = mix {
-        let set = ochre_load::fileset::FileSet::read_mix(m)?;
-        target.mix = Some(ochre_load::fileset::Mix::new(&set.weights));
-        target.paths = set.paths;
-        if urls.len() > 1 {
-            return Err("with --mix, give one URL (the server)".into());
-        }
-    }
-    for u in &urls[1..] {
-        let t = ochre_load::parse_url(u)?;
-        if t.addr != target.addr {
-            return Err(format!("{u}: all URLs must name the same server"));
-        }
-        target.paths.extend(t.paths);
-    }
-    let mut builder = ochre::Runtime::builder();
-    if let Some(w) = workers {
-        builder = builder.workers(w as usize);
-    }
-    let rt = builder.build().map_err(|e| e.to_string())?;
-    let report = match model {
-        LoadModel::Closed(m) => ochre_load::closed_loop(&rt, &target, m, phases)?,
-        LoadModel::Open(m) => ochre_load::open_loop(&rt, &target, m, phases)?,
-        LoadModel::SemiOpen(m) => ochre_load::semi_open_loop(&rt, &target, m, phases)?,
-    };
-    print!("{}", report.table());
-    if let Some(path) = json {
-        write_json(path, &report)?;
-    }
-    Ok(())
 }
 
 fn fileset(dir: &Path, size_mib: u64, zipf: f64, seed: u64) -> Result<(), String> {

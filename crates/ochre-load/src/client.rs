@@ -2,11 +2,16 @@
 //!
 //! Each client is a color. Its connection's readiness, its request timeout and its think time are
 //! all events of that color, so a client's state lives in a [`ColorCell`] with no lock, and
-//! clients run in parallel on every worker. A client: connects; sends a request; reads the
-//! response (`Content-Length` bodies; `Connection: close` ends the connection after it); records
-//! the latency from the moment the request was sent; after `requests_per_connection` responses
-//! it closes and connects again (Banga & Druschel's closed loop, 150 requests per connection in
-//! the thesis). Errors are counted by kind and the client reconnects.
+//! clients run in parallel on every worker. A client: connects; sends a request (prepared once
+//! per path, not formatted per request); reads the response (any framing: `response`);
+//! records the latency from the moment the request was sent; after `requests_per_connection`
+//! responses it closes and connects again (Banga & Druschel's closed loop, 150 requests per
+//! connection in the thesis). Errors are counted by kind and the client reconnects.
+//!
+//! The request timeout is one lazy timer per client, not one per request: it is armed when a
+//! request goes out and none is pending, and when it fires before the current request's deadline
+//! it re-arms for that deadline. A client under load thus touches the timing wheel about once per
+//! timeout period instead of twice per request.
 //!
 //! In the open loop (httperf style), a client sends at *intended* times, one every `gap`
 //! (fixed, or exponentially distributed for a Poisson arrival process), whatever the server does:
@@ -25,9 +30,10 @@ use ochre::io::{self, Event, Interest, Progress, Timer, Watch};
 use ochre::{Color, ColorCell};
 
 use crate::report::{ErrorKind, Tally};
+use crate::response::{ResponseReader, Step};
 
 /// What to load: an address, the `Host` header, the paths to request (in turn, or drawn from a
-/// request mix).
+/// request mix), and optionally the bodies they must answer with.
 #[derive(Clone, Debug)]
 pub struct Target {
     /// Server address.
@@ -38,9 +44,33 @@ pub struct Target {
     pub paths: Vec<String>,
     /// Draw the paths by these weights (a file set's mix) instead of in turn.
     pub mix: Option<crate::fileset::Mix>,
+    /// Verification: the body of each path (same order as `paths`); a 200 response with
+    /// another body counts as a [`ErrorKind::Mismatch`].
+    pub bodies: Option<Arc<Vec<Vec<u8>>>>,
 }
 
-/// Shared by every client of a run.
+impl Target {
+    /// Loads the expected body of every path from the files under `root` (the server's
+    /// document root, or the directory `ochre fileset` wrote): `/a/b?q` is `root/a/b`, a path
+    /// ending in `/` is its `index.html`.
+    pub fn verify_against(&mut self, root: &std::path::Path) -> Result<(), String> {
+        let mut bodies = Vec::with_capacity(self.paths.len());
+        for p in &self.paths {
+            let path = p.split(['?', '#']).next().unwrap_or("");
+            let mut file = root.join(path.trim_start_matches('/'));
+            if path.ends_with('/') || path.is_empty() {
+                file = file.join("index.html");
+            }
+            bodies.push(
+                std::fs::read(&file)
+                    .map_err(|e| format!("--verify: {p}: {}: {e}", file.display()))?,
+            );
+        }
+        self.bodies = Some(Arc::new(bodies));
+        Ok(())
+    }
+}
+
 /// When a client sends its next request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Pacing {
@@ -53,6 +83,7 @@ pub(crate) enum Pacing {
     Session { leave: f64, think: Duration },
 }
 
+/// Shared by every client of a run.
 pub(crate) struct Run {
     pub(crate) target: Target,
     pub(crate) pacing: Pacing,
@@ -61,6 +92,43 @@ pub(crate) struct Run {
     pub(crate) measure_from: Instant,
     pub(crate) measure_until: Instant,
     pub(crate) tallies: Vec<Mutex<Tally>>,
+    /// The request of each path, keep-alive and closing (the last one on a connection).
+    requests: Vec<[Vec<u8>; 2]>,
+}
+
+impl Run {
+    pub(crate) fn new(
+        target: &Target,
+        pacing: Pacing,
+        per_connection: u32,
+        phases: &crate::Phases,
+        tallies: usize,
+    ) -> Run {
+        let start = Instant::now();
+        let requests = target
+            .paths
+            .iter()
+            .map(|path| {
+                let head = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n", target.host);
+                [format!("{head}\r\n"), format!("{head}Connection: close\r\n\r\n")]
+                    .map(String::into_bytes)
+            })
+            .collect();
+        Run {
+            target: target.clone(),
+            pacing,
+            per_connection,
+            timeout: phases.timeout,
+            measure_from: start + phases.warmup,
+            measure_until: start + phases.warmup + phases.measure,
+            tallies: (0..tallies).map(|_| Mutex::new(Tally::new())).collect(),
+            requests,
+        }
+    }
+
+    fn measuring(&self, at: Instant) -> bool {
+        at >= self.measure_from && at <= self.measure_until
+    }
 }
 
 struct Conn {
@@ -70,15 +138,21 @@ struct Conn {
 struct ClientState {
     conn: Option<Arc<Conn>>,
     watch: Option<Watch>,
+    /// The lazy request timer (see the module doc).
     timer: Option<Timer>,
+    /// When the outstanding request times out.
+    deadline: Option<Instant>,
     buf: Vec<u8>,
-    /// When the outstanding request was sent.
+    reader: ResponseReader,
+    /// When the outstanding request was sent (or meant to be, in the open loop).
     inflight: Option<Instant>,
+    /// Path index of the outstanding request.
+    inflight_path: usize,
     /// Requests sent on the current connection.
     on_conn: u32,
     next_path: usize,
-    /// Bumped per request, so a stale timeout is recognized.
-    seq: u64,
+    /// Requests sent in the measured phase and not yet added to the tally.
+    unrecorded_sends: u64,
     done: bool,
     /// Open loop: the intended time of the next request.
     intended: Option<Instant>,
@@ -104,11 +178,14 @@ impl Client {
                     conn: None,
                     watch: None,
                     timer: None,
+                    deadline: None,
                     buf: Vec::with_capacity(16 * 1024),
+                    reader: ResponseReader::new(),
                     inflight: None,
+                    inflight_path: 0,
                     on_conn: 0,
                     next_path: id,
-                    seq: 0,
+                    unrecorded_sends: 0,
                     done: false,
                     intended: None,
                     rng: 0x9e37_79b9_7f4a_7c15
@@ -118,34 +195,23 @@ impl Client {
         })
     }
 
-    fn count_late(&self, intended: Instant) {
-        if intended >= self.run.measure_from && intended <= self.run.measure_until {
-            if let Ok(mut t) = self.run.tallies[self.slot()].lock() {
-                t.late += 1;
+    /// Applies `f` to this client's tally if `at` is in the measured phase.
+    fn tally(&self, at: Instant, f: impl FnOnce(&mut Tally)) {
+        if self.run.measuring(at) {
+            if let Ok(mut t) = self.run.tallies[self.id % self.run.tallies.len()].lock() {
+                f(&mut t);
             }
         }
     }
 
-    fn count_session(&self) {
+    fn count_error(&self, st: &mut ClientState, kind: ErrorKind) {
         let now = Instant::now();
-        if now >= self.run.measure_from && now <= self.run.measure_until {
-            if let Ok(mut t) = self.run.tallies[self.slot()].lock() {
-                t.sessions += 1;
-            }
-        }
-    }
-
-    fn slot(&self) -> usize {
-        self.id % self.run.tallies.len()
-    }
-
-    fn count_error(&self, kind: ErrorKind) {
-        let now = Instant::now();
-        if now >= self.run.measure_from && now <= self.run.measure_until {
-            if let Ok(mut t) = self.run.tallies[self.slot()].lock() {
-                t.errors[kind as usize] += 1;
-            }
-        }
+        let (since, sends) =
+            (now - self.run.measure_from, std::mem::take(&mut st.unrecorded_sends));
+        self.tally(now, |t| {
+            t.record_error(since, kind);
+            t.sent += sends;
+        });
     }
 }
 
@@ -159,7 +225,7 @@ pub(crate) fn start(client: Arc<Client>) {
         match TcpStream::connect_timeout(&client.run.target.addr, client.run.timeout) {
             Ok(stream) => {
                 if stream.set_nonblocking(true).is_err() {
-                    return retry_later(&client, ErrorKind::Connect);
+                    return retry_later(&client, st, ErrorKind::Connect);
                 }
                 let _ = stream.set_nodelay(true);
                 let conn = Arc::new(Conn { stream });
@@ -172,24 +238,25 @@ pub(crate) fn start(client: Arc<Client>) {
                         st.conn = Some(conn);
                         st.on_conn = 0;
                         st.buf.clear();
+                        st.reader.reset();
                         if let Pacing::Session { .. } = client.run.pacing {
-                            client.count_session();
+                            client.tally(Instant::now(), |t| t.sessions += 1);
                             // A session's first request goes at once.
                             send_request(&client, st);
                         } else {
                             next_send(&client, st);
                         }
                     }
-                    Err(_) => retry_later(&client, ErrorKind::Connect),
+                    Err(_) => retry_later(&client, st, ErrorKind::Connect),
                 }
             }
-            Err(_) => retry_later(&client, ErrorKind::Connect),
+            Err(_) => retry_later(&client, st, ErrorKind::Connect),
         }
     });
 }
 
-fn retry_later(client: &Arc<Client>, kind: ErrorKind) {
-    client.count_error(kind);
+fn retry_later(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
+    client.count_error(st, kind);
     if let Pacing::Session { .. } = client.run.pacing {
         return; // A session that cannot connect is lost, as a user would be.
     }
@@ -215,6 +282,12 @@ fn gap(st: &mut ClientState, mean: Duration, poisson: bool) -> Duration {
 
 /// Sends the next request now (closed loop), or at its intended time (open loop).
 fn next_send(client: &Arc<Client>, st: &mut ClientState) {
+    send_when_due(client, st, false);
+}
+
+/// Open loop: sends now if the intended time has come. `woken`: called by the send timer, so
+/// lateness is the injector's own, not the connection's.
+fn send_when_due(client: &Arc<Client>, st: &mut ClientState, woken: bool) {
     match client.run.pacing {
         Pacing::Closed { think } if think.is_zero() => send_request(client, st),
         Pacing::Session { think, .. } => {
@@ -235,7 +308,10 @@ fn next_send(client: &Arc<Client>, st: &mut ClientState) {
             let now = Instant::now();
             if due <= now {
                 if now.saturating_duration_since(due) > Duration::from_millis(1) {
-                    client.count_late(due);
+                    client.tally(due, |t| {
+                        t.late += 1;
+                        t.injector_late += u64::from(woken);
+                    });
                 }
                 send_request(client, st);
             } else {
@@ -243,7 +319,7 @@ fn next_send(client: &Arc<Client>, st: &mut ClientState) {
                 let _ = io::post_after(due - now, client.color, move || {
                     let _ = c.state.with(|st| {
                         if st.inflight.is_none() && st.conn.is_some() {
-                            send_request(&c, st);
+                            send_when_due(&c, st, true);
                         }
                     });
                 });
@@ -254,31 +330,29 @@ fn next_send(client: &Arc<Client>, st: &mut ClientState) {
 
 fn send_request(client: &Arc<Client>, st: &mut ClientState) {
     let run = &client.run;
-    if Instant::now() >= run.measure_until {
+    let now = Instant::now();
+    if now >= run.measure_until {
         return finish(client, st);
     }
     let Some(conn) = st.conn.clone() else { return };
     let index = match &run.target.mix {
         Some(mix) => mix.pick(uniform(&mut st.rng)),
         None => st.next_path,
-    };
+    } % run.requests.len();
     st.next_path += 1;
-    let path = &run.target.paths[index % run.target.paths.len()];
     let last = st.on_conn + 1 >= run.per_connection;
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\n{}\r\n",
-        run.target.host,
-        if last { "Connection: close\r\n" } else { "" }
-    );
+    let req = &run.requests[index][usize::from(last)];
     // A request is far smaller than a socket buffer: one write sends it, or the connection is
     // in trouble.
-    match io::net::write(&conn.stream, req.as_bytes()) {
+    match io::net::write(&conn.stream, req) {
         Ok(Progress::Done(n)) if n == req.len() => {}
         _ => return reconnect(client, st, ErrorKind::Reset),
     }
     st.on_conn += 1;
-    st.seq += 1;
-    let now = Instant::now();
+    st.inflight_path = index;
+    if run.measuring(now) {
+        st.unrecorded_sends += 1;
+    }
     st.inflight = Some(match run.pacing {
         // Latency counts from the intended time: queueing behind a slow response shows.
         Pacing::Open { gap: mean, poisson } => {
@@ -289,18 +363,27 @@ fn send_request(client: &Arc<Client>, st: &mut ClientState) {
         }
         Pacing::Closed { .. } | Pacing::Session { .. } => now,
     });
-    let (c, seq) = (client.clone(), st.seq);
-    if let Some(t) = st.timer.take() {
-        t.cancel();
+    st.deadline = Some(now + run.timeout);
+    if st.timer.is_none() {
+        arm_timer(client, st, now + run.timeout);
     }
-    st.timer = io::post_after(run.timeout, client.color, move || on_timeout(&c, seq)).ok();
 }
 
-fn on_timeout(client: &Arc<Client>, seq: u64) {
+fn arm_timer(client: &Arc<Client>, st: &mut ClientState, at: Instant) {
+    let c = client.clone();
+    st.timer = io::post_at(at, client.color, move || on_timer(&c)).ok();
+}
+
+/// The lazy request timer: a timeout if the outstanding request is past its deadline, else
+/// re-armed for that deadline (or left unarmed when nothing is outstanding).
+fn on_timer(client: &Arc<Client>) {
     let _ = client.state.with(|st| {
         st.timer = None;
-        if st.seq == seq && st.inflight.is_some() {
+        let (Some(deadline), Some(_)) = (st.deadline, st.inflight) else { return };
+        if Instant::now() >= deadline {
             reconnect(client, st, ErrorKind::Timeout);
+        } else {
+            arm_timer(client, st, deadline);
         }
     });
 }
@@ -311,92 +394,99 @@ fn on_ready(client: &Arc<Client>, conn: &Arc<Conn>, ev: &mut Event) {
             ev.cancel(); // A connection already given up.
             return;
         }
-        loop {
-            match io::net::read_into(&conn.stream, &mut st.buf, 16 * 1024) {
+        const READ: usize = 16 * 1024;
+        let hangup = ev.ready().hangup;
+        let eof = loop {
+            match io::net::read_into(&conn.stream, &mut st.buf, READ) {
+                // A short read drained the socket: a later arrival is a new edge, so no need to
+                // pay a read that would only say WouldBlock. Unless the peer hung up: that edge
+                // is this one, and only reading on finds the end of file.
+                Ok(Progress::Done(n)) if n < READ && !hangup => break false,
                 Ok(Progress::Done(_)) => continue,
-                Ok(Progress::WouldBlock) => break,
-                Ok(Progress::Closed) | Err(_) => {
-                    // Whatever is complete in the buffer still counts.
-                    let _ = parse(client, st);
-                    if st.conn.is_some() {
-                        reconnect(client, st, ErrorKind::Reset);
-                    }
-                    return;
+                Ok(Progress::WouldBlock) => break false,
+                Ok(Progress::Closed) | Err(_) => break true,
+            }
+        };
+        // Everything complete in the buffer counts, even when the server closed.
+        while st.conn.is_some() && !st.buf.is_empty() && parse(client, st, eof) {}
+        if eof && st.conn.is_some() {
+            let kind = if st.buf.is_empty() && st.inflight.is_none() {
+                None // closed between requests: reconnect quietly unless a request was out
+            } else if st.buf.is_empty() {
+                Some(ErrorKind::Reset)
+            } else {
+                Some(ErrorKind::ShortBody)
+            };
+            match kind {
+                Some(k) => reconnect(client, st, k),
+                None => {
+                    close(st);
+                    let c = client.clone();
+                    ochre::post(client.color, move || start(c));
                 }
             }
         }
-        let _ = parse(client, st);
     });
 }
 
-/// Consumes a complete response from the buffer, if there is one.
-fn parse(client: &Arc<Client>, st: &mut ClientState) -> bool {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut headers);
-    let head = match resp.parse(&st.buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return false,
-        Err(_) => {
-            reconnect(client, st, ErrorKind::Malformed);
+/// Consumes a complete response from the buffer, if there is one; true if it did and the
+/// connection goes on.
+fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
+    let run = &client.run;
+    let expected = run.target.bodies.as_ref().map(|b| b[st.inflight_path].as_slice());
+    let resp = match st.reader.advance(&st.buf, eof, expected) {
+        Step::Need => return false,
+        Step::Bad(kind) => {
+            reconnect(client, st, kind);
             return false;
         }
+        Step::Done(r) => r,
     };
-    let code = resp.code.unwrap_or(0);
-    let value = |name: &str| {
-        resp.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-            .map(str::trim)
-    };
-    let Some(len) = value("content-length").and_then(|v| v.parse::<usize>().ok()) else {
-        // No length (chunked or close-delimited): not supported yet.
+    st.buf.drain(..resp.bytes);
+    st.reader.reset();
+    let now = Instant::now();
+    let Some(sent) = st.inflight.take() else {
+        // A response nobody asked for.
         reconnect(client, st, ErrorKind::Malformed);
         return false;
     };
-    let closes = value("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
-    if st.buf.len() < head + len {
-        return false;
-    }
-    st.buf.drain(..head + len);
-    let now = Instant::now();
-    let sent = st.inflight.take().unwrap_or(now);
-    if let Some(t) = st.timer.take() {
-        t.cancel();
-    }
-    let run = &client.run;
+    st.deadline = None;
+    let since = now.saturating_duration_since(run.measure_from);
+    let sends = std::mem::take(&mut st.unrecorded_sends);
     if sent >= run.measure_from && now <= run.measure_until {
-        if let Ok(mut t) = run.tallies[client.slot()].lock() {
-            if (200..400).contains(&code) {
-                t.ok += 1;
-                t.latency_us.saturating_record((now - sent).as_micros().max(1) as u64);
+        client.tally(now, |t| {
+            t.sent += sends;
+            if resp.mismatch {
+                t.record_error(since, ErrorKind::Mismatch);
+            } else if (200..400).contains(&resp.code) {
+                t.record_ok(since, now - sent, resp.bytes as u64);
             } else {
-                t.errors[ErrorKind::Status as usize] += 1;
+                t.record_error(since, ErrorKind::Status);
             }
-            t.bytes += (head + len) as u64;
-        }
+        });
+    } else {
+        st.unrecorded_sends = sends;
     }
     if let Pacing::Session { leave, .. } = run.pacing {
-        if uniform(&mut st.rng) < leave || closes || now >= run.measure_until {
+        if uniform(&mut st.rng) < leave || resp.closes || now >= run.measure_until {
             // The session ends: it does not come back.
-            close(st);
-            st.done = true;
-            return true;
+            finish(client, st);
+            return false;
         }
         next_send(client, st);
         return true;
     }
-    if closes || st.on_conn >= run.per_connection || now >= run.measure_until {
-        close(st);
+    if resp.closes || st.on_conn >= run.per_connection || now >= run.measure_until {
         if now >= run.measure_until {
-            st.done = true;
+            finish(client, st);
         } else {
+            close(st);
             let c = client.clone();
             ochre::post(client.color, move || start(c));
         }
-    } else {
-        next_send(client, st);
+        return false;
     }
+    next_send(client, st);
     true
 }
 
@@ -408,7 +498,9 @@ fn close(st: &mut ClientState) {
         t.cancel();
     }
     st.inflight = None;
+    st.deadline = None;
     st.buf.clear();
+    st.reader.reset();
     if let Some(c) = st.conn.take() {
         let _ = c.stream.shutdown(std::net::Shutdown::Both);
     }
@@ -416,7 +508,7 @@ fn close(st: &mut ClientState) {
 
 fn reconnect(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
     close(st);
-    client.count_error(kind);
+    client.count_error(st, kind);
     if Instant::now() >= client.run.measure_until
         || matches!(client.run.pacing, Pacing::Session { .. })
     {
@@ -427,7 +519,12 @@ fn reconnect(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
     ochre::post(client.color, move || start(c));
 }
 
-fn finish(_client: &Arc<Client>, st: &mut ClientState) {
+fn finish(client: &Arc<Client>, st: &mut ClientState) {
     close(st);
     st.done = true;
+    let sends = std::mem::take(&mut st.unrecorded_sends);
+    if sends > 0 {
+        // Counted at the end of the measured phase, where these sends belong.
+        client.tally(client.run.measure_until, |t| t.sent += sends);
+    }
 }

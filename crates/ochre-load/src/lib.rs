@@ -11,22 +11,27 @@
 //! Models: the closed loop, the open loop (fixed or Poisson arrivals, latency from the intended
 //! send time) and the semi-open loop (sessions arriving at a rate, leaving with a probability
 //! after each reply). Requests follow a URL list in turn or a file set's weighted mix
-//! (`fileset`). [`rate_search`] finds the highest open-loop rate under a p99 objective.
-//! Master/workers come next.
+//! (`fileset`); bodies can be checked against the files ([`Target::verify_against`]).
+//! [`rate_search`] finds the highest open-loop rate under a p99 objective. `remote` spreads a
+//! run over several injectors (a master and `ochre load --worker` processes) and merges their
+//! histograms. A run can report its progress once per second ([`Phases::progress`]).
 
 mod client;
 pub mod fileset;
+pub mod remote;
 pub mod report;
+mod response;
 
 use std::net::ToSocketAddrs;
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ochre::{Color, Runtime};
 
 use client::Pacing;
 pub use client::Target;
-pub use report::{ErrorKind, LoadReport, Tally};
+pub use report::{ErrorKind, Interval, LoadReport, Tally};
 
 /// Colors of the clients start here (below SWS's connection colors and grouped colors).
 const CLIENT_COLORS: u64 = 1 << 61;
@@ -34,7 +39,7 @@ const CLIENT_COLORS: u64 = 1 << 61;
 /// The closed loop (Banga & Druschel): `clients` clients, each sending requests one after the
 /// other on a connection, `requests_per_connection` per connection, with `think` between a
 /// response and the next request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ClosedLoop {
     /// Concurrent clients (connections).
     pub clients: usize,
@@ -46,7 +51,7 @@ pub struct ClosedLoop {
 
 /// The open loop (httperf style): requests at `rate` per second over `connections` keep-alive
 /// connections, whatever the server does; latency counts from each request's intended time.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct OpenLoop {
     /// Requests per second in all.
     pub rate: f64,
@@ -61,7 +66,7 @@ pub struct OpenLoop {
 /// (Poisson or fixed); after each reply a session leaves with probability `leave`, else thinks
 /// (exponential, mean `think`; Pariag et al. use 0.343 s between requests of an active session)
 /// and sends again. Mean requests per session: 1 / `leave`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SemiOpenLoop {
     /// Sessions starting per second.
     pub arrival_rate: f64,
@@ -82,6 +87,40 @@ pub struct Phases {
     pub measure: Duration,
     /// A request without its complete response after this counts as a timeout.
     pub timeout: Duration,
+    /// Called about once per second while the run goes.
+    pub progress: Option<Progress>,
+}
+
+impl Phases {
+    /// Phases without progress reports.
+    pub fn new(warmup: Duration, measure: Duration, timeout: Duration) -> Phases {
+        Phases { warmup, measure, timeout, progress: None }
+    }
+}
+
+/// What a progress report says.
+#[derive(Clone, Copy, Debug)]
+pub struct ProgressLine {
+    /// Since the run started (warm-up included).
+    pub elapsed: Duration,
+    /// Still in the warm-up (nothing recorded yet).
+    pub warming_up: bool,
+    /// Successful responses in the last complete interval of the measured phase.
+    pub last_interval_ok: u64,
+    /// Successful responses recorded so far.
+    pub ok: u64,
+    /// Errors recorded so far.
+    pub errors: u64,
+}
+
+/// A progress callback.
+#[derive(Clone)]
+pub struct Progress(pub Arc<dyn Fn(&ProgressLine) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress(..)")
+    }
 }
 
 /// Parses `http://host[:port]/path` into a target (only `http`).
@@ -101,7 +140,13 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         .map_err(|e| format!("{url}: {e}"))?
         .next()
         .ok_or_else(|| format!("{url}: no address"))?;
-    Ok(Target { addr, host: authority.to_string(), paths: vec![path.to_string()], mix: None })
+    Ok(Target {
+        addr,
+        host: authority.to_string(),
+        paths: vec![path.to_string()],
+        mix: None,
+        bodies: None,
+    })
 }
 
 /// Runs a closed loop against `target` on `rt` and reports the measured phase.
@@ -114,10 +159,7 @@ pub fn closed_loop(
     if model.requests_per_connection == 0 {
         return Err("requests per connection must not be zero".into());
     }
-    let name = format!(
-        "closed loop, {} clients, {} requests/connection, think {:?}",
-        model.clients, model.requests_per_connection, model.think
-    );
+    let name = Model::Closed(model.clone()).describe();
     let pacing = Pacing::Closed { think: model.think };
     drive(rt, target, model.clients, model.requests_per_connection, pacing, phases, name)
 }
@@ -133,12 +175,7 @@ pub fn open_loop(
         return Err("the rate must be a positive number".into());
     }
     let gap = Duration::from_secs_f64(model.connections as f64 / model.rate);
-    let name = format!(
-        "open loop, {} req/s{} over {} connections",
-        model.rate,
-        if model.poisson { " (Poisson)" } else { "" },
-        model.connections
-    );
+    let name = Model::Open(model.clone()).describe();
     let pacing = Pacing::Open { gap, poisson: model.poisson };
     drive(rt, target, model.connections, u32::MAX, pacing, phases, name)
 }
@@ -159,34 +196,151 @@ pub fn semi_open_loop(
     if target.paths.is_empty() {
         return Err("no path to request".into());
     }
-    let start = Instant::now();
-    let run = Arc::new(client::Run {
-        target: target.clone(),
-        pacing: Pacing::Session { leave: model.leave, think: model.think },
-        per_connection: u32::MAX,
-        timeout: phases.timeout,
-        measure_from: start + phases.warmup,
-        measure_until: start + phases.warmup + phases.measure,
-        tallies: (0..TALLY_SLOTS).map(|_| Mutex::new(Tally::new())).collect(),
-    });
+    let pacing = Pacing::Session { leave: model.leave, think: model.think };
+    let run = Arc::new(client::Run::new(target, pacing, u32::MAX, phases, TALLY_SLOTS));
     let r = run.clone();
     let gap = Duration::from_secs_f64(1.0 / model.arrival_rate);
     let poisson = model.poisson;
-    rt.run(Color(CLIENT_COLORS), move || arrive(r, 0, gap, poisson, 0x2545_f491_4f6c_dd1d))
-        .map_err(|e| e.to_string())?;
+    let total =
+        execute(rt, &run, phases, move || arrive(r, 0, gap, poisson, 0x2545_f491_4f6c_dd1d))?;
+    Ok(LoadReport::from_tally(Model::SemiOpen(model.clone()).describe(), &total, phases.measure))
+}
+
+/// Runs the clients `start` makes until the run is quiescent, reporting progress meanwhile,
+/// and merges their tallies.
+fn execute(
+    rt: &Runtime,
+    run: &Arc<client::Run>,
+    phases: &Phases,
+    start: impl FnOnce() + Send + 'static,
+) -> Result<Tally, String> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let reporter = phases.progress.clone().map(|p| {
+        let run = run.clone();
+        std::thread::spawn(move || report_progress(&run, &p, &stopped))
+    });
+    let result = rt.run(Color(CLIENT_COLORS), start).map_err(|e| e.to_string());
+    drop(stop);
+    if let Some(r) = reporter {
+        let _ = r.join();
+    }
+    result?;
     let mut total = Tally::new();
     for t in &run.tallies {
-        let t = t.lock().map_err(|_| "a session's tally was poisoned".to_string())?;
+        let t = t.lock().map_err(|_| "a client's tally was poisoned".to_string())?;
         total.merge(&t);
     }
-    let name = format!(
-        "semi-open loop, {} sessions/s{}, leave {}, think {:?}",
-        model.arrival_rate,
-        if poisson { " (Poisson)" } else { "" },
-        model.leave,
-        model.think
-    );
-    Ok(LoadReport::from_tally(name, &total, phases.measure))
+    Ok(total)
+}
+
+/// Calls `progress` every second until `stop` is dropped.
+fn report_progress(run: &client::Run, progress: &Progress, stop: &mpsc::Receiver<()>) {
+    let begin = Instant::now();
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(Duration::from_secs(1)) {
+        let now = Instant::now();
+        let mut line = ProgressLine {
+            elapsed: now - begin,
+            warming_up: now < run.measure_from,
+            last_interval_ok: 0,
+            ok: 0,
+            errors: 0,
+        };
+        let done = (now.saturating_duration_since(run.measure_from).as_nanos()
+            / report::INTERVAL.as_nanos()) as usize;
+        for t in &run.tallies {
+            if let Ok(t) = t.lock() {
+                line.ok += t.ok;
+                line.errors += t.errors.iter().sum::<u64>();
+                if let Some(i) = done.checked_sub(1).and_then(|i| t.series.get(i)) {
+                    line.last_interval_ok += i.ok;
+                }
+            }
+        }
+        (progress.0)(&line);
+    }
+}
+
+/// A load model: what [`Model::run`] runs.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Model {
+    /// [`closed_loop`].
+    Closed(ClosedLoop),
+    /// [`open_loop`].
+    Open(OpenLoop),
+    /// [`semi_open_loop`].
+    SemiOpen(SemiOpenLoop),
+}
+
+impl Model {
+    /// A one-line description.
+    pub fn describe(&self) -> String {
+        let poisson = |p: bool| if p { " (Poisson)" } else { "" };
+        match self {
+            Model::Closed(m) => format!(
+                "closed loop, {} clients, {} requests/connection, think {:?}",
+                m.clients, m.requests_per_connection, m.think
+            ),
+            Model::Open(m) => format!(
+                "open loop, {} req/s{} over {} connections",
+                m.rate,
+                poisson(m.poisson),
+                m.connections
+            ),
+            Model::SemiOpen(m) => format!(
+                "semi-open loop, {} sessions/s{}, leave {}, think {:?}",
+                m.arrival_rate,
+                poisson(m.poisson),
+                m.leave,
+                m.think
+            ),
+        }
+    }
+
+    /// Runs this model against `target` on `rt`.
+    pub fn run(
+        &self,
+        rt: &Runtime,
+        target: &Target,
+        phases: &Phases,
+    ) -> Result<LoadReport, String> {
+        match self {
+            Model::Closed(m) => closed_loop(rt, target, m, phases),
+            Model::Open(m) => open_loop(rt, target, m, phases),
+            Model::SemiOpen(m) => semi_open_loop(rt, target, m, phases),
+        }
+    }
+
+    /// Share `i` of `n` of this load, for one of `n` injectors running at once: clients,
+    /// connections and rates divided so that the shares add up to the whole.
+    pub fn share(&self, i: usize, n: usize) -> Result<Model, String> {
+        let part = |total: usize| total * (i + 1) / n - total * i / n;
+        Ok(match self {
+            Model::Closed(m) => {
+                if m.clients < n {
+                    return Err(format!(
+                        "{} clients cannot be spread over {n} injectors",
+                        m.clients
+                    ));
+                }
+                Model::Closed(ClosedLoop { clients: part(m.clients), ..m.clone() })
+            }
+            Model::Open(m) => {
+                if m.connections < n {
+                    return Err(format!(
+                        "{} connections cannot be spread over {n} injectors",
+                        m.connections
+                    ));
+                }
+                let connections = part(m.connections);
+                let rate = m.rate * connections as f64 / m.connections as f64;
+                Model::Open(OpenLoop { rate, connections, ..m.clone() })
+            }
+            Model::SemiOpen(m) => Model::SemiOpen(SemiOpenLoop {
+                arrival_rate: m.arrival_rate / n as f64,
+                ..m.clone()
+            }),
+        })
+    }
 }
 
 /// The result of a rate search: the highest rate that met the objective, and every probe.
@@ -264,30 +418,15 @@ fn drive(
     if clients == 0 || target.paths.is_empty() {
         return Err("clients (connections) and paths must not be zero".into());
     }
-    let start = Instant::now();
-    let run = Arc::new(client::Run {
-        target: target.clone(),
-        pacing,
-        per_connection,
-        timeout: phases.timeout,
-        measure_from: start + phases.warmup,
-        measure_until: start + phases.warmup + phases.measure,
-        tallies: (0..clients).map(|_| Mutex::new(Tally::new())).collect(),
-    });
+    let run = Arc::new(client::Run::new(target, pacing, per_connection, phases, clients));
     let r = run.clone();
-    rt.run(Color(CLIENT_COLORS), move || {
+    let total = execute(rt, &run, phases, move || {
         for i in 0..clients {
             let color = Color(CLIENT_COLORS + 1 + i as u64);
             let c = client::Client::new(i, color, r.clone());
             ochre::post(color, move || client::start(c));
         }
-    })
-    .map_err(|e| e.to_string())?;
-    let mut total = Tally::new();
-    for t in &run.tallies {
-        let t = t.lock().map_err(|_| "a client's tally was poisoned".to_string())?;
-        total.merge(&t);
-    }
+    })?;
     Ok(LoadReport::from_tally(name, &total, phases.measure))
 }
 

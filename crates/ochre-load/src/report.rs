@@ -1,5 +1,10 @@
-//! What a load run measured: throughput, the latency distribution, errors by kind.
+//! What a load run measured: throughput, the latency distribution, errors by kind, a time series.
+//!
+//! Each client records into its own [`Tally`]; at the end the tallies are merged and turned into
+//! a [`LoadReport`]. A report keeps its latency histogram (as `(value, count)` pairs), so reports
+//! of several injectors (master and workers) merge exactly, not by averaging percentiles.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -19,10 +24,54 @@ pub enum ErrorKind {
     Malformed,
     /// A status outside 2xx and 3xx.
     Status,
+    /// The connection ended before the response was complete.
+    ShortBody,
+    /// With verification: the body differed from the file.
+    Mismatch,
 }
 
 /// Number of error kinds.
-pub const ERROR_KINDS: usize = 5;
+pub const ERROR_KINDS: usize = 7;
+
+impl ErrorKind {
+    /// Every kind, in the order of [`LoadReport::errors`].
+    pub const ALL: [ErrorKind; ERROR_KINDS] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Malformed,
+        ErrorKind::Status,
+        ErrorKind::ShortBody,
+        ErrorKind::Mismatch,
+    ];
+
+    /// Its name in tables and CSV.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Malformed => "malformed",
+            ErrorKind::Status => "status",
+            ErrorKind::ShortBody => "short-body",
+            ErrorKind::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// Length of one interval of the time series.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// One interval of the time series (measured phase, [`INTERVAL`] long).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Successful responses that completed in it.
+    pub ok: u64,
+    /// Errors counted in it.
+    pub errors: u64,
+    /// Sum of their latencies in microseconds (mean = sum / ok).
+    pub latency_sum_us: u64,
+}
 
 /// Counts and latencies of one client, merged into a report at the end.
 pub struct Tally {
@@ -39,6 +88,13 @@ pub struct Tally {
     pub late: u64,
     /// Semi-open loop: sessions started in the measured phase.
     pub sessions: u64,
+    /// Requests sent in the measured phase.
+    pub sent: u64,
+    /// Open loop: sends whose timer fired more than 1 ms late while the connection was free
+    /// (the injector itself could not keep the pace).
+    pub injector_late: u64,
+    /// Per-interval counts of the measured phase.
+    pub series: Vec<Interval>,
 }
 
 impl Tally {
@@ -51,7 +107,35 @@ impl Tally {
             bytes: 0,
             late: 0,
             sessions: 0,
+            sent: 0,
+            injector_late: 0,
+            series: Vec::new(),
         }
+    }
+
+    fn interval(&mut self, since_start: Duration) -> &mut Interval {
+        let i = (since_start.as_nanos() / INTERVAL.as_nanos()) as usize;
+        if self.series.len() <= i {
+            self.series.resize(i + 1, Interval::default());
+        }
+        &mut self.series[i]
+    }
+
+    /// A successful response `since_start` into the measured phase.
+    pub fn record_ok(&mut self, since_start: Duration, latency: Duration, bytes: u64) {
+        let us = (latency.as_micros() as u64).max(1);
+        self.ok += 1;
+        self.bytes += bytes;
+        self.latency_us.saturating_record(us);
+        let i = self.interval(since_start);
+        i.ok += 1;
+        i.latency_sum_us += us;
+    }
+
+    /// An error `since_start` into the measured phase.
+    pub fn record_error(&mut self, since_start: Duration, kind: ErrorKind) {
+        self.errors[kind as usize] += 1;
+        self.interval(since_start).errors += 1;
     }
 
     /// Adds another tally.
@@ -61,8 +145,18 @@ impl Tally {
         self.bytes += other.bytes;
         self.late += other.late;
         self.sessions += other.sessions;
+        self.sent += other.sent;
+        self.injector_late += other.injector_late;
         for (a, b) in self.errors.iter_mut().zip(other.errors) {
             *a += b;
+        }
+        if self.series.len() < other.series.len() {
+            self.series.resize(other.series.len(), Interval::default());
+        }
+        for (a, b) in self.series.iter_mut().zip(&other.series) {
+            a.ok += b.ok;
+            a.errors += b.errors;
+            a.latency_sum_us += b.latency_sum_us;
         }
     }
 }
@@ -84,9 +178,12 @@ pub struct LoadReport {
     pub ok: u64,
     /// Successful responses per second.
     pub throughput: f64,
+    /// Response bytes (heads and bodies).
+    #[serde(default)]
+    pub bytes: u64,
     /// Response bytes per second.
     pub bytes_per_sec: f64,
-    /// Errors by kind: connect, timeout, reset, malformed, status.
+    /// Errors by kind, in the order of [`ErrorKind::ALL`].
     pub errors: [u64; ERROR_KINDS],
     /// Latency percentiles in microseconds: (percentile, value).
     pub latency_us: Vec<(f64, u64)>,
@@ -98,13 +195,43 @@ pub struct LoadReport {
     pub late_sends: u64,
     /// Semi-open loop: sessions started in the measured phase.
     pub sessions: u64,
+    /// Requests sent in the measured phase.
+    #[serde(default)]
+    pub sent: u64,
+    /// Open loop: sends the injector itself made late (see [`Tally::injector_late`]).
+    #[serde(default)]
+    pub injector_late: u64,
+    /// Share of its CPUs the injector used (0..1), when it was measured (`ochre load` does: its
+    /// process is the injector).
+    #[serde(default)]
+    pub injector_cpu: Option<f64>,
+    /// Injectors merged into this report (1, or the master and its workers).
+    #[serde(default = "one")]
+    pub injectors: usize,
+    /// The measured phase interval by interval ([`INTERVAL`] each).
+    #[serde(default)]
+    pub series: Vec<Interval>,
+    /// The whole latency histogram, as (microseconds, count) of each recorded bucket: what
+    /// reports merge by.
+    #[serde(default)]
+    pub histogram: Vec<(u64, u64)>,
+    /// What went wrong around the measurement (a worker lost, ...).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
+
+fn one() -> usize {
+    1
+}
+
+/// Percentiles a report lists.
+pub const PERCENTILES: [f64; 8] = [50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 100.0];
 
 impl LoadReport {
     /// The report of a merged tally over `measured`.
     pub fn from_tally(model: String, t: &Tally, measured: Duration) -> LoadReport {
         let secs = measured.as_secs_f64().max(1e-9);
-        let latency_us = [50.0, 90.0, 99.0, 99.9, 99.99]
+        let latency_us = PERCENTILES
             .iter()
             .map(|&p| {
                 (p, if t.latency_us.is_empty() { 0 } else { t.latency_us.value_at_percentile(p) })
@@ -115,6 +242,7 @@ impl LoadReport {
             measured,
             ok: t.ok,
             throughput: t.ok as f64 / secs,
+            bytes: t.bytes,
             bytes_per_sec: t.bytes as f64 / secs,
             errors: t.errors,
             latency_us,
@@ -122,7 +250,86 @@ impl LoadReport {
             latency_max_us: t.latency_us.max(),
             late_sends: t.late,
             sessions: t.sessions,
+            sent: t.sent,
+            injector_late: t.injector_late,
+            injector_cpu: None,
+            injectors: 1,
+            series: t.series.clone(),
+            histogram: t
+                .latency_us
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+            notes: Vec::new(),
         }
+    }
+
+    /// The tally this report was made of (its histogram and counts).
+    pub fn to_tally(&self) -> Tally {
+        let mut t = Tally::new();
+        for &(v, n) in &self.histogram {
+            let _ = t.latency_us.record_n(v.max(1), n);
+        }
+        t.ok = self.ok;
+        t.bytes = self.bytes;
+        t.errors = self.errors;
+        t.late = self.late_sends;
+        t.sessions = self.sessions;
+        t.sent = self.sent;
+        t.injector_late = self.injector_late;
+        t.series = self.series.clone();
+        t
+    }
+
+    /// Merges the reports of injectors that ran the same phases at the same time (a master
+    /// and its workers): counts add, histograms add, percentiles are those of the sum.
+    pub fn merge(model: String, parts: &[LoadReport]) -> Result<LoadReport, String> {
+        let first = parts.first().ok_or("no report to merge")?;
+        let mut total = Tally::new();
+        let mut cpu: Vec<f64> = Vec::new();
+        for p in parts {
+            if p.histogram.is_empty() && p.ok > 0 {
+                return Err("a report without its histogram cannot be merged".into());
+            }
+            total.merge(&p.to_tally());
+            cpu.extend(p.injector_cpu);
+        }
+        let mut r = LoadReport::from_tally(model, &total, first.measured);
+        r.injectors = parts.iter().map(|p| p.injectors).sum();
+        r.injector_cpu = cpu.into_iter().reduce(f64::max);
+        r.notes = parts.iter().flat_map(|p| p.notes.iter().cloned()).collect();
+        Ok(r)
+    }
+
+    /// What makes this measurement doubtful: the injector near its CPU limit, or sending late.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = self.notes.clone();
+        if let Some(cpu) = self.injector_cpu.filter(|&c| c >= 0.9) {
+            w.push(format!(
+                "the injector used {:.0}% of its CPUs: it may be the bottleneck (give it more \
+                 workers or CPUs, or spread it with --remote)",
+                cpu * 100.0
+            ));
+        }
+        if self.sent > 0 && self.injector_late as f64 > 0.01 * self.sent as f64 {
+            w.push(format!(
+                "{:.1}% of the sends left more than 1 ms after their time with the connection \
+                 free: the injector cannot hold this rate",
+                100.0 * self.injector_late as f64 / self.sent as f64
+            ));
+        }
+        w
+    }
+
+    /// The time series as CSV: one line per interval.
+    pub fn csv(&self) -> String {
+        let mut s = String::from("second,responses,errors,mean_latency_us\n");
+        for (i, iv) in self.series.iter().enumerate() {
+            let mean = if iv.ok == 0 { 0.0 } else { iv.latency_sum_us as f64 / iv.ok as f64 };
+            let t = i as f64 * INTERVAL.as_secs_f64();
+            let _ = writeln!(s, "{t},{},{},{mean:.1}", iv.ok, iv.errors);
+        }
+        s
     }
 
     /// The latency at percentile `p` (one of those reported).
@@ -144,9 +351,9 @@ impl LoadReport {
             s += &format!(" p{p}={v}us");
         }
         s += &format!(" mean={:.0}us max={}us\n", self.latency_mean_us, self.latency_max_us);
-        let names = ["connect", "timeout", "reset", "malformed", "status"];
-        let errs: Vec<String> = names
+        let errs: Vec<String> = ErrorKind::ALL
             .iter()
+            .map(|k| k.name())
             .zip(self.errors)
             .filter(|(_, n)| *n > 0)
             .map(|(k, n)| format!("{k}={n}"))
@@ -164,6 +371,15 @@ impl LoadReport {
         }
         if self.late_sends > 0 {
             s += &format!("late sends (open loop): {}\n", self.late_sends);
+        }
+        if self.injectors > 1 {
+            s += &format!("merged from {} injectors\n", self.injectors);
+        }
+        if let Some(cpu) = self.injector_cpu {
+            s += &format!("injector CPU: {:.0}%\n", cpu * 100.0);
+        }
+        for w in self.warnings() {
+            s += &format!("warning: {w}\n");
         }
         s
     }
@@ -193,5 +409,59 @@ mod tests {
         assert!((500..=520).contains(&p50), "{p50}");
         assert!(r.latency_max_us >= 5000);
         assert!(r.table().contains("timeout=2"));
+    }
+
+    fn tally(offset_us: u64) -> Tally {
+        let mut t = Tally::new();
+        for v in 1..=1000u64 {
+            let at = Duration::from_millis((v - 1) * 2);
+            t.record_ok(at, Duration::from_micros(offset_us + v), 100);
+        }
+        t
+    }
+
+    #[test]
+    fn reports_merge_by_their_histograms_not_their_percentiles() {
+        let (a, mut b) = (tally(0), tally(5000));
+        b.record_error(Duration::from_millis(1500), ErrorKind::Reset);
+        let secs = Duration::from_secs(2);
+        let parts = [
+            LoadReport::from_tally("a".into(), &a, secs),
+            LoadReport::from_tally("b".into(), &b, secs),
+        ];
+        // Through JSON, as workers send them.
+        let parts: Vec<LoadReport> = parts
+            .iter()
+            .map(|p| serde_json::from_str(&serde_json::to_string(p).unwrap()).unwrap())
+            .collect();
+        let merged = LoadReport::merge("m".into(), &parts).unwrap();
+        let mut whole = Tally::new();
+        whole.merge(&a);
+        whole.merge(&b);
+        let direct = LoadReport::from_tally("m".into(), &whole, secs);
+        assert_eq!(merged.latency_us, direct.latency_us);
+        assert_eq!((merged.ok, merged.bytes, merged.errors), (2000, 200_000, direct.errors));
+        assert_eq!(merged.series, direct.series);
+        assert_eq!(merged.series.len(), 2);
+        assert_eq!(merged.series[1].errors, 1);
+        assert_eq!(merged.injectors, 2);
+        // The median of the whole lies between the two parts, unlike either part's median.
+        let p50 = merged.percentile(50.0).unwrap();
+        assert!((995..=1010).contains(&p50), "{p50}");
+        let csv = merged.csv();
+        assert_eq!(csv.lines().count(), 3, "{csv}");
+        assert!(csv.lines().nth(2).unwrap().starts_with("1,1000,1,"), "{csv}");
+    }
+
+    #[test]
+    fn warnings_say_when_the_injector_is_the_limit() {
+        let mut r = LoadReport::from_tally("x".into(), &tally(0), Duration::from_secs(1));
+        assert!(r.warnings().is_empty());
+        r.injector_cpu = Some(0.97);
+        r.sent = 1000;
+        r.injector_late = 50;
+        let w = r.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(r.table().contains("warning: the injector used 97%"), "{}", r.table());
     }
 }

@@ -1,0 +1,266 @@
+//! `ochre load`: the command line of the load injector (`ochre-load`), including its worker
+//! mode for distributed runs.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ochre_load::remote::{self, Job};
+use ochre_load::{ClosedLoop, LoadReport, Model, OpenLoop, Phases, SemiOpenLoop};
+
+use crate::{seconds, write_json};
+
+/// Load an HTTP server: a closed loop of clients (Banga & Druschel); with --rate an open
+/// loop (latency from each request's intended send time); with --sessions a semi-open loop
+/// (Schroeder et al.). Latency percentiles, errors by kind, a per-second series. Every run is
+/// bounded in time. With --remote, the load is spread over this process and `ochre load
+/// --worker` processes (other hosts), and their histograms are merged.
+#[derive(clap::Args)]
+pub(crate) struct LoadArgs {
+    /// The URL to request, e.g. http://127.0.0.1:8080/index.html (repeat for several paths
+    /// of the same server, requested in turn).
+    #[arg(required_unless_present = "worker")]
+    urls: Vec<String>,
+    /// Concurrent clients (connections), in all.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    clients: u32,
+    /// Requests per connection before it is closed and reopened (150 in the thesis).
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(1..))]
+    requests_per_connection: u32,
+    /// Milliseconds between a response and the next request of a client.
+    #[arg(long, default_value_t = 0.0)]
+    think_ms: f64,
+    /// Open loop: requests per second in all, over --clients connections.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Semi-open loop: sessions arriving per second (each session thinks --think-ms on
+    /// average between requests; Pariag et al. use 343).
+    #[arg(long, conflicts_with = "rate")]
+    sessions: Option<f64>,
+    /// Semi-open loop: probability that a session leaves after each reply.
+    #[arg(long, default_value_t = 0.2, requires = "sessions")]
+    leave: f64,
+    /// Poisson arrivals (exponential gaps) instead of fixed gaps, for --rate or --sessions.
+    #[arg(long)]
+    poisson: bool,
+    /// Rate search: the highest open-loop rate (up to --rate, default 100000) whose p99
+    /// stays under this many milliseconds, in 8 probes of --duration each.
+    #[arg(long, conflicts_with_all = ["sessions", "remote"])]
+    search_p99_ms: Option<f64>,
+    /// Seconds of measured load.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of load before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds a request may take before it counts as a timeout.
+    #[arg(long, default_value_t = 5.0)]
+    timeout: f64,
+    /// Worker threads of the injector (default: one per CPU).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    workers: Option<u32>,
+    /// Also write the report as JSON to this file (histogram included: reports merge).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also write the per-second series as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Request paths drawn from this mix (`mix.txt` of `ochre fileset`) instead of the URLs'.
+    #[arg(long)]
+    mix: Option<PathBuf>,
+    /// Check every 200 response's body against the file of the same path under this
+    /// directory (the server's root, or the directory of `ochre fileset`); a different body
+    /// counts as a `mismatch` error.
+    #[arg(long)]
+    verify: Option<PathBuf>,
+    /// No progress line each second (they go to standard error, on a terminal by default).
+    #[arg(long)]
+    quiet: bool,
+    /// Print progress lines even when standard error is not a terminal.
+    #[arg(long, conflicts_with = "quiet")]
+    progress: bool,
+    /// Spread the load over this process and an `ochre load --worker` at HOST:PORT (repeat
+    /// for several); clients, connections and rates are divided among them.
+    #[arg(long)]
+    remote: Vec<SocketAddr>,
+    /// Worker mode: wait for jobs from a master (`ochre load ... --remote`) on --listen.
+    #[arg(long)]
+    worker: bool,
+    /// Worker mode: where to wait for the master.
+    #[arg(long, default_value = "127.0.0.1:7979", requires = "worker")]
+    listen: SocketAddr,
+    /// Worker mode: stop after this many jobs (default: serve until killed).
+    #[arg(long, requires = "worker")]
+    jobs: Option<usize>,
+}
+
+impl LoadArgs {
+    fn runtime(&self) -> Result<ochre::Runtime, String> {
+        let mut builder = ochre::Runtime::builder();
+        if let Some(w) = self.workers {
+            builder = builder.workers(w as usize);
+        }
+        builder.build().map_err(|e| e.to_string())
+    }
+
+    fn model(&self) -> Result<Model, String> {
+        let think = seconds("think-ms", self.think_ms / 1000.0)?;
+        Ok(match (self.rate, self.sessions) {
+            (Some(rate), _) => Model::Open(OpenLoop {
+                rate,
+                connections: self.clients as usize,
+                poisson: self.poisson,
+            }),
+            (None, Some(arrival_rate)) => Model::SemiOpen(SemiOpenLoop {
+                arrival_rate,
+                leave: self.leave,
+                think,
+                poisson: self.poisson,
+            }),
+            (None, None) => Model::Closed(ClosedLoop {
+                clients: self.clients as usize,
+                requests_per_connection: self.requests_per_connection,
+                think,
+            }),
+        })
+    }
+
+    /// The job as a worker would run it: target, model, phases.
+    fn job(&self) -> Result<Job, String> {
+        let first = ochre_load::parse_url(&self.urls[0])?;
+        let mut job = Job {
+            addr: first.addr,
+            host: first.host,
+            paths: first.paths,
+            weights: None,
+            verify: self.verify.clone(),
+            model: self.model()?,
+            warmup: seconds("warmup", self.warmup)?,
+            measure: seconds("duration", self.duration)?,
+            timeout: seconds("timeout", self.timeout)?,
+        };
+        if let Some(m) = &self.mix {
+            if self.urls.len() > 1 {
+                return Err("with --mix, give one URL (the server)".into());
+            }
+            let set = ochre_load::fileset::FileSet::read_mix(m)?;
+            job.paths = set.paths;
+            job.weights = Some(set.weights);
+        }
+        for u in &self.urls[1..] {
+            let t = ochre_load::parse_url(u)?;
+            if t.addr != job.addr {
+                return Err(format!("{u}: all URLs must name the same server"));
+            }
+            job.paths.extend(t.paths);
+        }
+        Ok(job)
+    }
+
+    fn phases(&self, job: &Job) -> Phases {
+        let mut phases = job.phases();
+        let show = self.progress || (!self.quiet && std::io::stderr().is_terminal());
+        if show {
+            phases.progress = Some(ochre_load::Progress(Arc::new(|p| {
+                if p.warming_up {
+                    eprintln!("[{:>5.1} s] warming up", p.elapsed.as_secs_f64());
+                } else {
+                    eprintln!(
+                        "[{:>5.1} s] {:>9} req/s in the last second, {} responses, {} errors",
+                        p.elapsed.as_secs_f64(),
+                        p.last_interval_ok,
+                        p.ok,
+                        p.errors
+                    );
+                }
+            })));
+        }
+        phases
+    }
+}
+
+/// Runs `ochre load`.
+pub(crate) fn run(args: &LoadArgs) -> Result<(), String> {
+    if args.worker {
+        let listener = std::net::TcpListener::bind(args.listen)
+            .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+        eprintln!("ochre load --worker: waiting for a master on {}", args.listen);
+        return remote::serve_worker(listener, args.jobs, || args.runtime());
+    }
+    let job = args.job()?;
+    let phases = args.phases(&job);
+    if let Some(slo) = args.search_p99_ms {
+        return search(args, &job, seconds("search-p99-ms", slo / 1000.0)?, &phases);
+    }
+    let rt = args.runtime()?;
+    let cpu = CpuClock::start(rt.workers());
+    let mut report = if args.remote.is_empty() {
+        job.run(&rt, &phases)?
+    } else {
+        remote::run_distributed(&job, &args.remote, &rt, &phases)?
+    };
+    if args.remote.is_empty() {
+        // Only this process's figure is known; workers report their own warnings.
+        report.injector_cpu = cpu.share();
+    }
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    if let Some(path) = &args.csv {
+        write_csv(path, &report)?;
+    }
+    Ok(())
+}
+
+fn write_csv(path: &Path, report: &LoadReport) -> Result<(), String> {
+    std::fs::write(path, report.csv()).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn search(args: &LoadArgs, job: &Job, slo: Duration, phases: &Phases) -> Result<(), String> {
+    let target = job.target()?;
+    let rt = args.runtime()?;
+    let high = args.rate.unwrap_or(100_000.0);
+    let connections = args.clients as usize;
+    let s =
+        ochre_load::rate_search(&rt, &target, connections, slo, (high / 1000.0, high), 8, phases)?;
+    for (rate, r) in &s.probes {
+        println!(
+            "{rate:>10.0} req/s: delivered {:>10.0}, p99 {:>8} us",
+            r.throughput,
+            r.percentile(99.0).unwrap_or(0)
+        );
+    }
+    println!("highest rate with p99 <= {slo:?}: {:.0} req/s", s.best_rate);
+    if let Some(path) = &args.json {
+        write_json(path, &s)?;
+    }
+    Ok(())
+}
+
+/// This process's CPU time over a run, as a share of its workers' capacity: the injector's
+/// self-monitoring (this process is the injector and nothing else).
+struct CpuClock {
+    wall: Instant,
+    cpu: Option<Duration>,
+    workers: usize,
+}
+
+fn process_cpu() -> Option<Duration> {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Some(Duration::new(u64::try_from(t.tv_sec).ok()?, u32::try_from(t.tv_nsec).ok()?))
+}
+
+impl CpuClock {
+    fn start(workers: usize) -> CpuClock {
+        CpuClock { wall: Instant::now(), cpu: process_cpu(), workers }
+    }
+
+    fn share(&self) -> Option<f64> {
+        let used = process_cpu()?.checked_sub(self.cpu?)?;
+        let wall = self.wall.elapsed().as_secs_f64() * self.workers.max(1) as f64;
+        (wall > 0.0).then(|| used.as_secs_f64() / wall)
+    }
+}

@@ -1,0 +1,108 @@
+//! `ochre load` as a user runs it: against `ochre serve`, with verification, CSV and JSON out,
+//! spread over a worker process; bad input answered with a clear error, never a panic.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn ochre() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ochre"))
+}
+
+fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process killed when the test ends, passed or failed.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn load_verifies_writes_csv_and_json_and_spreads_over_a_worker() {
+    let dir = std::env::temp_dir().join(format!("ochre-cli-load-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let made = ochre()
+        .args(["fileset", "--dir", dir.to_str().unwrap(), "--size-mib", "5"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let port = free_port();
+    let _server = Killed(
+        ochre()
+            .args(["serve", "--root", dir.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--workers", "1"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(port);
+    let worker_port = free_port();
+    let mut worker = Killed(
+        ochre()
+            .args(["load", "--worker", "--listen", &format!("127.0.0.1:{worker_port}")])
+            .args(["--jobs", "1", "--workers", "1"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(worker_port);
+    let (csv, json) = (dir.join("series.csv"), dir.join("report.json"));
+    let out = ochre()
+        .args(["load", &format!("http://127.0.0.1:{port}/"), "--mix"])
+        .arg(dir.join("mix.txt"))
+        .arg("--verify")
+        .arg(&dir)
+        .args(["--clients", "8", "--duration", "1.5", "--warmup", "0.2", "--workers", "1"])
+        .args(["--remote", &format!("127.0.0.1:{worker_port}"), "--csv"])
+        .arg(&csv)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("errors: none") && text.contains("merged from 2 injectors"), "{text}");
+    assert!(worker.0.wait().unwrap().success(), "the worker stops after its one job");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ok = report["ok"].as_u64().unwrap();
+    assert!(ok > 100, "{report}");
+    let series = std::fs::read_to_string(&csv).unwrap();
+    let from_csv: u64 =
+        series.lines().skip(1).map(|l| l.split(',').nth(1).unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(from_csv, ok, "{series}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let port = free_port(); // nothing listens there
+    let url = format!("http://127.0.0.1:{port}/");
+    for (args, says) in [
+        (vec!["load", "ftp://x/"], "only http://"),
+        (vec!["load", &url, "--verify", "/nonexistent/ochre"], "--verify"),
+        (vec!["load", &url, "--mix", "/nonexistent/mix.txt"], "mix.txt"),
+        (vec!["load", &url, "--rate=-5", "--duration", "0.1"], "rate"),
+        (vec!["load", &url, "--remote", "127.0.0.1:1", "--duration", "0.1"], "127.0.0.1:1"),
+        (vec!["load"], "URLS"),
+    ] {
+        let out = ochre().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,367 @@
+//! Reading one HTTP/1.1 response out of a connection's buffer, whatever its framing.
+//!
+//! The client keeps what it read in one buffer; [`ResponseReader::advance`] is called after each
+//! read and says whether a whole response is there yet. The head is parsed by `httparse`; the
+//! body is framed as RFC 9112 §6.3 says for a response to GET: none for 1xx, 204 and 304; by
+//! `Transfer-Encoding: chunked` (chunk sizes parsed by `httparse::parse_chunk_size`, trailers
+//! skipped); by `Content-Length`; else until the server closes the connection. Interim 1xx
+//! responses are skipped.
+//!
+//! Invariants: the reader never looks at a byte twice for framing (the chunked decoder keeps its
+//! position across calls, so a large chunked body costs linear time), and it never consumes
+//! bytes of the next response: [`Response::bytes`] is exactly the length of this response, which
+//! the caller drains. When asked to verify, each body piece is compared with the expected bytes
+//! at its offset as it is decoded; a body of the wrong length or content is a mismatch.
+
+use crate::report::ErrorKind;
+
+/// A complete response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Response {
+    /// Status code.
+    pub(crate) code: u16,
+    /// Bytes of the buffer it took (head and framed body).
+    pub(crate) bytes: usize,
+    /// Bytes of the decoded body.
+    pub(crate) body_len: usize,
+    /// The server said it closes the connection after it.
+    pub(crate) closes: bool,
+    /// Verification was asked and the body differed from the expected bytes.
+    pub(crate) mismatch: bool,
+}
+
+/// What [`ResponseReader::advance`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Not complete yet: read more.
+    Need,
+    /// A complete response (drain `bytes` from the buffer, then `reset`).
+    Done(Response),
+    /// The bytes are not a response this client can read.
+    Bad(ErrorKind),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Framing {
+    Length(usize),
+    Chunked,
+    UntilClose,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Head,
+    /// The body of a response whose head took `head` bytes.
+    Body {
+        code: u16,
+        head: usize,
+        closes: bool,
+        framing: Framing,
+    },
+}
+
+/// Incremental state of the response being read.
+#[derive(Debug)]
+pub(crate) struct ResponseReader {
+    state: State,
+    /// Chunked: where the next chunk (size line, or data if `in_chunk > 0`) starts.
+    pos: usize,
+    /// Chunked: data bytes (plus the CRLF after them) still to come in the current chunk.
+    in_chunk: usize,
+    /// Chunked: the last chunk was seen; trailers are being skipped.
+    trailers: bool,
+    /// Decoded body bytes so far.
+    body: usize,
+    mismatch: bool,
+}
+
+impl ResponseReader {
+    pub(crate) fn new() -> ResponseReader {
+        ResponseReader {
+            state: State::Head,
+            pos: 0,
+            in_chunk: 0,
+            trailers: false,
+            body: 0,
+            mismatch: false,
+        }
+    }
+
+    /// Forgets the response read (after the caller drained it) or a broken one.
+    pub(crate) fn reset(&mut self) {
+        *self = ResponseReader::new();
+    }
+
+    /// Reads as much of the response in `buf` as is there. `eof`: the server closed the
+    /// connection (only then can a close-delimited body end). `expected`: the body it must have.
+    pub(crate) fn advance(&mut self, buf: &[u8], eof: bool, expected: Option<&[u8]>) -> Step {
+        loop {
+            if let State::Head = self.state {
+                match self.head(buf) {
+                    Ok(Some(true)) => continue, // an interim 1xx response was skipped
+                    Ok(Some(false)) => {}
+                    Ok(None) => {
+                        return if eof && !buf.is_empty() {
+                            Step::Bad(ErrorKind::ShortBody)
+                        } else {
+                            Step::Need
+                        }
+                    }
+                    Err(kind) => return Step::Bad(kind),
+                }
+            }
+            let State::Body { code, head, closes, framing } = self.state else { continue };
+            // Only a full answer is compared with the file (not an error page, a 206 or a 304).
+            let expected = if code == 200 { expected } else { None };
+            let end = match framing {
+                Framing::Length(n) => {
+                    let have = (buf.len() - head).min(n);
+                    self.check(&buf[head + self.body..head + have], expected);
+                    self.body = have;
+                    if have < n {
+                        return if eof { Step::Bad(ErrorKind::ShortBody) } else { Step::Need };
+                    }
+                    head + n
+                }
+                Framing::UntilClose => {
+                    self.check(&buf[head + self.body..], expected);
+                    self.body = buf.len() - head;
+                    if !eof {
+                        return Step::Need;
+                    }
+                    buf.len()
+                }
+                Framing::Chunked => match self.chunks(buf, expected) {
+                    Ok(Some(end)) => end,
+                    Ok(None) => {
+                        return if eof { Step::Bad(ErrorKind::ShortBody) } else { Step::Need };
+                    }
+                    Err(kind) => return Step::Bad(kind),
+                },
+            };
+            let mismatch = self.mismatch || expected.is_some_and(|e| e.len() != self.body);
+            return Step::Done(Response {
+                code,
+                bytes: end,
+                body_len: self.body,
+                closes: closes || matches!(framing, Framing::UntilClose),
+                mismatch,
+            });
+        }
+    }
+
+    /// Parses the head. `Some(true)`: an interim response was consumed (its bytes stay in the
+    /// buffer but are skipped by moving `pos`); `Some(false)`: the body state is set.
+    fn head(&mut self, buf: &[u8]) -> Result<Option<bool>, ErrorKind> {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        let start = self.pos;
+        let n = match resp.parse(&buf[start..]) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(_) => return Err(ErrorKind::Malformed),
+        };
+        let code = resp.code.unwrap_or(0);
+        if (100..200).contains(&code) {
+            self.pos = start + n;
+            return Ok(Some(true));
+        }
+        let mut length = None;
+        let mut chunked = false;
+        let mut closes = false;
+        for h in resp.headers.iter() {
+            let v = std::str::from_utf8(h.value).map_err(|_| ErrorKind::Malformed)?.trim();
+            if h.name.eq_ignore_ascii_case("content-length") {
+                let n: usize = v.parse().map_err(|_| ErrorKind::Malformed)?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(ErrorKind::Malformed); // conflicting lengths (RFC 9112 §6.3)
+                }
+                length = Some(n);
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                // Chunked must be the last coding; anything else is close-delimited.
+                chunked =
+                    v.rsplit(',').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                closes |= v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"));
+            }
+        }
+        let framing = if code == 204 || code == 304 {
+            Framing::Length(0)
+        } else if chunked {
+            Framing::Chunked
+        } else if let Some(n) = length {
+            Framing::Length(n)
+        } else {
+            Framing::UntilClose
+        };
+        let head = start + n;
+        self.state = State::Body { code, head, closes, framing };
+        self.pos = head;
+        Ok(Some(false))
+    }
+
+    /// Decodes chunks from `pos`; `Some(end)` once the last chunk and the trailers are read.
+    fn chunks(&mut self, buf: &[u8], expected: Option<&[u8]>) -> Result<Option<usize>, ErrorKind> {
+        loop {
+            if self.trailers {
+                // Trailer lines up to an empty line.
+                let rest = &buf[self.pos..];
+                let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+                    return Ok(None);
+                };
+                self.pos += eol + 2;
+                if eol == 0 {
+                    return Ok(Some(self.pos));
+                }
+                continue;
+            }
+            if self.in_chunk > 0 {
+                // Data, then its CRLF (counted in `in_chunk` as its last two bytes).
+                let avail = (buf.len() - self.pos).min(self.in_chunk);
+                let data = avail.min(self.in_chunk.saturating_sub(2));
+                self.check(&buf[self.pos..self.pos + data], expected);
+                self.body += data;
+                self.pos += avail;
+                self.in_chunk -= avail;
+                if self.in_chunk > 0 {
+                    return Ok(None);
+                }
+                if &buf[self.pos - 2..self.pos] != b"\r\n" {
+                    return Err(ErrorKind::Malformed);
+                }
+                continue;
+            }
+            match httparse::parse_chunk_size(&buf[self.pos..]) {
+                Ok(httparse::Status::Complete((n, size))) => {
+                    self.pos += n;
+                    if size == 0 {
+                        self.trailers = true;
+                    } else {
+                        let size = usize::try_from(size).map_err(|_| ErrorKind::Malformed)?;
+                        self.in_chunk = size.checked_add(2).ok_or(ErrorKind::Malformed)?;
+                    }
+                }
+                Ok(httparse::Status::Partial) => return Ok(None),
+                Err(_) => return Err(ErrorKind::Malformed),
+            }
+        }
+    }
+
+    /// Compares a body piece starting at body offset `self.body` with the expected bytes.
+    fn check(&mut self, piece: &[u8], expected: Option<&[u8]>) {
+        if let Some(e) = expected {
+            if piece.is_empty() || self.mismatch {
+                return;
+            }
+            let at = self.body;
+            self.mismatch = e.get(at..at + piece.len()) != Some(piece);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `wire` in pieces of `step` bytes, as reads would.
+    fn read_all(wire: &[u8], step: usize, eof: bool, expected: Option<&[u8]>) -> Step {
+        let mut r = ResponseReader::new();
+        let mut buf = Vec::new();
+        for piece in wire.chunks(step) {
+            buf.extend_from_slice(piece);
+            match r.advance(&buf, false, expected) {
+                Step::Need => {}
+                other => return other,
+            }
+        }
+        r.advance(&buf, eof, expected)
+    }
+
+    fn done(step: Step) -> Response {
+        match step {
+            Step::Done(r) => r,
+            other => panic!("not done: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn content_length_stops_at_the_next_response() {
+        let wire = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 404 Not Found\r\n";
+        for step in [1, 3, 7, wire.len()] {
+            let r = done(read_all(wire, step, false, Some(b"hello")));
+            assert_eq!((r.code, r.bytes, r.body_len, r.mismatch), (200, 43, 5, false), "{step}");
+        }
+        let r = done(read_all(wire, 4, false, Some(b"hellO")));
+        assert!(r.mismatch);
+    }
+
+    #[test]
+    fn chunked_bodies_are_decoded_across_reads() {
+        let wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                     5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\nNEXT";
+        for step in [1, 2, 5, 64] {
+            let r = done(read_all(wire, step, false, Some(b"hello, world")));
+            assert_eq!(r.body_len, 12, "{step}");
+            assert_eq!(r.bytes, wire.len() - 4, "{step}");
+            assert!(!r.mismatch);
+        }
+        assert!(done(read_all(wire, 3, false, Some(b"hello, worl"))).mismatch);
+        let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n";
+        assert_eq!(read_all(bad, 4, false, None), Step::Bad(ErrorKind::Malformed));
+        let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+        assert_eq!(read_all(bad, 4, false, None), Step::Bad(ErrorKind::Malformed));
+    }
+
+    #[test]
+    fn close_delimited_and_bodiless_responses() {
+        let wire = b"HTTP/1.0 200 OK\r\n\r\nall of it";
+        assert_eq!(read_all(wire, 4, false, None), Step::Need);
+        let r = done(read_all(wire, 4, true, Some(b"all of it")));
+        assert!(r.closes && !r.mismatch && r.body_len == 9);
+        let r = done(read_all(
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+            5,
+            false,
+            None,
+        ));
+        assert_eq!((r.code, r.body_len), (304, 0));
+        let wire = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx";
+        let r = done(read_all(wire, 3, false, None));
+        assert_eq!((r.code, r.bytes), (200, wire.len()));
+    }
+
+    #[test]
+    fn short_and_malformed_responses_are_errors() {
+        let wire = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort";
+        assert_eq!(read_all(wire, 4, true, None), Step::Bad(ErrorKind::ShortBody));
+        assert_eq!(
+            read_all(b"HTTP/1.1 200 OK\r\nCont", 4, true, None),
+            Step::Bad(ErrorKind::ShortBody)
+        );
+        assert_eq!(
+            read_all(b"SMTP ready\r\n\r\n", 4, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
+        let two = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx";
+        assert_eq!(read_all(two, 4, false, None), Step::Bad(ErrorKind::Malformed));
+        // A body longer than expected is a mismatch, shorter too.
+        assert!(
+            done(read_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+                2,
+                false,
+                Some(b"ab")
+            ))
+            .mismatch
+        );
+        assert!(
+            done(read_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nab",
+                2,
+                false,
+                Some(b"abc")
+            ))
+            .mismatch
+        );
+    }
+}
