@@ -11,6 +11,7 @@
 pub mod ablation;
 pub mod alloc;
 pub mod harness;
+pub mod loadgen;
 pub mod peers;
 pub mod pingpong;
 pub mod prodcons;
@@ -22,7 +23,7 @@ pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
 pub const BENCHES: &[&str] =
-    &["pingpong", "prodcons", "wakeup", "steal", "alloc", "ablation", "sws"];
+    &["pingpong", "prodcons", "wakeup", "steal", "alloc", "ablation", "sws", "loadgen"];
 
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
@@ -34,6 +35,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "wakeup" => Some(wakeup::run(opts)),
         "ablation" => Some(ablation::run(opts)),
         "alloc" => Some(alloc::run(opts)),
+        "loadgen" => Some(loadgen::run(opts)),
         _ => None,
     }
 }

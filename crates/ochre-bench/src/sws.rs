@@ -25,12 +25,12 @@ fn have(cmd: &str) -> bool {
     Command::new(cmd).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
-fn nginx_path() -> Option<PathBuf> {
+pub(crate) fn nginx_path() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
 }
 
 /// One wrk measurement: requests/s, or why it failed.
-fn wrk(url: &str, cpu: usize, secs: u64) -> Result<f64, String> {
+pub(crate) fn wrk(url: &str, cpu: usize, secs: u64) -> Result<f64, String> {
     let out = Command::new("taskset")
         .args([
             "-c",
@@ -98,15 +98,20 @@ impl Drop for Sws {
 }
 
 /// nginx from a generated configuration, stopped on drop.
-struct Nginx {
+pub(crate) struct Nginx {
     dir: PathBuf,
     bin: PathBuf,
-    url: String,
+    pub(crate) url: String,
     child: Option<Child>,
 }
 
 impl Nginx {
-    fn start(bin: &Path, root: &Path, dir: &Path, cpus: &[usize]) -> Result<Nginx, String> {
+    pub(crate) fn start(
+        bin: &Path,
+        root: &Path,
+        dir: &Path,
+        cpus: &[usize],
+    ) -> Result<Nginx, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
@@ -170,32 +175,48 @@ impl Drop for Nginx {
     }
 }
 
+/// What an HTTP benchmark needs: wrk and taskset, two CPUs, a directory with `www/1k.bin`.
+pub(crate) struct Setup {
+    /// The CPUs allowed.
+    pub(crate) cpus: Vec<usize>,
+    /// Scratch directory (removed by the benchmark when done).
+    pub(crate) dir: PathBuf,
+    /// The document root, holding `1k.bin`.
+    pub(crate) root: PathBuf,
+}
+
+/// Checks the tools and CPUs and makes the file set, or says in `report` why not.
+pub(crate) fn setup(report: &mut BenchReport, tag: &str) -> Option<Setup> {
+    if !have("wrk") || !have("taskset") {
+        report.notes.push(
+            "wrk (or taskset) is not installed: scripts/install-peers.sh installs it; skipped"
+                .into(),
+        );
+        return None;
+    }
+    let cpus = ochre::topology::allowed_cpus().unwrap_or_default();
+    if cpus.len() < 2 {
+        report.notes.push("needs 2 CPUs (one for the injector): skipped".into());
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("ochre-bench-{tag}-{}", std::process::id()));
+    let root = dir.join("www");
+    if let Err(e) = std::fs::create_dir_all(&root)
+        .and_then(|_| std::fs::write(root.join("1k.bin"), vec![b'x'; 1024]))
+    {
+        report.notes.push(format!("cannot make the file set: {e}"));
+        return None;
+    }
+    Some(Setup { cpus, dir, root })
+}
+
 /// Runs the SWS benchmark.
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
         "sws",
         "Web server: requests/s for a 1 KiB file, keep-alive, 50 connections, wrk as the injector.",
     );
-    if !have("wrk") || !have("taskset") {
-        report.notes.push(
-            "wrk (or taskset) is not installed: scripts/install-peers.sh installs it; skipped"
-                .into(),
-        );
-        return report;
-    }
-    let cpus = ochre::topology::allowed_cpus().unwrap_or_default();
-    if cpus.len() < 2 {
-        report.notes.push("needs 2 CPUs (one for the injector): skipped".into());
-        return report;
-    }
-    let dir = std::env::temp_dir().join(format!("ochre-bench-sws-{}", std::process::id()));
-    let root = dir.join("www");
-    if let Err(e) = std::fs::create_dir_all(&root)
-        .and_then(|_| std::fs::write(root.join("1k.bin"), vec![b'x'; 1024]))
-    {
-        report.notes.push(format!("cannot make the file set: {e}"));
-        return report;
-    }
+    let Some(Setup { cpus, dir, root }) = setup(&mut report, "sws") else { return report };
     let injector = *cpus.last().unwrap_or(&0);
     let server_cpus: Vec<usize> = cpus.iter().copied().filter(|&c| c != injector).collect();
     let secs = if opts.quick { 2 } else { 5 };

@@ -55,6 +55,14 @@ pub(crate) struct LoadArgs {
     /// Seconds of load before measuring.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
+    /// Seconds of load after the measured phase, not recorded (so the measurement does not end
+    /// as clients leave).
+    #[arg(long, default_value_t = 0.5)]
+    cooldown: f64,
+    /// End the measured phase after this many responses and errors (or at --duration, if
+    /// sooner); throughput is over the time they took.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    requests: Option<u64>,
     /// Seconds a request may take before it counts as a timeout.
     #[arg(long, default_value_t = 5.0)]
     timeout: f64,
@@ -140,6 +148,8 @@ impl LoadArgs {
             warmup: seconds("warmup", self.warmup)?,
             measure: seconds("duration", self.duration)?,
             timeout: seconds("timeout", self.timeout)?,
+            cooldown: seconds("cooldown", self.cooldown)?,
+            requests: self.requests,
         };
         if let Some(m) = &self.mix {
             if self.urls.len() > 1 {

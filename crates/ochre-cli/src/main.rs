@@ -83,6 +83,13 @@ enum Command {
         /// Seed of the file contents.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Instead of the SPECweb99-like set: this many files of --file-size bytes each,
+        /// requested uniformly (the fixed set for runtime stress).
+        #[arg(long, requires = "file_size", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        files: Option<u64>,
+        /// Size of each file of a --files set, in bytes.
+        #[arg(long, requires = "files")]
+        file_size: Option<u64>,
     },
     /// Run one benchmark against its peers in this process and print its table.
     Bench {
@@ -129,7 +136,10 @@ fn main() -> ExitCode {
             bench(&name, &opts, json.as_deref())
         }
         Command::Study { quick, full: _, out } => study(quick, &out),
-        Command::Fileset { dir, size_mib, zipf, seed } => fileset(&dir, size_mib, zipf, seed),
+        Command::Fileset { dir, size_mib, zipf, seed, files, file_size } => {
+            let uniform = files.zip(file_size);
+            fileset(&dir, size_mib, zipf, seed, uniform)
+        }
         Command::Load(args) => load::run(&args),
         Command::Serve {
             root,
@@ -251,17 +261,27 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
 }
 
-fn fileset(dir: &Path, size_mib: u64, zipf: f64, seed: u64) -> Result<(), String> {
+fn fileset(
+    dir: &Path,
+    size_mib: u64,
+    zipf: f64,
+    seed: u64,
+    uniform: Option<(u64, u64)>,
+) -> Result<(), String> {
     if !(zipf.is_finite() && zipf >= 0.0) {
         return Err("--zipf must be a non-negative number".into());
     }
     let dirs = ochre_load::fileset::FileSet::dirs_for(size_mib << 20);
-    let set = ochre_load::fileset::FileSet::describe(dirs, zipf, 1.0);
+    let set = match uniform {
+        Some((files, size)) => ochre_load::fileset::FileSet::uniform(files as usize, size),
+        None => ochre_load::fileset::FileSet::describe(dirs, zipf, 1.0),
+    };
     set.write(dir, seed).map_err(|e| format!("writing {}: {e}", dir.display()))?;
     let total: u64 = set.sizes.iter().sum();
     eprintln!(
-        "ochre fileset: {} files in {dirs} directories, {:.1} MiB, mix in {}",
+        "ochre fileset: {} files{}, {:.1} MiB, mix in {}",
         set.paths.len(),
+        if uniform.is_some() { String::new() } else { format!(" in {dirs} directories") },
         total as f64 / (1u64 << 20) as f64,
         dir.join("mix.txt").display()
     );

@@ -23,6 +23,7 @@
 //! request has a timeout, so a dead or hung server ends the run with errors counted.
 
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,14 @@ pub(crate) struct Run {
     pub(crate) timeout: Duration,
     pub(crate) measure_from: Instant,
     pub(crate) measure_until: Instant,
+    /// No request is sent from here on (the end of the cool-down).
+    stop_at: Instant,
+    /// Stop after this many measured responses and errors (`Phases::requests`).
+    limit: Option<u64>,
+    /// Measured responses and errors so far, when there is a limit.
+    counted: AtomicU64,
+    /// When the limit was reached, in nanoseconds after `measure_from` (0: not reached).
+    ended_after: AtomicU64,
     pub(crate) tallies: Vec<Mutex<Tally>>,
     /// The request of each path, keep-alive and closing (the last one on a connection).
     requests: Vec<[Vec<u8>; 2]>,
@@ -121,13 +130,49 @@ impl Run {
             timeout: phases.timeout,
             measure_from: start + phases.warmup,
             measure_until: start + phases.warmup + phases.measure,
+            stop_at: start + phases.warmup + phases.measure + phases.cooldown,
+            limit: phases.requests,
+            counted: AtomicU64::new(0),
+            ended_after: AtomicU64::new(0),
             tallies: (0..tallies).map(|_| Mutex::new(Tally::new())).collect(),
             requests,
         }
     }
 
     fn measuring(&self, at: Instant) -> bool {
+        self.in_window(at) && !self.limit_reached()
+    }
+
+    fn in_window(&self, at: Instant) -> bool {
         at >= self.measure_from && at <= self.measure_until
+    }
+
+    fn limit_reached(&self) -> bool {
+        self.ended_after.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether clients stop sending at `now`.
+    pub(crate) fn stopping(&self, now: Instant) -> bool {
+        now >= self.stop_at || self.limit_reached()
+    }
+
+    /// The measured phase's length: as planned, or until the request limit was reached.
+    pub(crate) fn measured(&self) -> Duration {
+        match self.ended_after.load(Ordering::Relaxed) {
+            0 => self.measure_until - self.measure_from,
+            n => Duration::from_nanos(n),
+        }
+    }
+
+    /// Counts one measured outcome against the limit; false if it comes after the limit.
+    fn count(&self, now: Instant) -> bool {
+        let Some(limit) = self.limit else { return true };
+        let n = self.counted.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == limit {
+            let after = now.saturating_duration_since(self.measure_from).as_nanos().max(1);
+            self.ended_after.store(u64::try_from(after).unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        n <= limit
     }
 }
 
@@ -198,9 +243,13 @@ impl Client {
     /// Applies `f` to this client's tally if `at` is in the measured phase.
     fn tally(&self, at: Instant, f: impl FnOnce(&mut Tally)) {
         if self.run.measuring(at) {
-            if let Ok(mut t) = self.run.tallies[self.id % self.run.tallies.len()].lock() {
-                f(&mut t);
-            }
+            self.tally_now(f);
+        }
+    }
+
+    fn tally_now(&self, f: impl FnOnce(&mut Tally)) {
+        if let Ok(mut t) = self.run.tallies[self.id % self.run.tallies.len()].lock() {
+            f(&mut t);
         }
     }
 
@@ -218,7 +267,7 @@ impl Client {
 /// Starts (or restarts) a client: connect, watch, send (an event of the client's color).
 pub(crate) fn start(client: Arc<Client>) {
     let _ = client.state.with(|st| {
-        if st.done || Instant::now() >= client.run.measure_until {
+        if st.done || client.run.stopping(Instant::now()) {
             st.done = true;
             return;
         }
@@ -331,7 +380,7 @@ fn send_when_due(client: &Arc<Client>, st: &mut ClientState, woken: bool) {
 fn send_request(client: &Arc<Client>, st: &mut ClientState) {
     let run = &client.run;
     let now = Instant::now();
-    if now >= run.measure_until {
+    if run.stopping(now) {
         return finish(client, st);
     }
     let Some(conn) = st.conn.clone() else { return };
@@ -453,8 +502,8 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
     st.deadline = None;
     let since = now.saturating_duration_since(run.measure_from);
     let sends = std::mem::take(&mut st.unrecorded_sends);
-    if sent >= run.measure_from && now <= run.measure_until {
-        client.tally(now, |t| {
+    if sent >= run.measure_from && run.measuring(now) && run.count(now) {
+        client.tally_now(|t| {
             t.sent += sends;
             if resp.mismatch {
                 t.record_error(since, ErrorKind::Mismatch);
@@ -468,7 +517,7 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
         st.unrecorded_sends = sends;
     }
     if let Pacing::Session { leave, .. } = run.pacing {
-        if uniform(&mut st.rng) < leave || resp.closes || now >= run.measure_until {
+        if uniform(&mut st.rng) < leave || resp.closes || run.stopping(now) {
             // The session ends: it does not come back.
             finish(client, st);
             return false;
@@ -476,8 +525,8 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
         next_send(client, st);
         return true;
     }
-    if resp.closes || st.on_conn >= run.per_connection || now >= run.measure_until {
-        if now >= run.measure_until {
+    if resp.closes || st.on_conn >= run.per_connection || run.stopping(now) {
+        if run.stopping(now) {
             finish(client, st);
         } else {
             close(st);
@@ -509,9 +558,7 @@ fn close(st: &mut ClientState) {
 fn reconnect(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
     close(st);
     client.count_error(st, kind);
-    if Instant::now() >= client.run.measure_until
-        || matches!(client.run.pacing, Pacing::Session { .. })
-    {
+    if client.run.stopping(Instant::now()) || matches!(client.run.pacing, Pacing::Session { .. }) {
         st.done = true;
         return;
     }

@@ -52,6 +52,17 @@ impl FileSet {
         set
     }
 
+    /// A set of `files` files of `size` bytes each, requested uniformly (`/f00000`, ...): the
+    /// fixed set for runtime stress (1 KiB files in the thesis).
+    pub fn uniform(files: usize, size: u64) -> FileSet {
+        let files = files.max(1);
+        FileSet {
+            paths: (0..files).map(|i| format!("/f{i:05}")).collect(),
+            sizes: vec![size; files],
+            weights: vec![1.0 / files as f64; files],
+        }
+    }
+
     /// Directories for about `total_bytes` of files at full size.
     pub fn dirs_for(total_bytes: u64) -> usize {
         let per_dir: u64 =
@@ -190,6 +201,16 @@ mod tests {
         std::fs::write(root.join("bad.txt"), "/x one\n").unwrap();
         assert!(FileSet::read_mix(&root.join("bad.txt")).is_err());
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_uniform_set_has_equal_files_and_weights() {
+        let set = FileSet::uniform(10, 1024);
+        assert_eq!(set.paths.len(), 10);
+        assert!(set.sizes.iter().all(|&s| s == 1024));
+        let mix = Mix::new(&set.weights);
+        assert_eq!(mix.pick(0.05), 0);
+        assert_eq!(mix.pick(0.95), 9);
     }
 
     #[test]

@@ -87,14 +87,27 @@ pub struct Phases {
     pub measure: Duration,
     /// A request without its complete response after this counts as a timeout.
     pub timeout: Duration,
+    /// Load goes on this long after the measured phase, not recorded, so that the end of the
+    /// measurement is not the moment clients leave.
+    pub cooldown: Duration,
+    /// End the measured phase after this many responses and errors (or at `measure`, if
+    /// sooner); throughput is then over the time it took.
+    pub requests: Option<u64>,
     /// Called about once per second while the run goes.
     pub progress: Option<Progress>,
 }
 
 impl Phases {
-    /// Phases without progress reports.
+    /// A warm-up, a measured phase, no cool-down, no request limit, no progress reports.
     pub fn new(warmup: Duration, measure: Duration, timeout: Duration) -> Phases {
-        Phases { warmup, measure, timeout, progress: None }
+        Phases {
+            warmup,
+            measure,
+            timeout,
+            cooldown: Duration::ZERO,
+            requests: None,
+            progress: None,
+        }
     }
 }
 
@@ -201,9 +214,9 @@ pub fn semi_open_loop(
     let r = run.clone();
     let gap = Duration::from_secs_f64(1.0 / model.arrival_rate);
     let poisson = model.poisson;
-    let total =
+    let (total, measured) =
         execute(rt, &run, phases, move || arrive(r, 0, gap, poisson, 0x2545_f491_4f6c_dd1d))?;
-    Ok(LoadReport::from_tally(Model::SemiOpen(model.clone()).describe(), &total, phases.measure))
+    Ok(LoadReport::from_tally(Model::SemiOpen(model.clone()).describe(), &total, measured))
 }
 
 /// Runs the clients `start` makes until the run is quiescent, reporting progress meanwhile,
@@ -213,7 +226,7 @@ fn execute(
     run: &Arc<client::Run>,
     phases: &Phases,
     start: impl FnOnce() + Send + 'static,
-) -> Result<Tally, String> {
+) -> Result<(Tally, Duration), String> {
     let (stop, stopped) = mpsc::channel::<()>();
     let reporter = phases.progress.clone().map(|p| {
         let run = run.clone();
@@ -230,7 +243,7 @@ fn execute(
         let t = t.lock().map_err(|_| "a client's tally was poisoned".to_string())?;
         total.merge(&t);
     }
-    Ok(total)
+    Ok((total, run.measured()))
 }
 
 /// Calls `progress` every second until `stop` is dropped.
@@ -394,7 +407,7 @@ const TALLY_SLOTS: usize = 64;
 /// The arrival process (an event of the first client color): starts session `n`, then schedules
 /// the next arrival, until the measured phase ends.
 fn arrive(run: Arc<client::Run>, n: u64, gap: Duration, poisson: bool, mut rng: u64) {
-    if Instant::now() >= run.measure_until {
+    if run.stopping(Instant::now()) {
         return;
     }
     let color = Color(CLIENT_COLORS + 1 + n);
@@ -420,14 +433,14 @@ fn drive(
     }
     let run = Arc::new(client::Run::new(target, pacing, per_connection, phases, clients));
     let r = run.clone();
-    let total = execute(rt, &run, phases, move || {
+    let (total, measured) = execute(rt, &run, phases, move || {
         for i in 0..clients {
             let color = Color(CLIENT_COLORS + 1 + i as u64);
             let c = client::Client::new(i, color, r.clone());
             ochre::post(color, move || client::start(c));
         }
     })?;
-    Ok(LoadReport::from_tally(name, &total, phases.measure))
+    Ok(LoadReport::from_tally(name, &total, measured))
 }
 
 #[cfg(test)]

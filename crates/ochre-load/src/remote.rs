@@ -47,6 +47,12 @@ pub struct Job {
     pub measure: Duration,
     /// Request timeout.
     pub timeout: Duration,
+    /// Unrecorded load after the measured phase.
+    #[serde(default)]
+    pub cooldown: Duration,
+    /// Measured responses after which this injector's measured phase ends.
+    #[serde(default)]
+    pub requests: Option<u64>,
 }
 
 impl Job {
@@ -73,7 +79,11 @@ impl Job {
 
     /// Its phases (no progress callback).
     pub fn phases(&self) -> Phases {
-        Phases::new(self.warmup, self.measure, self.timeout)
+        Phases {
+            cooldown: self.cooldown,
+            requests: self.requests,
+            ..Phases::new(self.warmup, self.measure, self.timeout)
+        }
     }
 
     /// Runs it here.
@@ -81,9 +91,16 @@ impl Job {
         self.model.run(rt, &self.target()?, phases)
     }
 
+    /// Share `i` of `n` of this job: the model's share and the request limit's.
+    pub fn share(&self, i: usize, n: usize) -> Result<Job, String> {
+        let requests =
+            self.requests.map(|r| r * (i as u64 + 1) / n as u64 - r * i as u64 / n as u64);
+        Ok(Job { model: self.model.share(i, n)?, requests, ..self.clone() })
+    }
+
     /// How long a whole run may take, with slack: past this a worker is given up.
     fn bound(&self) -> Duration {
-        self.warmup + self.measure + self.timeout * 2 + Duration::from_secs(30)
+        self.warmup + self.measure + self.cooldown + self.timeout * 2 + Duration::from_secs(30)
     }
 }
 
@@ -190,7 +207,7 @@ pub fn run_distributed(
     let n = remotes.len() + 1;
     let mut links = Vec::with_capacity(remotes.len());
     for (i, &addr) in remotes.iter().enumerate() {
-        let share = Job { model: job.model.share(i + 1, n)?, ..job.clone() };
+        let share = job.share(i + 1, n)?;
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .map_err(|e| format!("worker {addr}: {e}"))?;
         let _ = stream.set_nodelay(true);
@@ -213,8 +230,8 @@ pub fn run_distributed(
             notes.push(format!("worker {addr} did not start: {e}"));
         }
     }
-    let own = Job { model: job.model.share(0, n)?, ..job.clone() };
-    let mut reports = vec![own.run(rt, phases)?];
+    let own = job.share(0, n)?;
+    let mut reports = vec![own.run(rt, &Phases { requests: own.requests, ..phases.clone() })?];
     for (addr, _, reader) in &mut links {
         match receive(reader, job.bound()) {
             Ok(Message::Report(r)) => reports.push(*r),

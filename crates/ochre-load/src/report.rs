@@ -294,7 +294,10 @@ impl LoadReport {
             total.merge(&p.to_tally());
             cpu.extend(p.injector_cpu);
         }
-        let mut r = LoadReport::from_tally(model, &total, first.measured);
+        // Injectors that end on a request count may stop at different times: the whole took
+        // the longest.
+        let measured = parts.iter().map(|p| p.measured).max().unwrap_or(first.measured);
+        let mut r = LoadReport::from_tally(model, &total, measured);
         r.injectors = parts.iter().map(|p| p.injectors).sum();
         r.injector_cpu = cpu.into_iter().reduce(f64::max);
         r.notes = parts.iter().flat_map(|p| p.notes.iter().cloned()).collect();

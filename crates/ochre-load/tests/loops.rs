@@ -416,6 +416,8 @@ fn a_master_and_two_workers_merge_into_one_report() {
         warmup: Duration::from_millis(100),
         measure: Duration::from_secs(1),
         timeout: Duration::from_secs(2),
+        cooldown: Duration::from_millis(100),
+        requests: None,
     };
     let rt = Runtime::builder().workers(1).pin(false).build().unwrap();
     let r = run_distributed(&job, &remotes, &rt, &job.phases()).unwrap();
@@ -437,4 +439,31 @@ fn a_master_and_two_workers_merge_into_one_report() {
     let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let e = run_distributed(&job, &[gone], &rt, &job.phases()).unwrap_err();
     assert!(e.contains(&gone.to_string()), "{e}");
+}
+
+#[test]
+fn a_request_count_ends_the_measurement_and_the_cooldown_keeps_the_load_on() {
+    let (addr, server) = delaying_server(Duration::from_millis(2));
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let model = ClosedLoop { clients: 4, requests_per_connection: 1000, think: Duration::ZERO };
+    let mut phases = Phases::new(Duration::ZERO, Duration::from_secs(20), Duration::from_secs(1));
+    phases.requests = Some(300);
+    let t0 = Instant::now();
+    let r = closed_loop(&rt, &target(addr), &model, &phases).unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5), "the count ended the run: {:?}", t0.elapsed());
+    assert_eq!(r.ok, 300, "{}", r.table());
+    assert!(r.measured < Duration::from_secs(2), "{:?}", r.measured);
+    // 4 clients at ~2 ms: ~2000 req/s over the time the 300 took.
+    assert!((800.0..=2400.0).contains(&r.throughput), "{}", r.table());
+
+    // A cool-down: clients still send after the measured phase, unrecorded.
+    let mut phases =
+        Phases::new(Duration::ZERO, Duration::from_millis(300), Duration::from_secs(1));
+    phases.cooldown = Duration::from_millis(400);
+    let t0 = Instant::now();
+    let r = closed_loop(&rt, &target(addr), &model, &phases).unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(700), "{:?}", t0.elapsed());
+    assert!(r.measured == Duration::from_millis(300) && r.ok > 100, "{}", r.table());
+    assert!(r.ok < 1500, "nothing of the cool-down is recorded: {}", r.table());
+    server.handle().shutdown();
 }
