@@ -5,9 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ochre_bench::{BenchReport, Options};
+use ochre_bench::Options;
 
 mod load;
+mod study;
 
 #[derive(Parser)]
 #[command(
@@ -120,6 +121,10 @@ enum Command {
         /// Where to write the report.
         #[arg(long, default_value = "target/ochre-report")]
         out: PathBuf,
+        /// Run nothing: make report.md, report.html and the plots again from the JSON that a
+        /// study left in --out.
+        #[arg(long, conflicts_with_all = ["quick", "full"])]
+        rerender: bool,
     },
 }
 
@@ -135,7 +140,8 @@ fn main() -> ExitCode {
             }
             bench(&name, &opts, json.as_deref())
         }
-        Command::Study { quick, full: _, out } => study(quick, &out),
+        Command::Study { out, rerender: true, .. } => study::rerender(&out),
+        Command::Study { quick, out, .. } => study::study(quick, &out),
         Command::Fileset { dir, size_mib, zipf, seed, files, file_size } => {
             let uniform = files.zip(file_size);
             fileset(&dir, size_mib, zipf, seed, uniform)
@@ -381,36 +387,8 @@ fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Re
     Ok(())
 }
 
-#[derive(serde::Serialize)]
-struct MachineInfo {
-    cpus: Vec<usize>,
-    padded_build: bool,
-    wakeup_latency_us: Vec<(String, f64)>,
-    default_spin_threshold_us: f64,
-    default_config: ochre::Config,
-    ochre_version: &'static str,
-}
-
-fn machine_info() -> Result<MachineInfo, String> {
-    let cpus = ochre::topology::allowed_cpus().map_err(|e| format!("reading CPU affinity: {e}"))?;
-    let mut wakeup_latency_us = Vec::new();
-    for kind in [ochre::Wakeup::Futex, ochre::Wakeup::Condvar, ochre::Wakeup::Pipe] {
-        let d = ochre::measure_wakeup(kind, 15).map_err(|e| format!("measuring {kind:?}: {e}"))?;
-        wakeup_latency_us.push((format!("{kind:?}"), d.as_secs_f64() * 1e6));
-    }
-    let rt = ochre::Runtime::builder().workers(1).pin(false).build().map_err(|e| e.to_string())?;
-    Ok(MachineInfo {
-        cpus,
-        padded_build: ochre::PADDED,
-        wakeup_latency_us,
-        default_spin_threshold_us: rt.spin_threshold().as_secs_f64() * 1e6,
-        default_config: ochre::Config::default(),
-        ochre_version: env!("CARGO_PKG_VERSION"),
-    })
-}
-
 fn info(json: bool) -> Result<(), String> {
-    let m = machine_info()?;
+    let m = study::machine_info()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&m).map_err(|e| e.to_string())?);
         return Ok(());
@@ -445,118 +423,4 @@ fn bench(name: &str, opts: &Options, json: Option<&Path>) -> Result<(), String> 
         eprintln!("wrote {}", path.display());
     }
     Ok(())
-}
-
-fn study(quick: bool, out: &Path) -> Result<(), String> {
-    let started = std::time::Instant::now();
-    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
-    let machine = machine_info()?;
-    write_json(&out.join("machine.json"), &machine)?;
-    let opts = Options::new(quick);
-    let mut reports: Vec<BenchReport> = Vec::new();
-    for name in ochre_bench::BENCHES {
-        eprintln!("study: running {name} ...");
-        let report = ochre_bench::run(name, &opts).expect("listed benchmark exists");
-        println!("{}", report.table());
-        write_json(&out.join(format!("{name}.json")), &report)?;
-        reports.push(report);
-    }
-    let md = render_markdown(&machine, &opts, &reports, started.elapsed());
-    let path = out.join("report.md");
-    std::fs::write(&path, md).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    eprintln!("study: report in {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64());
-    Ok(())
-}
-
-fn render_markdown(
-    m: &MachineInfo,
-    opts: &Options,
-    reports: &[BenchReport],
-    took: Duration,
-) -> String {
-    let mut md = String::from("# ochre study\n\n");
-    md += &format!(
-        "Machine: CPUs {:?}; padded build: {}; wake-up latency (us): {}. Repetitions: {} (+1 warm-up), \
-         workers: {:?}, {} sizes. Took {:.0} s.\n\n",
-        m.cpus,
-        m.padded_build,
-        m.wakeup_latency_us.iter().map(|(k, v)| format!("{k} {v:.1}")).collect::<Vec<_>>().join(", "),
-        opts.reps,
-        opts.workers,
-        if opts.quick { "quick" } else { "full" },
-        took.as_secs_f64()
-    );
-    for r in reports {
-        md += &format!("## {}\n\n{}\n\n", r.bench, r.what);
-        md += "| case | system | median | min - max | vs ochre |\n|---|---|---:|---:|---:|\n";
-        for row in &r.rows {
-            md += &format!(
-                "| {} | {} | {} {} | {} - {} | {} |\n",
-                row.case,
-                row.system,
-                ochre_bench::harness::si(row.median),
-                row.unit,
-                ochre_bench::harness::si(row.min),
-                ochre_bench::harness::si(row.max),
-                row.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default()
-            );
-        }
-        if !r.checks.is_empty() {
-            md += "\nGoals:\n\n";
-            for c in &r.checks {
-                md += &format!(
-                    "- {} **{}** (measured {:.3})\n",
-                    c.goal,
-                    if c.held { "held" } else { "missed" },
-                    c.measured
-                );
-            }
-        }
-        for n in &r.notes {
-            md += &format!("\nNote: {n}\n");
-        }
-        md += "\n";
-    }
-    md
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ochre_bench::harness::{Check, Row};
-
-    #[test]
-    fn markdown_report_from_a_fixture() {
-        let m = MachineInfo {
-            cpus: vec![0, 1],
-            padded_build: true,
-            wakeup_latency_us: vec![("Futex".into(), 30.0)],
-            default_spin_threshold_us: 300.0,
-            default_config: ochre::Config::default(),
-            ochre_version: "test",
-        };
-        let report = BenchReport {
-            bench: "pingpong".into(),
-            what: "what it measures".into(),
-            rows: vec![Row {
-                bench: "pingpong".into(),
-                system: "ochre".into(),
-                case: "1 worker".into(),
-                workers: 1,
-                unit: "ev/s/worker".into(),
-                samples: vec![1e6, 2e6, 3e6],
-                median: 2e6,
-                min: 1e6,
-                max: 3e6,
-                vs_ochre: Some(1.0),
-            }],
-            checks: vec![Check { goal: "a goal".into(), measured: 0.7, held: true }],
-            notes: vec!["a note".into()],
-        };
-        let md = render_markdown(&m, &Options::new(true), &[report], Duration::from_secs(3));
-        assert!(md.contains("## pingpong"));
-        assert!(md.contains("| 1 worker | ochre | 2.00M ev/s/worker | 1.00M - 3.00M | 1.00x |"));
-        assert!(md.contains("a goal **held** (measured 0.700)"));
-        assert!(md.contains("Note: a note"));
-    }
 }

@@ -1,0 +1,578 @@
+//! `ochre study`: every benchmark in one run, and the report made of them.
+//!
+//! How the report is made: each benchmark's [`BenchReport`] is written as JSON as soon as it
+//! is measured (so a failure later loses nothing), then [`write_report`] turns the list into
+//! `report.md`, `report.html` and one SVG plot per benchmark under `plots/` (plotters): the
+//! ratio of each system's median to ochre's, case by case, with the min-max spread as error
+//! bars, and for producer-consumer the thesis's Fig 5.16 (share of the ideal rate against the
+//! handler's cost). The report is a function of the JSON alone: a fixture in the tests makes
+//! every file.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use ochre_bench::harness::si;
+use ochre_bench::{BenchReport, Options};
+use plotters::prelude::*;
+
+use crate::write_json;
+
+/// The machine as the runtime sees it (`ochre info`, `machine.json`).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct MachineInfo {
+    pub(crate) cpus: Vec<usize>,
+    pub(crate) padded_build: bool,
+    pub(crate) wakeup_latency_us: Vec<(String, f64)>,
+    pub(crate) default_spin_threshold_us: f64,
+    pub(crate) default_config: ochre::Config,
+    pub(crate) ochre_version: String,
+}
+
+pub(crate) fn machine_info() -> Result<MachineInfo, String> {
+    let cpus = ochre::topology::allowed_cpus().map_err(|e| format!("reading CPU affinity: {e}"))?;
+    let mut wakeup_latency_us = Vec::new();
+    for kind in [ochre::Wakeup::Futex, ochre::Wakeup::Condvar, ochre::Wakeup::Pipe] {
+        let d = ochre::measure_wakeup(kind, 15).map_err(|e| format!("measuring {kind:?}: {e}"))?;
+        wakeup_latency_us.push((format!("{kind:?}"), d.as_secs_f64() * 1e6));
+    }
+    let rt = ochre::Runtime::builder().workers(1).pin(false).build().map_err(|e| e.to_string())?;
+    Ok(MachineInfo {
+        cpus,
+        padded_build: ochre::PADDED,
+        wakeup_latency_us,
+        default_spin_threshold_us: rt.spin_threshold().as_secs_f64() * 1e6,
+        default_config: ochre::Config::default(),
+        ochre_version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+/// Runs every benchmark and writes the report under `out`.
+pub(crate) fn study(quick: bool, out: &Path) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let machine = machine_info()?;
+    write_json(&out.join("machine.json"), &machine)?;
+    let opts = Options::new(quick);
+    let mut reports: Vec<BenchReport> = Vec::new();
+    for name in ochre_bench::BENCHES {
+        eprintln!("study: running {name} ...");
+        let report = ochre_bench::run(name, &opts).ok_or(format!("no benchmark {name}"))?;
+        println!("{}", report.table());
+        write_json(&out.join(format!("{name}.json")), &report)?;
+        reports.push(report);
+    }
+    let run = StudyRun { options: opts.clone(), seconds: started.elapsed().as_secs_f64() };
+    write_json(&out.join("study.json"), &run)?;
+    write_report(out, &machine, &opts, &reports, started.elapsed())?;
+    eprintln!(
+        "study: report in {} (report.md, report.html, plots/) after {:.0} s",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// How a study ran (`study.json`), so that its report can be made again.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StudyRun {
+    options: Options,
+    seconds: f64,
+}
+
+/// Makes the report again from the JSON a study left in `out` (no benchmark is run): after
+/// a change to the report's form, or with a benchmark's JSON replaced by a newer run.
+pub(crate) fn rerender(out: &Path) -> Result<(), String> {
+    let read = |name: &str| -> Result<String, String> {
+        let p = out.join(name);
+        std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let machine: MachineInfo =
+        serde_json::from_str(&read("machine.json")?).map_err(|e| format!("machine.json: {e}"))?;
+    let run: StudyRun =
+        serde_json::from_str(&read("study.json")?).map_err(|e| format!("study.json: {e}"))?;
+    let mut reports = Vec::new();
+    for name in ochre_bench::BENCHES {
+        let file = format!("{name}.json");
+        if out.join(&file).exists() {
+            reports.push(serde_json::from_str(&read(&file)?).map_err(|e| format!("{file}: {e}"))?);
+        }
+    }
+    if reports.is_empty() {
+        return Err(format!("no benchmark JSON in {}", out.display()));
+    }
+    write_report(out, &machine, &run.options, &reports, Duration::from_secs_f64(run.seconds))?;
+    eprintln!("study: report made again in {}", out.display());
+    Ok(())
+}
+
+/// Writes `report.md`, `report.html` and `plots/<bench>.svg` (and `plots/prodcons-costs.svg`)
+/// under `out`.
+pub(crate) fn write_report(
+    out: &Path,
+    m: &MachineInfo,
+    opts: &Options,
+    reports: &[BenchReport],
+    took: Duration,
+) -> Result<(), String> {
+    let plots = out.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| format!("creating {}: {e}", plots.display()))?;
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+    };
+    let mut figures: Vec<(String, Vec<String>)> = Vec::new();
+    for r in reports {
+        let mut names = Vec::new();
+        if let Some(svg) = ratio_plot(r)? {
+            let name = format!("{}.svg", r.bench);
+            write(&plots.join(&name), &svg)?;
+            names.push(name);
+        }
+        if r.bench == "prodcons" {
+            if let Some(svg) = cost_plot(r)? {
+                write(&plots.join("prodcons-costs.svg"), &svg)?;
+                names.push("prodcons-costs.svg".into());
+            }
+        }
+        figures.push((r.bench.clone(), names));
+    }
+    write(&out.join("report.md"), &render_markdown(m, opts, reports, took, &figures))?;
+    write(&out.join("report.html"), &render_html(m, opts, reports, took, &figures))
+}
+
+fn summary(m: &MachineInfo, opts: &Options, took: Duration) -> String {
+    format!(
+        "Machine: CPUs {:?}; padded build: {}; wake-up latency (us): {}. Repetitions: {} (+1 \
+         warm-up), workers: {:?}, {} sizes. ochre {}. Took {:.0} s.",
+        m.cpus,
+        m.padded_build,
+        m.wakeup_latency_us
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        opts.reps,
+        opts.workers,
+        if opts.quick { "quick" } else { "full" },
+        m.ochre_version,
+        took.as_secs_f64()
+    )
+}
+
+fn figures_of<'a>(figures: &'a [(String, Vec<String>)], bench: &str) -> &'a [String] {
+    figures.iter().find(|(b, _)| b == bench).map(|(_, f)| f.as_slice()).unwrap_or(&[])
+}
+
+fn render_markdown(
+    m: &MachineInfo,
+    opts: &Options,
+    reports: &[BenchReport],
+    took: Duration,
+    figures: &[(String, Vec<String>)],
+) -> String {
+    let mut md = String::from("# ochre study\n\n");
+    md += &summary(m, opts, took);
+    md += "\n\n";
+    for r in reports {
+        md += &format!("## {}\n\n{}\n\n", r.bench, r.what);
+        for f in figures_of(figures, &r.bench) {
+            md += &format!("![{f}](plots/{f})\n\n");
+        }
+        md += "| case | system | median | min - max | vs ochre |\n|---|---|---:|---:|---:|\n";
+        for row in &r.rows {
+            md += &format!(
+                "| {} | {} | {} {} | {} - {} | {} |\n",
+                row.case,
+                row.system,
+                si(row.median),
+                row.unit,
+                si(row.min),
+                si(row.max),
+                row.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default()
+            );
+        }
+        if !r.checks.is_empty() {
+            md += "\nGoals:\n\n";
+            for c in &r.checks {
+                md += &format!(
+                    "- {} **{}** (measured {:.3})\n",
+                    c.goal,
+                    if c.held { "held" } else { "missed" },
+                    c.measured
+                );
+            }
+        }
+        for n in &r.notes {
+            md += &format!("\nNote: {n}\n");
+        }
+        md += "\n";
+    }
+    md
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn render_html(
+    m: &MachineInfo,
+    opts: &Options,
+    reports: &[BenchReport],
+    took: Duration,
+    figures: &[(String, Vec<String>)],
+) -> String {
+    let mut h = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ochre study</title>\n<style>\
+         body{font-family:sans-serif;max-width:70em;margin:auto;padding:1em}\
+         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em}\
+         td.n{text-align:right}.held{color:#070}.missed{color:#b00}img{max-width:100%}\
+         </style></head><body>\n<h1>ochre study</h1>\n",
+    );
+    let _ = writeln!(h, "<p>{}</p>", esc(&summary(m, opts, took)));
+    for r in reports {
+        let _ = writeln!(h, "<h2 id=\"{0}\">{0}</h2>\n<p>{1}</p>", esc(&r.bench), esc(&r.what));
+        for f in figures_of(figures, &r.bench) {
+            let _ = writeln!(h, "<p><img src=\"plots/{0}\" alt=\"{0}\"></p>", esc(f));
+        }
+        h += "<table><tr><th>case</th><th>system</th><th>median</th><th>min - max</th>\
+              <th>vs ochre</th></tr>\n";
+        for row in &r.rows {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{} {}</td><td class=\"n\">{} - {}</td>\
+                 <td class=\"n\">{}</td></tr>",
+                esc(&row.case),
+                esc(&row.system),
+                si(row.median),
+                esc(&row.unit),
+                si(row.min),
+                si(row.max),
+                row.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default()
+            );
+        }
+        h += "</table>\n";
+        if !r.checks.is_empty() {
+            h += "<ul>\n";
+            for c in &r.checks {
+                let (class, word) = if c.held { ("held", "held") } else { ("missed", "missed") };
+                let _ = writeln!(
+                    h,
+                    "<li>{} <b class=\"{class}\">{word}</b> (measured {:.3})</li>",
+                    esc(&c.goal),
+                    c.measured
+                );
+            }
+            h += "</ul>\n";
+        }
+        for n in &r.notes {
+            let _ = writeln!(h, "<p><i>Note: {}</i></p>", esc(n));
+        }
+    }
+    h += "</body></html>\n";
+    h
+}
+
+/// Distinct values in first-seen order.
+fn distinct<'a>(it: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for s in it {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn plot_error(e: impl std::fmt::Display) -> String {
+    format!("drawing a plot: {e}")
+}
+
+/// Each system's median over ochre's, case by case, with min-max bars: the figure that means
+/// something on a shared machine. None when the benchmark has no ochre row to compare with.
+fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
+    let cases = distinct(r.rows.iter().map(|row| row.case.as_str()));
+    let systems = distinct(r.rows.iter().map(|row| row.system.as_str()));
+    let points: Vec<(usize, usize, f64, f64, f64)> = r
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let ochre = r.median_of("ochre", &row.case).filter(|&o| o > 0.0)?;
+            // For times (lower is better) the ratio is inverted so that above 1 is better.
+            let lower_better = row.unit.ends_with("ns")
+                || row.unit.ends_with("µs")
+                || row.unit.ends_with("us")
+                || row.unit.contains("CPU");
+            let ratio = |v: f64| if lower_better { ochre / v.max(1e-12) } else { v / ochre };
+            let c = cases.iter().position(|&c| c == row.case)?;
+            let s = systems.iter().position(|&s| s == row.system)?;
+            Some((c, s, ratio(row.median), ratio(row.min), ratio(row.max)))
+        })
+        .filter(|p| p.2.is_finite() && p.3.is_finite() && p.4.is_finite())
+        .collect();
+    if points.is_empty() {
+        return Ok(None);
+    }
+    // Log scale around 1: a bar goes up from 1 for a system faster than ochre, down for a
+    // slower one, and a 300x outlier does not flatten the rest.
+    let top = points.iter().map(|p| p.2.max(p.4)).fold(1.0f64, f64::max) * 1.3;
+    let bottom = points.iter().map(|p| p.2.min(p.3)).fold(1.0f64, f64::min) / 1.3;
+    let mut svg = String::new();
+    {
+        let area = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
+        area.fill(&WHITE).map_err(plot_error)?;
+        let n = cases.len() as f64;
+        let mut chart = ChartBuilder::on(&area)
+            .caption(
+                format!("{}: each system against ochre (above 1: faster)", r.bench),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(-0.5f64..n - 0.5, (bottom..top).log_scale())
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_labels(cases.len().max(2))
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    cases.get(i as usize).map(|c| c.to_string()).unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|y| format!("{y:.2}x"))
+            .y_desc("relative to ochre (log)")
+            .draw()
+            .map_err(plot_error)?;
+        let width = 0.8 / systems.len().max(1) as f64;
+        for (s, name) in systems.iter().enumerate() {
+            let color = Palette99::pick(s).to_rgba();
+            let offset = |c: usize| c as f64 - 0.4 + width * (s as f64 + 0.5);
+            let mine: Vec<_> = points.iter().filter(|p| p.1 == s).collect();
+            chart
+                .draw_series(mine.iter().map(|p| {
+                    let x = offset(p.0);
+                    Rectangle::new([(x - width * 0.4, 1.0), (x + width * 0.4, p.2)], color.filled())
+                }))
+                .map_err(plot_error)?
+                .label(name.to_string())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
+            chart
+                .draw_series(mine.iter().map(|p| {
+                    let x = offset(p.0);
+                    PathElement::new(vec![(x, p.3), (x, p.4)], BLACK.stroke_width(1))
+                }))
+                .map_err(plot_error)?;
+        }
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(-0.5, 1.0), (n - 0.5, 1.0)],
+                BLACK.mix(0.5),
+            )))
+            .map_err(plot_error)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
+        area.present().map_err(plot_error)?;
+    }
+    Ok(Some(svg))
+}
+
+/// Producer-consumer as the thesis's Fig 5.16: share of the ideal rate (workers / cost) that
+/// each system reaches, against the handler cost, one line per system and worker count.
+fn cost_plot(r: &BenchReport) -> Result<Option<String>, String> {
+    // Cases read "2w 10 us" (cost in µs) or "2w 100 ns".
+    let parse = |case: &str| -> Option<(usize, f64)> {
+        let mut it = case.split_whitespace();
+        let w: usize = it.next()?.strip_suffix('w')?.parse().ok()?;
+        let v: f64 = it.next()?.parse().ok()?;
+        let unit = it.next()?;
+        let us = match unit {
+            "us" | "µs" => v,
+            "ns" => v / 1000.0,
+            "ms" => v * 1000.0,
+            _ => return None,
+        };
+        it.next().is_none().then_some((w, us))
+    };
+    // The most workers measured: the multicore case the figure is about.
+    let most = r.rows.iter().filter_map(|row| parse(&row.case)).map(|(w, _)| w).max();
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for row in &r.rows {
+        let Some((w, us)) = parse(&row.case).filter(|&(w, _)| Some(w) == most) else { continue };
+        let share = row.median * us * 1e-6 / w as f64;
+        let key = format!("{} {}w", row.system, w);
+        match lines.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, pts)) => pts.push((us, share)),
+            None => lines.push((key, vec![(us, share)])),
+        }
+    }
+    lines.retain(|(_, pts)| pts.len() >= 2);
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    for (_, pts) in &mut lines {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let lo = lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(f64::INFINITY, f64::min);
+    let hi = lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(0.0f64, f64::max);
+    let mut svg = String::new();
+    {
+        let area = SVGBackend::with_string(&mut svg, (900, 480)).into_drawing_area();
+        area.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&area)
+            .caption(
+                format!(
+                    "producer-consumer at {} workers: share of the ideal rate vs handler cost \
+                     (thesis Fig 5.16)",
+                    most.unwrap_or(1)
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d((lo / 1.5..hi * 1.5).log_scale(), 0f64..1.1)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("handler cost (µs, log)")
+            .y_desc("events/s x cost / workers")
+            .draw()
+            .map_err(plot_error)?;
+        for (i, (name, pts)) in lines.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+                .map_err(plot_error)?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(plot_error)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
+        area.present().map_err(plot_error)?;
+    }
+    Ok(Some(svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ochre_bench::harness::{Check, Row};
+
+    fn row(bench: &str, system: &str, case: &str, unit: &str, median: f64) -> Row {
+        Row {
+            bench: bench.into(),
+            system: system.into(),
+            case: case.into(),
+            workers: 1,
+            unit: unit.into(),
+            samples: vec![median * 0.5, median, median * 1.5],
+            median,
+            min: median * 0.5,
+            max: median * 1.5,
+            vs_ochre: None,
+        }
+    }
+
+    fn fixture() -> (MachineInfo, Vec<BenchReport>) {
+        let m = MachineInfo {
+            cpus: vec![0, 1],
+            padded_build: true,
+            wakeup_latency_us: vec![("Futex".into(), 30.0)],
+            default_spin_threshold_us: 300.0,
+            default_config: ochre::Config::default(),
+            ochre_version: "test".into(),
+        };
+        let mut pingpong = BenchReport {
+            bench: "pingpong".into(),
+            what: "what <it> measures".into(),
+            rows: vec![
+                row("pingpong", "ochre", "1 worker", "ev/s/worker", 2e6),
+                row("pingpong", "tokio-mt", "1 worker", "ev/s/worker", 5e5),
+            ],
+            checks: vec![Check { goal: "a goal".into(), measured: 0.7, held: true }],
+            notes: vec!["a note".into()],
+        };
+        pingpong.rows[0].vs_ochre = Some(1.0);
+        let mut prodcons = BenchReport { bench: "prodcons".into(), ..BenchReport::default() };
+        for (system, shares) in [("ochre", [0.7, 0.9, 0.99]), ("rayon", [0.5, 0.8, 0.9])] {
+            for (cost, share) in [1.0, 10.0, 100.0].iter().zip(shares) {
+                // events/s = share x workers / cost
+                let rate = share * 2.0 / (cost * 1e-6);
+                prodcons.rows.push(row("prodcons", system, &format!("2w {cost} us"), "ev/s", rate));
+            }
+        }
+        prodcons.rows.push(row("prodcons", "ochre", "2w empty", "ev/s", 8e6));
+        let alloc = BenchReport {
+            bench: "alloc".into(),
+            rows: vec![
+                row("alloc", "ochre", "local", "ns", 6.0),
+                row("alloc", "jemalloc", "local", "ns", 3.0),
+            ],
+            ..BenchReport::default()
+        };
+        (m, vec![pingpong, prodcons, alloc])
+    }
+
+    #[test]
+    fn the_report_files_are_made_from_a_fixture() {
+        let (m, reports) = fixture();
+        let out = std::env::temp_dir().join(format!("ochre-study-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        write_report(&out, &m, &Options::new(true), &reports, Duration::from_secs(3)).unwrap();
+        let read = |p: &str| std::fs::read_to_string(out.join(p)).unwrap();
+
+        let md = read("report.md");
+        assert!(md.contains("## pingpong"));
+        assert!(md.contains("| 1 worker | ochre | 2.00M ev/s/worker | 1.00M - 3.00M | 1.00x |"));
+        assert!(md.contains("a goal **held** (measured 0.700)"));
+        assert!(md.contains("Note: a note"));
+        assert!(md.contains("![pingpong.svg](plots/pingpong.svg)"));
+        assert!(md.contains("![prodcons-costs.svg](plots/prodcons-costs.svg)"));
+
+        let html = read("report.html");
+        assert!(html.contains("<h2 id=\"pingpong\">pingpong</h2>"));
+        assert!(html.contains("what &lt;it&gt; measures"), "text is escaped");
+        assert!(html.contains("<img src=\"plots/alloc.svg\""));
+        assert!(html.contains("<b class=\"held\">held</b>"));
+
+        let svg = read("plots/pingpong.svg");
+        assert!(svg.starts_with("<svg") && svg.contains("tokio-mt"), "{svg}");
+        // Times: a faster peer (jemalloc, 3 ns against 6) has a bar above 1, at 2.
+        let alloc = read("plots/alloc.svg");
+        assert!(alloc.contains("jemalloc"));
+        let costs = read("plots/prodcons-costs.svg");
+        assert!(costs.contains("ochre 2w") && costs.contains("rayon 2w"), "{costs}");
+        assert!(!costs.contains("empty"), "the empty case has no cost to plot");
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+
+    #[test]
+    fn nothing_to_compare_makes_no_plot() {
+        let r = BenchReport {
+            bench: "x".into(),
+            rows: vec![row("x", "tokio", "a", "ev/s", 1.0)],
+            ..BenchReport::default()
+        };
+        assert!(ratio_plot(&r).unwrap().is_none());
+        assert!(cost_plot(&r).unwrap().is_none());
+    }
+}
