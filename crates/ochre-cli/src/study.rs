@@ -287,6 +287,20 @@ fn plot_error(e: impl std::fmt::Display) -> String {
     format!("drawing a plot: {e}")
 }
 
+/// The series' legend, boxed, at `at`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_error)
+}
+
 /// Each system's median over ochre's, case by case, with min-max bars: the figure that means
 /// something on a shared machine. None when the benchmark has no ochre row to compare with.
 fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
@@ -374,12 +388,7 @@ fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
                 BLACK.mix(0.5),
             )))
             .map_err(plot_error)?;
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_error)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         area.present().map_err(plot_error)?;
     }
     Ok(Some(svg))
@@ -460,13 +469,7 @@ fn cost_plot(r: &BenchReport) -> Result<Option<String>, String> {
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(plot_error)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_error)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         area.present().map_err(plot_error)?;
     }
     Ok(Some(svg))
