@@ -10,6 +10,7 @@
 
 pub mod ablation;
 pub mod alloc;
+pub mod costs;
 pub mod harness;
 pub mod loadgen;
 pub mod peers;
@@ -23,7 +24,7 @@ pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
 pub const BENCHES: &[&str] =
-    &["pingpong", "prodcons", "wakeup", "steal", "alloc", "ablation", "sws", "loadgen"];
+    &["pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen"];
 
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
@@ -35,6 +36,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "wakeup" => Some(wakeup::run(opts)),
         "ablation" => Some(ablation::run(opts)),
         "alloc" => Some(alloc::run(opts)),
+        "costs" => Some(costs::run(opts)),
         "loadgen" => Some(loadgen::run(opts)),
         _ => None,
     }
