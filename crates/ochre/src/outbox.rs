@@ -4,7 +4,9 @@
 //! worker; the worker hands a whole buffer to the destination's inbox in one synchronization when
 //! (a) it is full ([`Config::batch_size`](crate::Config)), (b) the worker ends a round or goes
 //! idle, so progress never waits for a timer, (c) at the end of a turn, if the destination is
-//! idle (holding work back from an idle worker saves nothing: `worker`), or (d) the *safety
+//! idle (holding work back from an idle worker saves nothing: `worker`), or if the turn posted a
+//! burst (a quarter of a batch or more: the tail of a fan-out would otherwise wait for the end of
+//! the round while its receivers run dry), or (d) the *safety
 //! flush*: a buffer seen pending for longer than `safety_flush_factor` times the mean interval
 //! between natural (full-buffer) flushes is sent even in the middle of a long round.
 //!

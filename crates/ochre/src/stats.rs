@@ -63,6 +63,8 @@ counters! {
     batched_msgs = BatchedMsgs,
     /// Of the batches sent, those flushed by the safety timer in the middle of a round.
     safety_flushes = SafetyFlushes,
+    /// Turns that posted a burst to other workers and flushed every buffer at their end.
+    burst_flushes = BurstFlushes,
     /// Messages taken from this worker's inbox.
     msgs_received = MsgsReceived,
     /// Events this worker, as home of a lent color, passed on to the borrower.

@@ -64,6 +64,8 @@ pub(crate) struct Core {
     /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
     pub(crate) nudge_cooldown: u32,
     events_since_check: u32,
+    /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
+    turn_sends: u32,
     /// Turns started, for sampling their duration.
     turns: u32,
     overdue: Vec<usize>,
@@ -96,6 +98,7 @@ impl Core {
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             nudge_cooldown: 0,
             events_since_check: 0,
+            turn_sends: 0,
             turns: 0,
             overdue: Vec::new(),
             io: IoCore::new(),
@@ -184,6 +187,7 @@ impl Core {
     /// Sends a message to another worker (or, on the locked transport, possibly to this one).
     pub(crate) fn send(&mut self, shared: &Shared, dest: usize, msg: Msg) {
         if shared.config.batching {
+            self.turn_sends += 1;
             if let Some(batch) = self.outbox.push(dest, msg) {
                 self.deliver(shared, dest, batch);
             }
@@ -223,8 +227,24 @@ impl Core {
         }
     }
 
+    /// At the end of every turn: sends every buffer if the turn was a burst (it posted at
+    /// least a quarter of a batch to other workers: a fan-out, whose receivers are about to
+    /// run out of the part already sent, and whose batches are already large), else the
+    /// buffers whose destination is idle.
+    #[inline]
+    fn end_of_turn_flush(&mut self, shared: &Shared) {
+        let burst = self.turn_sends as usize >= (shared.config.batch_size / 4).max(2);
+        self.turn_sends = 0;
+        if burst && self.outbox.has_pending() {
+            self.counters.add(Counter::BurstFlushes, 1);
+            self.flush_all(shared);
+        } else {
+            self.flush_to_idle(shared);
+        }
+    }
+
     /// Sends the buffers whose destination is idle: holding work back from a worker with
-    /// nothing to do buys no batching, only latency. Called at the end of every turn.
+    /// nothing to do buys no batching, only latency.
     #[inline]
     fn flush_to_idle(&mut self, shared: &Shared) {
         if !self.outbox.has_pending() {
@@ -466,7 +486,7 @@ impl WorkerCtx {
             if let Some(ret) = core.queue.end_turn(key) {
                 core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
             }
-            core.flush_to_idle(shared);
+            core.end_of_turn_flush(shared);
             steal::answer(&mut core, shared);
             if shared.stopping() {
                 break;

@@ -530,3 +530,48 @@ fn event_storage_comes_from_ema_and_all_of_it_comes_back() {
         }
     }
 }
+
+#[test]
+fn a_burst_of_remote_posts_leaves_at_the_end_of_its_turn() {
+    // Worker 1 is busy when the producer's turn ends, then worker 0 runs a long event: the
+    // burst (16 events, half a batch) must not wait for worker 0's round to end.
+    let rt = Runtime::builder()
+        .workers(2)
+        .pin(false)
+        .config(ochre::Config::default().batch_size(32).steal(ochre::Steal::Off))
+        .build()
+        .unwrap();
+    let (start, producer, long) = (color_on(&rt, 0, 0), color_on(&rt, 0, 1), color_on(&rt, 0, 2));
+    let busy = color_on(&rt, 1, 0);
+    let targets: Vec<Color> = (1..17).map(|k| color_on(&rt, 1, k)).collect();
+    let t0 = std::time::Instant::now();
+    let ran_at = Arc::new(Mutex::new(Vec::new()));
+    let long_end = Arc::new(Mutex::new(None));
+    let (r, l) = (ran_at.clone(), long_end.clone());
+    let report = rt
+        .run(start, move || {
+            // Sent at the end of this turn: worker 1 is idle.
+            ochre::post(busy, || std::thread::sleep(Duration::from_millis(40)));
+            ochre::post(producer, move || {
+                std::thread::sleep(Duration::from_millis(5)); // worker 1 is in its busy event
+                for &c in &targets {
+                    let r = r.clone();
+                    ochre::post(c, move || r.lock().unwrap().push(t0.elapsed()));
+                }
+                ochre::post(long, move || {
+                    std::thread::sleep(Duration::from_millis(200));
+                    *l.lock().unwrap() = Some(t0.elapsed());
+                });
+            });
+        })
+        .unwrap();
+    let ran_at = ran_at.lock().unwrap();
+    let long_end = long_end.lock().unwrap().unwrap();
+    assert_eq!(ran_at.len(), 16);
+    let last = *ran_at.iter().max().unwrap();
+    assert!(
+        last + Duration::from_millis(100) < long_end,
+        "the burst ran at {last:?}, worker 0's long event ended at {long_end:?}"
+    );
+    assert!(report.total().burst_flushes >= 1, "{:?}", report.total());
+}
