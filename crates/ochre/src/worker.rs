@@ -487,6 +487,12 @@ impl WorkerCtx {
                 core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
             }
             core.end_of_turn_flush(shared);
+            if shared.config.steal != crate::Steal::Off {
+                // Thieves judge victims by this: kept current through a long round, not only
+                // at its end (one relaxed store to a line only thieves read).
+                let ready = core.queue.ready_len();
+                shared.remotes[core.id].status.ready.store(ready, Ordering::Relaxed);
+            }
             steal::answer(&mut core, shared);
             if shared.stopping() {
                 break;
