@@ -95,10 +95,10 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     }
 }
 
-/// Rounds between two nudges by one worker, so a worker whose waiting colors cannot be lent
-/// (borrowed ones) does not wake sleepers at every round. A guess; rounds can be long (up to
-/// `round_budget` events), so it is small.
-const NUDGE_EVERY_ROUNDS: u32 = 4;
+/// Turns and rounds (the check runs after each) between two nudges by one worker, so a worker
+/// whose waiting colors cannot be lent (borrowed ones) does not wake sleepers all the time, and
+/// the check itself (a shared load, a scan of the ready list) is rare on short turns. A guess.
+const NUDGE_EVERY_ROUNDS: u32 = 16;
 
 /// A loaded worker wakes one sleeping worker so that it may steal.
 pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {

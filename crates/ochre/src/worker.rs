@@ -492,6 +492,8 @@ impl WorkerCtx {
                 // at its end (one relaxed store to a line only thieves read).
                 let ready = core.queue.ready_len();
                 shared.remotes[core.id].status.ready.store(ready, Ordering::Relaxed);
+                // Likewise a sleeper is woken to steal during a long round, not after it.
+                steal::nudge_sleepers(&mut core, shared);
             }
             steal::answer(&mut core, shared);
             if shared.stopping() {

@@ -575,3 +575,26 @@ fn a_burst_of_remote_posts_leaves_at_the_end_of_its_turn() {
     );
     assert!(report.total().burst_flushes >= 1, "{:?}", report.total());
 }
+
+#[test]
+fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
+    // Ten 15 ms events of ten colors homed on worker 0 make one long round there; worker 1 has
+    // nothing. It must see worker 0's load during that round and take some of them.
+    let rt = Runtime::builder()
+        .workers(2)
+        .pin(false)
+        .config(Config::default().steal(Steal::Plain))
+        .build()
+        .unwrap();
+    let start = color_on(&rt, 0, 0);
+    let colors: Vec<Color> = (1..11).map(|k| color_on(&rt, 0, k)).collect();
+    let report = rt
+        .run(start, move || {
+            for &c in &colors {
+                ochre::post(c, || std::thread::sleep(Duration::from_millis(15)));
+            }
+        })
+        .unwrap();
+    let w1 = &report.workers[1];
+    assert!(w1.steals_in >= 1 && w1.events_run >= 2, "worker 1 took nothing: {w1:?}");
+}
