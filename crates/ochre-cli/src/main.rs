@@ -384,6 +384,19 @@ fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Re
         t.watches.saturating_sub(1),
         t.panics
     );
+    let status = server.status();
+    let lat = &status["latency_us"];
+    eprintln!(
+        "ochre serve: {} requests, {} body bytes; latency (parsed to written) p50 {} us, p99 {} \
+         us, p99.9 {} us, max {} us; by status {}",
+        status["requests"],
+        status["body_bytes"],
+        lat["p50"],
+        lat["p99"],
+        lat["p99.9"],
+        lat["p100"],
+        status["status"]
+    );
     Ok(())
 }
 

@@ -56,9 +56,23 @@ pub(crate) struct AcceptState {
 }
 
 enum Chunk {
-    Bytes { data: Vec<u8>, pos: usize },
-    Shared { data: Arc<[u8]>, pos: usize, end: usize },
-    File { file: File, offset: u64, end: u64 },
+    Bytes {
+        data: Vec<u8>,
+        pos: usize,
+    },
+    Shared {
+        data: Arc<[u8]>,
+        pos: usize,
+        end: usize,
+    },
+    File {
+        file: File,
+        offset: u64,
+        end: u64,
+    },
+    /// The end of a response whose request head was parsed at this instant: when the writer
+    /// reaches it, the response is out and its latency is recorded.
+    End(Instant),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -355,6 +369,7 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
                 }
             }
         };
+        let parsed_at = Instant::now();
         st.inbuf.drain(..used);
         st.requests += 1;
         st.phase = Phase::Idle;
@@ -377,6 +392,9 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
                 st.close_after_write |= !keep;
             }
         }
+        if !st.closed {
+            st.out.push_back(Chunk::End(parsed_at));
+        }
         if !st.inbuf.is_empty() {
             // The next pipelined request has started: its head has `read_timeout` to complete.
             st.phase = Phase::Reading;
@@ -388,6 +406,7 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
 /// A malformed or over-limit request: the error, then close (the stream cannot be trusted).
 fn fail(conn: &Arc<Conn>, st: &mut ConnState, code: u16) {
     respond(conn, st, code, error_response(code, false, false, false), 0, "-");
+    st.out.push_back(Chunk::End(Instant::now()));
     st.close_after_write = true;
     st.inbuf.clear();
     write_response(conn, st);
@@ -599,6 +618,11 @@ fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
     let mut progressed = false;
     while let Some(chunk) = st.out.front() {
         let r = match chunk {
+            Chunk::End(parsed_at) => {
+                conn.server.counters.record_latency(parsed_at.elapsed());
+                st.out.pop_front();
+                continue;
+            }
             Chunk::Bytes { data, pos } => {
                 // Gather this head with a following in-memory body in one system call.
                 let rest = &data[*pos..];
@@ -658,6 +682,7 @@ fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
                     n -= k as usize;
                     *offset == *end
                 }
+                Chunk::End(_) => break, // recorded by the loop above when it reaches the front
             };
             if done {
                 st.out.pop_front();

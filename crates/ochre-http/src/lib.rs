@@ -98,7 +98,8 @@ impl Server {
         &self.shared.config
     }
 
-    /// The counters (requests, body bytes, per status, per worker) as JSON; also served at
+    /// The counters (requests, body bytes, per status, latency percentiles, per worker) as
+    /// JSON; also served at
     /// `status_path` when configured.
     pub fn status(&self) -> serde_json::Value {
         self.shared.counters.to_json()

@@ -308,9 +308,21 @@ fn access_log_and_status_endpoint() {
     let text = String::from_utf8(status.body).unwrap();
     assert!(text.contains("\"404\": 1"), "{text}");
     assert!(text.contains("\"requests\": 2"), "{text}");
+    // Both earlier responses were written in full: both latencies are in the histogram.
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(j["latency_us"]["count"], 2, "{text}");
+    assert!(j["latency_us"]["p100"].as_u64().unwrap() >= 1, "{text}");
+    // Three pipelined requests on one connection: three latencies more (the status one too).
+    let raw =
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n\
+               GET /big.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    assert_eq!(exchange(f.addr, raw, &[]).len(), 3);
+    let again = get(f.addr, "/.ochre/status", "");
+    let j: serde_json::Value = serde_json::from_slice(&again.body).unwrap();
+    assert_eq!(j["latency_us"]["count"], 6, "{j}");
     let lines = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = lines.lines().collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines.len(), 7, "{lines:?}");
     assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
     assert!(lines[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 13"), "{}", lines[0]);
     assert!(lines[1].ends_with("\"GET /missing HTTP/1.1\" 404 0"), "{}", lines[1]);
