@@ -9,27 +9,36 @@
 use std::time::Duration;
 
 use ochre::Runtime;
-use ochre_load::{ClosedLoop, Phases};
+use ochre_load::{ClosedLoop, LoadReport, Phases, Target};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
 use crate::sws::{nginx_path, setup, wrk, Nginx, Setup, CONNECTIONS};
 
-/// One `ochre load` measurement on `rt`: requests/s.
-fn ochre_load(rt: &Runtime, url: &str, secs: u64) -> Result<f64, String> {
-    let target = ochre_load::parse_url(url)?;
+/// One `ochre load` run on `rt` against `target`: `CONNECTIONS` keep-alive clients (one
+/// connection each for the whole run, as wrk does), a short warm-up, `secs` measured; an error if
+/// any request failed.
+pub(crate) fn drive(rt: &Runtime, target: &Target, secs: f64) -> Result<LoadReport, String> {
     let model = ClosedLoop {
         clients: CONNECTIONS,
         requests_per_connection: u32::MAX,
         think: Duration::ZERO,
     };
-    let phases =
-        Phases::new(Duration::from_millis(300), Duration::from_secs(secs), Duration::from_secs(5));
-    let r = ochre_load::closed_loop(rt, &target, &model, &phases)?;
+    let phases = Phases::new(
+        Duration::from_millis(300),
+        Duration::from_secs_f64(secs),
+        Duration::from_secs(5),
+    );
+    let r = ochre_load::closed_loop(rt, target, &model, &phases)?;
     let errors: u64 = r.errors.iter().sum();
     if errors > 0 {
         return Err(format!("ochre load saw {errors} errors: {}", r.table()));
     }
-    Ok(r.throughput)
+    Ok(r)
+}
+
+/// One `ochre load` measurement of `url` on `rt`: requests/s.
+fn ochre_load(rt: &Runtime, url: &str, secs: u64) -> Result<f64, String> {
+    Ok(drive(rt, &ochre_load::parse_url(url)?, secs as f64)?.throughput)
 }
 
 /// Runs the injector benchmark.

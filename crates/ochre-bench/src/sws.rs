@@ -1,12 +1,15 @@
 //! The web server against nginx: SWS (optimized and libasync-smp configurations) and nginx
-//! serve the same 1 KiB file to the same injector, keep-alive, in the same run.
+//! serve the same files to the same injector, keep-alive, in the same run: a 1 KiB file, and a
+//! SPECweb99-like set (`ochre fileset`: Zipf popularity over directories and files, the class mix).
 //!
-//! The injector is `wrk` for now (the project's own, `ochre load`, replaces it when it lands),
-//! pinned to the last CPU; the servers get the others (with 2 CPUs: one each, as the issue's
-//! anchor measurement did). nginx runs from a generated configuration on loopback, with as many
-//! worker processes as the servers' workers, pinned likewise. A missing nginx or wrk is a note,
-//! not a failure (`scripts/install-peers.sh` installs them).
+//! The injector is `ochre load` (closed loop, 50 keep-alive connections), which reaches at least
+//! wrk's rate against nginx (`bench loadgen`) and gives latency percentiles; it runs in this
+//! process on the last CPU. The servers get the others; when they are given every CPU they share
+//! the injector's, alike for all. nginx runs from a generated configuration on loopback, with
+//! as many worker processes as the servers' workers, pinned likewise. A missing nginx is a note,
+//! not a failure (`scripts/install-peers.sh` installs it).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -15,8 +18,11 @@ use std::time::{Duration, Instant};
 use ochre::io::Listener;
 use ochre::{Color, Config, Runtime};
 use ochre_http::{Server, ServerConfig};
+use ochre_load::fileset::{FileSet, Mix};
+use ochre_load::{LoadReport, Target};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::loadgen::drive;
 
 /// Connections the injector keeps open.
 pub const CONNECTIONS: usize = 50;
@@ -210,62 +216,137 @@ pub(crate) fn setup(report: &mut BenchReport, tag: &str) -> Option<Setup> {
     Some(Setup { cpus, dir, root })
 }
 
+/// The SPECweb99-like set the benchmark serves: `dirs` directories under `root/specweb`.
+fn specweb(root: &Path, dirs: usize) -> std::io::Result<FileSet> {
+    let mut set = FileSet::describe(dirs, 1.0, 1.0);
+    set.write(&root.join("specweb"), 1)?;
+    for p in &mut set.paths {
+        p.insert_str(0, "/specweb");
+    }
+    Ok(set)
+}
+
+/// The target of one workload on the server at `url` (whose path is the 1 KiB file).
+fn target_of(url: &str, mix: Option<&FileSet>) -> Result<Target, String> {
+    let mut t = ochre_load::parse_url(url)?;
+    if let Some(set) = mix {
+        t.paths = set.paths.clone();
+        t.mix = Some(Mix::new(&set.weights));
+    }
+    Ok(t)
+}
+
 /// Runs the SWS benchmark.
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
         "sws",
-        "Web server: requests/s for a 1 KiB file, keep-alive, 50 connections, wrk as the injector.",
+        "Web server: requests/s, keep-alive, 50 connections, `ochre load` as the injector (>= wrk, \
+         bench loadgen): a 1 KiB file, and a SPECweb99-like set (Zipf popularity, class mix).",
     );
     let Some(Setup { cpus, dir, root }) = setup(&mut report, "sws") else { return report };
     let injector = *cpus.last().unwrap_or(&0);
-    let server_cpus: Vec<usize> = cpus.iter().copied().filter(|&c| c != injector).collect();
-    let secs = if opts.quick { 2 } else { 5 };
+    let secs = if opts.quick { 1.0 } else { 5.0 };
+    let set = match specweb(&root, if opts.quick { 4 } else { 20 }) {
+        Ok(set) => Some(set),
+        Err(e) => {
+            report.notes.push(format!("cannot write the SPECweb99-like set ({e}): skipped"));
+            None
+        }
+    };
     let nginx = nginx_path();
     if nginx.is_none() {
         report.notes.push(
             "nginx is not installed: scripts/install-peers.sh installs it; nginx skipped".into(),
         );
     }
-    let workers: Vec<usize> =
-        opts.workers.iter().copied().filter(|&w| w <= server_cpus.len()).collect();
-    for w in workers {
-        let cpus = &server_cpus[..w];
-        let case = format!("{w} worker{}", if w > 1 { "s" } else { "" });
-        let sws = Sws::start(&root, cpus, Config::default());
-        let base = Sws::start(&root, cpus, Config::baseline());
+    let load = Runtime::builder().cpus([injector]).build().map_err(|e| e.to_string());
+    for w in opts.workers.iter().copied().filter(|&w| w <= cpus.len()) {
+        // The servers keep off the injector's CPU when they can; with as many workers as CPUs
+        // they share it (alike for every server).
+        let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != injector).collect();
+        let server_cpus: Vec<usize> =
+            if w <= others.len() { others[..w].to_vec() } else { cpus[..w].to_vec() };
+        let sws = Sws::start(&root, &server_cpus, Config::default());
+        let base = Sws::start(&root, &server_cpus, Config::baseline());
         let ngx = nginx
             .as_ref()
-            .map(|bin| Nginx::start(bin, &root, &dir.join(format!("nginx-{w}")), cpus));
-        let mut systems = vec![
-            System::new("ochre", || {
-                sws.as_ref().map_err(|e| e.clone()).and_then(|s| wrk(&s.url, injector, secs))
-            }),
-            System::new("ochre-baseline", || {
-                base.as_ref().map_err(|e| e.clone()).and_then(|s| wrk(&s.url, injector, secs))
-            }),
-        ];
-        if let Some(n) = &ngx {
-            systems.push(System::new("nginx", || {
-                n.as_ref().map_err(|e| e.clone()).and_then(|n| wrk(&n.url, injector, secs))
-            }));
+            .map(|bin| Nginx::start(bin, &root, &dir.join(format!("nginx-{w}")), &server_cpus));
+        let servers: Vec<(&str, Result<String, String>)> = [
+            ("ochre", sws.as_ref().map(|s| s.url.clone()).map_err(|e| e.clone())),
+            ("ochre-baseline", base.as_ref().map(|s| s.url.clone()).map_err(|e| e.clone())),
+        ]
+        .into_iter()
+        .chain(
+            ngx.as_ref()
+                .map(|n| ("nginx", n.as_ref().map(|n| n.url.clone()).map_err(|e| e.clone()))),
+        )
+        .collect();
+        let workloads = [("1 KiB", None), ("SPECweb99", set.as_ref())];
+        for (label, mix) in workloads.into_iter().filter(|(l, m)| *l == "1 KiB" || m.is_some()) {
+            let case = format!("{label}, {w}w");
+            let latencies = RefCell::new(Vec::<(String, LoadReport)>::new());
+            let systems = servers
+                .iter()
+                .map(|(name, url)| {
+                    let (latencies, load) = (&latencies, &load);
+                    System::new(*name, move || {
+                        let url = url.as_ref().map_err(|e| e.clone())?;
+                        let rt = load.as_ref().map_err(|e| e.clone())?;
+                        let r = drive(rt, &target_of(url, mix)?, secs)?;
+                        let rate = r.throughput;
+                        latencies.borrow_mut().push((name.to_string(), r));
+                        Ok(rate)
+                    })
+                })
+                .collect();
+            measure_case(&mut report, &case, w, "req/s", opts.reps, systems);
+            latency_notes(&mut report, &case, latencies.into_inner());
+            if let (Some(o), Some(n)) =
+                (report.median_of("ochre", &case), report.median_of("nginx", &case))
+            {
+                report.check(format!("[{case}] SWS >= nginx"), o / n, o >= n);
+            }
+            if let (Some(o), Some(b)) =
+                (report.median_of("ochre", &case), report.median_of("ochre-baseline", &case))
+            {
+                report.check(
+                    format!("[{case}] SWS optimized >= 1.5x the libasync-smp configuration"),
+                    o / b,
+                    o / b >= 1.5,
+                );
+            }
         }
-        measure_case(&mut report, &case, w, "req/s", opts.reps, systems);
-        if let (Some(o), Some(n)) =
-            (report.median_of("ochre", &case), report.median_of("nginx", &case))
-        {
-            report.check(format!("[{case}] SWS >= nginx"), o / n, o >= n);
-        }
-        if let (Some(o), Some(b)) =
-            (report.median_of("ochre", &case), report.median_of("ochre-baseline", &case))
-        {
-            report.check(
-                format!("[{case}] SWS optimized >= 1.5x the libasync-smp configuration"),
-                o / b,
-                o / b >= 1.5,
-            );
+        if server_cpus.contains(&injector) {
+            report.notes.push(format!(
+                "[{w}w] the servers use every CPU ({server_cpus:?}): the injector shares CPU \
+                 {injector} with them, alike for every server"
+            ));
         }
     }
-    report.notes.push(format!("injector wrk -t1 -c{CONNECTIONS} pinned to CPU {injector}; servers on CPUs {server_cpus:?}"));
+    report.notes.push(format!(
+        "injector: ochre load, {CONNECTIONS} keep-alive connections, pinned to CPU {injector}"
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     report
+}
+
+/// Notes each system's latency percentiles at its median sample (the sample whose throughput
+/// is the median).
+fn latency_notes(report: &mut BenchReport, case: &str, mut samples: Vec<(String, LoadReport)>) {
+    samples.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.throughput.total_cmp(&b.1.throughput)));
+    let mut names: Vec<String> = samples.iter().map(|(n, _)| n.clone()).collect();
+    names.dedup();
+    for name in names {
+        let mine: Vec<&LoadReport> =
+            samples.iter().filter(|(n, _)| *n == name).map(|(_, r)| r).collect();
+        let median = mine[mine.len() / 2];
+        let p = |q| median.percentile(q).unwrap_or(0);
+        report.notes.push(format!(
+            "[{case}] {name} latency at its median run: p50 {} us, p90 {} us, p99 {} us, p99.9 {} us",
+            p(50.0),
+            p(90.0),
+            p(99.0),
+            p(99.9)
+        ));
+    }
 }

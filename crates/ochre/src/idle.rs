@@ -14,7 +14,11 @@
 //! A worker sleeps at once unless its previous sleep was shorter than the threshold (10x the
 //! measured wake-up latency by default): a short sleep means the wake-up cost was a large share of
 //! it, so it spins up to the threshold first, watching its inbox. At most `max_spinners` workers
-//! spin at once, so spinners never take the CPUs of workers that have work.
+//! spin at once, so spinners never take the CPUs of workers that have work. A spinner yields its
+//! CPU every few microseconds (`sched_yield`, which returns at once when nothing else is
+//! runnable there), so that it never takes the CPU from other threads sharing it either: another
+//! process, an injector, another runtime. Without it, a web server spinning next to its load
+//! injector on the same CPU ran at half speed (`bench sws`, 2 workers on 2 CPUs).
 //!
 //! ## Quiescence without a per-event global counter
 //!
@@ -93,6 +97,9 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     sleep(ctx)
 }
 
+/// Spin rounds between two yields of the CPU (about 10 µs of spinning).
+const YIELD_EVERY: u32 = 256;
+
 /// Spins up to `budget` watching for work. Returns true if work came.
 fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
     let shared = &*ctx.shared;
@@ -122,6 +129,12 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
             }
             if try_steal && round % 1024 == 0 {
                 steal::request(&mut ctx.core.borrow_mut(), shared);
+            }
+            if round % YIELD_EVERY == 0 {
+                // Give the CPU to whatever else is runnable on it (another process, another
+                // runtime's worker): spinning pays for a wake-up only when the CPU is free.
+                // With nothing else runnable this returns at once.
+                std::thread::yield_now();
             }
         }
         std::hint::spin_loop();

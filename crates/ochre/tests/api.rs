@@ -598,3 +598,41 @@ fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
     let w1 = &report.workers[1];
     assert!(w1.steals_in >= 1 && w1.events_run >= 2, "worker 1 took nothing: {w1:?}");
 }
+
+#[test]
+fn a_spinning_worker_leaves_its_cpu_to_other_threads() {
+    // A worker spinning while idle shares its CPU with a busy thread: spinning must not take
+    // half the CPU from it (the spinner yields), or co-located work (an injector, another
+    // process) slows down for nothing.
+    let Some(&cpu) = ochre::topology::allowed_cpus().unwrap().first() else { return };
+    let count_for = |d: Duration| {
+        std::thread::spawn(move || {
+            ochre::topology::pin_current_thread(cpu).unwrap();
+            let t = std::time::Instant::now();
+            let mut n = 0u64;
+            while t.elapsed() < d {
+                n = std::hint::black_box(n + 1);
+            }
+            n
+        })
+    };
+    let alone = count_for(Duration::from_millis(150)).join().unwrap();
+    let rt = Runtime::builder()
+        .cpus([cpu])
+        .config(Config::default().spin(Spin::Always { limit: Duration::from_secs(5) }))
+        .build()
+        .unwrap();
+    let run = std::thread::spawn(move || {
+        rt.run(Color(1), || {
+            // Keeps the run alive, the worker idle and spinning, for 400 ms.
+            let _ = ochre::io::post_after(Duration::from_millis(400), Color(1), ochre::shutdown);
+        })
+        .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let shared = count_for(Duration::from_millis(150)).join().unwrap();
+    let report = run.join().unwrap();
+    assert!(report.total().spins >= 1, "{:?}", report.total());
+    let share = shared as f64 / alone as f64;
+    assert!(share > 0.7, "the busy thread got {share:.2} of its solo rate next to a spinner");
+}
