@@ -17,8 +17,10 @@
 //! spin at once, so spinners never take the CPUs of workers that have work. A spinner yields its
 //! CPU every few microseconds (`sched_yield`, which returns at once when nothing else is
 //! runnable there), so that it never takes the CPU from other threads sharing it either: another
-//! process, an injector, another runtime. Without it, a web server spinning next to its load
-//! injector on the same CPU ran at half speed (`bench sws`, 2 workers on 2 CPUs).
+//! process, an injector, another runtime. If the yield took long (another thread ran), the CPU
+//! is shared: the worker stops spinning and sleeps, and does not spin again for a few
+//! milliseconds. Without this, a web server spinning next to its load injector on the same CPU
+//! ran at half speed (`bench sws`, 2 workers on 2 CPUs).
 //!
 //! ## Quiescence without a per-event global counter
 //!
@@ -88,7 +90,12 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         let mut core = ctx.core.borrow_mut();
         core.publish(shared);
         steal::request(&mut core, shared);
-        let budget = spin_budget(shared.config.spin, shared.spin_threshold, core.last_sleep);
+        let paused = core.no_spin_until.is_some_and(|t| Instant::now() < t);
+        let budget = if paused {
+            Duration::ZERO
+        } else {
+            spin_budget(shared.config.spin, shared.spin_threshold, core.last_sleep)
+        };
         (budget, shared.config.steal != crate::Steal::Off)
     };
     if budget > Duration::ZERO && spin(ctx, budget, try_steal) {
@@ -99,6 +106,10 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
 
 /// Spin rounds between two yields of the CPU (about 10 µs of spinning).
 const YIELD_EVERY: u32 = 256;
+/// A yield that takes this long means another thread ran: the CPU is shared.
+const SHARED_CPU: Duration = Duration::from_micros(50);
+/// How long a worker that found its CPU shared sleeps at once instead of spinning.
+const SHARED_CPU_PAUSE: Duration = Duration::from_millis(1);
 
 /// Spins up to `budget` watching for work. Returns true if work came.
 fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
@@ -112,6 +123,7 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
     let io = ctx.core.borrow().io.active();
     let start = Instant::now();
     let mut found = false;
+    let mut shared_cpu = false;
     let mut round = 0u32;
     loop {
         if has_work(ctx) {
@@ -133,8 +145,14 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
             if round % YIELD_EVERY == 0 {
                 // Give the CPU to whatever else is runnable on it (another process, another
                 // runtime's worker): spinning pays for a wake-up only when the CPU is free.
-                // With nothing else runnable this returns at once.
+                // With nothing else runnable this returns at once; if it took long, another
+                // thread ran: the CPU is shared, so stop spinning and sleep instead.
+                let t = Instant::now();
                 std::thread::yield_now();
+                if t.elapsed() >= SHARED_CPU {
+                    shared_cpu = true;
+                    break;
+                }
             }
         }
         std::hint::spin_loop();
@@ -142,6 +160,11 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
     spinners.fetch_sub(1, Ordering::AcqRel);
     if found {
         ctx.core.borrow_mut().counters.add(Counter::SpinWins, 1);
+    }
+    if shared_cpu {
+        let mut core = ctx.core.borrow_mut();
+        core.counters.add(Counter::SpinsCut, 1);
+        core.no_spin_until = Some(Instant::now() + SHARED_CPU_PAUSE);
     }
     found
 }

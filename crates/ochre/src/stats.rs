@@ -75,6 +75,8 @@ counters! {
     spins = Spins,
     /// Of those, the times work arrived while spinning (a sleep avoided).
     spin_wins = SpinWins,
+    /// Spins cut short because the CPU was found shared with another thread.
+    spins_cut = SpinsCut,
     /// Times this worker went to sleep.
     sleeps = Sleeps,
     /// Wake-ups this worker sent to sleeping workers.

@@ -53,6 +53,8 @@ pub(crate) struct Core {
     received: u64,
     /// How long the last sleep lasted (reasoned spinning); `None` before the first.
     pub(crate) last_sleep: Option<Duration>,
+    /// No spinning before this instant: the CPU was found shared (`idle`).
+    pub(crate) no_spin_until: Option<Instant>,
     /// A steal request of ours is waiting for its grant.
     pub(crate) steal_pending: bool,
     /// When that request was made (time spent searching).
@@ -91,6 +93,7 @@ impl Core {
             sent: 0,
             received: 0,
             last_sleep: None,
+            no_spin_until: None,
             steal_pending: false,
             steal_asked_at: None,
             steal_backoff: 0,

@@ -633,6 +633,7 @@ fn a_spinning_worker_leaves_its_cpu_to_other_threads() {
     let shared = count_for(Duration::from_millis(150)).join().unwrap();
     let report = run.join().unwrap();
     assert!(report.total().spins >= 1, "{:?}", report.total());
+    assert!(report.total().spins_cut >= 1, "the spinner saw its CPU shared: {:?}", report.total());
     let share = shared as f64 / alone as f64;
     assert!(share > 0.7, "the busy thread got {share:.2} of its solo rate next to a spinner");
 }
