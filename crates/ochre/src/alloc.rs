@@ -104,16 +104,25 @@ fn block_layout() -> Layout {
 
 /// The size class serving `layout`, if EMA serves it: size up to [`MAX_SMALL`]; alignment up to
 /// 16 from any class, up to a cache line from classes that are multiples of it.
+#[inline]
 pub fn class_of(layout: Layout) -> Option<usize> {
-    let (size, align) = (layout.size().max(1), layout.align());
+    let (size, align) = (layout.size(), layout.align());
+    if size <= MAX_SMALL && align <= 16 {
+        // The smallest class holding `size`, from a table by 16-byte step (no search).
+        return Some(CLASS_BY_STEP[size.div_ceil(16)] as usize);
+    }
+    class_of_aligned(size, align)
+}
+
+/// `class_of` for the rare layouts: too large, or aligned beyond 16 (out of line, so that the
+/// common case inlines into the allocation fast path).
+#[cold]
+#[inline(never)]
+fn class_of_aligned(size: usize, align: usize) -> Option<usize> {
     if size > MAX_SMALL || align > LINE {
         return None;
     }
-    // The smallest class holding `size`, from a table by 16-byte step (no search).
     let class = CLASS_BY_STEP[size.div_ceil(16)] as usize;
-    if align <= 16 {
-        return Some(class);
-    }
     CLASSES[class..].iter().position(|&c| c % align == 0).map(|i| class + i)
 }
 
@@ -362,21 +371,45 @@ impl Heap {
 
     /// An object for `layout`, to be used mostly by worker `dest`; `None` if EMA does not serve
     /// this layout (see [`class_of`]) or the cap is reached.
-    #[inline]
+    // Always inlined: the fast path is a few instructions once `class_of` folds for a constant
+    // layout, and a call would cost as much as the rest.
+    #[inline(always)]
     pub fn alloc(&mut self, layout: Layout, dest: usize) -> Option<NonNull<u8>> {
         let class = class_of(layout)?;
         // No division on the fast path: `dest` is a worker index, almost always in range.
         let dest = if dest < self.dests { dest } else { dest % self.dests };
         let bin = dest * CLASSES.len() + class;
-        let mut b = self.bins[bin];
+        let b = self.bins[bin];
         if b.is_null() {
-            self.drain_remote();
-            b = self.bins[bin];
+            return self.alloc_slow(bin, class);
         }
+        // SAFETY: `b` is a block of this heap, listed in `bin`, so it has a free object.
+        Some(unsafe { self.take_from(bin, b) })
+    }
+
+    /// The fast path missed (no block listed for `bin`): take back what others freed, then
+    /// carve a block if still needed. Kept out of line so that `alloc` stays small enough to
+    /// inline.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&mut self, bin: usize, class: usize) -> Option<NonNull<u8>> {
+        self.drain_remote();
+        let mut b = self.bins[bin];
         if b.is_null() {
             b = self.new_block(bin, class)?;
         }
-        // SAFETY: `b` is a block of this heap, listed in `bin`, so it has a free object.
+        // SAFETY: as in `alloc`.
+        Some(unsafe { self.take_from(bin, b) })
+    }
+
+    /// Takes one object from block `b`, listed in `bin`, unlisting the block if that was its
+    /// last free one.
+    ///
+    /// # Safety
+    /// `b` is a block of this heap listed in `bin` (so it has a free object).
+    #[inline]
+    unsafe fn take_from(&mut self, bin: usize, b: *mut BlockHeader) -> NonNull<u8> {
+        // SAFETY: per the contract.
         unsafe {
             let obj = if !(*b).free.is_null() {
                 let o = (*b).free;
@@ -392,7 +425,7 @@ impl Heap {
                 self.unlink(bin, b);
             }
             self.stats.live_bytes += (*b).size;
-            Some(NonNull::new_unchecked(obj))
+            NonNull::new_unchecked(obj)
         }
     }
 
