@@ -78,9 +78,23 @@ fn local<A: Arena>(mut a: A, l: Layout, n: usize) -> f64 {
 
 const BATCH: usize = 64;
 
+/// Receives by spinning: the two threads have a CPU each, and a blocking hand-off would make
+/// the figure a measure of futex wake-ups (whichever side is faster keeps blocking), not of
+/// the allocators.
+fn spin_recv<T>(rx: &crossbeam_channel::Receiver<T>) -> Option<T> {
+    loop {
+        match rx.try_recv() {
+            Ok(v) => return Some(v),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+        }
+    }
+}
+
 /// ns per pair, allocated on thread 0, freed on thread 1.
 fn remote<A: Arena + Send>(make: impl Fn(usize) -> A + Sync, l: Layout, n: usize) -> f64 {
-    let (full_tx, full_rx) = crossbeam_channel::bounded::<Vec<usize>>(16);
+    // Unbounded: with the 32 recycled vectors, at most 32 batches are ever in flight.
+    let (full_tx, full_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
     let (empty_tx, empty_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
     for _ in 0..32 {
         empty_tx.send(Vec::with_capacity(BATCH)).expect("receiver alive");
@@ -90,7 +104,7 @@ fn remote<A: Arena + Send>(make: impl Fn(usize) -> A + Sync, l: Layout, n: usize
         let t = Instant::now();
         if i == 0 {
             for _ in 0..n / BATCH {
-                let mut v = empty_rx.recv().expect("consumer alive");
+                let mut v = spin_recv(&empty_rx).expect("consumer alive");
                 for k in 0..BATCH {
                     let p = a.alloc(l, 1);
                     // SAFETY: a fresh object of at least one byte.
@@ -101,7 +115,7 @@ fn remote<A: Arena + Send>(make: impl Fn(usize) -> A + Sync, l: Layout, n: usize
             }
         } else {
             for _ in 0..n / BATCH {
-                let mut v = full_rx.recv().expect("producer alive");
+                let mut v = spin_recv(&full_rx).expect("producer alive");
                 for p in v.drain(..) {
                     // SAFETY: allocated by the producer with `l`, sent here once.
                     unsafe { a.free(p as *mut u8, l) };
