@@ -99,8 +99,7 @@ impl Server {
     }
 
     /// The counters (requests, body bytes, per status, latency percentiles, per worker) as
-    /// JSON; also served at
-    /// `status_path` when configured.
+    /// JSON; also served at `status_path` when configured.
     pub fn status(&self) -> serde_json::Value {
         self.shared.counters.to_json()
     }
