@@ -10,6 +10,9 @@
 //! flush*: a buffer seen pending for longer than `safety_flush_factor` times the mean interval
 //! between natural (full-buffer) flushes is sent even in the middle of a long round.
 //!
+//! Buffers of received batches are kept (a few) and reused for outgoing ones, so that a batch
+//! costs no allocation where messages flow both ways.
+//!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
 //! the clock. The age is thus underestimated by at most one check interval.
@@ -41,7 +44,15 @@ pub(crate) struct Outbox {
     /// Destinations whose buffers are non-empty, so that flushing costs nothing when there is
     /// nothing to flush and visits only what is pending otherwise.
     pending: Vec<usize>,
+    /// Emptied buffers of received batches, reused for outgoing ones: a batch buffer is a
+    /// `batch_size`-message allocation, too large for the allocator's thread caches, that the
+    /// receiver would otherwise free (a cross-thread free) and the sender allocate anew, per
+    /// batch. Where messages flow both ways no batch allocates at all.
+    spares: Vec<Vec<Msg>>,
 }
+
+/// Spare buffers kept at most.
+const MAX_SPARES: usize = 8;
 
 impl Outbox {
     pub(crate) fn new(workers: usize, batch_size: usize, factor: f64) -> Self {
@@ -57,6 +68,7 @@ impl Outbox {
             batch_size,
             factor,
             pending: Vec::with_capacity(workers),
+            spares: Vec::new(),
         }
     }
 
@@ -72,7 +84,10 @@ impl Outbox {
         let slot = &mut self.slots[dest];
         if slot.msgs.is_empty() {
             self.pending.push(dest);
-            slot.msgs.reserve(self.batch_size);
+            if slot.msgs.capacity() == 0 {
+                slot.msgs =
+                    self.spares.pop().unwrap_or_else(|| Vec::with_capacity(self.batch_size));
+            }
         }
         slot.msgs.push(msg);
         if slot.msgs.len() < self.batch_size {
@@ -85,6 +100,14 @@ impl Outbox {
         }
         slot.last_natural = Some(now);
         Some(self.take(dest))
+    }
+
+    /// Keeps an emptied buffer of a received batch for a later outgoing batch.
+    pub(crate) fn recycle(&mut self, buf: Vec<Msg>) {
+        debug_assert!(buf.is_empty());
+        if self.spares.len() < MAX_SPARES && buf.capacity() >= self.batch_size {
+            self.spares.push(buf);
+        }
     }
 
     /// Takes the buffer for `dest` (possibly empty).
@@ -152,6 +175,26 @@ mod tests {
         let full = o.push(2, msg()).expect("fourth message fills the batch");
         assert_eq!(full.len(), 4);
         assert!(!o.has_pending());
+    }
+
+    #[test]
+    fn received_buffers_serve_later_batches() {
+        let mut o = Outbox::new(2, 4, 1.1);
+        o.push(1, msg());
+        let mut received = o.take(1);
+        let addr = received.as_ptr();
+        received.clear();
+        o.recycle(received);
+        // The next batch, to any destination, is written into the recycled buffer.
+        o.push(0, msg());
+        let again = o.take(0);
+        assert_eq!(again.as_ptr(), addr);
+        // Too small a buffer is not kept, and at most MAX_SPARES are.
+        o.recycle(Vec::with_capacity(1));
+        for _ in 0..MAX_SPARES + 3 {
+            o.recycle(Vec::with_capacity(4));
+        }
+        assert_eq!(o.spares.len(), MAX_SPARES);
     }
 
     #[test]

@@ -301,11 +301,13 @@ impl Core {
         let remote = &shared.remotes[self.id];
         let mut taken = 0u64;
         if shared.config.batching {
-            for batch in remote.poke.inbox.take_batches() {
+            for mut batch in remote.poke.inbox.take_batches() {
                 taken += batch.len() as u64;
-                for msg in batch {
+                for msg in batch.drain(..) {
                     self.receive(shared, msg);
                 }
+                // The emptied buffer serves this worker's next outgoing batch.
+                self.outbox.recycle(batch);
             }
         }
         // The locked transport (libasync-smp): one lock per message.
