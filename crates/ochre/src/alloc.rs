@@ -155,14 +155,55 @@ struct Batch {
 }
 
 impl Batch {
+    /// An empty batch: a spare one if there is, else a new allocation.
     fn new() -> *mut Batch {
+        #[cfg(not(loom))]
+        if let Some(SpareBatch(mut b)) = spare_batches().pop() {
+            b.next = ptr::null_mut();
+            b.len = 0;
+            return Box::into_raw(b);
+        }
         Box::into_raw(Box::new(Batch {
             next: ptr::null_mut(),
             len: 0,
             objs: [ptr::null_mut(); CRUMB_BATCH],
         }))
     }
+
+    /// Gives back a batch whose objects were taken: kept as a spare (up to a bound) for the
+    /// next [`Batch::new`], on any thread.
+    fn retire(b: Box<Batch>) {
+        #[cfg(not(loom))]
+        let _ = spare_batches().push(SpareBatch(b)); // full: dropped
+        #[cfg(loom)]
+        drop(b);
+    }
 }
+
+/// An emptied batch in the spare pool.
+#[cfg(not(loom))]
+struct SpareBatch(Box<Batch>);
+
+// SAFETY: a spare batch's object pointers are stale values of a buffer, never read before being
+// overwritten (`len` is reset to 0 when it is taken); moving the buffer between threads is moving
+// plain memory.
+#[cfg(not(loom))]
+unsafe impl Send for SpareBatch {}
+
+/// Emptied crumb batches, shared by every heap of the process. The thread that frees another's
+/// objects allocates the batches and their owner retires them, so without a pool every batch
+/// was a cross-thread malloc/free pair of 528 bytes: in glibc, contention on the allocating
+/// thread's arena lock. At most `SPARE_BATCHES` (about half a megabyte) are kept.
+#[cfg(not(loom))]
+fn spare_batches() -> &'static crossbeam_queue::ArrayQueue<SpareBatch> {
+    static POOL: std::sync::OnceLock<crossbeam_queue::ArrayQueue<SpareBatch>> =
+        std::sync::OnceLock::new();
+    POOL.get_or_init(|| crossbeam_queue::ArrayQueue::new(SPARE_BATCHES))
+}
+
+/// Spare batches kept at most.
+#[cfg(not(loom))]
+const SPARE_BATCHES: usize = 1024;
 
 /// The half of a heap that other threads reach: the remote stack and the abandonment protocol.
 pub struct HeapShared {
@@ -255,6 +296,7 @@ unsafe fn drain_orphan(shared: &HeapShared) {
             }
         }
         batch = bx.next;
+        Batch::retire(bx);
     }
 }
 
@@ -499,6 +541,7 @@ impl Heap {
                 unsafe { self.take_back(block_of(o.cast()), o) };
             }
             batch = bx.next;
+            Batch::retire(bx);
         }
     }
 
@@ -805,6 +848,31 @@ mod tests {
         assert_eq!(a.stats().live_bytes, (CRUMB_BATCH + 10) * 32, "not drained yet");
         a.drain_remote();
         assert_eq!(a.stats().live_bytes, 0);
+    }
+
+    #[test]
+    fn drained_batches_are_reused_clean() {
+        // Retired batches go to the process-wide pool; new batches come from it, emptied. (Other
+        // tests use the pool at the same time, so only "some of ours came back" is certain.)
+        let ours: Vec<*mut Batch> = (0..8)
+            .map(|_| {
+                let b = Batch::new();
+                unsafe {
+                    (*b).len = 3;
+                    (*b).next = b;
+                }
+                b
+            })
+            .collect();
+        for &b in &ours {
+            Batch::retire(unsafe { Box::from_raw(b) });
+        }
+        let again: Vec<*mut Batch> = (0..8).map(|_| Batch::new()).collect();
+        assert!(again.iter().any(|b| ours.contains(b)), "no retired batch was reused");
+        for &b in &again {
+            assert!(unsafe { (*b).len == 0 && (*b).next.is_null() }, "a reused batch is empty");
+            drop(unsafe { Box::from_raw(b) });
+        }
     }
 
     #[test]
