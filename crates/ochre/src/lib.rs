@@ -98,7 +98,7 @@ mod loom_models;
 
 pub use cell::ColorCell;
 pub use color::Color;
-pub use color_box::ColorBox;
+pub use color_box::{ColorBox, ColorBytes};
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{current_color, current_worker, pin, post, post_urgent, shutdown, try_post};
 pub use error::Error;

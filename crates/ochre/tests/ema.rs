@@ -221,3 +221,37 @@ fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
     assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 120);
     assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 120, "run or not, every event was freed");
 }
+
+#[test]
+fn byte_buffers_are_placed_for_their_color_and_freed_from_any_worker() {
+    // Buffers made by handlers for colors homed on the other worker, filled, read and dropped
+    // there: placed by EMA (up to 1 KiB), and every byte of EMA memory comes back.
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let ok = Arc::new(AtomicU64::new(0));
+    let o = ok.clone();
+    let report = rt
+        .run(Color(0), move || {
+            for c in 1..=200u64 {
+                let o = o.clone();
+                ochre::post(Color(c), move || {
+                    let len = (c as usize * 37) % 2000;
+                    let mut b = ochre::ColorBytes::zeroed(Color(c + 1000), len);
+                    assert_eq!(b.is_placed(), (1..=1024).contains(&len), "len {len}");
+                    for (i, x) in b.iter_mut().enumerate() {
+                        *x = (i % 251) as u8;
+                    }
+                    let copy = ochre::ColorBytes::from_slice(Color(c + 2000), &b);
+                    ochre::post(Color(c + 1000), move || {
+                        assert!(copy.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8));
+                        assert_eq!(copy.len(), b.len());
+                        o.fetch_add(1, Ordering::Relaxed);
+                    });
+                });
+            }
+        })
+        .unwrap();
+    assert_eq!(ok.load(Ordering::Relaxed), 200);
+    let t = report.total();
+    assert_eq!(t.ema_live_bytes, 0, "{t:?}");
+    assert_eq!(t.ema_crumbs, 0, "{t:?}");
+}
