@@ -381,6 +381,16 @@ fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
                     PathElement::new(vec![(x, p.3), (x, p.4)], BLACK.stroke_width(1))
                 }))
                 .map_err(plot_error)?;
+            // The ratio written on each bar: a log axis around 1 has few labels of its own.
+            chart
+                .draw_series(mine.iter().filter(|p| p.1 != 0 || p.2 != 1.0).map(|p| {
+                    Text::new(
+                        format!("{:.2}", p.2),
+                        (offset(p.0) - width * 0.4, p.2),
+                        ("sans-serif", 11),
+                    )
+                }))
+                .map_err(plot_error)?;
         }
         chart
             .draw_series(std::iter::once(PathElement::new(
