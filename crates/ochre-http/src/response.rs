@@ -32,8 +32,9 @@ thread_local! {
     static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
-/// The current `Date` header value, formatted once per second per worker.
-pub fn date() -> String {
+/// Appends the current `Date` header value, formatted once per second per worker (no
+/// allocation otherwise).
+fn push_date(out: &mut String) {
     let now = SystemTime::now();
     let secs = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     DATE.with(|d| {
@@ -41,7 +42,7 @@ pub fn date() -> String {
         if d.0 != secs {
             *d = (secs, httpdate::fmt_http_date(now));
         }
-        d.1.clone()
+        out.push_str(&d.1);
     })
 }
 
@@ -54,12 +55,9 @@ impl Head {
     /// Starts a head with the status line and the headers every response carries.
     pub fn new(code: u16) -> Head {
         let mut buf = String::with_capacity(256);
-        let _ = write!(
-            buf,
-            "HTTP/1.1 {code} {}\r\nServer: ochre\r\nDate: {}\r\n",
-            reason(code),
-            date()
-        );
+        let _ = write!(buf, "HTTP/1.1 {code} {}\r\nServer: ochre\r\nDate: ", reason(code));
+        push_date(&mut buf);
+        buf.push_str("\r\n");
         Head { buf }
     }
 
@@ -121,6 +119,8 @@ mod tests {
         assert!(r.ends_with(std::str::from_utf8(&body).unwrap()));
         let head = String::from_utf8(error_response(404, true, true, true)).unwrap();
         assert!(head.contains("Connection: keep-alive\r\n") && head.ends_with("\r\n\r\n"));
-        assert!(httpdate::parse_http_date(&date()).is_ok());
+        let mut date = String::new();
+        push_date(&mut date);
+        assert!(httpdate::parse_http_date(&date).is_ok());
     }
 }
