@@ -409,6 +409,9 @@ fn info(json: bool) -> Result<(), String> {
     println!("ochre {}", m.ochre_version);
     println!("CPUs available: {:?}", m.cpus);
     println!("padded build: {}", m.padded_build);
+    for (k, v) in m.system.iter().chain(&m.versions) {
+        println!("{k}: {v}");
+    }
     for (kind, us) in &m.wakeup_latency_us {
         println!("wake-up latency ({kind}): {us:.1} us (median, one way)");
     }

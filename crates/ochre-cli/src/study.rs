@@ -27,6 +27,72 @@ pub(crate) struct MachineInfo {
     pub(crate) default_spin_threshold_us: f64,
     pub(crate) default_config: ochre::Config,
     pub(crate) ochre_version: String,
+    /// The CPU model and kernel (from /proc).
+    #[serde(default)]
+    pub(crate) system: Vec<(String, String)>,
+    /// Versions of the peers measured: crates as locked in this build, tools as they report.
+    #[serde(default)]
+    pub(crate) versions: Vec<(String, String)>,
+}
+
+/// The peer crates whose versions the report gives.
+const PEER_CRATES: [&str; 7] = [
+    "tokio",
+    "rayon",
+    "crossbeam-channel",
+    "tikv-jemallocator",
+    "mimalloc",
+    "hdrhistogram",
+    "httparse",
+];
+
+/// `name`'s version in a Cargo.lock text.
+fn locked_version(lock: &str, name: &str) -> Option<String> {
+    let mut lines = lock.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() == format!("name = \"{name}\"") {
+            let v = lines.next()?.trim().strip_prefix("version = \"")?.strip_suffix('"')?;
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// The first line a tool prints for its version flag (either stream), if it runs.
+fn tool_version(cmd: &str, flag: &str) -> Option<String> {
+    let out = std::process::Command::new(cmd).arg(flag).output().ok()?;
+    let text = [out.stdout, out.stderr].concat();
+    let line = String::from_utf8_lossy(&text).lines().next()?.trim().to_string();
+    (!line.is_empty()).then_some(line)
+}
+
+fn versions() -> Vec<(String, String)> {
+    let lock = include_str!("../../../Cargo.lock");
+    let mut v: Vec<(String, String)> = PEER_CRATES
+        .iter()
+        .filter_map(|c| Some((c.to_string(), locked_version(lock, c)?)))
+        .collect();
+    for (tool, flag) in [("rustc", "-V"), ("nginx", "-v"), ("wrk", "-v")] {
+        let seen = tool_version(tool, flag).unwrap_or_else(|| "not installed".into());
+        v.push((tool.to_string(), seen));
+    }
+    v
+}
+
+fn system() -> Vec<(String, String)> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    vec![("cpu".into(), cpu), ("kernel".into(), kernel)]
 }
 
 pub(crate) fn machine_info() -> Result<MachineInfo, String> {
@@ -44,6 +110,8 @@ pub(crate) fn machine_info() -> Result<MachineInfo, String> {
         default_spin_threshold_us: rt.spin_threshold().as_secs_f64() * 1e6,
         default_config: ochre::Config::default(),
         ochre_version: env!("CARGO_PKG_VERSION").into(),
+        system: system(),
+        versions: versions(),
     })
 }
 
@@ -141,7 +209,10 @@ pub(crate) fn write_report(
 }
 
 fn summary(m: &MachineInfo, opts: &Options, took: Duration) -> String {
-    format!(
+    let pairs = |v: &[(String, String)]| {
+        v.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    };
+    let mut s = format!(
         "Machine: CPUs {:?}; padded build: {}; wake-up latency (us): {}. Repetitions: {} (+1 \
          warm-up), workers: {:?}, {} sizes. ochre {}. Took {:.0} s.",
         m.cpus,
@@ -156,7 +227,14 @@ fn summary(m: &MachineInfo, opts: &Options, took: Duration) -> String {
         if opts.quick { "quick" } else { "full" },
         m.ochre_version,
         took.as_secs_f64()
-    )
+    );
+    if !m.system.is_empty() {
+        s += &format!(" System: {}.", pairs(&m.system));
+    }
+    if !m.versions.is_empty() {
+        s += &format!(" Versions: {}.", pairs(&m.versions));
+    }
+    s
 }
 
 fn figures_of<'a>(figures: &'a [(String, Vec<String>)], bench: &str) -> &'a [String] {
@@ -513,6 +591,8 @@ mod tests {
             default_spin_threshold_us: 300.0,
             default_config: ochre::Config::default(),
             ochre_version: "test".into(),
+            system: vec![("kernel".into(), "6.1".into())],
+            versions: vec![("tokio".into(), "1.0".into())],
         };
         let mut pingpong = BenchReport {
             bench: "pingpong".into(),
@@ -558,6 +638,7 @@ mod tests {
         assert!(md.contains("| 1 worker | ochre | 2.00M ev/s/worker | 1.00M - 3.00M | 1.00x |"));
         assert!(md.contains("a goal **held** (measured 0.700)"));
         assert!(md.contains("Note: a note"));
+        assert!(md.contains("System: kernel 6.1. Versions: tokio 1.0."), "{md}");
         assert!(md.contains("![pingpong.svg](plots/pingpong.svg)"));
         assert!(md.contains("![prodcons-costs.svg](plots/prodcons-costs.svg)"));
 
@@ -576,6 +657,17 @@ mod tests {
         assert!(costs.contains("ochre 2w") && costs.contains("rayon 2w"), "{costs}");
         assert!(!costs.contains("empty"), "the empty case has no cost to plot");
         std::fs::remove_dir_all(&out).unwrap();
+    }
+
+    #[test]
+    fn peer_versions_come_from_the_lock_file() {
+        let lock =
+            "[[package]]\nname = \"tokio\"\nversion = \"1.48.0\"\n\n[[package]]\nname = \"x\"\n";
+        assert_eq!(locked_version(lock, "tokio").as_deref(), Some("1.48.0"));
+        assert_eq!(locked_version(lock, "x"), None);
+        assert_eq!(locked_version(lock, "rayon"), None);
+        let v = versions();
+        assert!(v.iter().any(|(k, v)| k == "tokio" && v.starts_with('1')), "{v:?}");
     }
 
     #[test]
