@@ -8,9 +8,10 @@
 //!
 //! Rebuilding resolves the path (`canonicalize`: symbolic links followed) and refuses a file
 //! whose real path is outside the canonical root, then reads files up to `small_file_bytes` into
-//! memory; larger ones are opened per request and sent with `sendfile`. Cached contents are
-//! bounded per worker; when full, the cache is emptied (simple, and rare for a working set that
-//! fits).
+//! memory; larger ones keep an open descriptor and are sent with `sendfile`. Cached contents and
+//! descriptors are bounded per worker ([`MAX_OPEN_FILES`]); when either is full, the cache is
+//! emptied (simple, and rare for a working set that fits). A replaced or changed file gets a new
+//! entry (and descriptor) at its next request, by the same `stat`.
 
 use std::cell::RefCell;
 use std::fs;
@@ -27,8 +28,10 @@ use rustc_hash::FxHashMap;
 pub enum Body {
     /// Kept in memory.
     Memory(Arc<[u8]>),
-    /// Sent from disk with `sendfile` (the canonical path).
-    Disk(PathBuf),
+    /// Sent from disk with `sendfile`, from this descriptor: opened once when the entry is built
+    /// and shared by every response of the worker (`sendfile` with an explicit offset never
+    /// moves the file position), so a large file costs no `open`/`close` per request.
+    Disk(Arc<fs::File>),
 }
 
 /// What a response needs to know about a file.
@@ -74,6 +77,9 @@ struct Entry {
     info: Arc<FileInfo>,
 }
 
+/// Descriptors of large files a worker's cache keeps open at most.
+pub const MAX_OPEN_FILES: usize = 256;
+
 /// One worker's cache for one server.
 pub struct FileCache {
     root: PathBuf,
@@ -81,6 +87,8 @@ pub struct FileCache {
     bytes: usize,
     capacity: usize,
     small: u64,
+    /// Entries holding an open descriptor.
+    open_files: usize,
 }
 
 fn content_type(path: &Path) -> String {
@@ -98,7 +106,7 @@ fn content_type(path: &Path) -> String {
 impl FileCache {
     /// A cache for `root` (canonical).
     pub fn new(root: PathBuf, capacity: usize, small: u64) -> FileCache {
-        FileCache { root, entries: FxHashMap::default(), bytes: 0, capacity, small }
+        FileCache { root, entries: FxHashMap::default(), bytes: 0, capacity, small, open_files: 0 }
     }
 
     /// Looks `rel` up under the root.
@@ -146,7 +154,8 @@ impl FileCache {
             let after = ident(&file.metadata()?);
             (Body::Memory(bytes.into()), after)
         } else {
-            (Body::Disk(canonical.clone()), ident(&file.metadata()?))
+            let after = ident(&file.metadata()?);
+            (Body::Disk(Arc::new(file)), after)
         };
         let nanos = mtime.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_nanos();
         let info = FileInfo {
@@ -161,20 +170,32 @@ impl FileCache {
     }
 
     fn insert(&mut self, rel: PathBuf, id: Ident, info: Arc<FileInfo>) {
-        let size = match &info.body {
-            Body::Memory(b) => b.len(),
-            Body::Disk(_) => 0,
-        } + 256;
-        if self.bytes + size > self.capacity {
+        let cost = |i: &FileInfo| match &i.body {
+            Body::Memory(b) => b.len() + 256,
+            Body::Disk(_) => 256,
+        };
+        let is_disk = |i: &FileInfo| usize::from(matches!(i.body, Body::Disk(_)));
+        if let Some(old) = self.entries.remove(&rel) {
+            self.bytes = self.bytes.saturating_sub(cost(&old.info));
+            self.open_files = self.open_files.saturating_sub(is_disk(&old.info));
+        }
+        if self.bytes + cost(&info) > self.capacity
+            || self.open_files + is_disk(&info) > MAX_OPEN_FILES
+        {
+            // Descriptors still used by responses in flight close with their last reference.
             self.entries.clear();
             self.bytes = 0;
+            self.open_files = 0;
         }
-        self.bytes += size;
-        if let Some(old) = self.entries.insert(rel, Entry { ident: id, info }) {
-            if let Body::Memory(b) = &old.info.body {
-                self.bytes = self.bytes.saturating_sub(b.len() + 256);
-            }
-        }
+        self.bytes += cost(&info);
+        self.open_files += is_disk(&info);
+        self.entries.insert(rel, Entry { ident: id, info });
+    }
+
+    /// Descriptors this cache holds open.
+    #[cfg(test)]
+    fn open_files(&self) -> usize {
+        self.open_files
     }
 }
 
@@ -218,7 +239,12 @@ mod tests {
         match l {
             Lookup::File(i) => match &i.body {
                 Body::Memory(b) => b.to_vec(),
-                Body::Disk(p) => fs::read(p).unwrap(),
+                Body::Disk(f) => {
+                    use std::os::unix::fs::FileExt;
+                    let mut v = vec![0; i.size as usize];
+                    f.read_exact_at(&mut v, 0).unwrap();
+                    v
+                }
             },
             other => panic!("not a file: {other:?}"),
         }
@@ -271,5 +297,25 @@ mod tests {
         }
         fs::remove_dir_all(root).unwrap();
         fs::remove_dir_all(outside).unwrap();
+    }
+
+    #[test]
+    fn large_files_keep_a_bounded_number_of_descriptors() {
+        let root = tmpdir("fds");
+        for k in 0..MAX_OPEN_FILES + 10 {
+            fs::write(root.join(format!("f{k}")), format!("file {k}")).unwrap();
+        }
+        // small = 0: every file is "large", kept as an open descriptor.
+        let mut c = FileCache::new(root.clone(), 1 << 30, 0);
+        for k in 0..MAX_OPEN_FILES + 10 {
+            let l = c.lookup(Path::new(&format!("f{k}")));
+            assert_eq!(body(&l), format!("file {k}").into_bytes());
+            assert!(c.open_files() <= MAX_OPEN_FILES, "{} open", c.open_files());
+        }
+        assert!(c.open_files() < MAX_OPEN_FILES, "the cache was emptied at the bound");
+        // A large file changed in place is served fresh, from a new descriptor.
+        fs::write(root.join("f3"), "changed, and longer").unwrap();
+        assert_eq!(body(&c.lookup(Path::new("f3"))), b"changed, and longer");
+        fs::remove_dir_all(root).unwrap();
     }
 }

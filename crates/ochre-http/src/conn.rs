@@ -66,7 +66,8 @@ enum Chunk {
         end: usize,
     },
     File {
-        file: File,
+        /// The cache's descriptor, shared (sendfile takes the offset explicitly).
+        file: Arc<File>,
         offset: u64,
         end: u64,
     },
@@ -600,16 +601,10 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
                 end: last as usize + 1,
             });
         }
-        Body::Disk(path) => match File::open(path) {
-            Ok(file) => {
-                st.out_bytes += len as usize;
-                st.out.push_back(Chunk::File { file, offset: first, end: last + 1 });
-            }
-            Err(_) => {
-                // The head is already queued: the only honest way out is to close.
-                st.close_after_write = true;
-            }
-        },
+        Body::Disk(file) => {
+            st.out_bytes += len as usize;
+            st.out.push_back(Chunk::File { file: file.clone(), offset: first, end: last + 1 });
+        }
     }
 }
 
@@ -639,7 +634,7 @@ fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
                 let want = (*end - *offset).min(1 << 30) as usize;
                 // A copy: the bookkeeping below advances the chunk's offset.
                 let mut at = *offset;
-                io::net::sendfile(&conn.stream, file, &mut at, want)
+                io::net::sendfile(&conn.stream, &**file, &mut at, want)
             }
         };
         let mut n = match r {
