@@ -330,20 +330,18 @@ pub fn run(opts: &Options) -> BenchReport {
 /// costs w / rate of a worker's time).
 fn right_grain(report: &mut BenchReport, opts: &Options, w: usize) {
     let rounds = if opts.quick { 2_000 } else { 8_000 };
-    let ochres = peers::ochre_variants(w);
+    let ochres = [
+        ("ochre", Runtime::builder().workers(w).build()),
+        ("ochre-baseline", Runtime::builder().workers(w).config(ochre::Config::baseline()).build()),
+    ];
     let pool = peers::rayon_pool(w);
     let tmt = peers::tokio_multi_thread(w);
     let grain = |rate: f64| 19.0 * w as f64 * 1e9 / rate;
     let mut systems: Vec<System<'_>> = ochres
         .iter()
-        .filter(|(name, _)| matches!(*name, "ochre" | "ochre-baseline"))
         .map(|(name, rt)| {
-            let setup =
-                rt.as_ref().map(|rt| (rt, prodcons::Round::leak(rt, 0))).map_err(|e| e.to_string());
-            System::new(*name, move || {
-                let (rt, round) = setup.as_ref().map_err(|e| e.clone())?;
-                prodcons::ochre_prodcons(rt, round, rounds).map(grain)
-            })
+            let mut run = prodcons::ochre_system(rt, 0, rounds);
+            System::new(*name, move || run().map(grain))
         })
         .collect();
     systems.extend([

@@ -6,13 +6,14 @@
 //! per client for the whole run). An injector that is slower than wrk shows here as a ratio
 //! below 1: the server is the same, only the injector differs. nginx or wrk missing is a note.
 
+use std::process::Command;
 use std::time::Duration;
 
 use ochre::Runtime;
 use ochre_load::{ClosedLoop, LoadReport, Phases, Target};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
-use crate::sws::{nginx_path, setup, wrk, Nginx, Setup, CONNECTIONS};
+use crate::sws::{nginx_path, setup, Nginx, Setup, CONNECTIONS};
 
 /// One `ochre load` run on `rt` against `target`: `CONNECTIONS` keep-alive clients (one
 /// connection each for the whole run, as wrk does), a short warm-up, `secs` measured; an error if
@@ -39,6 +40,36 @@ pub(crate) fn drive(rt: &Runtime, target: &Target, secs: f64) -> Result<LoadRepo
 /// One `ochre load` measurement of `url` on `rt`: requests/s.
 fn ochre_load(rt: &Runtime, url: &str, secs: u64) -> Result<f64, String> {
     Ok(drive(rt, &ochre_load::parse_url(url)?, secs as f64)?.throughput)
+}
+
+/// One wrk measurement: requests/s, or why it failed.
+fn wrk(url: &str, cpu: usize, secs: u64) -> Result<f64, String> {
+    let out = Command::new("taskset")
+        .args([
+            "-c",
+            &cpu.to_string(),
+            "wrk",
+            "-t1",
+            &format!("-c{CONNECTIONS}"),
+            &format!("-d{secs}s"),
+            url,
+        ])
+        .output()
+        .map_err(|e| format!("running wrk: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("Non-2xx") || text.contains("Socket errors") {
+        return Err(format!(
+            "wrk saw errors: {}",
+            text.lines()
+                .filter(|l| l.contains("rror") || l.contains("2xx"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    text.lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no rate in wrk's output: {text}"))
 }
 
 /// Runs the injector benchmark.

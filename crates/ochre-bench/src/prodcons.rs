@@ -281,7 +281,7 @@ fn scaling_checks(report: &mut BenchReport) {
 }
 
 /// ochre as a benchmark system: the shared state is set up once for the case.
-fn ochre_system(
+pub(crate) fn ochre_system(
     rt: &Result<Runtime, ochre::Error>,
     cost: u64,
     rounds: u64,

@@ -35,36 +35,6 @@ pub(crate) fn nginx_path() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
 }
 
-/// One wrk measurement: requests/s, or why it failed.
-pub(crate) fn wrk(url: &str, cpu: usize, secs: u64) -> Result<f64, String> {
-    let out = Command::new("taskset")
-        .args([
-            "-c",
-            &cpu.to_string(),
-            "wrk",
-            "-t1",
-            &format!("-c{CONNECTIONS}"),
-            &format!("-d{secs}s"),
-            url,
-        ])
-        .output()
-        .map_err(|e| format!("running wrk: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if text.contains("Non-2xx") || text.contains("Socket errors") {
-        return Err(format!(
-            "wrk saw errors: {}",
-            text.lines()
-                .filter(|l| l.contains("rror") || l.contains("2xx"))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-    }
-    text.lines()
-        .find_map(|l| l.strip_prefix("Requests/sec:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| format!("no rate in wrk's output: {text}"))
-}
-
 /// An SWS instance in this process, on `cpus`.
 struct Sws {
     rt: Arc<Runtime>,

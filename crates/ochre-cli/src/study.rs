@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use ochre_bench::harness::si;
+use ochre_bench::harness::{si, Check, Row};
 use ochre_bench::{BenchReport, Options};
 use plotters::prelude::*;
 
@@ -237,6 +237,27 @@ fn summary(m: &MachineInfo, opts: &Options, took: Duration) -> String {
     s
 }
 
+/// A result row's cells, as both report formats show them: case, system, median with its unit,
+/// min - max, ratio to ochre.
+fn cells(row: &Row) -> [String; 5] {
+    [
+        row.case.clone(),
+        row.system.clone(),
+        format!("{} {}", si(row.median), row.unit),
+        format!("{} - {}", si(row.min), si(row.max)),
+        row.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default(),
+    ]
+}
+
+/// What a goal check came to.
+fn verdict(c: &Check) -> &'static str {
+    if c.held {
+        "held"
+    } else {
+        "missed"
+    }
+}
+
 fn figures_of<'a>(figures: &'a [(String, Vec<String>)], bench: &str) -> &'a [String] {
     figures.iter().find(|(b, _)| b == bench).map(|(_, f)| f.as_slice()).unwrap_or(&[])
 }
@@ -258,26 +279,12 @@ fn render_markdown(
         }
         md += "| case | system | median | min - max | vs ochre |\n|---|---|---:|---:|---:|\n";
         for row in &r.rows {
-            md += &format!(
-                "| {} | {} | {} {} | {} - {} | {} |\n",
-                row.case,
-                row.system,
-                si(row.median),
-                row.unit,
-                si(row.min),
-                si(row.max),
-                row.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default()
-            );
+            md += &format!("| {} |\n", cells(row).join(" | "));
         }
         if !r.checks.is_empty() {
             md += "\nGoals:\n\n";
             for c in &r.checks {
-                md += &format!(
-                    "- {} **{}** (measured {:.3})\n",
-                    c.goal,
-                    if c.held { "held" } else { "missed" },
-                    c.measured
-                );
+                md += &format!("- {} **{}** (measured {:.3})\n", c.goal, verdict(c), c.measured);
             }
         }
         for n in &r.notes {
@@ -315,27 +322,19 @@ fn render_html(
         h += "<table><tr><th>case</th><th>system</th><th>median</th><th>min - max</th>\
               <th>vs ochre</th></tr>\n";
         for row in &r.rows {
-            let _ = writeln!(
-                h,
-                "<tr><td>{}</td><td>{}</td><td class=\"n\">{} {}</td><td class=\"n\">{} - {}</td>\
-                 <td class=\"n\">{}</td></tr>",
-                esc(&row.case),
-                esc(&row.system),
-                si(row.median),
-                esc(&row.unit),
-                si(row.min),
-                si(row.max),
-                row.vs_ochre.map(|v| format!("{v:.2}x")).unwrap_or_default()
-            );
+            let [case, system, numbers @ ..] = cells(row).map(|c| esc(&c));
+            let numbers: String =
+                numbers.iter().map(|c| format!("<td class=\"n\">{c}</td>")).collect();
+            let _ = writeln!(h, "<tr><td>{case}</td><td>{system}</td>{numbers}</tr>");
         }
         h += "</table>\n";
         if !r.checks.is_empty() {
             h += "<ul>\n";
             for c in &r.checks {
-                let (class, word) = if c.held { ("held", "held") } else { ("missed", "missed") };
+                let word = verdict(c);
                 let _ = writeln!(
                     h,
-                    "<li>{} <b class=\"{class}\">{word}</b> (measured {:.3})</li>",
+                    "<li>{} <b class=\"{word}\">{word}</b> (measured {:.3})</li>",
                     esc(&c.goal),
                     c.measured
                 );

@@ -91,6 +91,9 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         core.publish(shared);
         steal::request(&mut core, shared);
         let paused = core.no_spin_until.is_some_and(|t| Instant::now() < t);
+        if !paused {
+            core.no_spin_until = None; // over: no clock read in later idle spells
+        }
         let budget = if paused {
             Duration::ZERO
         } else {

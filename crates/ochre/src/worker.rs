@@ -381,9 +381,15 @@ impl Core {
             self.counters.set(Counter::EmaRemoteFrees, h.remote_frees as u64);
             self.counters.set(Counter::EmaRefused, h.refused as u64);
         }
-        let remote = &shared.remotes[self.id];
-        remote.stats.publish(&self.counters);
-        remote.status.ready.store(self.queue.ready_len(), Ordering::Relaxed);
+        shared.remotes[self.id].stats.publish(&self.counters);
+        self.publish_ready(shared);
+    }
+
+    /// Publishes how many colors wait here, for thieves choosing a victim.
+    #[inline]
+    fn publish_ready(&self, shared: &Shared) {
+        // Relaxed: a hint; a stale value costs a wasted or a missed request, never correctness.
+        shared.remotes[self.id].status.ready.store(self.queue.ready_len(), Ordering::Relaxed);
     }
 
     /// A cheap pseudo-random number (xorshift64*), for victim selection.
@@ -435,8 +441,8 @@ impl WorkerCtx {
             let idle = {
                 let mut core = self.core.borrow_mut();
                 core.flush_all(shared);
+                // (Sleepers were nudged after the round's last turn: `run_round`.)
                 core.publish(shared);
-                steal::nudge_sleepers(&mut core, shared);
                 ran == 0 && core.queue.ready_len() == 0
             };
             if idle && idle::idle(self) == idle::Flow::Stop {
@@ -493,11 +499,9 @@ impl WorkerCtx {
             }
             core.end_of_turn_flush(shared);
             if shared.config.steal != crate::Steal::Off {
-                // Thieves judge victims by this: kept current through a long round, not only
-                // at its end (one relaxed store to a line only thieves read).
-                let ready = core.queue.ready_len();
-                shared.remotes[core.id].status.ready.store(ready, Ordering::Relaxed);
-                // Likewise a sleeper is woken to steal during a long round, not after it.
+                // Thieves judge victims by the ready count, and a sleeper is woken to steal:
+                // after every turn, so both hold through a long round, not only at its end.
+                core.publish_ready(shared);
                 steal::nudge_sleepers(&mut core, shared);
             }
             steal::answer(&mut core, shared);
