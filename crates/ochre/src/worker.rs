@@ -68,6 +68,8 @@ pub(crate) struct Core {
     events_since_check: u32,
     /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
     turn_sends: u32,
+    /// The ready count last written to this worker's status (`publish_ready`).
+    published_ready: usize,
     /// Turns started, for sampling their duration.
     turns: u32,
     overdue: Vec<usize>,
@@ -102,6 +104,7 @@ impl Core {
             nudge_cooldown: 0,
             events_since_check: 0,
             turn_sends: 0,
+            published_ready: 0,
             turns: 0,
             overdue: Vec::new(),
             io: IoCore::new(),
@@ -385,11 +388,16 @@ impl Core {
         self.publish_ready(shared);
     }
 
-    /// Publishes how many colors wait here, for thieves choosing a victim.
+    /// Publishes how many colors wait here, for thieves choosing a victim; only a change is
+    /// written (called after every turn when stealing is on).
     #[inline]
-    fn publish_ready(&self, shared: &Shared) {
-        // Relaxed: a hint; a stale value costs a wasted or a missed request, never correctness.
-        shared.remotes[self.id].status.ready.store(self.queue.ready_len(), Ordering::Relaxed);
+    fn publish_ready(&mut self, shared: &Shared) {
+        let ready = self.queue.ready_len();
+        if ready != self.published_ready {
+            self.published_ready = ready;
+            // Relaxed: a hint; a stale value costs a wasted or missed request, never correctness.
+            shared.remotes[self.id].status.ready.store(ready, Ordering::Relaxed);
+        }
     }
 
     /// A cheap pseudo-random number (xorshift64*), for victim selection.
