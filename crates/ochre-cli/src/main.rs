@@ -43,9 +43,13 @@ enum Command {
         /// Worker threads (default: one per CPU available).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: Option<u32>,
-        /// A TOML file with server settings (the fields of ochre_http::ServerConfig).
+        /// A TOML file with server settings; `--print-config` prints one with every setting,
+        /// its default and its meaning.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print every setting of the configuration file with its default and meaning, and exit.
+        #[arg(long)]
+        print_config: bool,
         /// Concurrent connections; beyond, new ones get 503 (default 10000).
         #[arg(long)]
         max_connections: Option<usize>,
@@ -159,7 +163,12 @@ fn main() -> ExitCode {
             status_path,
             copies,
             copy,
+            print_config,
         } => {
+            if print_config {
+                print!("{}", ochre_http::ServerConfig::sample_toml());
+                return ExitCode::SUCCESS;
+            }
             if copies > 1 && copy.is_none() {
                 return exit(run_copies(copies));
             }

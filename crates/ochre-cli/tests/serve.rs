@@ -64,6 +64,39 @@ fn serve_answers_and_stops_gracefully_on_sigterm() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// The printed configuration is a file `--config` takes, edited as a user would.
+#[test]
+fn the_printed_configuration_is_a_working_config_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--print-config"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let sample = String::from_utf8(out.stdout).unwrap();
+    assert!(sample.contains("\nrevalidate = \"inotify\"\n"), "{sample}");
+    let root = site("config");
+    let edited = sample
+        .replace("root = \".\"", &format!("root = {:?}", root.to_str().unwrap()))
+        .replace("# status_path = ", "status_path = ");
+    assert_ne!(edited, sample);
+    let file = root.with_extension("toml");
+    std::fs::write(&file, edited).unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--workers", "1"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(port, &mut child);
+    assert!(get(port, "/").unwrap().ends_with("hello\n"));
+    let status = get(port, "/.ochre/status").unwrap();
+    assert!(status.starts_with("HTTP/1.1 200") && status.contains("\"requests\""), "{status}");
+    assert!(stop(child).success());
+    std::fs::remove_dir_all(root).unwrap();
+    std::fs::remove_file(file).unwrap();
+}
+
 #[test]
 fn n_copy_spreads_connections_over_processes_sharing_the_port() {
     let root = site("copies");

@@ -1,17 +1,21 @@
 //! GetFromCache: file metadata and small file contents, one cache per worker.
 //!
 //! Each worker keeps its own cache (a thread-local, keyed by server), so looking a file up takes
-//! no lock and no cache line bounces between cores. An entry is revalidated on every request by
-//! one `stat` of the path: if device, inode, size or modification time changed, the entry is
-//! rebuilt, so a changed, replaced or deleted file is served fresh at once. (The Apache/NUMA
-//! paper's inotify invalidation, which saves that `stat`, is the next step.)
+//! no lock and no cache line bounces between cores. How an entry is known to be current depends
+//! on [`Revalidate`]: with inotify (the default), the cache's own inotify instance watches the
+//! directories of the paths it holds, and a lookup reads the pending events (one `read`, which
+//! answers "nothing" while nothing changed) instead of a `stat` of the path; any event makes
+//! every entry revalidate once by `stat` (see `notify` for the invariants and why this is fresh
+//! at once). With `stat`, or where inotify is unavailable, every lookup `stat`s the path. Either
+//! way, an entry whose device, inode, size, modification or change time differs is rebuilt, so a
+//! changed, replaced, deleted or re-permissioned file is served fresh at once.
 //!
 //! Rebuilding resolves the path (`canonicalize`: symbolic links followed) and refuses a file
 //! whose real path is outside the canonical root, then reads files up to `small_file_bytes` into
 //! memory; larger ones keep an open descriptor and are sent with `sendfile`. Cached contents and
 //! descriptors are bounded per worker ([`MAX_OPEN_FILES`]); when either is full, the cache is
-//! emptied (simple, and rare for a working set that fits). A replaced or changed file gets a new
-//! entry (and descriptor) at its next request, by the same `stat`.
+//! emptied (simple, and rare for a working set that fits). Directories and missing files are not
+//! cached (each such lookup is a `stat`).
 
 use std::cell::RefCell;
 use std::fs;
@@ -22,6 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
+
+use crate::config::Revalidate;
+use crate::notify::{DirWatcher, Drained};
 
 /// Where a file's body comes from.
 #[derive(Debug)]
@@ -66,15 +73,44 @@ pub enum Lookup {
     Error(io::Error),
 }
 
-type Ident = (u64, u64, u64, i64, i64);
+/// What identifies a version of a file: device, inode, size, modification time, and change time
+/// (which also moves when permissions or owner change).
+type Ident = (u64, u64, u64, (i64, i64), (i64, i64));
 
 fn ident(md: &fs::Metadata) -> Ident {
-    (md.dev(), md.ino(), md.size(), md.mtime(), md.mtime_nsec())
+    (md.dev(), md.ino(), md.size(), (md.mtime(), md.mtime_nsec()), (md.ctime(), md.ctime_nsec()))
 }
 
 struct Entry {
     ident: Ident,
+    /// The watcher's generation when this entry was last found current with every directory of
+    /// its path (and of its real path) watched; `None`: `stat` at every lookup.
+    valid_at: Option<u64>,
+    /// The real path (under the root), where it is not the requested one (symbolic links): its
+    /// directories are watched as well, and a change to it drops this entry.
+    real: Option<PathBuf>,
     info: Arc<FileInfo>,
+}
+
+impl Entry {
+    fn cost(&self) -> usize {
+        match &self.info.body {
+            Body::Memory(b) => b.len() + 256,
+            Body::Disk(_) => 256,
+        }
+    }
+
+    fn open_files(&self) -> usize {
+        usize::from(matches!(self.info.body, Body::Disk(_)))
+    }
+}
+
+/// Watches the directories from `root` down to `root/rel_dir`; false without a watcher.
+fn watch_dirs(watcher: &mut Option<DirWatcher>, root: &Path, rel_dir: Option<&Path>) -> bool {
+    match watcher {
+        Some(w) => w.watch_dirs(root, rel_dir.unwrap_or(Path::new(""))),
+        None => false,
+    }
 }
 
 /// Descriptors of large files a worker's cache keeps open at most.
@@ -89,6 +125,14 @@ pub struct FileCache {
     small: u64,
     /// Entries holding an open descriptor.
     open_files: usize,
+    /// `None` with `Revalidate::Stat`, or when inotify was refused.
+    watcher: Option<DirWatcher>,
+    /// Files a drain reported changed (kept for its allocation).
+    changed: Vec<PathBuf>,
+    /// Entries with a `real` path.
+    aliased: usize,
+    /// `stat`s of files done by lookups.
+    stats: u64,
 }
 
 fn content_type(path: &Path) -> String {
@@ -105,13 +149,51 @@ fn content_type(path: &Path) -> String {
 
 impl FileCache {
     /// A cache for `root` (canonical).
-    pub fn new(root: PathBuf, capacity: usize, small: u64) -> FileCache {
-        FileCache { root, entries: FxHashMap::default(), bytes: 0, capacity, small, open_files: 0 }
+    pub fn new(root: PathBuf, capacity: usize, small: u64, revalidate: Revalidate) -> FileCache {
+        let watcher = match revalidate {
+            Revalidate::Stat => None,
+            Revalidate::Inotify => DirWatcher::new()
+                .map_err(|e| {
+                    static ONCE: std::sync::Once = std::sync::Once::new();
+                    ONCE.call_once(|| {
+                        eprintln!("sws: no inotify ({e}): files are revalidated by stat instead")
+                    });
+                })
+                .ok(),
+        };
+        FileCache {
+            root,
+            entries: FxHashMap::default(),
+            bytes: 0,
+            capacity,
+            small,
+            open_files: 0,
+            watcher,
+            changed: Vec::new(),
+            aliased: 0,
+            stats: 0,
+        }
     }
 
     /// Looks `rel` up under the root.
     pub fn lookup(&mut self, rel: &Path) -> Lookup {
+        let generation = self.watcher.as_mut().map(|w| w.drain(&mut self.changed));
+        if let Some(Drained { lost: true, .. }) = generation {
+            self.clear();
+        }
+        if !self.changed.is_empty() {
+            self.forget_changed();
+        }
+        let generation = generation.map(|d| d.generation);
+        if let Some(e) = self.entries.get(rel) {
+            if generation.is_some() && e.valid_at == generation {
+                return Lookup::File(e.info.clone());
+            }
+        }
+        // Watches before the stat: a change after the watch is an event, one before is seen.
+        let watched = watch_dirs(&mut self.watcher, &self.root, rel.parent());
         let full = self.root.join(rel);
+        self.stats += 1;
         let md = match fs::metadata(&full) {
             Ok(md) => md,
             Err(e) => return from_error(e),
@@ -123,16 +205,27 @@ impl FileCache {
             return Lookup::Forbidden;
         }
         let id = ident(&md);
-        if let Some(e) = self.entries.get(rel) {
+        if let Some(e) = self.entries.get_mut(rel) {
             if e.ident == id {
+                let real_watched = match &e.real {
+                    Some(r) => watch_dirs(&mut self.watcher, &self.root, r.parent()),
+                    None => true,
+                };
+                e.valid_at = if watched && real_watched { generation } else { None };
                 return Lookup::File(e.info.clone());
             }
         }
-        match self.build(&full, &md) {
-            Ok(Some((info, id_after))) => {
+        match self.build(rel, &full, &md) {
+            Ok(Some((info, id_after, real, real_watched))) => {
                 let info = Arc::new(info);
                 if id_after == id {
-                    self.insert(rel.to_path_buf(), id, info.clone());
+                    let entry = Entry {
+                        ident: id,
+                        valid_at: if watched && real_watched { generation } else { None },
+                        real,
+                        info: info.clone(),
+                    };
+                    self.insert(rel.to_path_buf(), entry);
                 }
                 Lookup::File(info)
             }
@@ -141,11 +234,25 @@ impl FileCache {
         }
     }
 
-    fn build(&self, full: &Path, md: &fs::Metadata) -> io::Result<Option<(FileInfo, Ident)>> {
+    /// The file's contents and identity, its real path if not `rel`, and whether the directories
+    /// of that path are watched (before the file is opened: a change after is an event, one
+    /// before shows in its identity).
+    #[allow(clippy::type_complexity)]
+    fn build(
+        &mut self,
+        rel: &Path,
+        full: &Path,
+        md: &fs::Metadata,
+    ) -> io::Result<Option<(FileInfo, Ident, Option<PathBuf>, bool)>> {
         let canonical = fs::canonicalize(full)?;
-        if !canonical.starts_with(&self.root) {
+        let Ok(real) = canonical.strip_prefix(&self.root) else {
             return Ok(None); // A link out of the root.
-        }
+        };
+        let real = (real != rel).then(|| real.to_path_buf());
+        let real_watched = match &real {
+            Some(r) => watch_dirs(&mut self.watcher, &self.root, r.parent()),
+            None => true,
+        };
         let mtime = md.modified().unwrap_or(UNIX_EPOCH);
         let mut file = fs::File::open(&canonical)?;
         let (body, id_after) = if md.size() <= self.small {
@@ -166,30 +273,57 @@ impl FileCache {
             content_type: content_type(&canonical),
             body,
         };
-        Ok(Some((info, id_after)))
+        Ok(Some((info, id_after, real, real_watched)))
     }
 
-    fn insert(&mut self, rel: PathBuf, id: Ident, info: Arc<FileInfo>) {
-        let cost = |i: &FileInfo| match &i.body {
-            Body::Memory(b) => b.len() + 256,
-            Body::Disk(_) => 256,
-        };
-        let is_disk = |i: &FileInfo| usize::from(matches!(i.body, Body::Disk(_)));
-        if let Some(old) = self.entries.remove(&rel) {
-            self.bytes = self.bytes.saturating_sub(cost(&old.info));
-            self.open_files = self.open_files.saturating_sub(is_disk(&old.info));
-        }
-        if self.bytes + cost(&info) > self.capacity
-            || self.open_files + is_disk(&info) > MAX_OPEN_FILES
+    fn insert(&mut self, rel: PathBuf, entry: Entry) {
+        self.remove(&rel);
+        if self.bytes + entry.cost() > self.capacity
+            || self.open_files + entry.open_files() > MAX_OPEN_FILES
         {
-            // Descriptors still used by responses in flight close with their last reference.
-            self.entries.clear();
-            self.bytes = 0;
-            self.open_files = 0;
+            self.clear();
         }
-        self.bytes += cost(&info);
-        self.open_files += is_disk(&info);
-        self.entries.insert(rel, Entry { ident: id, info });
+        self.bytes += entry.cost();
+        self.open_files += entry.open_files();
+        self.aliased += usize::from(entry.real.is_some());
+        self.entries.insert(rel, entry);
+    }
+
+    fn remove(&mut self, rel: &Path) {
+        if let Some(old) = self.entries.remove(rel) {
+            self.bytes -= old.cost();
+            self.open_files -= old.open_files();
+            self.aliased -= usize::from(old.real.is_some());
+        }
+    }
+
+    fn clear(&mut self) {
+        // Descriptors still used by responses in flight close with their last reference.
+        self.entries.clear();
+        self.bytes = 0;
+        self.open_files = 0;
+        self.aliased = 0;
+    }
+
+    /// Drops the entries of the files a drain reported changed, by requested or real path.
+    fn forget_changed(&mut self) {
+        let mut changed = std::mem::take(&mut self.changed);
+        for path in &changed {
+            self.remove(path);
+        }
+        if self.aliased > 0 {
+            let stale: Vec<PathBuf> = self
+                .entries
+                .iter()
+                .filter(|(_, e)| e.real.as_ref().is_some_and(|r| changed.contains(r)))
+                .map(|(rel, _)| rel.clone())
+                .collect();
+            for rel in stale {
+                self.remove(&rel);
+            }
+        }
+        changed.clear();
+        self.changed = changed;
     }
 
     /// Descriptors this cache holds open.
@@ -254,7 +388,7 @@ mod tests {
     fn changed_and_deleted_files_are_seen_at_once() {
         let root = tmpdir("fresh");
         fs::write(root.join("a.txt"), b"one").unwrap();
-        let mut c = FileCache::new(root.clone(), 1 << 20, 1024);
+        let mut c = FileCache::new(root.clone(), 1 << 20, 1024, Revalidate::Inotify);
         assert_eq!(body(&c.lookup(Path::new("a.txt"))), b"one");
         let etag1 = match c.lookup(Path::new("a.txt")) {
             Lookup::File(i) => i.etag.clone(),
@@ -283,7 +417,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.join("secret"), root.join("link")).unwrap();
         fs::write(root.join("big.bin"), vec![9u8; 5000]).unwrap();
         fs::create_dir(root.join("d")).unwrap();
-        let mut c = FileCache::new(root.clone(), 1 << 20, 1024);
+        let mut c = FileCache::new(root.clone(), 1 << 20, 1024, Revalidate::Inotify);
         assert!(matches!(c.lookup(Path::new("link")), Lookup::Forbidden));
         assert!(matches!(c.lookup(Path::new("d")), Lookup::Directory));
         assert!(matches!(c.lookup(Path::new("nope/x")), Lookup::NotFound));
@@ -306,7 +440,7 @@ mod tests {
             fs::write(root.join(format!("f{k}")), format!("file {k}")).unwrap();
         }
         // small = 0: every file is "large", kept as an open descriptor.
-        let mut c = FileCache::new(root.clone(), 1 << 30, 0);
+        let mut c = FileCache::new(root.clone(), 1 << 30, 0, Revalidate::Inotify);
         for k in 0..MAX_OPEN_FILES + 10 {
             let l = c.lookup(Path::new(&format!("f{k}")));
             assert_eq!(body(&l), format!("file {k}").into_bytes());
@@ -316,6 +450,131 @@ mod tests {
         // A large file changed in place is served fresh, from a new descriptor.
         fs::write(root.join("f3"), "changed, and longer").unwrap();
         assert_eq!(body(&c.lookup(Path::new("f3"))), b"changed, and longer");
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    fn text(l: &Lookup) -> String {
+        String::from_utf8(body(l)).unwrap()
+    }
+
+    #[test]
+    fn with_inotify_a_hit_costs_no_stat_and_a_change_drops_only_its_entry() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tmpdir("notify");
+        fs::create_dir_all(root.join("d/e")).unwrap();
+        fs::write(root.join("a.txt"), "a1").unwrap();
+        fs::write(root.join("d/e/b.txt"), "b1").unwrap();
+        let (a, b) = (Path::new("a.txt"), Path::new("d/e/b.txt"));
+        let mut c = FileCache::new(root.clone(), 1 << 20, 1024, Revalidate::Inotify);
+        assert!(c.watcher.is_some(), "inotify is available here");
+        for _ in 0..3 {
+            assert_eq!(text(&c.lookup(a)), "a1");
+            assert_eq!(text(&c.lookup(b)), "b1");
+        }
+        assert_eq!(c.stats, 2, "one stat per file, at its first lookup");
+        assert_eq!(c.watcher.as_ref().unwrap().watched(), 3, "the root, d and d/e");
+        // Changed in place, same size: the event, not the identity, says so.
+        fs::write(root.join("a.txt"), "a2").unwrap();
+        assert_eq!(text(&c.lookup(a)), "a2");
+        assert_eq!(c.stats, 3);
+        assert_eq!(text(&c.lookup(b)), "b1");
+        assert_eq!(c.stats, 3, "the other entry stays trusted");
+        // Permissions are attributes: the entry is rebuilt.
+        fs::set_permissions(root.join("d/e/b.txt"), fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(text(&c.lookup(b)), "b1");
+        assert_eq!(c.stats, 4);
+        fs::remove_file(root.join("a.txt")).unwrap();
+        assert!(matches!(c.lookup(a), Lookup::NotFound));
+        // A directory moved away and another made in its place.
+        fs::rename(root.join("d"), root.join("old")).unwrap();
+        fs::create_dir_all(root.join("d/e")).unwrap();
+        fs::write(root.join("d/e/b.txt"), "b2").unwrap();
+        assert_eq!(text(&c.lookup(b)), "b2");
+        let stats = c.stats;
+        assert_eq!(text(&c.lookup(b)), "b2");
+        assert_eq!(c.stats, stats, "the new directories are watched: hits cost no stat again");
+        fs::write(root.join("d/e/b.txt"), "b3").unwrap();
+        assert_eq!(text(&c.lookup(b)), "b3");
+        fs::write(root.join("old/e/b.txt"), "zz").unwrap();
+        assert_eq!(text(&c.lookup(b)), "b3", "the moved-away file is not this path's");
+        // A link: its target's changes drop it too, and so does its own change.
+        std::os::unix::fs::symlink("d/e/b.txt", root.join("link")).unwrap();
+        let link = Path::new("link");
+        assert_eq!(text(&c.lookup(link)), "b3");
+        fs::write(root.join("d/e/b.txt"), "b4").unwrap();
+        assert_eq!(text(&c.lookup(link)), "b4");
+        fs::write(root.join("a.txt"), "a3").unwrap();
+        fs::remove_file(root.join("link")).unwrap();
+        std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
+        assert_eq!(text(&c.lookup(link)), "a3");
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    /// Every kind of change, each followed at once by a lookup that must see it, with both ways
+    /// of revalidating.
+    #[test]
+    fn rapid_changes_are_all_seen_at_once() {
+        for mode in [Revalidate::Inotify, Revalidate::Stat] {
+            let root = tmpdir(&format!("rapid-{mode:?}"));
+            fs::create_dir_all(root.join("d")).unwrap();
+            let rel = Path::new("d/f.txt");
+            let mut c = FileCache::new(root.clone(), 1 << 20, 1024, mode);
+            let mut rng = 0x2545_f491_4f6c_dd1du64;
+            for round in 0..600u32 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let now = format!("{round:06}"); // Same size every time.
+                let path = root.join(rel);
+                match rng % 4 {
+                    0 => fs::write(&path, &now).unwrap(),
+                    1 => {
+                        fs::write(root.join("d/tmp"), &now).unwrap();
+                        fs::rename(root.join("d/tmp"), &path).unwrap();
+                    }
+                    2 => {
+                        let _ = fs::remove_file(&path);
+                        assert!(matches!(c.lookup(rel), Lookup::NotFound), "round {round}");
+                        fs::write(&path, &now).unwrap();
+                    }
+                    _ => {
+                        fs::remove_dir_all(root.join("d")).unwrap();
+                        fs::create_dir(root.join("d")).unwrap();
+                        fs::write(&path, &now).unwrap();
+                    }
+                }
+                assert_eq!(text(&c.lookup(rel)), now, "{mode:?}, round {round}");
+                assert_eq!(text(&c.lookup(rel)), now, "{mode:?}, round {round}, a hit");
+            }
+            fs::remove_dir_all(root).unwrap();
+        }
+    }
+
+    #[test]
+    fn lost_events_empty_the_cache() {
+        let root = tmpdir("overflow");
+        fs::write(root.join("a"), "1").unwrap();
+        fs::write(root.join("b"), "1").unwrap();
+        fs::write(root.join("c"), "1").unwrap();
+        fs::write(root.join("d"), "1").unwrap();
+        let mut c = FileCache::new(root.clone(), 1 << 20, 1024, Revalidate::Inotify);
+        assert_eq!(text(&c.lookup(Path::new("a"))), "1");
+        assert_eq!(text(&c.lookup(Path::new("d"))), "1");
+        let limit: usize = fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16384);
+        // Writes to two files in turn: an event each (the kernel merges only an event equal to
+        // the last one queued), enough to overflow the queue.
+        let open = |name| fs::OpenOptions::new().append(true).open(root.join(name)).unwrap();
+        let mut files = [open("b"), open("c")];
+        for k in 0..=limit {
+            std::io::Write::write_all(&mut files[k % 2], b"x").unwrap();
+        }
+        let before = c.stats;
+        assert_eq!(text(&c.lookup(Path::new("a"))), "1");
+        assert_eq!(c.stats, before + 1);
+        assert_eq!(c.entries.len(), 1, "d, unchanged, was dropped with every other entry");
         fs::remove_dir_all(root).unwrap();
     }
 }

@@ -40,6 +40,11 @@ pub struct ServerConfig {
     pub small_file_bytes: u64,
     /// Memory for cached file contents, per worker.
     pub cache_bytes_per_worker: usize,
+    /// How cached files are known to be unchanged: `"inotify"` (the default: the kernel reports
+    /// changes, a request costs no `stat`) or `"stat"` (one `stat` per request; for roots whose
+    /// changes raise no inotify event, such as network file systems). Either way a changed file
+    /// is served fresh at once.
+    pub revalidate: Revalidate,
     /// Append one line per response, in the common log format, to this file.
     pub access_log: Option<PathBuf>,
     /// Serve the server's counters as JSON at this path, to loopback clients only
@@ -63,10 +68,21 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             small_file_bytes: 256 * 1024,
             cache_bytes_per_worker: 64 * 1024 * 1024,
+            revalidate: Revalidate::Inotify,
             access_log: None,
             status_path: None,
         }
     }
+}
+
+/// How the file cache learns that a file changed (see [`ServerConfig::revalidate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Revalidate {
+    /// Watch the directories with inotify; falls back to `Stat` where inotify is unavailable.
+    Inotify,
+    /// `stat` the file at every request.
+    Stat,
 }
 
 impl ServerConfig {
@@ -76,23 +92,92 @@ impl ServerConfig {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
+
+    /// Every setting with its default value and meaning, as a TOML file to start from
+    /// (`ochre serve --print-config`). Settings without a default are commented out.
+    pub fn sample_toml() -> String {
+        let defaults = toml::Table::try_from(ServerConfig::default()).unwrap_or_default();
+        let examples = [("access_log", "\"access.log\""), ("status_path", "\"/.ochre/status\"")];
+        let mut out = String::from(
+            "# SWS settings (ochre serve --config FILE). Absent settings keep the defaults shown;\n\
+             # unknown ones are an error. Durations are in seconds.\n",
+        );
+        for (name, doc) in FIELD_DOCS {
+            out.push_str(&format!("\n# {doc}\n"));
+            match defaults.get(*name) {
+                Some(value) => out.push_str(&format!("{name} = {value}\n")),
+                None => {
+                    let example = examples.iter().find(|(n, _)| n == name).map_or("\"\"", |e| e.1);
+                    out.push_str(&format!("# {name} = {example}\n"));
+                }
+            }
+        }
+        out
+    }
 }
+
+/// Each setting's line in [`ServerConfig::sample_toml`]: its name and what it means.
+const FIELD_DOCS: &[(&str, &str)] = &[
+    ("root", "The directory served. Nothing outside it is ever served."),
+    ("index", "File served for a directory (/dir/ -> /dir/index.html); no listings."),
+    ("max_header_bytes", "Most bytes of a request head (request line and headers): 431 beyond."),
+    ("max_headers", "Most header fields in a request (at most 128): 431 beyond."),
+    ("max_target_len", "Longest request target: 414 beyond."),
+    ("max_body_bytes", "Largest request body accepted (and discarded): 413 beyond."),
+    ("read_timeout", "Seconds a client has to send a whole request head (408 after)."),
+    ("keepalive_timeout", "Seconds an idle keep-alive connection is kept."),
+    ("write_timeout", "Seconds a response may take to drain to a client that does not read."),
+    ("max_requests_per_connection", "Requests served on one connection before it is closed."),
+    ("max_connections", "Concurrent connections; beyond, new ones get 503 and are closed."),
+    ("small_file_bytes", "Files up to this size are kept in memory; larger ones use sendfile."),
+    ("cache_bytes_per_worker", "Memory for cached file contents, per worker."),
+    (
+        "revalidate",
+        "\"inotify\": changes are reported by the kernel; \"stat\": one stat per request \
+         (network file systems). Either way a changed file is served fresh at once.",
+    ),
+    ("access_log", "Append a common-log-format line per response to this file."),
+    ("status_path", "Serve the counters as JSON at this path, to loopback clients only."),
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn the_sample_file_documents_every_setting_and_reads_back_as_the_defaults() {
+        let sample = ServerConfig::sample_toml();
+        let read: ServerConfig = toml::from_str(&sample).unwrap();
+        let table = |c: &ServerConfig| toml::Table::try_from(c).unwrap();
+        assert_eq!(table(&read), table(&ServerConfig::default()));
+        // Every field (the optional ones set, so that they serialize) has its line.
+        let all = ServerConfig {
+            access_log: Some("a".into()),
+            status_path: Some("/s".into()),
+            ..ServerConfig::default()
+        };
+        for key in table(&all).keys() {
+            assert!(FIELD_DOCS.iter().any(|(n, _)| n == key), "{key} is not documented");
+            assert!(sample.contains(&format!("{key} = ")), "{key} is not in the sample");
+        }
+        assert_eq!(FIELD_DOCS.len(), table(&all).len(), "a documented setting that does not exist");
+    }
+
+    #[test]
     fn a_toml_file_sets_fields_and_refuses_unknown_ones() {
         let dir = std::env::temp_dir().join(format!("sws-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("good.toml");
-        std::fs::write(&good, "root = \"/srv\"\nread_timeout = 2.5\nmax_connections = 7\n")
-            .unwrap();
+        std::fs::write(
+            &good,
+            "root = \"/srv\"\nread_timeout = 2.5\nmax_connections = 7\nrevalidate = \"stat\"\n",
+        )
+        .unwrap();
         let c = ServerConfig::from_toml_file(&good).unwrap();
         assert_eq!(c.root, PathBuf::from("/srv"));
         assert_eq!(c.read_timeout, Duration::from_millis(2500));
         assert_eq!(c.max_connections, 7);
+        assert_eq!(c.revalidate, Revalidate::Stat);
         assert_eq!(c.index, "index.html", "absent fields keep their defaults");
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "rot = \"/srv\"\n").unwrap();

@@ -522,6 +522,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
             server.root.clone(),
             server.config.cache_bytes_per_worker,
             server.config.small_file_bytes,
+            server.config.revalidate,
         )
     };
     let mut lookup = with_worker_cache(server.id, make, |c| c.lookup(&target.path));

@@ -8,7 +8,7 @@
 //! file up in the worker's cache (`get_from_cache`) and queues the response, which
 //! `write_response` sends (`writev` for heads and cached bodies, `sendfile` for large files).
 //! `close` ends the connection and posts `dec_accepted_clients` to the accept color. The handler
-//! graph and its timeouts are in `conn`; the path checks in `path`; the cache in `cache`.
+//! graph and its timeouts are in `conn`; the path checks in `path`; the cache in `cache`, its change notification in `notify`.
 //!
 //! HTTP/1.1 (RFC 9110/9112) for static content: GET and HEAD, keep-alive and pipelining,
 //! `Content-Type` from the extension, `Date`, `Last-Modified`, `ETag`, conditional requests
@@ -19,6 +19,7 @@
 mod cache;
 pub mod config;
 mod conn;
+mod notify;
 pub mod path;
 mod response;
 mod stats;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use ochre::io::{Listener, Watch};
 use ochre::{Color, ColorCell, Handle};
 
-pub use config::ServerConfig;
+pub use config::{Revalidate, ServerConfig};
 
 /// What every handler of a server shares.
 pub(crate) struct ServerShared {

@@ -251,6 +251,49 @@ fn a_changed_file_is_served_fresh_at_once() {
     assert_eq!(get(f.addr, "/hello.txt", "").code, 404);
 }
 
+/// Reads one response (with a Content-Length) from a keep-alive connection.
+fn read_one(s: &mut TcpStream) -> Response {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + len {
+                assert_eq!(buf.len(), end + 4 + len, "one response at a time");
+                return parse_all(&buf, &[false]).pop().unwrap();
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed mid-response");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Each change, made just before a request, is what that request gets: on a kept-alive
+/// connection (the same worker each time) and on new ones (any worker), whether the file was
+/// rewritten in place with the same size, or its directory replaced.
+#[test]
+fn every_change_is_served_at_once_by_every_worker() {
+    let f = start("fresh-many", |_| {});
+    let mut kept = connect(f.addr);
+    for round in 0..150u32 {
+        let body = format!("version {round:05}\n");
+        if round % 10 == 9 {
+            std::fs::remove_dir_all(f.root.join("dir")).unwrap();
+            std::fs::create_dir_all(f.root.join("dir/sub")).unwrap();
+        }
+        std::fs::write(f.root.join("dir/sub/file.css"), &body).unwrap();
+        kept.write_all(b"GET /dir/sub/file.css HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let r = read_one(&mut kept);
+        assert_eq!((r.code, String::from_utf8_lossy(&r.body)), (200, body.as_str().into()));
+        assert_eq!(get(f.addr, "/dir/sub/file.css", "").body, body.as_bytes(), "round {round}");
+    }
+}
+
 #[test]
 fn slow_clients_time_out_and_the_connection_cap_answers_503() {
     let f = start("slow", |c| {
