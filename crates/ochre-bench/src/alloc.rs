@@ -9,7 +9,7 @@
 //!
 //! Systems: `ochre` (EMA: a heap per thread; the producer allocates for the consumer's worker,
 //! the consumer's frees go back in batches), `glibc` (the system allocator), `jemalloc`,
-//! `mimalloc`. Lower is better; ratios are to EMA.
+//! `mimalloc`, `snmalloc` (built from source by its crate, with the C++ compiler). Lower is better; ratios are to EMA.
 
 use std::alloc::{GlobalAlloc, Layout, System as SystemAlloc};
 use std::time::Instant;
@@ -148,6 +148,7 @@ pub fn run(opts: &Options) -> BenchReport {
             System::new("glibc", || Ok(local(Global(SystemAlloc), l, n))),
             System::new("jemalloc", || Ok(local(Global(tikv_jemallocator::Jemalloc), l, n))),
             System::new("mimalloc", || Ok(local(Global(mimalloc::MiMalloc), l, n))),
+            System::new("snmalloc", || Ok(local(Global(snmalloc_rs::SnMalloc), l, n))),
         ];
         measure_case(&mut report, &case, 1, "ns", opts.reps, systems);
         if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
@@ -160,6 +161,7 @@ pub fn run(opts: &Options) -> BenchReport {
             System::new("glibc", || Ok(remote(|_| Global(SystemAlloc), l, n))),
             System::new("jemalloc", || Ok(remote(|_| Global(tikv_jemallocator::Jemalloc), l, n))),
             System::new("mimalloc", || Ok(remote(|_| Global(mimalloc::MiMalloc), l, n))),
+            System::new("snmalloc", || Ok(remote(|_| Global(snmalloc_rs::SnMalloc), l, n))),
         ];
         measure_case(&mut report, &case, 2, "ns", opts.reps, systems);
     }
@@ -167,7 +169,7 @@ pub fn run(opts: &Options) -> BenchReport {
         report.rows.iter().map(|r| r.case.clone()).collect::<std::collections::BTreeSet<_>>()
     {
         let ema = report.median_of("ochre", &case);
-        let best = ["glibc", "jemalloc", "mimalloc"]
+        let best = ["glibc", "jemalloc", "mimalloc", "snmalloc"]
             .iter()
             .filter_map(|s| report.median_of(s, &case))
             .fold(f64::INFINITY, f64::min);

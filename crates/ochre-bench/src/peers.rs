@@ -60,7 +60,7 @@ pub fn on_pinned_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Ve
 
 /// The ochre configurations the runtime benchmarks compare, built with `workers` workers:
 /// `ochre` (default), `ochre-baseline` (libasync-smp), `ochre-sysalloc` (EMA off: events from the
-/// global allocator), `ochre-jemalloc` and `ochre-mimalloc` (EMA off, those as the event
+/// global allocator), `ochre-jemalloc`, `ochre-mimalloc`, `ochre-snmalloc` (EMA off, those as the event
 /// allocator: the allocator comparison of issue 5, in the same process as the other systems).
 pub fn ochre_variants(workers: usize) -> Vec<(&'static str, Result<ochre::Runtime, ochre::Error>)> {
     use ochre::{Config, Runtime};
@@ -71,5 +71,6 @@ pub fn ochre_variants(workers: usize) -> Vec<(&'static str, Result<ochre::Runtim
         ("ochre-sysalloc", no_ema().build()),
         ("ochre-jemalloc", no_ema().event_allocator(&tikv_jemallocator::Jemalloc).build()),
         ("ochre-mimalloc", no_ema().event_allocator(&mimalloc::MiMalloc).build()),
+        ("ochre-snmalloc", no_ema().event_allocator(&snmalloc_rs::SnMalloc).build()),
     ]
 }

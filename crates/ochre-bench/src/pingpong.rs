@@ -5,7 +5,7 @@
 //! Systems: `floor` (a hand-rolled single-thread `VecDeque<Box<dyn FnOnce()>>` loop per thread:
 //! the cost of an event with no runtime at all), `ochre`, `ochre-baseline` (libasync-smp
 //! configuration), `ochre-sysalloc` (ochre with events from the global allocator),
-//! `ochre-jemalloc` / `ochre-mimalloc` (with those as its event allocator), `tokio-mt`
+//! `ochre-jemalloc` / `ochre-mimalloc` / `ochre-snmalloc` (with those as its event allocator), `tokio-mt`
 //! (multi-thread runtime, `spawn` from a task) and `tokio-ct` (one current-thread runtime per
 //! pinned thread).
 

@@ -3,8 +3,8 @@
 //! posting and, unless the consumers spin, their wake-ups. Swept over the handler cost.
 //!
 //! Systems: `ochre`, `ochre-baseline`, `ochre-sysalloc` (ochre with events from the global
-//! allocator instead of EMA), `ochre-jemalloc` and `ochre-mimalloc` (ochre with those as its
-//! event allocator), `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
+//! allocator instead of EMA), `ochre-jemalloc`, `ochre-mimalloc` and `ochre-snmalloc` (ochre with
+//! those as its event allocator), `rayon` (a scope of 100 spawns per round), `tokio-mt` (100
 //! spawned tasks joined per round), `channels` (a pool of threads fed by a crossbeam channel,
 //! completions back on another) and `one-core` (the same 100 handlers run inline on one thread:
 //! what the round costs without any parallelism).
@@ -268,7 +268,7 @@ fn scaling_checks(report: &mut BenchReport) {
             ema,
             ema >= 0.95,
         );
-        for other in ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc"] {
+        for other in ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"] {
             if let Some(o) = per_worker(report, other) {
                 report.check(
                     format!("[{label}] EMA scales at least as well as {other} ({o:.3})"),

@@ -36,12 +36,13 @@ pub(crate) struct MachineInfo {
 }
 
 /// The peer crates whose versions the report gives.
-const PEER_CRATES: [&str; 7] = [
+const PEER_CRATES: [&str; 8] = [
     "tokio",
     "rayon",
     "crossbeam-channel",
     "tikv-jemallocator",
     "mimalloc",
+    "snmalloc-rs",
     "hdrhistogram",
     "httparse",
 ];

@@ -38,6 +38,10 @@ use crate::{Color, Error};
 
 /// How many events run between two safety-flush checks (each check may read the clock).
 const SAFETY_CHECK_EVERY: u32 = 16;
+/// Rounds between two publications of the heap's gauges (live bytes, blocks, crumbs): computing
+/// them walks the heap's bins, and a gauge read by a person need not move every round. Exact
+/// whenever the worker idles and at the end of the run.
+const HEAP_GAUGES_EVERY: u32 = 64;
 /// One turn in this many is timed, for cost-aware stealing (`queue::ColorQueue::record_turn`):
 /// two clock reads per sampled turn, nothing on the others.
 pub(crate) const TURN_SAMPLE: u32 = 8;
@@ -70,6 +74,8 @@ pub(crate) struct Core {
     turn_sends: u32,
     /// The ready count last written to this worker's status (`publish_ready`).
     published_ready: usize,
+    /// Rounds until the heap's gauges are published again (`publish_round`).
+    heap_gauges_in: u32,
     /// Turns started, for sampling their duration.
     turns: u32,
     overdue: Vec<usize>,
@@ -105,6 +111,7 @@ impl Core {
             events_since_check: 0,
             turn_sends: 0,
             published_ready: 0,
+            heap_gauges_in: 0,
             turns: 0,
             overdue: Vec::new(),
             io: IoCore::new(),
@@ -375,7 +382,20 @@ impl Core {
         }
     }
 
-    /// Publishes counters and load for other threads.
+    /// Publishes counters and load for other threads, at the end of a round: the heap's gauges
+    /// only every [`HEAP_GAUGES_EVERY`] rounds (they walk the heap's bins).
+    pub(crate) fn publish_round(&mut self, shared: &Shared) {
+        if self.heap_gauges_in == 0 {
+            self.heap_gauges_in = HEAP_GAUGES_EVERY;
+            self.publish(shared);
+        } else {
+            self.heap_gauges_in -= 1;
+            shared.remotes[self.id].stats.publish(&self.counters);
+            self.publish_ready(shared);
+        }
+    }
+
+    /// Publishes counters, the heap's gauges and load for other threads.
     pub(crate) fn publish(&mut self, shared: &Shared) {
         if let Some(h) = crate::alloc::with_heap(|h| h.stats()) {
             self.counters.set(Counter::EmaLiveBytes, h.live_bytes as u64);
@@ -450,7 +470,7 @@ impl WorkerCtx {
                 let mut core = self.core.borrow_mut();
                 core.flush_all(shared);
                 // (Sleepers were nudged after the round's last turn: `run_round`.)
-                core.publish(shared);
+                core.publish_round(shared);
                 ran == 0 && core.queue.ready_len() == 0
             };
             if idle && idle::idle(self) == idle::Flow::Stop {
