@@ -1,6 +1,7 @@
 //! The ablation (thesis Table 5.6 for ochre): start from the libasync-smp configuration and add
-//! one optimization at a time, each step keeping the previous ones, on ping-pong and
-//! producer-consumer.
+//! one optimization at a time, each step keeping the previous ones, on ping-pong,
+//! producer-consumer and the web server (SWS serving a 1 KiB file, `ochre load` as the injector,
+//! as in `bench sws`).
 //!
 //! Steps: the baseline (one lock per posted event, pipe wake-ups, no spinning, plain stealing);
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
@@ -12,6 +13,8 @@
 use ochre::{Config, Runtime, Spin, Steal, Wakeup};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::loadgen::drive;
+use crate::sws::{self, Sws};
 use crate::{pingpong, prodcons};
 
 /// The configurations, cumulative.
@@ -91,10 +94,49 @@ pub fn run(opts: &Options) -> BenchReport {
             }
         }
     }
+    sws_case(&mut report, opts, w);
     report.notes.push(
         "padding is a build-time switch (the `unpadded` feature): scripts/padding-ablation.sh \
              runs this table with both layouts and prints the ratio"
             .into(),
     );
     report
+}
+
+/// The web server under each configuration: every step's server runs at once (idle ones
+/// sleep), and the injector drives one at a time, interleaved by the harness.
+fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
+    let Some(sws::Setup { cpus, dir, root }) = sws::setup(report, "ablation") else { return };
+    let injector = *cpus.last().unwrap_or(&0);
+    let server_cpus = sws::server_cpus(&cpus, injector, w);
+    let load = Runtime::builder().cpus([injector]).build().map_err(|e| e.to_string());
+    let servers: Vec<(String, Result<Sws, String>)> = steps()
+        .into_iter()
+        .map(|(n, c)| {
+            let name = if n == "6 steal off" { "ochre".to_string() } else { n.to_string() };
+            (name, Sws::start(&root, &server_cpus, c, ochre_http::Revalidate::Inotify))
+        })
+        .collect();
+    let secs = if opts.quick { 0.5 } else { 3.0 };
+    let systems = servers
+        .iter()
+        .map(|(name, server)| {
+            let load = &load;
+            System::new(name.clone(), move || {
+                let server = server.as_ref().map_err(|e| e.clone())?;
+                let rt = load.as_ref().map_err(|e| e.clone())?;
+                Ok(drive(rt, &sws::target_of(&server.url, None)?, secs)?.throughput)
+            })
+        })
+        .collect();
+    measure_case(report, &format!("sws 1 KiB {w}w"), w, "req/s", opts.reps, systems);
+    report.notes.push(
+        "[sws] a request is read, parsed, looked up and answered within one event of its \
+         connection's color, on that connection's worker: cross-core posting (batching), remote \
+         frees (EMA) and stealing have little to act on; what the baseline loses is in going idle \
+         and waking (pipe wake-ups, no spinning: steps 2-3)"
+            .into(),
+    );
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&dir);
 }

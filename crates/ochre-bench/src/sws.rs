@@ -36,14 +36,14 @@ pub(crate) fn nginx_path() -> Option<PathBuf> {
 }
 
 /// An SWS instance in this process, on `cpus`.
-struct Sws {
+pub(crate) struct Sws {
     rt: Arc<Runtime>,
-    url: String,
+    pub(crate) url: String,
     run: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Sws {
-    fn start(
+    pub(crate) fn start(
         root: &Path,
         cpus: &[usize],
         config: Config,
@@ -201,8 +201,19 @@ fn specweb(root: &Path, dirs: usize) -> std::io::Result<FileSet> {
     Ok(set)
 }
 
+/// The CPUs of servers with `w` workers: off the injector's CPU when there are enough others;
+/// with as many workers as CPUs they share it (alike for every server).
+pub(crate) fn server_cpus(cpus: &[usize], injector: usize, w: usize) -> Vec<usize> {
+    let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != injector).collect();
+    if w <= others.len() {
+        others[..w].to_vec()
+    } else {
+        cpus[..w.min(cpus.len())].to_vec()
+    }
+}
+
 /// The target of one workload on the server at `url` (whose path is the 1 KiB file).
-fn target_of(url: &str, mix: Option<&FileSet>) -> Result<Target, String> {
+pub(crate) fn target_of(url: &str, mix: Option<&FileSet>) -> Result<Target, String> {
     let mut t = ochre_load::parse_url(url)?;
     if let Some(set) = mix {
         t.paths = set.paths.clone();
@@ -236,11 +247,7 @@ pub fn run(opts: &Options) -> BenchReport {
     }
     let load = Runtime::builder().cpus([injector]).build().map_err(|e| e.to_string());
     for w in opts.workers.iter().copied().filter(|&w| w <= cpus.len()) {
-        // The servers keep off the injector's CPU when they can; with as many workers as CPUs
-        // they share it (alike for every server).
-        let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != injector).collect();
-        let server_cpus: Vec<usize> =
-            if w <= others.len() { others[..w].to_vec() } else { cpus[..w].to_vec() };
+        let server_cpus = server_cpus(&cpus, injector, w);
         let sws = Sws::start(&root, &server_cpus, Config::default(), Revalidate::Inotify);
         let base = Sws::start(&root, &server_cpus, Config::baseline(), Revalidate::Inotify);
         // The same server, revalidating its cache by a `stat` per request instead of inotify.
