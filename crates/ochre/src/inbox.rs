@@ -104,6 +104,12 @@ impl Inbox {
         std::mem::replace(&mut q.asleep, false)
     }
 
+    /// Takes and releases the FIFO's lock: what libasync-smp paid to post to the queue of the
+    /// worker it runs on (its event queues were all locked ones).
+    pub(crate) fn touch_locked(&self) {
+        drop(lock(&self.locked));
+    }
+
     /// The owner announces that it goes to sleep. Returns false, announcing nothing, if messages
     /// are waiting. After true, the owner calls [`woke`](Inbox::woke) when it wakes.
     pub(crate) fn try_sleep(&self, locked_transport: bool) -> bool {

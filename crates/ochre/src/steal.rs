@@ -267,4 +267,66 @@ mod tests {
         assert!(!thief.steal_pending);
         assert_eq!(thief.counters.snapshot().steals_in, 1);
     }
+
+    /// libasync-smp transport: a guest's event posts twice to its own color while the home
+    /// forwards it another event; the color's turn then ends. The two posts must still run in
+    /// order. (Routed through the guest's FIFO, the first left for the home after the slot was
+    /// given back and the second stayed with the slot the forward re-created: out of order.)
+    #[test]
+    fn a_guest_on_the_locked_transport_keeps_a_posters_order() {
+        use std::sync::{Arc, Mutex};
+        let (shared, mut cores) = setup_with(2, Config::baseline(), "");
+        let c = color_on(1, 2, 0);
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let task = |label: &'static str| {
+            let ran = ran.clone();
+            Task::new(move || ran.lock().unwrap().push(label))
+        };
+        let mut home = cores.pop().unwrap();
+        let mut guest = cores.pop().unwrap();
+        // The home lends `c`, with one waiting event, to the guest.
+        home.post(&shared, c, task("lent"), false);
+        home.take_inbox(&shared);
+        home.publish(&shared);
+        request(&mut guest, &shared);
+        answer(&mut home, &shared);
+        guest.take_inbox(&shared);
+        assert!(matches!(guest.queue.lease(c), Some(crate::queue::Lease::Guest { .. })));
+        // The guest runs `c`'s event, which posts `first` and `second` to `c`; meanwhile the
+        // home forwards `forwarded` (posted to `c` from elsewhere).
+        let (key, _) = guest.queue.start_turn().unwrap();
+        guest.queue.pop(key).unwrap().run();
+        guest.post(&shared, c, task("first"), false);
+        home.post(&shared, c, task("forwarded"), false);
+        home.take_inbox(&shared);
+        guest.post(&shared, c, task("second"), false);
+        if let Some(ret) = guest.queue.end_turn(key) {
+            guest.send(&shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
+        }
+        // Everything delivered and routed, then every queue run to the end, any order of
+        // workers: `first` before `second`.
+        for _ in 0..4 {
+            guest.take_inbox(&shared);
+            home.take_inbox(&shared);
+            for core in [&mut guest, &mut home] {
+                while let Some((key, _)) = core.queue.start_turn() {
+                    while let Some(t) = core.queue.pop(key) {
+                        t.run();
+                    }
+                    if let Some(ret) = core.queue.end_turn(key) {
+                        core.send(
+                            &shared,
+                            ret.home,
+                            Msg::Return { color: ret.color, ran: ret.ran },
+                        );
+                    }
+                }
+            }
+        }
+        let ran = ran.lock().unwrap().clone();
+        let at =
+            |l: &str| ran.iter().position(|&r| r == l).unwrap_or_else(|| panic!("{l}: {ran:?}"));
+        assert_eq!(ran.len(), 4, "{ran:?}");
+        assert!(at("first") < at("second"), "{ran:?}");
+    }
 }
