@@ -25,10 +25,13 @@
 //! ## Quiescence without a per-event global counter
 //!
 //! Each worker counts the messages it sent and received (per batch, in its own `Status`), and
-//! outside posters count theirs in one runtime-wide counter. A worker about to sleep marks itself
-//! `parked`; one that finds every worker parked collects, twice, every worker's `(epoch, parked,
-//! sent, received)` (epoch first; a worker increments its epoch before doing anything after a
-//! wake) and the outside count. If both collections agree, every worker was parked throughout the
+//! outside posters count theirs in one runtime-wide counter. A worker with nothing to do (queue
+//! empty, buffers flushed, no descriptors or timers) marks itself `parked` before it sleeps, or
+//! once it has spun a while without work (so that a run whose workers spin at its end ends
+//! then, not when their spin budgets run out); one that finds every worker parked collects,
+//! twice, every worker's `(epoch, parked, sent, received)` (epoch first; a worker increments
+//! its epoch before doing anything after a wake, or after its spin found work) and the outside
+//! count. If both collections agree, every worker was parked throughout the
 //! interval between them, with the counters read; if moreover sent equals received, no message
 //! was in flight then either: nothing can ever run again, and the run ends. A parked worker has an
 //! empty queue and flushed buffers by construction.
@@ -101,10 +104,60 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         };
         (budget, shared.config.steal != crate::Steal::Off)
     };
-    if budget > Duration::ZERO && spin(ctx, budget, try_steal) {
-        return Flow::Continue;
+    // A worker without descriptors or timers counts as parked for quiescence while it sleeps,
+    // and also once it has spun a while (`YIELD_EVERY` rounds) without work: a run whose
+    // workers spin at its end ends then, not when their spin budgets run out (a threshold, 350
+    // us here). Not at once: short idle spells are the common ones under load, and entering
+    // and leaving the parked state writes lines other workers read.
+    let quiet = !ctx.core.borrow().io.active();
+    // Memory freed here for other workers goes back before we idle, so it never waits on us (and
+    // a quiescent run ends with every such object handed back).
+    crate::alloc::with_heap(|h| h.flush_crumbs());
+    let mut parked = false;
+    let flow = if budget > Duration::ZERO && spin(ctx, budget, try_steal, quiet, &mut parked) {
+        Flow::Continue
+    } else {
+        if quiet && !parked {
+            parked = true;
+            if enter_parked(ctx) {
+                leave_parked(ctx);
+                return Flow::Stop;
+            }
+        }
+        sleep(ctx)
+    };
+    if parked {
+        leave_parked(ctx);
     }
-    sleep(ctx)
+    if shared.stopping() {
+        Flow::Stop
+    } else {
+        flow
+    }
+}
+
+/// Marks this worker parked (idle, queue empty, buffers flushed; it acts again only after
+/// `leave_parked`) and, if it is the last one, runs the double collection. True if that found
+/// the runtime quiescent (the run is stopping).
+fn enter_parked(ctx: &WorkerCtx) -> bool {
+    let shared = &*ctx.shared;
+    shared.remotes[ctx.id].status.parked.store(true, Ordering::SeqCst);
+    let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
+    if parked == shared.workers && quiescent(shared) {
+        shared.stop(QUIESCENT);
+        return true;
+    }
+    false
+}
+
+/// Ends a parked spell, before this worker does anything: epoch first, so that a detector
+/// that saw it parked sees that it woke.
+fn leave_parked(ctx: &WorkerCtx) {
+    let shared = &*ctx.shared;
+    let status = &shared.remotes[ctx.id].status;
+    status.epoch.fetch_add(1, Ordering::SeqCst);
+    status.parked.store(false, Ordering::SeqCst);
+    shared.control.parked.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Spin rounds between two yields of the CPU (about 10 µs of spinning).
@@ -114,8 +167,16 @@ const SHARED_CPU: Duration = Duration::from_micros(50);
 /// How long a worker that found its CPU shared sleeps at once instead of spinning.
 const SHARED_CPU_PAUSE: Duration = Duration::from_millis(1);
 
-/// Spins up to `budget` watching for work. Returns true if work came.
-fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
+/// Spins up to `budget` watching for work. Returns true if work came (or the run is stopping).
+/// With `quiet`, enters the parked state after its first `YIELD_EVERY` rounds (`parked` says
+/// whether it did; the caller leaves it).
+fn spin(
+    ctx: &WorkerCtx,
+    budget: Duration,
+    try_steal: bool,
+    quiet: bool,
+    parked: &mut bool,
+) -> bool {
     let shared = &*ctx.shared;
     let spinners = &shared.control.spinners;
     if spinners.fetch_add(1, Ordering::AcqRel) >= shared.max_spinners {
@@ -156,6 +217,11 @@ fn spin(ctx: &WorkerCtx, budget: Duration, try_steal: bool) -> bool {
                     shared_cpu = true;
                     break;
                 }
+                if quiet && !*parked {
+                    // Quiescence, if found, stops the run: `has_work` sees it next round.
+                    *parked = true;
+                    enter_parked(ctx);
+                }
             }
         }
         std::hint::spin_loop();
@@ -187,14 +253,12 @@ fn poll_while_spinning(ctx: &WorkerCtx) -> bool {
     true
 }
 
-/// Sleeps until woken; detects quiescence if this worker is the last to sleep.
+/// Sleeps until woken (counted parked by the caller unless it watches descriptors or timers).
 fn sleep(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
     let remote = &shared.remotes[ctx.id];
     let locked = !shared.config.batching;
     let io = ctx.core.borrow().io.active();
-    // Memory freed here for other workers goes back before we sleep, so it never waits on us.
-    crate::alloc::with_heap(|h| h.flush_crumbs());
     // Before the announcement on the inbox, which publishes it to wakers (`shared::Status`).
     remote.status.parks_in_poller.store(io, Ordering::Relaxed);
     if !remote.poke.inbox.try_sleep(locked) {
@@ -207,21 +271,10 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     if io {
         return sleep_in_poller(ctx);
     }
-    remote.status.parked.store(true, Ordering::SeqCst);
-    let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
-    if parked == shared.workers && quiescent(shared) {
-        shared.stop(QUIESCENT);
-    }
-    if !shared.stopping() {
-        ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
-        let t = Instant::now();
-        remote.parker.park(None);
-        ctx.core.borrow_mut().last_sleep = Some(t.elapsed());
-    }
-    // Epoch first: a detector that saw us parked must see that we woke.
-    remote.status.epoch.fetch_add(1, Ordering::SeqCst);
-    remote.status.parked.store(false, Ordering::SeqCst);
-    shared.control.parked.fetch_sub(1, Ordering::SeqCst);
+    ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
+    let t = Instant::now();
+    remote.parker.park(None);
+    ctx.core.borrow_mut().last_sleep = Some(t.elapsed());
     remote.poke.inbox.woke(locked);
     if shared.stopping() {
         Flow::Stop
