@@ -53,6 +53,14 @@ fn hop(t: Arc<Totals>, b: ColorBox<Tracked>, seed: u64, left: u32) {
 fn boxes_cross_sixteen_stealing_workers_and_all_memory_comes_back() {
     let config = Config::default().stealing_heuristics().steal_min_work(None);
     let rt = Runtime::builder().workers(16).pin(false).config(config).build().unwrap();
+    // Each run checks every box and byte; whether a color moves depends on timing (a loaded
+    // machine may run a whole run without a steal), so runs repeat until colors did move.
+    let moved = (0..10).any(|_| one_run_of_crossing_boxes(&rt) > 0);
+    assert!(moved, "colors moved between workers in at least one of 10 runs");
+}
+
+/// One run of the crossing-boxes workload, all its checks; returns the colors stolen.
+fn one_run_of_crossing_boxes(rt: &Runtime) -> u64 {
     let colors: Vec<Color> = (1..).map(Color).filter(|&c| rt.home_of(c) == 0).take(97).collect();
     let t = Arc::new(Totals {
         colors,
@@ -83,10 +91,11 @@ fn boxes_cross_sixteen_stealing_workers_and_all_memory_comes_back() {
     assert_eq!(t.drops.load(Ordering::Relaxed), created, "every box was dropped exactly once");
     assert!(t.placed.load(Ordering::Relaxed) > created / 2, "boxes made in handlers are placed");
     let total = report.workers.iter().fold(WorkerStats::default(), |a, w| a.add(w));
-    assert!(total.steals_in > 0, "colors moved between workers");
-    assert!(total.ema_remote_frees > 0);
+    // Every color is homed on worker 0: frees are remote only where colors moved.
+    assert!(total.steals_in == 0 || total.ema_remote_frees > 0, "{total:?}");
     assert_eq!(total.ema_live_bytes, 0, "every byte went back to the heap that gave it");
     assert_eq!(total.ema_crumbs, 0);
+    total.steals_in
 }
 
 #[test]
