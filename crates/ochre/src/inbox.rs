@@ -104,9 +104,11 @@ impl Inbox {
         std::mem::replace(&mut q.asleep, false)
     }
 
-    /// Takes and releases the FIFO's lock: what libasync-smp paid to post to the queue of the
-    /// worker it runs on (its event queues were all locked ones).
+    /// Takes and releases the FIFO's lock twice: what libasync-smp paid for an event posted to
+    /// the queue of the worker it runs on (its per-core queue was a locked one, locked to push
+    /// the event and again to pop it).
     pub(crate) fn touch_locked(&self) {
+        drop(lock(&self.locked));
         drop(lock(&self.locked));
     }
 

@@ -183,7 +183,7 @@ impl Core {
     fn post_locked(&mut self, shared: &Shared, color: Color, task: Task, urgent: bool) {
         if self.queue.lease(color).is_some() {
             // This worker holds the color: the event goes into the color's queue here, under the
-            // lock libasync-smp took even for its own queue. Not through this worker's FIFO: a
+            // locks libasync-smp took even for its own queue. Not through this worker's FIFO: a
             // post made as a color's guest and taken from the FIFO after the guest gave the
             // color back (and perhaps got it again with a forward) would leave for the home while
             // a later post of the same poster stayed here, out of order (the stress test
