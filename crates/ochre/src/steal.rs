@@ -117,9 +117,11 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
         return;
     }
+    // Whether one was woken or none slept (parked workers may be spinning: they ask by
+    // themselves), look again only after the cooldown: a scan touches every worker's inbox.
+    core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
     for (i, r) in shared.remotes.iter().enumerate() {
         if i != core.id && r.rouse(!shared.config.batching) {
-            core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
             core.counters.add(Counter::WakeupsSent, 1);
             return;
         }
