@@ -476,7 +476,16 @@ fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
                 BLACK.mix(0.5),
             )))
             .map_err(plot_error)?;
-        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        // The legend goes in the right-hand corner with more room over the last group's bars.
+        let last: Vec<_> = points.iter().filter(|p| p.0 + 1 == cases.len()).collect();
+        let high = last.iter().map(|p| p.2.max(p.4)).fold(1.0f64, f64::max);
+        let low = last.iter().map(|p| p.2.min(p.3)).fold(1.0f64, f64::min);
+        let corner = if (top / high).ln() >= (low / bottom).ln() {
+            SeriesLabelPosition::UpperRight
+        } else {
+            SeriesLabelPosition::LowerRight
+        };
+        legend(&mut chart, corner)?;
         area.present().map_err(plot_error)?;
     }
     Ok(Some(svg))
