@@ -3,24 +3,30 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use documented::DocumentedFields;
 use serde::{Deserialize, Serialize};
 
 /// Settings of a server. Every limit exists so that a client cannot hold a worker or exhaust
 /// memory or connections.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+///
+/// The doc comment of each field is also its description in the sample configuration file
+/// ([`ServerConfig::sample_toml`]), so it is written for someone editing that file.
+#[derive(Clone, Debug, Serialize, Deserialize, DocumentedFields)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// The directory served. Nothing outside it is ever served.
     pub root: PathBuf,
-    /// File served for a directory (`/dir/` -> `/dir/index.html`).
+    /// File served for a directory (`/dir/` -> `/dir/index.html`); directories are never listed.
     pub index: String,
-    /// Most bytes of a request head (request line and headers): 16 KiB, as common servers allow.
+    /// Most bytes of a request head (request line and headers), as common servers allow; 431
+    /// beyond.
     pub max_header_bytes: usize,
-    /// Most header fields in a request (at most 128).
+    /// Most header fields in a request (at most 128); 431 beyond.
     pub max_headers: usize,
-    /// Longest request target (URI): 8 KiB.
+    /// Longest request target (URI); 414 beyond.
     pub max_target_len: usize,
-    /// Largest request body accepted (and discarded: the server has no use for bodies).
+    /// Largest request body accepted (and discarded: the server has no use for bodies); 413
+    /// beyond.
     pub max_body_bytes: u64,
     /// Time a client has to send a whole request head, from its first byte (slow clients, and
     /// slow-loris attacks, get 408 and are closed).
@@ -102,8 +108,11 @@ impl ServerConfig {
             "# SWS settings (ochre serve --config FILE). Absent settings keep the defaults shown;\n\
              # unknown ones are an error. Durations are in seconds.\n",
         );
-        for (name, doc) in FIELD_DOCS {
-            out.push_str(&format!("\n# {doc}\n"));
+        for (name, doc) in Self::FIELD_NAMES.iter().zip(Self::FIELD_DOCS) {
+            out.push('\n');
+            for line in doc.lines() {
+                out.push_str(&format!("# {}\n", line.trim()));
+            }
             match defaults.get(*name) {
                 Some(value) => out.push_str(&format!("{name} = {value}\n")),
                 None => {
@@ -115,30 +124,6 @@ impl ServerConfig {
         out
     }
 }
-
-/// Each setting's line in [`ServerConfig::sample_toml`]: its name and what it means.
-const FIELD_DOCS: &[(&str, &str)] = &[
-    ("root", "The directory served. Nothing outside it is ever served."),
-    ("index", "File served for a directory (/dir/ -> /dir/index.html); no listings."),
-    ("max_header_bytes", "Most bytes of a request head (request line and headers): 431 beyond."),
-    ("max_headers", "Most header fields in a request (at most 128): 431 beyond."),
-    ("max_target_len", "Longest request target: 414 beyond."),
-    ("max_body_bytes", "Largest request body accepted (and discarded): 413 beyond."),
-    ("read_timeout", "Seconds a client has to send a whole request head (408 after)."),
-    ("keepalive_timeout", "Seconds an idle keep-alive connection is kept."),
-    ("write_timeout", "Seconds a response may take to drain to a client that does not read."),
-    ("max_requests_per_connection", "Requests served on one connection before it is closed."),
-    ("max_connections", "Concurrent connections; beyond, new ones get 503 and are closed."),
-    ("small_file_bytes", "Files up to this size are kept in memory; larger ones use sendfile."),
-    ("cache_bytes_per_worker", "Memory for cached file contents, per worker."),
-    (
-        "revalidate",
-        "\"inotify\": changes are reported by the kernel; \"stat\": one stat per request \
-         (network file systems). Either way a changed file is served fresh at once.",
-    ),
-    ("access_log", "Append a common-log-format line per response to this file."),
-    ("status_path", "Serve the counters as JSON at this path, to loopback clients only."),
-];
 
 #[cfg(test)]
 mod tests {
@@ -157,10 +142,17 @@ mod tests {
             ..ServerConfig::default()
         };
         for key in table(&all).keys() {
-            assert!(FIELD_DOCS.iter().any(|(n, _)| n == key), "{key} is not documented");
+            let doc = ServerConfig::get_field_docs(key).unwrap_or_default();
+            assert!(!doc.is_empty(), "{key} is not documented");
+            let first = format!("# {}\n", doc.lines().next().unwrap_or_default().trim());
+            assert!(sample.contains(&first), "{key}'s description is not in the sample");
             assert!(sample.contains(&format!("{key} = ")), "{key} is not in the sample");
         }
-        assert_eq!(FIELD_DOCS.len(), table(&all).len(), "a documented setting that does not exist");
+        assert_eq!(
+            ServerConfig::FIELD_NAMES.len(),
+            table(&all).len(),
+            "a documented setting that does not exist"
+        );
     }
 
     #[test]
