@@ -205,8 +205,25 @@ pub(crate) fn write_report(
         }
         figures.push((r.bench.clone(), names));
     }
-    write(&out.join("report.md"), &render_markdown(m, opts, reports, took, &figures))?;
-    write(&out.join("report.html"), &render_html(m, opts, reports, took, &figures))
+    let report = Report { m, opts, reports, took, figures };
+    write(&out.join("report.md"), &render_markdown(&report))?;
+    write(&out.join("report.html"), &render_html(&report))
+}
+
+/// What both renderings show.
+struct Report<'a> {
+    m: &'a MachineInfo,
+    opts: &'a Options,
+    reports: &'a [BenchReport],
+    took: Duration,
+    /// Per benchmark, the file names of its plots.
+    figures: Vec<(String, Vec<String>)>,
+}
+
+impl Report<'_> {
+    fn figures_of(&self, bench: &str) -> &[String] {
+        self.figures.iter().find(|(b, _)| b == bench).map(|(_, f)| f.as_slice()).unwrap_or(&[])
+    }
 }
 
 fn summary(m: &MachineInfo, opts: &Options, took: Duration) -> String {
@@ -259,23 +276,13 @@ fn verdict(c: &Check) -> &'static str {
     }
 }
 
-fn figures_of<'a>(figures: &'a [(String, Vec<String>)], bench: &str) -> &'a [String] {
-    figures.iter().find(|(b, _)| b == bench).map(|(_, f)| f.as_slice()).unwrap_or(&[])
-}
-
-fn render_markdown(
-    m: &MachineInfo,
-    opts: &Options,
-    reports: &[BenchReport],
-    took: Duration,
-    figures: &[(String, Vec<String>)],
-) -> String {
+fn render_markdown(report: &Report) -> String {
     let mut md = String::from("# ochre study\n\n");
-    md += &summary(m, opts, took);
+    md += &summary(report.m, report.opts, report.took);
     md += "\n\n";
-    for r in reports {
+    for r in report.reports {
         md += &format!("## {}\n\n{}\n\n", r.bench, r.what);
-        for f in figures_of(figures, &r.bench) {
+        for f in report.figures_of(&r.bench) {
             md += &format!("![{f}](plots/{f})\n\n");
         }
         md += "| case | system | median | min - max | vs ochre |\n|---|---|---:|---:|---:|\n";
@@ -300,13 +307,7 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn render_html(
-    m: &MachineInfo,
-    opts: &Options,
-    reports: &[BenchReport],
-    took: Duration,
-    figures: &[(String, Vec<String>)],
-) -> String {
+fn render_html(report: &Report) -> String {
     let mut h = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ochre study</title>\n<style>\
          body{font-family:sans-serif;max-width:70em;margin:auto;padding:1em}\
@@ -314,10 +315,10 @@ fn render_html(
          td.n{text-align:right}.held{color:#070}.missed{color:#b00}img{max-width:100%}\
          </style></head><body>\n<h1>ochre study</h1>\n",
     );
-    let _ = writeln!(h, "<p>{}</p>", esc(&summary(m, opts, took)));
-    for r in reports {
+    let _ = writeln!(h, "<p>{}</p>", esc(&summary(report.m, report.opts, report.took)));
+    for r in report.reports {
         let _ = writeln!(h, "<h2 id=\"{0}\">{0}</h2>\n<p>{1}</p>", esc(&r.bench), esc(&r.what));
-        for f in figures_of(figures, &r.bench) {
+        for f in report.figures_of(&r.bench) {
             let _ = writeln!(h, "<p><img src=\"plots/{0}\" alt=\"{0}\"></p>", esc(f));
         }
         h += "<table><tr><th>case</th><th>system</th><th>median</th><th>min - max</th>\
