@@ -105,14 +105,6 @@ impl Entry {
     }
 }
 
-/// Watches the directories from `root` down to `root/rel_dir`; false without a watcher.
-fn watch_dirs(watcher: &mut Option<DirWatcher>, root: &Path, rel_dir: Option<&Path>) -> bool {
-    match watcher {
-        Some(w) => w.watch_dirs(root, rel_dir.unwrap_or(Path::new(""))),
-        None => false,
-    }
-}
-
 /// Descriptors of large files a worker's cache keeps open at most.
 pub const MAX_OPEN_FILES: usize = 256;
 
@@ -191,7 +183,7 @@ impl FileCache {
             }
         }
         // Watches before the stat: a change after the watch is an event, one before is seen.
-        let watched = watch_dirs(&mut self.watcher, &self.root, rel.parent());
+        let watched = self.watch_dirs_of(rel);
         let full = self.root.join(rel);
         self.stats += 1;
         let md = match fs::metadata(&full) {
@@ -207,24 +199,18 @@ impl FileCache {
         let id = ident(&md);
         if let Some(e) = self.entries.get_mut(rel) {
             if e.ident == id {
-                let real_watched = match &e.real {
-                    Some(r) => watch_dirs(&mut self.watcher, &self.root, r.parent()),
-                    None => true,
-                };
-                e.valid_at = if watched && real_watched { generation } else { None };
-                return Lookup::File(e.info.clone());
+                let (real, info) = (e.real.clone(), e.info.clone());
+                let watched = watched && real.as_deref().is_none_or(|r| self.watch_dirs_of(r));
+                if let Some(e) = self.entries.get_mut(rel) {
+                    e.valid_at = if watched { generation } else { None };
+                }
+                return Lookup::File(info);
             }
         }
-        match self.build(rel, &full, &md) {
-            Ok(Some((info, id_after, real, real_watched))) => {
-                let info = Arc::new(info);
+        match self.build(rel, &full, &md, if watched { generation } else { None }) {
+            Ok(Some((entry, id_after))) => {
+                let info = entry.info.clone();
                 if id_after == id {
-                    let entry = Entry {
-                        ident: id,
-                        valid_at: if watched && real_watched { generation } else { None },
-                        real,
-                        info: info.clone(),
-                    };
                     self.insert(rel.to_path_buf(), entry);
                 }
                 Lookup::File(info)
@@ -234,25 +220,32 @@ impl FileCache {
         }
     }
 
-    /// The file's contents and identity, its real path if not `rel`, and whether the directories
-    /// of that path are watched (before the file is opened: a change after is an event, one
-    /// before shows in its identity).
-    #[allow(clippy::type_complexity)]
+    /// Watches the directories from the root down to `rel`'s; false if one could not be
+    /// watched, or without a watcher.
+    fn watch_dirs_of(&mut self, rel: &Path) -> bool {
+        match &mut self.watcher {
+            Some(w) => w.watch_dirs(&self.root, rel.parent().unwrap_or(Path::new(""))),
+            None => false,
+        }
+    }
+
+    /// The entry for `rel` (identity from `md`, valid at `valid_at` if its real path's
+    /// directories are watched too), and the identity of the file as opened: the caller keeps
+    /// the entry only if both agree. The real path's directories are watched before the file is
+    /// opened: a change after is an event, one before shows in its identity.
     fn build(
         &mut self,
         rel: &Path,
         full: &Path,
         md: &fs::Metadata,
-    ) -> io::Result<Option<(FileInfo, Ident, Option<PathBuf>, bool)>> {
+        valid_at: Option<u64>,
+    ) -> io::Result<Option<(Entry, Ident)>> {
         let canonical = fs::canonicalize(full)?;
         let Ok(real) = canonical.strip_prefix(&self.root) else {
             return Ok(None); // A link out of the root.
         };
         let real = (real != rel).then(|| real.to_path_buf());
-        let real_watched = match &real {
-            Some(r) => watch_dirs(&mut self.watcher, &self.root, r.parent()),
-            None => true,
-        };
+        let valid_at = valid_at.filter(|_| real.as_deref().is_none_or(|r| self.watch_dirs_of(r)));
         let mtime = md.modified().unwrap_or(UNIX_EPOCH);
         let mut file = fs::File::open(&canonical)?;
         let (body, id_after) = if md.size() <= self.small {
@@ -273,7 +266,8 @@ impl FileCache {
             content_type: content_type(&canonical),
             body,
         };
-        Ok(Some((info, id_after, real, real_watched)))
+        let entry = Entry { ident: ident(md), valid_at, real, info: Arc::new(info) };
+        Ok(Some((entry, id_after)))
     }
 
     fn insert(&mut self, rel: PathBuf, entry: Entry) {
