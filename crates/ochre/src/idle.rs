@@ -129,11 +129,8 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     if parked {
         leave_parked(ctx);
     }
-    if shared.stopping() {
-        Flow::Stop
-    } else {
-        flow
-    }
+    // (A spin that ended because the run is stopping says Continue: the run loop checks.)
+    flow
 }
 
 /// Marks this worker parked (idle, queue empty, buffers flushed; it acts again only after

@@ -391,19 +391,18 @@ impl Core {
     /// Publishes counters and load for other threads, at the end of a round: the heap's gauges
     /// only every [`HEAP_GAUGES_EVERY`] rounds (they walk the heap's bins).
     pub(crate) fn publish_round(&mut self, shared: &Shared) {
-        if self.heap_gauges_in == 0 {
-            self.heap_gauges_in = HEAP_GAUGES_EVERY;
-            self.publish(shared);
-        } else {
-            self.heap_gauges_in -= 1;
-            shared.remotes[self.id].stats.publish(&self.counters);
-            self.publish_ready(shared);
-        }
+        let heap = self.heap_gauges_in == 0;
+        self.heap_gauges_in = if heap { HEAP_GAUGES_EVERY } else { self.heap_gauges_in - 1 };
+        self.publish_with(shared, heap);
     }
 
     /// Publishes counters, the heap's gauges and load for other threads.
     pub(crate) fn publish(&mut self, shared: &Shared) {
-        if let Some(h) = crate::alloc::with_heap(|h| h.stats()) {
+        self.publish_with(shared, true);
+    }
+
+    fn publish_with(&mut self, shared: &Shared, heap_gauges: bool) {
+        if let Some(h) = heap_gauges.then(|| crate::alloc::with_heap(|h| h.stats())).flatten() {
             self.counters.set(Counter::EmaLiveBytes, h.live_bytes as u64);
             self.counters.set(Counter::EmaBlocks, h.blocks as u64);
             self.counters.set(Counter::EmaCrumbs, h.crumbs_pending as u64);
