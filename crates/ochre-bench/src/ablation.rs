@@ -106,10 +106,10 @@ pub fn run(opts: &Options) -> BenchReport {
 /// The web server under each configuration: every step's server runs at once (idle ones
 /// sleep), and the injector drives one at a time, interleaved by the harness.
 fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
-    let Some(sws::Setup { cpus, dir, root }) = sws::setup(report, "ablation") else { return };
-    let injector = *cpus.last().unwrap_or(&0);
+    let Some(setup) = sws::setup(report, "ablation") else { return };
+    let load = setup.load_runtime();
+    let sws::Setup { cpus, injector, dir, root } = setup;
     let server_cpus = sws::server_cpus(&cpus, injector, w);
-    let load = Runtime::builder().cpus([injector]).build().map_err(|e| e.to_string());
     let servers: Vec<(String, Result<Sws, String>)> = steps()
         .into_iter()
         .map(|(n, c)| {

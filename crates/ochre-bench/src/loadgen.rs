@@ -85,11 +85,12 @@ pub fn run(opts: &Options) -> BenchReport {
             .push("nginx is not installed: scripts/install-peers.sh installs it; skipped".into());
         return report;
     };
-    let Some(Setup { cpus, dir, root }) = setup(&mut report, "loadgen") else { return report };
-    let (server_cpu, injector) = (cpus[0], cpus[cpus.len() - 1]);
+    let Some(setup) = setup(&mut report, "loadgen") else { return report };
+    let rt = setup.load_runtime();
+    let Setup { cpus, injector, dir, root } = setup;
+    let server_cpu = cpus[0];
     let secs = if opts.quick { 2 } else { 5 };
     let server = Nginx::start(&nginx, &root, &dir.join("nginx"), &[server_cpu]);
-    let rt = Runtime::builder().cpus([injector]).build().map_err(|e| e.to_string());
     let url = server.as_ref().map(|n| n.url.clone()).map_err(|e| e.clone());
     let systems = vec![
         System::new("ochre", || {

@@ -160,6 +160,8 @@ impl Drop for Nginx {
 pub(crate) struct Setup {
     /// The CPUs allowed.
     pub(crate) cpus: Vec<usize>,
+    /// The injector's CPU: the last one.
+    pub(crate) injector: usize,
     /// Scratch directory (removed by the benchmark when done).
     pub(crate) dir: PathBuf,
     /// The document root, holding `1k.bin`.
@@ -188,7 +190,15 @@ pub(crate) fn setup(report: &mut BenchReport, tag: &str) -> Option<Setup> {
         report.notes.push(format!("cannot make the file set: {e}"));
         return None;
     }
-    Some(Setup { cpus, dir, root })
+    let injector = cpus[cpus.len() - 1];
+    Some(Setup { cpus, injector, dir, root })
+}
+
+impl Setup {
+    /// The runtime `ochre load` runs on: one worker, on the injector's CPU.
+    pub(crate) fn load_runtime(&self) -> Result<Runtime, String> {
+        Runtime::builder().cpus([self.injector]).build().map_err(|e| e.to_string())
+    }
 }
 
 /// The SPECweb99-like set the benchmark serves: `dirs` directories under `root/specweb`.
@@ -229,8 +239,9 @@ pub fn run(opts: &Options) -> BenchReport {
         "Web server: requests/s, keep-alive, 50 connections, `ochre load` as the injector (>= wrk, \
          bench loadgen): a 1 KiB file, and a SPECweb99-like set (Zipf popularity, class mix).",
     );
-    let Some(Setup { cpus, dir, root }) = setup(&mut report, "sws") else { return report };
-    let injector = *cpus.last().unwrap_or(&0);
+    let Some(setup) = setup(&mut report, "sws") else { return report };
+    let load = setup.load_runtime();
+    let Setup { cpus, injector, dir, root } = setup;
     // Quick: 0.75 s samples keep `ochre study --quick` under its 5 minutes (four servers, four
     // cases, five samples each).
     let secs = if opts.quick { 0.75 } else { 5.0 };
@@ -247,7 +258,6 @@ pub fn run(opts: &Options) -> BenchReport {
             "nginx is not installed: scripts/install-peers.sh installs it; nginx skipped".into(),
         );
     }
-    let load = Runtime::builder().cpus([injector]).build().map_err(|e| e.to_string());
     for w in opts.workers.iter().copied().filter(|&w| w <= cpus.len()) {
         let server_cpus = server_cpus(&cpus, injector, w);
         let sws = Sws::start(&root, &server_cpus, Config::default(), Revalidate::Inotify);
