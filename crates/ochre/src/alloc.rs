@@ -486,6 +486,9 @@ impl Heap {
                 o
             };
             (*b).used += 1;
+            if !(*b).free.is_null() {
+                prefetch_for_write((*b).free.cast());
+            }
             if (*b).free.is_null() && (*b).bump == (*b).capacity {
                 self.unlink(bin, b);
                 self.full_bytes += (*b).capacity * (*b).size;
@@ -729,6 +732,21 @@ impl Drop for HeapEnter<'_> {
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.previous));
     }
+}
+
+/// Starts taking the line of `p` into this core's cache for writing, without waiting. An object
+/// freed by the worker that used it comes back with its line in that worker's cache: the poster
+/// writing the next event into it would wait for the line; asked for one allocation ahead, the
+/// line travels while the current event is built (measured: 100 remote posts 7.5 -> 6.5 us).
+#[inline(always)]
+fn prefetch_for_write(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch is a hint: it never faults and has no effect on memory, whatever `p`.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast::<i8>());
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
 }
 
 /// Runs `f` on this thread's heap, if it has one.

@@ -6,9 +6,12 @@
 //! idle, so progress never waits for a timer, (c) at the end of a turn, if the destination is
 //! idle (holding work back from an idle worker saves nothing: `worker`), or if the turn posted a
 //! burst (a quarter of a batch or more: the tail of a fan-out would otherwise wait for the end of
-//! the round while its receivers run dry), or (d) the *safety
+//! the round while its receivers run dry), (d) the *safety
 //! flush*: a buffer seen pending for longer than `safety_flush_factor` times the mean interval
-//! between natural (full-buffer) flushes is sent even in the middle of a long round.
+//! between natural (full-buffer) flushes is sent even in the middle of a long round, or (e) it
+//! is a turn's first buffer to a destination, has reached an eighth of a batch, and the
+//! destination is idle: a fan-out then starts an idle receiver after a few posts instead of a
+//! whole batch ([`Outbox::offers_early`]).
 //!
 //! Buffers of received batches are kept (a few) and reused for outgoing ones, so that a batch
 //! costs no allocation where messages flow both ways.
@@ -34,6 +37,8 @@ struct OutSlot {
     last_natural: Option<Instant>,
     /// Exponential moving average (weight 1/8) of intervals between natural flushes.
     mean_interval: Duration,
+    /// The turn in which this buffer last offered an early batch ([`Outbox::offers_early`]).
+    early_turn: u64,
 }
 
 /// Outgoing buffers of one worker, indexed by destination.
@@ -49,7 +54,15 @@ pub(crate) struct Outbox {
     /// receiver would otherwise free (a cross-thread free) and the sender allocate anew, per
     /// batch. Where messages flow both ways no batch allocates at all.
     spares: Vec<Vec<Msg>>,
+    /// Size of a turn's early batch to a destination ([`Outbox::offers_early`]).
+    early_at: usize,
+    /// Turns ended so far (starts at 1 so that no slot has offered in the current turn).
+    turn: u64,
 }
+
+/// A turn's first batch to a destination may go early, at `batch_size / EARLY_FRACTION`
+/// messages (see [`Outbox::offers_early`]).
+const EARLY_FRACTION: usize = 8;
 
 /// Spare buffers kept at most.
 const MAX_SPARES: usize = 8;
@@ -63,12 +76,15 @@ impl Outbox {
                     seen_pending: None,
                     last_natural: None,
                     mean_interval: INITIAL_INTERVAL,
+                    early_turn: 0,
                 })
                 .collect(),
             batch_size,
             factor,
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
+            early_at: (batch_size / EARLY_FRACTION).max(1),
+            turn: 1,
         }
     }
 
@@ -100,6 +116,28 @@ impl Outbox {
         }
         slot.last_natural = Some(now);
         Some(self.take(dest))
+    }
+
+    /// True once per turn and destination, when the buffer for `dest` has just reached the early
+    /// batch size: the caller sends it now if `dest` is idle. Without it, a receiver idle at the
+    /// start of a fan-out waits for a full batch (and then files all of it before it runs the
+    /// first event): 3-4 us of a producer-consumer round at 2 workers, against 1.5 with it.
+    /// Batches stay large: only a turn's first one to a destination can be small, and the
+    /// destination's idle flag (a line it writes) is read at most once per turn and destination.
+    #[inline]
+    pub(crate) fn offers_early(&mut self, dest: usize) -> bool {
+        let slot = &mut self.slots[dest];
+        if slot.msgs.len() != self.early_at || slot.early_turn == self.turn {
+            return false;
+        }
+        slot.early_turn = self.turn;
+        true
+    }
+
+    /// Ends the current turn (for [`offers_early`](Self::offers_early)).
+    #[inline]
+    pub(crate) fn end_turn(&mut self) {
+        self.turn += 1;
     }
 
     /// Keeps an emptied buffer of a received batch for a later outgoing batch.
@@ -175,6 +213,28 @@ mod tests {
         let full = o.push(2, msg()).expect("fourth message fills the batch");
         assert_eq!(full.len(), 4);
         assert!(!o.has_pending());
+    }
+
+    #[test]
+    fn an_early_batch_is_offered_once_per_turn_and_destination() {
+        let mut o = Outbox::new(3, 32, 1.1);
+        let early = 32 / EARLY_FRACTION;
+        let offers = |o: &mut Outbox, dest: usize, n: usize| {
+            (0..n).filter(|_| o.push(dest, msg()).is_none() && o.offers_early(dest)).count()
+        };
+        // Offered when the buffer reaches the early size, not before, not after.
+        assert_eq!(offers(&mut o, 1, early - 1), 0);
+        assert_eq!(offers(&mut o, 1, 1), 1);
+        assert_eq!(offers(&mut o, 1, 5), 0);
+        // Sent: the buffer refills to the early size in the same turn, no second offer.
+        o.take(1);
+        assert_eq!(offers(&mut o, 1, early + 1), 0);
+        // Another destination has its own offer in this turn.
+        assert_eq!(offers(&mut o, 2, early), 1);
+        // A new turn offers again once the buffer (emptied) reaches the size again.
+        o.take(1);
+        o.end_turn();
+        assert_eq!(offers(&mut o, 1, early), 1);
     }
 
     #[test]

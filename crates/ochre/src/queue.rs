@@ -121,6 +121,9 @@ pub(crate) struct ColorQueue {
     ready: VecDeque<usize>,
     running: Option<usize>,
     pending: usize,
+    /// Guest slots held (colors borrowed from other homes). While there are none, a color
+    /// homed elsewhere is not held here, and `route` needs no lookup to say so.
+    guests: usize,
 }
 
 impl ColorQueue {
@@ -133,6 +136,7 @@ impl ColorQueue {
             ready: VecDeque::new(),
             running: None,
             pending: 0,
+            guests: 0,
         }
     }
 
@@ -167,16 +171,19 @@ impl ColorQueue {
         let key = match self.running {
             // Fast path: a handler posting to its own color (chains, ping-pong): no lookup.
             Some(k) if self.slots[k].color == color => k,
-            _ => match self.index.get(&color) {
-                Some(&k) => k,
-                None => {
-                    let home = home_of(color, self.placement);
-                    if home != self.me {
-                        return Dest::Remote { home };
-                    }
-                    self.insert(color, Lease::Local)
+            _ => {
+                let home = home_of(color, self.placement);
+                if home != self.me && self.guests == 0 {
+                    // Fast path: homed elsewhere and nothing borrowed (fan-outs): no lookup.
+                    debug_assert!(!self.index.contains_key(&color), "guest slots miscounted");
+                    return Dest::Remote { home };
                 }
-            },
+                match self.index.get(&color) {
+                    Some(&k) => k,
+                    None if home != self.me => return Dest::Remote { home },
+                    None => self.insert(color, Lease::Local),
+                }
+            }
         };
         match self.slots[key].lease {
             Lease::Away { to, .. } => Dest::Forward { key, to },
@@ -286,6 +293,7 @@ impl ColorQueue {
                 let color = slot.color;
                 self.slots.remove(key);
                 self.index.remove(&color);
+                self.guests -= 1;
                 Some(Returned { home, color, ran: received })
             }
             Lease::Local => {
@@ -396,7 +404,10 @@ impl ColorQueue {
                 );
                 k
             }
-            None => self.insert(color, Lease::Guest { home, received: 0 }),
+            None => {
+                self.guests += 1;
+                self.insert(color, Lease::Guest { home, received: 0 })
+            }
         }
     }
 
@@ -612,6 +623,9 @@ mod tests {
         t.adopt(0, Loan { color: c, events, urgent: 0 });
         assert!(t.lend(0).is_none(), "a borrowed color was lent on");
         assert!(matches!(t.post(c, task(&log, 1), false), Route::Queued));
+        // Holding a guest, another color of the same home still goes home (looked up).
+        let other = color_on(0, 2, 1);
+        assert!(matches!(t.post(other, task(&log, 9), false), Route::Remote { home: 0, .. }));
         assert_eq!(run_all(&mut t), vec![Returned { home: 0, color: c, ran: 1 }]);
         // Once returned, posts from the thief go home.
         assert!(matches!(t.post(c, task(&log, 2), false), Route::Remote { home: 0, .. }));

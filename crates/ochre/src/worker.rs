@@ -205,6 +205,10 @@ impl Core {
             self.turn_sends += 1;
             if let Some(batch) = self.outbox.push(dest, msg) {
                 self.deliver(shared, dest, batch);
+            } else if self.outbox.offers_early(dest)
+                && shared.remotes[dest].status.idle.load(Ordering::Relaxed)
+            {
+                self.flush_to(shared, dest);
             }
         } else {
             self.count_sent(shared, 1);
@@ -250,6 +254,7 @@ impl Core {
     fn end_of_turn_flush(&mut self, shared: &Shared) {
         let burst = self.turn_sends as usize >= (shared.config.batch_size / 4).max(2);
         self.turn_sends = 0;
+        self.outbox.end_turn();
         if burst && self.outbox.has_pending() {
             self.counters.add(Counter::BurstFlushes, 1);
             self.flush_all(shared);
