@@ -5,6 +5,7 @@
 //!
 //! Steps: the baseline (one lock per posted event, pipe wake-ups, no spinning, plain stealing);
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
+//! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off (the default configuration); then every stealing heuristic. Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
@@ -24,17 +25,26 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let spin = futex.clone().spin(Spin::Reasoned { threshold: None });
     let batch = spin.clone().batching(true);
     let ema = batch.clone().ema(true);
-    let no_steal = ema.clone().steal(Steal::Off);
-    let heuristics = ema.clone().stealing_heuristics();
+    let placed = ema.clone().placement(true);
+    let no_steal = placed.clone().steal(Steal::Off);
+    let heuristics = placed.clone().stealing_heuristics();
     vec![
         ("1 baseline", base),
         ("2 +futex", futex),
         ("3 +spinning", spin),
         ("4 +batching", batch),
         ("5 +EMA", ema),
-        ("6 steal off", no_steal),
-        ("7 +heuristics", heuristics),
+        ("6 +placement", placed),
+        (DEFAULT_STEP, no_steal),
+        ("8 +heuristics", heuristics),
     ]
+}
+
+/// The step that is the default configuration, named `ochre` in the tables.
+const DEFAULT_STEP: &str = "7 steal off";
+
+fn label(step: &str) -> String {
+    if step == DEFAULT_STEP { "ochre" } else { step }.to_string()
 }
 
 /// Runs the ablation.
@@ -48,8 +58,7 @@ pub fn run(opts: &Options) -> BenchReport {
         .into_iter()
         .map(|(n, c)| (n, Runtime::builder().workers(w).config(c).build()))
         .collect();
-    // The default configuration is step 5; name it `ochre` so ratios read against it.
-    let label = |n: &str| if n == "6 steal off" { "ochre".to_string() } else { n.to_string() };
+    // Ratios read against the default configuration (`label`).
     let epw = if opts.quick { 400_000 } else { 3_000_000 };
     let systems = runtimes
         .iter()
@@ -113,8 +122,7 @@ fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
     let servers: Vec<(String, Result<Sws, String>)> = steps()
         .into_iter()
         .map(|(n, c)| {
-            let name = if n == "6 steal off" { "ochre".to_string() } else { n.to_string() };
-            (name, Sws::start(&root, &server_cpus, c, ochre_http::Revalidate::Inotify))
+            (label(n), Sws::start(&root, &server_cpus, c, ochre_http::Revalidate::Inotify))
         })
         .collect();
     let secs = if opts.quick { 0.5 } else { 3.0 };
@@ -134,9 +142,24 @@ fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
         "[sws] a request is read, parsed, looked up and answered within one event of its \
          connection's color, on that connection's worker: cross-core posting (batching), remote \
          frees (EMA) and stealing have little to act on; what the baseline loses is in going idle \
-         and waking (pipe wake-ups, no spinning: steps 2-3)"
+         and waking (pipe wake-ups, no spinning: steps 2-3) and, where the injector shares a \
+         CPU with a worker, in loading that worker as much as the others (step 6)"
             .into(),
     );
     drop(servers);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_steps_go_from_the_baseline_to_the_default_configuration() {
+        let steps = steps();
+        assert_eq!(steps[0].1, Config::baseline());
+        let default = steps.iter().find(|(n, _)| *n == DEFAULT_STEP).expect("default step");
+        assert_eq!(default.1, Config::default());
+        assert_eq!(label(DEFAULT_STEP), "ochre");
+    }
 }

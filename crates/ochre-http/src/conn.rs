@@ -10,7 +10,9 @@
 //! `accept` and `dec_accepted_clients` run as events of the accept color (pinned) and share the
 //! active-connection counter in a [`ColorCell`] of that color: no lock, no atomic. Every other
 //! handler runs as events of the connection's own color, so connections are served in parallel
-//! and each one's state (a `ColorCell` too) needs no lock either. `read_request`,
+//! and each one's state (a `ColorCell` too) needs no lock either. `accept` picks each new
+//! connection's color with `ochre::place`, so connections go to workers in proportion to the
+//! CPU share each gets (a worker sharing its CPU with a load injector gets fewer). `read_request`,
 //! `parse_request`, `get_from_cache` and `write_response` follow one another within one event of
 //! the connection's color: the thesis posts each as an event of that same color, which orders
 //! them the same way; calling them directly saves the queue operations.
@@ -136,7 +138,10 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
         (a.accepted, counted)
     });
     let Ok((n, counted)) = admitted else { return };
-    let color = Color(server.color_base + n);
+    // Connection `n` gets a color among the 4096 from its seed, on the worker `place` picks by
+    // the workers' CPU shares (hash placement in the libasync-smp configuration). Seeds cycle
+    // within the server's 2^40 colors: a color is reused after 2^28 connections, long closed.
+    let color = ochre::place(server.color_base + ((n & ((1 << 28) - 1)) << 12));
     let now = Instant::now();
     let conn = Arc::new(Conn {
         stream,

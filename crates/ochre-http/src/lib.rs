@@ -41,7 +41,7 @@ pub(crate) struct ServerShared {
     /// The canonical root.
     root: PathBuf,
     accept_color: Color,
-    /// Connection colors are `color_base + n`.
+    /// Connection colors are `color_base` plus less than 2^40 (`conn::accept`).
     color_base: u64,
     accept_state: ColorCell<conn::AcceptState>,
     counters: stats::Counters,

@@ -127,6 +127,17 @@ pub struct Config {
     /// Most bytes of EMA blocks one worker may hold; past it, events fall back to the global
     /// allocator (counted in `ema_refused`). `None`: no cap.
     pub ema_cap: Option<usize>,
+    /// Load-aware placement of new long-lived colors ([`place`](crate::place)): each worker
+    /// measures the share of its CPU it gets when it wants to run (threads outside the runtime
+    /// may share it: an injector, another process) and new colors go to workers in proportion.
+    /// `false`: [`place`](crate::place) keeps the color it is given (hash placement, as
+    /// libasync-smp).
+    #[serde(default = "yes")]
+    pub placement: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for Config {
@@ -148,6 +159,7 @@ impl Default for Config {
             abort_on_panic: false,
             ema: true,
             ema_cap: None,
+            placement: true,
         }
     }
 }
@@ -199,10 +211,12 @@ impl Config {
         ema: bool,
         /// Sets [`Config::ema_cap`].
         ema_cap: Option<usize>,
+        /// Sets [`Config::placement`].
+        placement: bool,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
-    /// spinning, plain stealing, events from the global allocator. Build with the `unpadded` feature for its memory layout too.
+    /// spinning, plain stealing, events from the global allocator, colors placed by hash. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
         Config::default()
             .batching(false)
@@ -210,6 +224,7 @@ impl Config {
             .spin(Spin::Never)
             .steal(Steal::Plain)
             .ema(false)
+            .placement(false)
     }
 
     /// Every stealing heuristic on (batch, locality-aware, cost-aware with a 20 µs floor;

@@ -116,6 +116,27 @@ pub fn pin(color: Color) -> Result<(), Error> {
     .ok_or(Error::NotInRuntime)
 }
 
+/// How many colors from its seed [`place`] tries for one homed on the chosen worker: with `n`
+/// workers, a try fails with probability `1 - 1/n`, so all fail with `(1 - 1/n)^4096`: never
+/// in practice below a thousand workers (then the seed itself is used: hash placement).
+pub(crate) const PLACE_TRIES: u64 = 4096;
+
+/// The color to give new long-lived work, a connection for instance, chosen among `seed`,
+/// `seed + 1`, ... up to `seed + 4095` (space the seeds of concurrent colors by 4096).
+///
+/// With [`Config::placement`](crate::Config) (the default), new colors go to workers in
+/// proportion to the share of its CPU each one gets when it wants to run, interleaved: a worker
+/// sharing its CPU with a thread outside the runtime (a load injector, another process) gets
+/// fewer connections instead of becoming the bottleneck of all of them. Each worker measures its
+/// share from the kernel's run-queue delay (`/proc/thread-self/schedstat`); where that cannot be
+/// read, shares are even. Placement applies to new colors only: a color never changes its home.
+///
+/// Returns `Color(seed)` when placement is off (the libasync-smp baseline), with one worker, or
+/// outside a handler.
+pub fn place(seed: u64) -> Color {
+    with_current(|ctx| ctx.core.borrow_mut().place(&ctx.shared, seed)).unwrap_or(Color(seed))
+}
+
 /// The color of the running event, or `None` outside a handler.
 pub fn current_color() -> Option<Color> {
     with_current(|ctx| ctx.current.get()).flatten()

@@ -54,15 +54,18 @@
 //! posts. A worker that watches descriptors or has timers sleeps in its epoll set instead of its
 //! parker. An event's closure is stored in memory from the posting worker's EMA heap ([`alloc`]),
 //! in blocks reserved for the color's home worker, and the running worker frees it in batches
-//! back to the poster; [`ColorBox`] gives handlers the same placement for their own data.
+//! back to the poster; [`ColorBox`] gives handlers the same placement for their own data. New
+//! long-lived colors (a server's connections) can be placed with [`place`]: each worker measures
+//! the share of its CPU it gets when it wants to run, and new colors go to workers in proportion.
 //! Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox` (transport),
 //! `idle`/`park` (sleeping), `steal`, `worker` (the loop), `alloc` (EMA), `message` (thin
-//! tasks), `io`, `stats`, `config`.
+//! tasks), `cpu_share` (placement), `io`, `stats`, `config`.
 //!
 //! ## Baseline
 //!
 //! [`Config::baseline`] behaves like the original libasync-smp (one lock per posted event, pipe
-//! wake-ups, no spinning, plain stealing, events from the global allocator); with the
+//! wake-ups, no spinning, plain stealing, events from the global allocator, colors placed by
+//! hash); with the
 //! `unpadded` feature, also its memory layout.
 //! Every optimization is a switch, for the ablation study.
 
@@ -74,6 +77,7 @@ mod color;
 mod color_box;
 mod config;
 mod context;
+mod cpu_share;
 mod error;
 mod idle;
 mod inbox;
@@ -100,7 +104,9 @@ pub use cell::ColorCell;
 pub use color::Color;
 pub use color_box::{ColorBox, ColorBytes};
 pub use config::{Config, Spin, Steal, Wakeup};
-pub use context::{current_color, current_worker, pin, post, post_urgent, shutdown, try_post};
+pub use context::{
+    current_color, current_worker, pin, place, post, post_urgent, shutdown, try_post,
+};
 pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]

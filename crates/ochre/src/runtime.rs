@@ -240,7 +240,11 @@ struct GateState {
 }
 
 /// A worker thread: pin once, then serve runs until the runtime is dropped.
-fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, core: Core, pin: Option<usize>) {
+fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Option<usize>) {
+    if shared.config.placement {
+        // Opened here: the file is this thread's.
+        core.cpu_share = crate::cpu_share::CpuShare::of_this_thread();
+    }
     if let Some(cpu) = pin {
         if let Err(e) = topology::pin_current_thread(cpu) {
             let id = core.id;

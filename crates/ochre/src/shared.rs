@@ -55,6 +55,8 @@ pub(crate) struct Status {
     /// Stored before it announces its sleep on the inbox, so a waker that sees the announcement
     /// sees this too (the inbox's compare-and-swap orders them).
     pub(crate) parks_in_poller: AtomicBool,
+    /// The share of its CPU this worker gets when it wants to run, in thousandths (`cpu_share`).
+    pub(crate) cpu_share: AtomicUsize,
 }
 
 /// Everything other threads may touch of one worker.
@@ -81,6 +83,7 @@ impl Remote {
                 ready: AtomicUsize::new(0),
                 idle: AtomicBool::new(false),
                 parks_in_poller: AtomicBool::new(false),
+                cpu_share: AtomicUsize::new(crate::cpu_share::FULL as usize),
             }),
             stats: Padded::new(Published::new()),
         }

@@ -63,6 +63,9 @@ counters! {
     batched_msgs = BatchedMsgs,
     /// Of the batches sent, those flushed by the safety timer in the middle of a round.
     safety_flushes = SafetyFlushes,
+    /// Share of its CPU this worker got when it wanted to run, in thousandths, as last measured
+    /// for placement (`place`; 1000 until measured, and where it cannot be).
+    cpu_share = CpuShare,
     /// Turns that posted a burst to other workers and flushed every buffer at their end.
     burst_flushes = BurstFlushes,
     /// Messages taken from this worker's inbox.

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::color::home_of;
+use crate::cpu_share::CpuShare;
 use crate::idle;
 use crate::io::IoCore;
 use crate::message::{Msg, Task};
@@ -76,6 +77,10 @@ pub(crate) struct Core {
     published_ready: usize,
     /// Rounds until the heap's gauges are published again (`publish_round`).
     heap_gauges_in: u32,
+    /// This worker's CPU share measure (`cpu_share`), sampled with the heap gauges.
+    pub(crate) cpu_share: CpuShare,
+    /// Credits of the smooth weighted round robin of [`Core::place`].
+    place_credit: Vec<i64>,
     /// Turns started, for sampling their duration.
     turns: u32,
     overdue: Vec<usize>,
@@ -116,6 +121,8 @@ impl Core {
             overdue: Vec::new(),
             io: IoCore::new(),
             graveyard: Vec::new(),
+            cpu_share: CpuShare::none(),
+            place_credit: vec![0; shared_workers],
         }
     }
 
@@ -414,8 +421,31 @@ impl Core {
             self.counters.set(Counter::EmaRemoteFrees, h.remote_frees as u64);
             self.counters.set(Counter::EmaRefused, h.refused as u64);
         }
+        if heap_gauges {
+            if let Some(share) = self.cpu_share.sample(Instant::now()) {
+                // Relaxed: a hint for placement, read by `place`.
+                shared.remotes[self.id].status.cpu_share.store(share as usize, Ordering::Relaxed);
+            }
+            self.counters.set(Counter::CpuShare, u64::from(self.cpu_share.share()));
+        }
         shared.remotes[self.id].stats.publish(&self.counters);
         self.publish_ready(shared);
+    }
+
+    /// The color for new long-lived work (see [`crate::place`]).
+    pub(crate) fn place(&mut self, shared: &Shared, seed: u64) -> Color {
+        let first = Color(seed);
+        if !shared.config.placement || shared.workers < 2 {
+            return first;
+        }
+        let shares =
+            shared.remotes.iter().map(|r| r.status.cpu_share.load(Ordering::Relaxed) as u32);
+        let worker = crate::cpu_share::pick(shares, &mut self.place_credit);
+        // A hashed color homed on `worker`: 1 in `workers` is, so a few tries on average.
+        (0..crate::context::PLACE_TRIES)
+            .map(|k| Color(seed.wrapping_add(k)))
+            .find(|&c| home_of(c, shared.placement) == worker)
+            .unwrap_or(first)
     }
 
     /// Publishes how many colors wait here, for thieves choosing a victim; only a change is

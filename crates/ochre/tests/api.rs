@@ -674,3 +674,31 @@ fn a_run_ends_with_its_work_even_while_workers_spin() {
     // spin cut short when the CPU is shared, then a sleep) took 9.5 s for these 50 runs.
     assert!(t.elapsed() < Duration::from_millis(2500), "{:?} for 50 runs", t.elapsed());
 }
+
+#[test]
+fn placed_colors_spread_over_workers_by_share_and_stay_near_their_seed() {
+    let rt = rt(3);
+    let placed = Arc::new(Mutex::new(Vec::new()));
+    let p = placed.clone();
+    rt.run(Color(1), move || {
+        // Unmeasured shares are even: one color per worker in turn.
+        for n in 0..30u64 {
+            let seed = 1 << 40 | n << 12;
+            let c = ochre::place(seed);
+            assert!((seed..seed + 4096).contains(&c.0), "{c:?} far from its seed {seed}");
+            p.lock().unwrap().push(c);
+        }
+    })
+    .unwrap();
+    let homes: Vec<usize> = placed.lock().unwrap().iter().map(|&c| rt.home_of(c)).collect();
+    for w in 0..3 {
+        assert_eq!(homes.iter().filter(|&&h| h == w).count(), 10, "{homes:?}");
+    }
+    // Placement off (the baseline), or outside a handler: the seed itself.
+    assert_eq!(ochre::place(77), Color(77));
+    let off = Runtime::builder().workers(2).pin(false).config(Config::baseline()).build().unwrap();
+    let got = Arc::new(Mutex::new(None));
+    let g = got.clone();
+    off.run(Color(1), move || *g.lock().unwrap() = Some(ochre::place(12_345))).unwrap();
+    assert_eq!(*got.lock().unwrap(), Some(Color(12_345)));
+}

@@ -1,0 +1,197 @@
+//! How much of its CPU each worker gets when it wants to run, and where new long-lived work
+//! (a connection) should live by it.
+//!
+//! A worker's CPU may be shared with threads the runtime does not know: another process, a load
+//! injector on the same machine, another runtime. Hashing colors over workers then loads the
+//! shared worker as much as the others, and it becomes the bottleneck of the whole server
+//! (measured, `bench sws` at 2 workers with the injector on CPU 1: 158K requests/s with colors
+//! hashed, 183K with two thirds of the connections on the worker that has its CPU alone).
+//!
+//! **Measure.** Linux accounts, per thread, the time spent running and the time spent runnable
+//! but waiting for a CPU (`/proc/thread-self/schedstat`: run time, run-queue delay). Over a
+//! window, `run / (run + delay)` is the share of its CPU a worker gets *when it wants one*: 1 on
+//! a CPU of its own, about 1/2 next to one busy thread. It does not depend on how much work the
+//! worker has (an idle worker simply measures nothing), so placing less work on a shared worker
+//! does not make its share look better and the placement does not oscillate. Each worker samples
+//! its own file at most every [`SAMPLE_EVERY`] (one `pread`, from its publication path), smooths
+//! the share (exponential average) and publishes it; windows with too little running or waiting
+//! time are skipped. Where the file cannot be read (another OS, a kernel without schedstats),
+//! every share stays 1: hashing's even placement.
+//!
+//! **Place.** [`pick`] is a smooth weighted round robin (nginx's upstream balancing) over the
+//! published shares: each worker receives new work in proportion to its share, interleaved, with
+//! no randomness; a worker's weight never drops below [`MIN_SHARE`] so that none is starved of
+//! new work if its measure is stale.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// Shortest window between two samples.
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(20);
+/// A window counts only if the worker ran or waited this long in it (else it says nothing).
+const MIN_ACTIVE: Duration = Duration::from_millis(2);
+/// Published shares are in thousandths.
+pub(crate) const FULL: u32 = 1000;
+/// Lowest weight a worker gets in placement, in thousandths.
+const MIN_SHARE: u32 = 50;
+
+/// One worker's measure of its CPU share. Owned by the worker; opened on the worker's thread.
+pub(crate) struct CpuShare {
+    file: Option<File>,
+    last: Option<(Instant, u64, u64)>,
+    /// Smoothed share, in thousandths.
+    share: u32,
+}
+
+impl CpuShare {
+    /// A measure that never samples (before the worker's thread opens its own).
+    pub(crate) fn none() -> Self {
+        CpuShare { file: None, last: None, share: FULL }
+    }
+
+    /// The measure of the calling thread.
+    pub(crate) fn of_this_thread() -> Self {
+        CpuShare { file: File::open("/proc/thread-self/schedstat").ok(), ..CpuShare::none() }
+    }
+
+    /// The smoothed share, in thousandths.
+    pub(crate) fn share(&self) -> u32 {
+        self.share
+    }
+
+    /// Samples if the last sample is older than [`SAMPLE_EVERY`]; returns the new smoothed
+    /// share (thousandths) when it changed.
+    pub(crate) fn sample(&mut self, now: Instant) -> Option<u32> {
+        let file = self.file.as_ref()?;
+        if self.last.is_some_and(|(t, ..)| now.duration_since(t) < SAMPLE_EVERY) {
+            return None;
+        }
+        let mut buf = [0u8; 96];
+        let n = file.read_at(&mut buf, 0).ok()?;
+        let (run, delay) = parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)?;
+        let previous = self.last.replace((now, run, delay));
+        let (_, run0, delay0) = previous?;
+        let share = window_share(run.saturating_sub(run0), delay.saturating_sub(delay0))?;
+        // Weight 1/4: a few windows (~100 ms) to follow a change, one odd window moves it little.
+        let smoothed = (self.share * 3 + share) / 4;
+        (smoothed != self.share).then(|| {
+            self.share = smoothed;
+            smoothed
+        })
+    }
+}
+
+/// The share of one window (thousandths), or `None` if the window was too quiet to tell.
+fn window_share(run_ns: u64, delay_ns: u64) -> Option<u32> {
+    let active = run_ns + delay_ns;
+    if active < MIN_ACTIVE.as_nanos() as u64 {
+        return None;
+    }
+    Some((run_ns * u64::from(FULL) / active) as u32)
+}
+
+/// Run time and run-queue delay, in ns, from the text of a `schedstat` file.
+fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+    let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
+    Some((fields.next()?.ok()?, fields.next()?.ok()?))
+}
+
+/// Smooth weighted round robin: the next worker for new work, given each worker's share and
+/// the running credits (one per worker, kept by the caller between calls).
+pub(crate) fn pick(shares: impl Iterator<Item = u32>, credit: &mut [i64]) -> usize {
+    let mut total = 0i64;
+    let mut best = 0;
+    for (w, s) in shares.enumerate() {
+        let weight = i64::from(s.clamp(MIN_SHARE, FULL));
+        total += weight;
+        credit[w] += weight;
+        if credit[w] > credit[best] {
+            best = w;
+        }
+    }
+    credit[best] -= total;
+    best
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_text_parses_and_garbage_does_not() {
+        assert_eq!(parse_schedstat("1755495 42 2\n"), Some((1_755_495, 42)));
+        assert_eq!(parse_schedstat("12"), None);
+        assert_eq!(parse_schedstat("a b c"), None);
+    }
+
+    #[test]
+    fn a_window_share_is_run_over_run_plus_wait_and_quiet_windows_say_nothing() {
+        assert_eq!(window_share(10_000_000, 0), Some(FULL));
+        assert_eq!(window_share(5_000_000, 5_000_000), Some(500));
+        assert_eq!(window_share(100_000, 0), None);
+    }
+
+    #[test]
+    fn placement_follows_the_shares_interleaved() {
+        let mut credit = vec![0; 2];
+        let picks: Vec<usize> =
+            (0..6).map(|_| pick([1000, 500].into_iter(), &mut credit)).collect();
+        // Two for worker 0 for each one for worker 1, spread out.
+        assert_eq!(picks, vec![0, 1, 0, 0, 1, 0]);
+        let mut credit = vec![0; 3];
+        let mut counts = [0; 3];
+        for _ in 0..300 {
+            counts[pick([1000, 1000, 1000].into_iter(), &mut credit)] += 1;
+        }
+        assert_eq!(counts, [100, 100, 100]);
+    }
+
+    #[test]
+    fn a_worker_with_no_measured_share_still_gets_some_work() {
+        let mut credit = vec![0; 2];
+        let ones = (0..1000).filter(|_| pick([1000, 0].into_iter(), &mut credit) == 1).count();
+        assert!(ones > 0 && ones < 100, "{ones}");
+    }
+
+    #[test]
+    fn a_thread_sharing_its_cpu_with_a_busy_one_measures_about_half() {
+        let Some(&cpu) =
+            crate::topology::allowed_cpus().ok().and_then(|c| c.last().copied()).as_ref()
+        else {
+            return;
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let measured = std::thread::scope(|s| {
+            s.spawn(|| {
+                // The busy neighbour.
+                if crate::topology::pin_current_thread(cpu).is_ok() {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+            let measured = s
+                .spawn(|| {
+                    crate::topology::pin_current_thread(cpu).ok()?;
+                    let mut m = CpuShare::of_this_thread();
+                    m.file.as_ref()?; // No schedstat on this kernel: nothing to measure.
+                    assert_eq!(m.sample(Instant::now()), None, "a first sample starts a window");
+                    let t0 = Instant::now();
+                    while t0.elapsed() < SAMPLE_EVERY * 12 {
+                        let _ = m.sample(Instant::now());
+                        std::hint::spin_loop();
+                    }
+                    Some(m.share)
+                })
+                .join()
+                .unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            measured
+        });
+        if let Some(share) = measured {
+            // Alone it would stay at FULL; sharing, each window says ~500 and the average follows.
+            assert!(share < 800, "measured {share} thousandths while sharing a CPU");
+        }
+    }
+}
