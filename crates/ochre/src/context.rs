@@ -117,8 +117,9 @@ pub fn pin(color: Color) -> Result<(), Error> {
 }
 
 /// How many colors from its seed [`place`] tries for one homed on the chosen worker: with `n`
-/// workers, a try fails with probability `1 - 1/n`, so all fail with `(1 - 1/n)^4096`: never
-/// in practice below a thousand workers (then the seed itself is used: hash placement).
+/// workers, a try fails with probability `1 - 1/n`, so all fail with `(1 - 1/n)^4096`: less
+/// than once in a million placements below 300 workers (that color then keeps the seed's home,
+/// hash placement).
 pub(crate) const PLACE_TRIES: u64 = 4096;
 
 /// The color to give new long-lived work, a connection for instance, chosen among `seed`,
