@@ -62,8 +62,10 @@ impl CpuShare {
 
     /// Samples if the last sample is older than [`SAMPLE_EVERY`]; returns the new smoothed
     /// share (thousandths) when it changed.
-    pub(crate) fn sample(&mut self, now: Instant) -> Option<u32> {
+    /// Reads the clock only when it can sample at all: it runs at every idle spell.
+    pub(crate) fn sample(&mut self) -> Option<u32> {
         let file = self.file.as_ref()?;
+        let now = Instant::now();
         if self.last.is_some_and(|(t, ..)| now.duration_since(t) < SAMPLE_EVERY) {
             return None;
         }
@@ -176,10 +178,10 @@ mod tests {
                     crate::topology::pin_current_thread(cpu).ok()?;
                     let mut m = CpuShare::of_this_thread();
                     m.file.as_ref()?; // No schedstat on this kernel: nothing to measure.
-                    assert_eq!(m.sample(Instant::now()), None, "a first sample starts a window");
+                    assert_eq!(m.sample(), None, "a first sample starts a window");
                     let t0 = Instant::now();
                     while t0.elapsed() < SAMPLE_EVERY * 12 {
-                        let _ = m.sample(Instant::now());
+                        let _ = m.sample();
                         std::hint::spin_loop();
                     }
                     Some(m.share)

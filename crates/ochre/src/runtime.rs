@@ -241,8 +241,8 @@ struct GateState {
 
 /// A worker thread: pin once, then serve runs until the runtime is dropped.
 fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Option<usize>) {
-    if shared.config.placement {
-        // Opened here: the file is this thread's.
+    if shared.config.placement && shared.workers > 1 {
+        // Opened here: the file is this thread's. (One worker has nowhere else to place.)
         core.cpu_share = crate::cpu_share::CpuShare::of_this_thread();
     }
     if let Some(cpu) = pin {

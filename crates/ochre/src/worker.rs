@@ -422,7 +422,7 @@ impl Core {
             self.counters.set(Counter::EmaRefused, h.refused as u64);
         }
         if heap_gauges {
-            if let Some(share) = self.cpu_share.sample(Instant::now()) {
+            if let Some(share) = self.cpu_share.sample() {
                 // Relaxed: a hint for placement, read by `place`.
                 shared.remotes[self.id].status.cpu_share.store(share as usize, Ordering::Relaxed);
             }
