@@ -5,6 +5,10 @@
 //! runs them interleaved (a warm-up, then `reps` kept repetitions) and turns the samples into
 //! rows (median, min-max, ratio to ochre). The benchmark then checks the goals of its issue on
 //! the medians. The result is a `BenchReport`: printed as a table, written as JSON.
+//!
+//! Where ochre configurations are compared on short events (ping-pong, producer-consumer, the
+//! cost of stealing), each sample runs on a runtime built for it (`peers::on_fresh_runtime`):
+//! one instance keeps its memory layout for life, and instances differ by more than the bars.
 
 #![warn(missing_docs)]
 

@@ -58,19 +58,87 @@ pub fn on_pinned_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Ve
     })
 }
 
-/// The ochre configurations the runtime benchmarks compare, built with `workers` workers:
-/// `ochre` (default), `ochre-baseline` (libasync-smp), `ochre-sysalloc` (EMA off: events from the
-/// global allocator), `ochre-jemalloc`, `ochre-mimalloc`, `ochre-snmalloc` (EMA off, those as the event
-/// allocator: the allocator comparison of issue 5, in the same process as the other systems).
-pub fn ochre_variants(workers: usize) -> Vec<(&'static str, Result<ochre::Runtime, ochre::Error>)> {
+/// Builds one ochre runtime of a benchmarked configuration.
+pub type BuildOchre = Box<dyn Fn() -> Result<ochre::Runtime, ochre::Error>>;
+
+/// The ochre configurations the runtime benchmarks compare, each as a way to build it with
+/// `workers` workers: `ochre` (default), `ochre-baseline` (libasync-smp), `ochre-sysalloc` (EMA
+/// off: events from the global allocator), `ochre-jemalloc`, `ochre-mimalloc`, `ochre-snmalloc`
+/// (EMA off, those as the event allocator: the allocator comparison of issue 5, in the same
+/// process as the other systems).
+pub fn ochre_builds(workers: usize) -> Vec<(&'static str, BuildOchre)> {
     use ochre::{Config, Runtime};
-    let no_ema = || Runtime::builder().workers(workers).config(Config::default().ema(false));
+    let no_ema = move || Runtime::builder().workers(workers).config(Config::default().ema(false));
     vec![
-        ("ochre", Runtime::builder().workers(workers).build()),
-        ("ochre-baseline", Runtime::builder().workers(workers).config(Config::baseline()).build()),
-        ("ochre-sysalloc", no_ema().build()),
-        ("ochre-jemalloc", no_ema().event_allocator(&tikv_jemallocator::Jemalloc).build()),
-        ("ochre-mimalloc", no_ema().event_allocator(&mimalloc::MiMalloc).build()),
-        ("ochre-snmalloc", no_ema().event_allocator(&snmalloc_rs::SnMalloc).build()),
+        ("ochre", Box::new(move || Runtime::builder().workers(workers).build())),
+        (
+            "ochre-baseline",
+            Box::new(move || {
+                Runtime::builder().workers(workers).config(Config::baseline()).build()
+            }),
+        ),
+        ("ochre-sysalloc", Box::new(move || no_ema().build())),
+        (
+            "ochre-jemalloc",
+            Box::new(move || no_ema().event_allocator(&tikv_jemallocator::Jemalloc).build()),
+        ),
+        ("ochre-mimalloc", Box::new(move || no_ema().event_allocator(&mimalloc::MiMalloc).build())),
+        (
+            "ochre-snmalloc",
+            Box::new(move || no_ema().event_allocator(&snmalloc_rs::SnMalloc).build()),
+        ),
     ]
+}
+
+/// One sample on a runtime built for it: `warm_up` runs on it first (result dropped), then
+/// `measure`. Why a runtime per sample: an instance keeps its draw of memory layout (thread
+/// stacks, heap addresses) for life, and on ping-pong, where an event costs ~16 ns, one instance
+/// in six to ten here ran 5-15% slower than the others through all of its runs; with one instance
+/// per sample the median is over instances, and two configurations compared are not two single
+/// draws. The build and the warm-up are outside the measure.
+pub fn on_fresh_runtime(
+    build: &dyn Fn() -> Result<ochre::Runtime, ochre::Error>,
+    warm_up: impl FnOnce(&ochre::Runtime) -> Result<f64, String>,
+    measure: impl FnOnce(&ochre::Runtime) -> Result<f64, String>,
+) -> Result<f64, String> {
+    let rt = build().map_err(|e| e.to_string())?;
+    warm_up(&rt)?;
+    measure(&rt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn a_fresh_runtime_per_sample_is_warmed_up_then_measured() {
+        let built = AtomicUsize::new(0);
+        let build = || {
+            built.fetch_add(1, Ordering::Relaxed);
+            ochre::Runtime::builder().workers(2).pin(false).build()
+        };
+        let seen = RefCell::new(Vec::new());
+        let sample = |tag: f64| {
+            on_fresh_runtime(
+                &build,
+                |rt| {
+                    seen.borrow_mut().push(("warm", rt.stats()[0].events_run));
+                    rt.run(ochre::Color(0), || {}).map_err(|e| e.to_string())?;
+                    Ok(-1.0)
+                },
+                |rt| {
+                    // The warm-up ran on this same instance, and nothing else did.
+                    seen.borrow_mut().push(("measure", rt.stats()[0].events_run));
+                    Ok(tag)
+                },
+            )
+        };
+        assert_eq!(sample(1.0), Ok(1.0));
+        assert_eq!(sample(2.0), Ok(2.0));
+        assert_eq!(built.load(Ordering::Relaxed), 2, "one runtime per sample");
+        assert_eq!(*seen.borrow(), [("warm", 0), ("measure", 1), ("warm", 0), ("measure", 1)]);
+        let failing = on_fresh_runtime(&build, |_| Err("warm-up failed".into()), |_| Ok(3.0));
+        assert_eq!(failing, Err("warm-up failed".to_string()));
+    }
 }

@@ -176,16 +176,19 @@ pub fn run(opts: &Options) -> BenchReport {
     let epw = events_per_worker(opts);
     for &w in &opts.workers {
         let case = format!("{w} worker{}", if w > 1 { "s" } else { "" });
-        let ochres = peers::ochre_variants(w);
+        let ochres = peers::ochre_builds(w);
         let tmt = peers::tokio_multi_thread(w);
         let mut systems = vec![System::new("floor", || {
             let r = peers::on_pinned_threads(w, |_| floor_loop(epw));
             Ok(r.iter().sum::<f64>() / r.len() as f64)
         })];
-        for (name, rt) in &ochres {
-            systems.push(System::new(*name, move || match rt {
-                Ok(rt) => ochre_pingpong(rt, epw),
-                Err(e) => Err(e.to_string()),
+        for (name, build) in &ochres {
+            systems.push(System::new(*name, move || {
+                peers::on_fresh_runtime(
+                    build,
+                    |rt| ochre_pingpong(rt, epw / 8),
+                    |rt| ochre_pingpong(rt, epw),
+                )
             }));
         }
         systems.extend([

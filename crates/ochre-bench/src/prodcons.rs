@@ -262,7 +262,7 @@ pub fn run(opts: &Options) -> BenchReport {
         "Producer-consumer: 100 events spread over all workers per round, consumer events/s (higher is better).",
     );
     for &w in &opts.workers {
-        let ochres = peers::ochre_variants(w);
+        let ochres = peers::ochre_builds(w);
         let pool = peers::rayon_pool(w);
         let tmt = peers::tokio_multi_thread(w);
         for cost in costs(opts) {
@@ -270,7 +270,7 @@ pub fn run(opts: &Options) -> BenchReport {
             let case = format!("{w}w {}", cost_label(cost));
             let mut systems: Vec<System<'_>> = ochres
                 .iter()
-                .map(|(name, rt)| System::new(*name, ochre_system(rt, cost, n)))
+                .map(|(name, build)| System::new(*name, ochre_fresh_system(build, cost, n)))
                 .collect();
             systems.extend([
                 System::new("rayon", || {
@@ -314,6 +314,24 @@ fn scaling_checks(report: &mut BenchReport) {
                 );
             }
         }
+    }
+}
+
+/// ochre as a benchmark system on a runtime built for each sample and warmed up with an eighth
+/// of its rounds (see `peers::on_fresh_runtime`). The round's shared state is leaked once for
+/// the case: the consumers' homes depend only on the number of workers, the same for every
+/// instance.
+fn ochre_fresh_system(
+    build: &peers::BuildOchre,
+    cost: u64,
+    rounds: u64,
+) -> impl FnMut() -> Result<f64, String> + '_ {
+    let mut round: Option<&'static Round> = None;
+    move || {
+        let rt = build().map_err(|e| e.to_string())?;
+        let r = *round.get_or_insert_with(|| Round::leak(&rt, cost));
+        ochre_prodcons(&rt, r, (rounds / 8).max(1))?;
+        ochre_prodcons(&rt, r, rounds)
     }
 }
 
