@@ -107,6 +107,9 @@ impl Server {
 
     /// Serves `listener` (call from a handler, typically the run's first event).
     pub fn serve(&self, listener: Listener) -> Result<Watch, ochre::Error> {
+        if let Some(n) = ochre::current_workers() {
+            self.shared.counters.show_workers(n);
+        }
         let shared = self.shared.clone();
         listener.serve(self.shared.accept_color, move |s, peer| conn::accept(&shared, s, peer))
     }
@@ -121,6 +124,7 @@ impl Server {
 
     /// Serves `listener` from any thread.
     pub fn serve_with(&self, handle: &Handle, listener: Listener) -> Result<Watch, ochre::Error> {
+        self.shared.counters.show_workers(handle.workers());
         let shared = self.shared.clone();
         handle.serve(listener, self.shared.accept_color, move |s, peer| {
             conn::accept(&shared, s, peer)

@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -58,12 +58,25 @@ fn code_slot(code: u16) -> usize {
 /// All workers' counters.
 pub struct Counters {
     workers: Box<[CachePadded<WorkerCounters>]>,
+    /// Blocks reported per worker: the serving runtime's workers once known (a server is built
+    /// before it knows the runtime that will run it), all blocks until then.
+    shown: AtomicUsize,
 }
 
 impl Counters {
     /// Counters for `workers` workers.
     pub fn new(workers: usize) -> Counters {
-        Counters { workers: (0..workers.max(1)).map(|_| CachePadded::default()).collect() }
+        let workers = workers.max(1);
+        Counters {
+            workers: (0..workers).map(|_| CachePadded::default()).collect(),
+            shown: AtomicUsize::new(workers),
+        }
+    }
+
+    /// Reports per worker only the first `n` blocks (at least one, at most all): the workers of
+    /// the runtime that serves. Workers beyond the blocks share them, so totals never change.
+    pub fn show_workers(&self, n: usize) {
+        self.shown.store(n.clamp(1, self.workers.len()), Ordering::Relaxed);
     }
 
     /// Counts a response on the current worker.
@@ -114,7 +127,8 @@ impl Counters {
         let mut per_worker = Vec::new();
         let mut total_codes = [0u64; CODES.len() + 1];
         let (mut requests, mut bytes) = (0, 0);
-        for w in self.workers.iter() {
+        let shown = self.shown.load(Ordering::Relaxed);
+        for (i, w) in self.workers.iter().enumerate() {
             let r = w.requests.load(Ordering::Relaxed);
             let b = w.body_bytes.load(Ordering::Relaxed);
             requests += r;
@@ -122,7 +136,9 @@ impl Counters {
             for (t, c) in total_codes.iter_mut().zip(w.by_code.iter()) {
                 *t += c.load(Ordering::Relaxed);
             }
-            per_worker.push(serde_json::json!({ "requests": r, "body_bytes": b }));
+            if i < shown {
+                per_worker.push(serde_json::json!({ "requests": r, "body_bytes": b }));
+            }
         }
         let mut status = serde_json::Map::new();
         for (i, n) in total_codes.iter().enumerate().filter(|(_, &n)| n > 0) {
@@ -202,6 +218,26 @@ mod tests {
         assert_eq!(j["status"]["200"], 1);
         assert_eq!(j["status"]["other"], 1);
         assert_eq!(j["latency_us"]["count"], 0);
+    }
+
+    #[test]
+    fn only_the_serving_runtimes_workers_are_reported() {
+        let c = Counters::new(BLOCKS);
+        for _ in 0..3 {
+            c.count(200, 1); // outside a runtime: block 0
+        }
+        assert_eq!(c.to_json()["workers"].as_array().unwrap().len(), BLOCKS);
+        c.show_workers(2);
+        let j = c.to_json();
+        let workers = j["workers"].as_array().unwrap();
+        assert_eq!(workers.len(), 2);
+        assert_eq!(workers[0]["requests"], 3);
+        assert_eq!(workers[1]["requests"], 0);
+        assert_eq!(j["requests"], 3);
+        c.show_workers(0);
+        assert_eq!(c.to_json()["workers"].as_array().unwrap().len(), 1);
+        c.show_workers(1_000);
+        assert_eq!(c.to_json()["workers"].as_array().unwrap().len(), BLOCKS);
     }
 
     #[test]

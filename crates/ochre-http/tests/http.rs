@@ -354,6 +354,11 @@ fn access_log_and_status_endpoint() {
     // Both earlier responses were written in full: both latencies are in the histogram.
     let j: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(j["latency_us"]["count"], 2, "{text}");
+    // One entry per worker of the serving runtime (3), and they add up to the total.
+    let per_worker = j["workers"].as_array().unwrap();
+    assert_eq!(per_worker.len(), 3, "{text}");
+    let sum: u64 = per_worker.iter().map(|w| w["requests"].as_u64().unwrap()).sum();
+    assert_eq!(sum, 2, "{text}");
     assert!(j["latency_us"]["p100"].as_u64().unwrap() >= 1, "{text}");
     // Three pipelined requests on one connection: three latencies more (the status one too).
     let raw =

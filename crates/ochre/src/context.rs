@@ -148,6 +148,12 @@ pub fn current_worker() -> Option<usize> {
     with_current(|ctx| ctx.id)
 }
 
+/// The number of workers of the runtime running the current handler, or `None` outside a
+/// handler (for per-worker tables sized from inside the runtime).
+pub fn current_workers() -> Option<usize> {
+    with_current(|ctx| ctx.shared.workers)
+}
+
 /// Ends the current run: each worker stops after its current turn, and
 /// [`Runtime::run`](crate::Runtime::run) returns. Events not run stay queued and run at the next
 /// `run` (the run report counts them as `pending`). Does nothing outside a handler; from other

@@ -105,7 +105,8 @@ pub use color::Color;
 pub use color_box::{ColorBox, ColorBytes};
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{
-    current_color, current_worker, pin, place, post, post_urgent, shutdown, try_post,
+    current_color, current_worker, current_workers, pin, place, post, post_urgent, shutdown,
+    try_post,
 };
 pub use error::Error;
 pub use padding::PADDED;

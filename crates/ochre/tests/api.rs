@@ -78,6 +78,20 @@ fn current_color_and_worker_inside_and_outside_handlers() {
     let rt = rt(2);
     assert_eq!(ochre::current_color(), None);
     assert_eq!(ochre::current_worker(), None);
+    assert_eq!(ochre::current_workers(), None);
+    let counts = Arc::new(Mutex::new(Vec::new()));
+    let k = counts.clone();
+    Runtime::builder()
+        .workers(3)
+        .pin(false)
+        .build()
+        .unwrap()
+        .run(Color(0), move || {
+            k.lock().unwrap().push(ochre::current_workers());
+            ochre::post(Color(1), move || k.lock().unwrap().push(ochre::current_workers()));
+        })
+        .unwrap();
+    assert_eq!(*counts.lock().unwrap(), [Some(3), Some(3)]);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let homes: Vec<usize> = (0..20).map(|c| rt.home_of(Color(c))).collect();
