@@ -255,6 +255,14 @@ pub fn one_core(cost: u64, rounds: u64) -> f64 {
     (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// The consumers' work with no runtime on `workers` pinned threads at once, each doing its share
+/// of `rounds`: what the machine itself allows in parallel (total events/s). On a virtual
+/// machine two busy vCPUs can each run slower than one alone; this measures by how much.
+pub fn all_cores(workers: usize, cost: u64, rounds: u64) -> f64 {
+    let share = (rounds / workers as u64).max(1);
+    peers::on_pinned_threads(workers, |_| one_core(cost, share)).iter().sum()
+}
+
 /// Runs the producer-consumer benchmark.
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
@@ -282,6 +290,9 @@ pub fn run(opts: &Options) -> BenchReport {
                 System::new("channels", || Ok(channels_prodcons(w, cost, n))),
                 System::new("one-core", || Ok(one_core(cost, n))),
             ]);
+            if cost == SORT22 {
+                systems.push(System::new("all-cores", move || Ok(all_cores(w, cost, n))));
+            }
             measure_case(&mut report, &case, w, "ev/s", opts.reps, systems);
             checks(&mut report, &case, w, cost);
         }
@@ -299,6 +310,13 @@ fn scaling_checks(report: &mut BenchReport) {
         let two = r.median_of(sys, &format!("2w {label}"))?;
         Some(two / 2.0 / one)
     };
+    if let Some(machine) = per_worker(report, "all-cores") {
+        report.notes.push(format!(
+            "[{label}] the machine's own scaling: the consumers' work alone on 2 pinned threads \
+             runs at {machine:.3} per thread of one thread alone (the ceiling of every system's \
+             per-worker scaling here)"
+        ));
+    }
     if let Some(ema) = per_worker(report, "ochre") {
         report.check(
             format!("[{label}] ochre per-worker throughput at 2 workers >= 95% of 1 worker"),
@@ -434,5 +452,8 @@ mod tests {
         assert!(tokio_prodcons(&rt, 0, 5) > 0.0);
         assert!(channels_prodcons(2, 0, 5) > 0.0);
         assert!(one_core(0, 5) > 0.0);
+        // 10 us handlers on 2 threads: at most 2 x 100K events/s, whatever the machine.
+        let both = all_cores(2, 10_000, 20);
+        assert!(both > 0.0 && both <= 200_000.0 * 1.01, "{both}");
     }
 }
