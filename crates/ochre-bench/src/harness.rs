@@ -172,6 +172,23 @@ impl BenchReport {
         self.rows.iter().find(|r| r.system == system && r.case == case).map(|r| r.median)
     }
 
+    /// The median over repetitions of `a`'s sample divided by `b`'s sample of the same
+    /// repetition, on `case`: `measure_case` interleaves systems within each repetition, so
+    /// repetition `i` of both saw the same state of the machine, and drift between repetitions
+    /// (a shared host's load moving over seconds) cancels in each quotient, which it does not in
+    /// a ratio of medians. `None` unless both were measured with as many samples.
+    pub fn paired_ratio(&self, a: &str, b: &str, case: &str) -> Option<f64> {
+        let samples = |s: &str| {
+            self.rows.iter().find(|r| r.system == s && r.case == case).map(|r| &r.samples)
+        };
+        let (sa, sb) = (samples(a)?, samples(b)?);
+        if sa.is_empty() || sa.len() != sb.len() {
+            return None;
+        }
+        let quotients: Vec<f64> = sa.iter().zip(sb).map(|(x, y)| x / y).collect();
+        Some(median(&quotients))
+    }
+
     /// Records a goal check.
     pub fn check(&mut self, goal: impl Into<String>, measured: f64, held: bool) {
         self.checks.push(Check { goal: goal.into(), measured, held });
@@ -242,6 +259,27 @@ pub fn work(ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paired_ratios_cancel_drift_between_repetitions() {
+        // `a` is 1.5x `b` on the same machine state; the machine doubles its speed during the
+        // third repetition, between `a`'s sample and `b`'s. Warm-up values first (dropped).
+        let seq = |values: Vec<f64>| {
+            let mut it = values.into_iter();
+            move || Ok(it.next().expect("one value per run"))
+        };
+        let systems = vec![
+            System::new("a", seq(vec![1.0, 150.0, 150.0, 150.0, 300.0, 300.0])),
+            System::new("b", seq(vec![1.0, 100.0, 100.0, 200.0, 200.0, 200.0])),
+        ];
+        let mut r = BenchReport::new("t", "t");
+        measure_case(&mut r, "c", 1, "x", 5, systems);
+        // The ratio of medians follows which repetitions the medians fall in; the paired one
+        // follows the quotients of each repetition.
+        assert_eq!(r.median_of("a", "c").zip(r.median_of("b", "c")), Some((150.0, 200.0)));
+        assert_eq!(r.paired_ratio("a", "b", "c"), Some(1.5));
+        assert_eq!(r.paired_ratio("a", "missing", "c"), None);
+    }
 
     #[test]
     fn median_and_si() {

@@ -325,6 +325,24 @@ pub fn run(opts: &Options) -> BenchReport {
                 ),
                 _ => {}
             }
+            // The checks above are ratios of medians; beside them, the same comparisons
+            // repetition by repetition (samples of one repetition are taken back to back), which
+            // the load of a shared host drifting over the run's seconds does not move.
+            let paired: Vec<String> =
+                [("nginx", "SWS / nginx"), ("ochre-baseline", "optimized / baseline")]
+                    .iter()
+                    .filter_map(|(other, label)| {
+                        report
+                            .paired_ratio("ochre", other, &case)
+                            .map(|r| format!("{label} {r:.3}"))
+                    })
+                    .collect();
+            if !paired.is_empty() {
+                report.notes.push(format!(
+                    "[{case}] median of per-repetition ratios: {}",
+                    paired.join(", ")
+                ));
+            }
         }
         if server_cpus.contains(&injector) {
             report.notes.push(format!(
