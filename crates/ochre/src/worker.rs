@@ -520,6 +520,7 @@ impl WorkerCtx {
         // Hand back what we freed for others, take back what others freed for us: after a
         // quiescent run every worker flushed before it slept, so the heaps' gauges are exact.
         crate::alloc::with_heap(|h| {
+            h.flush_hot();
             h.flush_crumbs();
             h.drain_remote();
         });
