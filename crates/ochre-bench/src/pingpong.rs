@@ -220,6 +220,18 @@ fn checks(report: &mut BenchReport) {
                 o / f >= 0.5,
             );
         }
+        // Issue 5: EMA as the event allocator against the general allocators in that role.
+        let best = ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"]
+            .iter()
+            .filter_map(|s| report.median_of(s, case).map(|m| (*s, m)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some(o), Some((name, b))) = (report.median_of("ochre", case), best) {
+            report.check(
+                format!("[{case}] EMA as the event allocator >= the best general one ({name})"),
+                o / b,
+                o >= b,
+            );
+        }
     }
     if let (Some(o), Some(t)) =
         (report.median_of("ochre", "2 workers"), report.median_of("tokio-mt", "2 workers"))
@@ -250,6 +262,24 @@ mod tests {
         assert_eq!(ran, 8_003, "4 chains x 1000 hops x 2 workers + init + 2 seeds");
         let remote: u64 = rt.stats().iter().map(|s| s.posts_remote).sum();
         assert!(remote <= 1, "only the init event posts across workers (one seed)");
+    }
+
+    #[test]
+    fn ema_is_checked_against_the_best_general_allocator() {
+        let mut r = BenchReport::new("pingpong", "t");
+        let fixed = |v: f64| move || Ok(v);
+        let systems = vec![
+            System::new("ochre", fixed(60.0)),
+            System::new("ochre-sysalloc", fixed(50.0)),
+            System::new("ochre-jemalloc", fixed(62.0)),
+            System::new("ochre-mimalloc", fixed(59.0)),
+        ];
+        measure_case(&mut r, "1 worker", 1, "ev/s", 3, systems);
+        checks(&mut r);
+        let ema = r.checks.iter().find(|c| c.goal.contains("EMA")).expect("an EMA check");
+        assert!(ema.goal.contains("ochre-jemalloc"), "{}", ema.goal);
+        assert!(!ema.held);
+        assert!((ema.measured - 60.0 / 62.0).abs() < 1e-9);
     }
 
     #[test]

@@ -317,6 +317,19 @@ fn scaling_checks(report: &mut BenchReport) {
              per-worker scaling here)"
         ));
     }
+    for w in ["1w", "2w"] {
+        let case = format!("{w} {label}");
+        let best = ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"]
+            .iter()
+            .filter_map(|s| report.median_of(s, &case).map(|m| (*s, m)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some(o), Some((name, b))) = (report.median_of("ochre", &case), best) {
+            report.notes.push(format!(
+                "[{case}] EMA as the event allocator vs the best general one ({name}): {:.3}x",
+                o / b
+            ));
+        }
+    }
     if let Some(ema) = per_worker(report, "ochre") {
         report.check(
             format!("[{label}] ochre per-worker throughput at 2 workers >= 95% of 1 worker"),
