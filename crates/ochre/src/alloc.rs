@@ -48,9 +48,9 @@
 //! the owner thread (or, once abandoned, the holder of `orphan`) touches a block's header. A block
 //! of the heap with objects out is either listed in its bin or full; `full_bytes` sums the full
 //! ones, so the live bytes are `full_bytes` plus `used` of the listed blocks, minus the hot
-//! objects: the fast paths
-//! update no heap-wide counter (one such update per allocation and per free cost a quarter of a
-//! local allocate+free pair), and [`Heap::stats`] walks the bins instead.
+//! objects: the fast paths update no heap-wide counter (one such update per allocation and per
+//! free cost a quarter of a local allocate+free pair), and [`Heap::stats`] walks the bins
+//! instead.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::cell::Cell;
