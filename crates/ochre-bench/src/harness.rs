@@ -1,8 +1,8 @@
 //! Measuring systems side by side: repetitions, medians, spread, ratios, JSON.
 //!
 //! Every benchmark measures all its systems in the same process, interleaved (repetition 1 of
-//! every system, then repetition 2, ...) so that drift of the shared machine hits them alike, with
-//! a warm-up repetition first that is not kept. A result row holds every sample; the table shows
+//! every system, then repetition 2, ..., in alternating order) so that drift of the shared machine
+//! hits them alike, with a warm-up repetition first that is not kept. A result row holds every sample; the table shows
 //! the median, the min-max spread and the ratio of each system's median to ochre's on the same
 //! case, which is the figure that means something on a shared machine.
 
@@ -123,8 +123,15 @@ pub fn measure_case(
 ) {
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); systems.len()];
     let mut failed: Vec<Option<String>> = vec![None; systems.len()];
+    let n = systems.len();
     for rep in 0..=reps {
-        for (i, sys) in systems.iter_mut().enumerate() {
+        // Forward on even repetitions, backward on odd ones (A B, B A, ...): each system follows
+        // a different one from one repetition to the next, so no system always runs in the wake
+        // of the same neighbour (its threads, its caches, the CPU's frequency after it), and a
+        // drift that is linear over a pair of repetitions hits every system alike.
+        for k in 0..n {
+            let i = if rep % 2 == 0 { k } else { n - 1 - k };
+            let sys = &mut systems[i];
             if failed[i].is_some() {
                 continue;
             }
@@ -316,7 +323,11 @@ mod tests {
                 System::new("broken", || Err("not installed".into())),
             ],
         );
-        assert_eq!(calls, vec!["o", "p", "o", "p", "o", "p", "o", "p"], "warm-up + 3, interleaved");
+        assert_eq!(
+            calls,
+            vec!["o", "p", "p", "o", "o", "p", "p", "o"],
+            "warm-up + 3, interleaved, order alternating"
+        );
         assert_eq!(report.rows.len(), 2);
         let o = &report.rows[0];
         assert_eq!(o.samples, vec![20.0, 30.0, 40.0], "the warm-up sample is dropped");
