@@ -2,9 +2,9 @@
 //!
 //! Every benchmark measures all its systems in the same process, interleaved (repetition 1 of
 //! every system, then repetition 2, ..., in alternating order) so that drift of the shared machine
-//! hits them alike, with a warm-up repetition first that is not kept. A result row holds every sample; the table shows
-//! the median, the min-max spread and the ratio of each system's median to ochre's on the same
-//! case, which is the figure that means something on a shared machine.
+//! hits them alike, with a warm-up repetition first that is not kept. A result row holds every
+//! sample; the table shows the median, the min-max spread and the ratio of each system's median
+//! to ochre's on the same case, which is the figure that means something on a shared machine.
 
 use std::time::Instant;
 
@@ -176,7 +176,19 @@ impl BenchReport {
 
     /// The median of `system` on `case`, if measured.
     pub fn median_of(&self, system: &str, case: &str) -> Option<f64> {
-        self.rows.iter().find(|r| r.system == system && r.case == case).map(|r| r.median)
+        self.row(system, case).map(|r| r.median)
+    }
+
+    fn row(&self, system: &str, case: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.system == system && r.case == case)
+    }
+
+    /// Of `systems`, the one with the highest median on `case`, with that median.
+    pub fn best_of<'a>(&self, systems: &[&'a str], case: &str) -> Option<(&'a str, f64)> {
+        systems
+            .iter()
+            .filter_map(|s| self.median_of(s, case).map(|m| (*s, m)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
     }
 
     /// The median over repetitions of `a`'s sample divided by `b`'s sample of the same
@@ -185,10 +197,7 @@ impl BenchReport {
     /// (a shared host's load moving over seconds) cancels in each quotient, which it does not in
     /// a ratio of medians. `None` unless both were measured with as many samples.
     pub fn paired_ratio(&self, a: &str, b: &str, case: &str) -> Option<f64> {
-        let samples = |s: &str| {
-            self.rows.iter().find(|r| r.system == s && r.case == case).map(|r| &r.samples)
-        };
-        let (sa, sb) = (samples(a)?, samples(b)?);
+        let (sa, sb) = (&self.row(a, case)?.samples, &self.row(b, case)?.samples);
         if sa.is_empty() || sa.len() != sb.len() {
             return None;
         }

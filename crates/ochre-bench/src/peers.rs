@@ -58,6 +58,10 @@ pub fn on_pinned_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Ve
     })
 }
 
+/// The `ochre_builds` configurations that use a general allocator for events instead of EMA.
+pub const GENERAL_ALLOCATORS: [&str; 4] =
+    ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"];
+
 /// Builds one ochre runtime of a benchmarked configuration.
 pub type BuildOchre = Box<dyn Fn() -> Result<ochre::Runtime, ochre::Error>>;
 
@@ -90,20 +94,21 @@ pub fn ochre_builds(workers: usize) -> Vec<(&'static str, BuildOchre)> {
     ]
 }
 
-/// One sample on a runtime built for it: `warm_up` runs on it first (result dropped), then
-/// `measure`. Why a runtime per sample: an instance keeps its draw of memory layout (thread
-/// stacks, heap addresses) for life, and on ping-pong, where an event costs ~16 ns, one instance
-/// in six to ten here ran 5-15% slower than the others through all of its runs; with one instance
-/// per sample the median is over instances, and two configurations compared are not two single
-/// draws. The build and the warm-up are outside the measure.
+/// One sample on a runtime built for it: `run(rt, size / 8)` first as a warm-up (result
+/// dropped), then `run(rt, size)`, the sample. Why a runtime per sample: an instance keeps its
+/// draw of memory layout (thread stacks, heap addresses) for life, and on ping-pong, where an
+/// event costs ~16 ns, one instance in six to ten here ran 5-15% slower than the others through
+/// all of its runs; with one instance per sample the median is over instances, and two
+/// configurations compared are not two single draws. The build and the warm-up are outside the
+/// measure.
 pub fn on_fresh_runtime(
     build: &dyn Fn() -> Result<ochre::Runtime, ochre::Error>,
-    warm_up: impl FnOnce(&ochre::Runtime) -> Result<f64, String>,
-    measure: impl FnOnce(&ochre::Runtime) -> Result<f64, String>,
+    size: u64,
+    mut run: impl FnMut(&ochre::Runtime, u64) -> Result<f64, String>,
 ) -> Result<f64, String> {
     let rt = build().map_err(|e| e.to_string())?;
-    warm_up(&rt)?;
-    measure(&rt)
+    run(&rt, (size / 8).max(1))?;
+    run(&rt, size)
 }
 
 #[cfg(test)]
@@ -119,26 +124,26 @@ mod tests {
             ochre::Runtime::builder().workers(2).pin(false).build()
         };
         let seen = RefCell::new(Vec::new());
-        let sample = |tag: f64| {
-            on_fresh_runtime(
-                &build,
-                |rt| {
-                    seen.borrow_mut().push(("warm", rt.stats()[0].events_run));
-                    rt.run(ochre::Color(0), || {}).map_err(|e| e.to_string())?;
-                    Ok(-1.0)
-                },
-                |rt| {
-                    // The warm-up ran on this same instance, and nothing else did.
-                    seen.borrow_mut().push(("measure", rt.stats()[0].events_run));
-                    Ok(tag)
-                },
-            )
+        let sample = |size: u64| {
+            on_fresh_runtime(&build, size, |rt, n| {
+                // The warm-up ran on this same instance, and nothing else did.
+                let phase = if n == size { "measure" } else { "warm" };
+                seen.borrow_mut().push((phase, rt.stats()[0].events_run));
+                rt.run(ochre::Color(0), || {}).map_err(|e| e.to_string())?;
+                Ok(n as f64)
+            })
         };
-        assert_eq!(sample(1.0), Ok(1.0));
-        assert_eq!(sample(2.0), Ok(2.0));
+        assert_eq!(sample(16), Ok(16.0));
+        assert_eq!(sample(24), Ok(24.0));
         assert_eq!(built.load(Ordering::Relaxed), 2, "one runtime per sample");
         assert_eq!(*seen.borrow(), [("warm", 0), ("measure", 1), ("warm", 0), ("measure", 1)]);
-        let failing = on_fresh_runtime(&build, |_| Err("warm-up failed".into()), |_| Ok(3.0));
+        let failing = on_fresh_runtime(&build, 16, |_, n| {
+            if n < 16 {
+                Err("warm-up failed".into())
+            } else {
+                Ok(3.0)
+            }
+        });
         assert_eq!(failing, Err("warm-up failed".to_string()));
     }
 }

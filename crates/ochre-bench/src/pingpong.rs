@@ -184,11 +184,7 @@ pub fn run(opts: &Options) -> BenchReport {
         })];
         for (name, build) in &ochres {
             systems.push(System::new(*name, move || {
-                peers::on_fresh_runtime(
-                    build,
-                    |rt| ochre_pingpong(rt, epw / 8),
-                    |rt| ochre_pingpong(rt, epw),
-                )
+                peers::on_fresh_runtime(build, epw, ochre_pingpong)
             }));
         }
         systems.extend([
@@ -221,10 +217,7 @@ fn checks(report: &mut BenchReport) {
             );
         }
         // Issue 5: EMA as the event allocator against the general allocators in that role.
-        let best = ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"]
-            .iter()
-            .filter_map(|s| report.median_of(s, case).map(|m| (*s, m)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let best = report.best_of(&peers::GENERAL_ALLOCATORS, case);
         if let (Some(o), Some((name, b))) = (report.median_of("ochre", case), best) {
             report.check(
                 format!("[{case}] EMA as the event allocator >= the best general one ({name})"),

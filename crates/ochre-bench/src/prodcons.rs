@@ -319,10 +319,7 @@ fn scaling_checks(report: &mut BenchReport) {
     }
     for w in ["1w", "2w"] {
         let case = format!("{w} {label}");
-        let best = ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"]
-            .iter()
-            .filter_map(|s| report.median_of(s, &case).map(|m| (*s, m)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let best = report.best_of(&peers::GENERAL_ALLOCATORS, &case);
         if let (Some(o), Some((name, b))) = (report.median_of("ochre", &case), best) {
             report.notes.push(format!(
                 "[{case}] EMA as the event allocator vs the best general one ({name}): {:.3}x",
@@ -336,7 +333,7 @@ fn scaling_checks(report: &mut BenchReport) {
             ema,
             ema >= 0.95,
         );
-        for other in ["ochre-sysalloc", "ochre-jemalloc", "ochre-mimalloc", "ochre-snmalloc"] {
+        for other in peers::GENERAL_ALLOCATORS {
             if let Some(o) = per_worker(report, other) {
                 report.check(
                     format!("[{label}] EMA scales at least as well as {other} ({o:.3})"),
@@ -359,10 +356,9 @@ fn ochre_fresh_system(
 ) -> impl FnMut() -> Result<f64, String> + '_ {
     let mut round: Option<&'static Round> = None;
     move || {
-        let rt = build().map_err(|e| e.to_string())?;
-        let r = *round.get_or_insert_with(|| Round::leak(&rt, cost));
-        ochre_prodcons(&rt, r, (rounds / 8).max(1))?;
-        ochre_prodcons(&rt, r, rounds)
+        peers::on_fresh_runtime(build, rounds, |rt, n| {
+            ochre_prodcons(rt, round.get_or_insert_with(|| Round::leak(rt, cost)), n)
+        })
     }
 }
 
@@ -391,11 +387,7 @@ fn cost_label(ns: u64) -> String {
 fn checks(report: &mut BenchReport, case: &str, workers: usize, cost: u64) {
     let Some(o) = report.median_of("ochre", case) else { return };
     if cost == 0 && workers >= 2 {
-        let best = ["rayon", "tokio-mt", "channels"]
-            .iter()
-            .filter_map(|p| report.median_of(p, case))
-            .fold(0.0, f64::max);
-        if best > 0.0 {
+        if let Some((_, best)) = report.best_of(&["rayon", "tokio-mt", "channels"], case) {
             report.check(
                 format!("[{case}] ochre >= 1.2x the best peer"),
                 o / best,

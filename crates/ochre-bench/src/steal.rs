@@ -110,12 +110,7 @@ pub fn run(opts: &Options) -> BenchReport {
                     if name == "all" { "ochre".to_string() } else { "steal-off".to_string() };
                 let build = move || Runtime::builder().workers(w).config(cfg.clone()).build();
                 System::new(label, move || {
-                    let pingpong = crate::pingpong::ochre_pingpong;
-                    peers::on_fresh_runtime(
-                        &build,
-                        |rt| pingpong(rt, epw / 8),
-                        |rt| pingpong(rt, epw),
-                    )
+                    peers::on_fresh_runtime(&build, epw, crate::pingpong::ochre_pingpong)
                 })
             })
             .collect();

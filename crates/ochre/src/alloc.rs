@@ -17,8 +17,9 @@
 //!   on both sides (ping-pong, 1 worker: 2-4% more events/s; a local allocate+free pair 2.6 ->
 //!   1.8 ns; alternating builds). A hot object is not displaced by later frees: in a run of
 //!   frees (a fan-out's events finishing) that would add a header update per free. It still
-//!   counts as out for its block; [`Heap::flush_hot`] (before a worker parks, and at drop) puts
-//!   the hot objects back so that idle workers' blocks can be recycled.
+//!   counts as out for its block, so it keeps at most one more block per bin from being
+//!   recycled (a bounded cost, like the empty block a bin keeps); [`Heap::flush_hot`] puts the
+//!   hot objects back at the end of a run and at drop, not at every idle spell.
 //! - Freed by another heap: the object joins that heap's *crumbs* for the owner, a private array;
 //!   at [`CRUMB_BATCH`] objects the array is handed to the owner in one atomic push onto the
 //!   owner's remote stack ([`Heap::flush_crumbs`] does it for all owners; a worker calls it before
@@ -579,8 +580,8 @@ impl Heap {
         }
     }
 
-    /// Puts the hot objects back on their blocks' free lists (before parking, and at drop), so
-    /// that blocks whose other objects all came back can be cached or released.
+    /// Puts the hot objects back on their blocks' free lists (at the end of a run, and at drop),
+    /// so that blocks whose other objects all came back can be cached or released.
     pub fn flush_hot(&mut self) {
         for bin in 0..self.bins.len() {
             let o = std::mem::replace(&mut self.bins[bin].hot, ptr::null_mut());

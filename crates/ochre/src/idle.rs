@@ -110,13 +110,9 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     // us here). Not at once: short idle spells are the common ones under load, and entering
     // and leaving the parked state writes lines other workers read.
     let quiet = !ctx.core.borrow().io.active();
-    // Memory freed here goes back before we idle: crumbs to their owners, so that they never
-    // wait on us (and a quiescent run ends with every such object handed back), and our hot
-    // objects to their blocks, so that an idle heap's empty blocks can be recycled.
-    crate::alloc::with_heap(|h| {
-        h.flush_hot();
-        h.flush_crumbs();
-    });
+    // Memory freed here for other workers goes back before we idle, so it never waits on us (and
+    // a quiescent run ends with every such object handed back).
+    crate::alloc::with_heap(|h| h.flush_crumbs());
     let mut parked = false;
     let flow = if budget > Duration::ZERO && spin(ctx, budget, try_steal, quiet, &mut parked) {
         Flow::Continue
