@@ -4,7 +4,19 @@
 //! request a connection's handlers will read) allocates it with `ColorBox::new(color, value)`:
 //! the storage comes from the calling worker's EMA heap, from blocks reserved for that color's
 //! home worker, so it never shares a cache line with data bound for another worker. Outside a
-//! worker, with EMA off, or for values larger than EMA's largest class, it is an ordinary `Box`.
+//! worker, with EMA off, or for values larger than EMA's largest class, the storage comes from
+//! where the worker's event closures would come from in that case: the runtime's event allocator
+//! ([`Builder::event_allocator`](crate::Builder::event_allocator)) if it was built with one, else
+//! the global allocator. So a runtime built with another event allocator places the events *and*
+//! the data they carry with it, which is what the allocator benchmarks compare.
+//!
+//! Why data a handler works on in place belongs in a box rather than in the closure: running an
+//! event moves its closure out of the event's storage before calling it, so what the closure
+//! captures by value is worked on in the handler's stack frame; where the event was allocated
+//! matters for the single read of the move. Data reached through a box stays where the
+//! allocator put it, and a handler that writes it there shares that line with whatever else the
+//! allocator put beside it: with a general allocator, data the same producer allocated for
+//! another worker (the false sharing of the thesis's producer-consumer, §5.2.2).
 //!
 //! If the color later runs elsewhere (stolen, or the box is moved to an event of another color),
 //! the object stays valid wherever it goes; it was placed for the old home, and its free becomes a
@@ -13,7 +25,7 @@
 //!
 //! [`ColorBytes`] is the same for a byte buffer whose length is known only at run time (a
 //! message, a response body): up to EMA's largest class it is placed, larger it comes from the
-//! global allocator.
+//! event or global allocator, as a `ColorBox`.
 
 use std::alloc::Layout;
 use std::fmt;
@@ -23,13 +35,76 @@ use std::ptr::NonNull;
 use crate::alloc;
 use crate::color::home_of;
 use crate::context::with_current;
+use crate::message::event_allocator;
+use crate::runtime::EventAlloc;
 use crate::Color;
+
+/// Which allocator holds a box's storage, so that any thread can free it there.
+#[derive(Clone, Copy)]
+enum Storage {
+    /// An EMA heap, placed for the color's home worker.
+    Ema,
+    /// The allocating worker's event allocator.
+    Event(EventAlloc),
+    /// The process's global allocator.
+    Global,
+}
+
+impl Storage {
+    /// EMA storage for `layout` (not zero-sized) placed for `color`'s home worker: `None` off a
+    /// worker, with EMA off, past EMA's largest class, or at the heap's cap.
+    fn placed(color: Color, layout: Layout) -> Option<NonNull<u8>> {
+        with_current(|ctx| home_of(color, ctx.shared.placement))
+            .and_then(|home| alloc::with_heap(|h| h.alloc(layout, home)).flatten())
+    }
+
+    /// Storage for `layout` (not zero-sized) when EMA does not hold it: from this thread's event
+    /// allocator if it has one (and it does not fail), else from the global allocator.
+    fn unplaced(layout: Layout) -> (NonNull<u8>, Storage) {
+        if let Some(a) = event_allocator() {
+            // SAFETY: a non-zero size.
+            if let Some(p) = NonNull::new(unsafe { a.alloc(layout) }) {
+                return (p, Storage::Event(a));
+            }
+        }
+        // SAFETY: a non-zero size.
+        let p = unsafe { std::alloc::alloc(layout) };
+        let Some(p) = NonNull::new(p) else { std::alloc::handle_alloc_error(layout) };
+        (p, Storage::Global)
+    }
+
+    /// Storage for `layout` (not zero-sized): placed by EMA if it can, else [`Storage::unplaced`].
+    fn any(color: Color, layout: Layout) -> (NonNull<u8>, Storage) {
+        match Storage::placed(color, layout) {
+            Some(p) => (p, Storage::Ema),
+            None => Storage::unplaced(layout),
+        }
+    }
+
+    /// Frees `p`, storage of `layout` that this allocator handed out (nothing for a zero size).
+    ///
+    /// # Safety
+    /// `p` came from this storage with this layout, and is freed once.
+    unsafe fn free(self, p: NonNull<u8>, layout: Layout) {
+        if layout.size() == 0 {
+            return; // Never allocated (a dangling pointer).
+        }
+        match self {
+            // SAFETY: an EMA object (the caller's contract); EMA frees from any thread.
+            Storage::Ema => unsafe { alloc::free_here(p) },
+            // SAFETY: allocated by `a` with `layout` (the caller's contract).
+            Storage::Event(a) => unsafe { a.dealloc(p.as_ptr(), layout) },
+            // SAFETY: allocated by the global allocator with `layout` (the caller's contract).
+            Storage::Global => unsafe { std::alloc::dealloc(p.as_ptr(), layout) },
+        }
+    }
+}
 
 /// An owned value in memory placed for the worker that runs a color (module doc).
 pub struct ColorBox<T> {
     ptr: NonNull<T>,
-    /// Where the storage came from: an EMA heap (`true`) or the global allocator.
-    ema: bool,
+    /// Where the storage came from (a zero-sized `T` has none: `Global` at a dangling pointer).
+    storage: Storage,
 }
 
 // SAFETY: a ColorBox owns its `T` like a `Box<T>`; its storage can be freed from any thread.
@@ -38,90 +113,70 @@ unsafe impl<T: Send> Send for ColorBox<T> {}
 unsafe impl<T: Sync> Sync for ColorBox<T> {}
 
 impl<T> ColorBox<T> {
-    /// Moves `value` into storage placed for `color`'s home worker. If the worker's heap is at
-    /// its cap ([`Config::ema_cap`](crate::Config::ema_cap)), the value goes to the global
-    /// allocator instead; [`ColorBox::try_new`] refuses instead.
+    /// Moves `value` into storage placed for `color`'s home worker. If EMA does not hold it (off a
+    /// worker, EMA off, `T` too large, or the worker's heap at its cap,
+    /// [`Config::ema_cap`](crate::Config::ema_cap)), the value goes to the worker's event
+    /// allocator or the global allocator instead (module doc); [`ColorBox::try_new`] refuses at
+    /// the cap instead.
     pub fn new(color: Color, value: T) -> ColorBox<T> {
-        match Self::place(color, value) {
-            Ok(b) => b,
-            Err(value) => Self::boxed(value),
+        let layout = Layout::new::<T>();
+        if layout.size() == 0 {
+            return Self::write(NonNull::dangling(), Storage::Global, value);
         }
+        let (p, storage) = Storage::any(color, layout);
+        Self::write(p.cast(), storage, value)
     }
 
     /// As [`ColorBox::new`], but hands `value` back if this worker's EMA heap is at its cap:
     /// for memory that must stay within the budget.
     pub fn try_new(color: Color, value: T) -> Result<ColorBox<T>, T> {
-        match Self::place(color, value) {
-            Ok(b) => Ok(b),
-            // Refused for the cap, not because EMA does not serve `T` or we are off a worker.
-            Err(value)
-                if std::mem::size_of::<T>() > 0
-                    && alloc::class_of(Layout::new::<T>()).is_some()
-                    && alloc::with_heap(|h| h.at_cap()).unwrap_or(false) =>
-            {
-                Err(value)
-            }
-            Err(value) => Ok(Self::boxed(value)),
-        }
-    }
-
-    fn place(color: Color, value: T) -> Result<ColorBox<T>, T> {
         let layout = Layout::new::<T>();
         if layout.size() == 0 {
+            return Ok(Self::write(NonNull::dangling(), Storage::Global, value));
+        }
+        if let Some(p) = Storage::placed(color, layout) {
+            return Ok(Self::write(p.cast(), Storage::Ema, value));
+        }
+        // Refused for the cap, not because EMA does not serve `T` or we are off a worker.
+        if alloc::class_of(layout).is_some() && alloc::with_heap(|h| h.at_cap()).unwrap_or(false) {
             return Err(value);
         }
-        let placed = with_current(|ctx| home_of(color, ctx.shared.placement))
-            .and_then(|home| alloc::with_heap(|h| h.alloc(layout, home)).flatten());
-        match placed {
-            Some(p) => {
-                let ptr = p.cast::<T>();
-                // SAFETY: a fresh EMA object of at least `T`'s size and alignment.
-                unsafe { ptr.as_ptr().write(value) };
-                Ok(ColorBox { ptr, ema: true })
-            }
-            None => Err(value),
-        }
+        let (p, storage) = Storage::unplaced(layout);
+        Ok(Self::write(p.cast(), storage, value))
     }
 
-    fn boxed(value: T) -> ColorBox<T> {
-        // SAFETY: `Box::into_raw` never returns null.
-        let ptr = unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(value))) };
-        ColorBox { ptr, ema: false }
+    fn write(ptr: NonNull<T>, storage: Storage, value: T) -> ColorBox<T> {
+        // SAFETY: fresh storage of `T`'s layout from `storage` (or dangling for a zero-sized `T`,
+        // where writes touch no memory).
+        unsafe { ptr.as_ptr().write(value) };
+        ColorBox { ptr, storage }
     }
 
-    /// Whether the storage came from EMA (else from the global allocator).
+    /// Whether the storage came from EMA (else from an event allocator or the global one).
     pub fn is_placed(this: &ColorBox<T>) -> bool {
-        this.ema
+        matches!(this.storage, Storage::Ema)
     }
 
     /// Moves the value out, freeing the storage.
     pub fn into_inner(this: ColorBox<T>) -> T {
         let this = std::mem::ManuallyDrop::new(this);
-        if this.ema {
-            // SAFETY: the value is read once; the storage, an EMA object, is freed once.
-            unsafe {
-                let v = this.ptr.as_ptr().read();
-                alloc::free_here(this.ptr.cast());
-                v
-            }
-        } else {
-            // SAFETY: the pointer came from `Box::into_raw`.
-            *unsafe { Box::from_raw(this.ptr.as_ptr()) }
+        // SAFETY: the value is read once; the storage, from `this.storage` with `T`'s layout, is
+        // freed once (`this` is never dropped).
+        unsafe {
+            let v = this.ptr.as_ptr().read();
+            this.storage.free(this.ptr.cast(), Layout::new::<T>());
+            v
         }
     }
 }
 
 impl<T> Drop for ColorBox<T> {
     fn drop(&mut self) {
-        if self.ema {
-            // SAFETY: the value is dropped once, then its EMA storage freed once.
-            unsafe {
-                std::ptr::drop_in_place(self.ptr.as_ptr());
-                alloc::free_here(self.ptr.cast());
-            }
-        } else {
-            // SAFETY: the pointer came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+        // SAFETY: the value is dropped once, then its storage, from `self.storage` with `T`'s
+        // layout, freed once.
+        unsafe {
+            std::ptr::drop_in_place(self.ptr.as_ptr());
+            self.storage.free(self.ptr.cast(), Layout::new::<T>());
         }
     }
 }
@@ -152,8 +207,8 @@ impl<T: fmt::Debug> fmt::Debug for ColorBox<T> {
 pub struct ColorBytes {
     ptr: NonNull<u8>,
     len: usize,
-    /// Where the storage came from: an EMA heap (`true`) or the global allocator.
-    ema: bool,
+    /// Where the storage came from (none at length 0: `Global` at a dangling pointer).
+    storage: Storage,
 }
 
 // SAFETY: a ColorBytes owns its bytes like a `Box<[u8]>`; its storage can be freed anywhere.
@@ -178,26 +233,19 @@ impl ColorBytes {
         b
     }
 
-    /// Whether the storage came from EMA (else from the global allocator, or none at length 0).
+    /// Whether the storage came from EMA (else from an event allocator or the global one, or
+    /// none at length 0).
     pub fn is_placed(&self) -> bool {
-        self.ema
+        matches!(self.storage, Storage::Ema)
     }
 
     /// Storage for `len` bytes, not yet written.
     fn uninit(color: Color, len: usize) -> ColorBytes {
         if len == 0 {
-            return ColorBytes { ptr: NonNull::dangling(), len, ema: false };
+            return ColorBytes { ptr: NonNull::dangling(), len, storage: Storage::Global };
         }
-        let layout = Self::layout(len);
-        let placed = with_current(|ctx| home_of(color, ctx.shared.placement))
-            .and_then(|home| alloc::with_heap(|h| h.alloc(layout, home)).flatten());
-        if let Some(ptr) = placed {
-            return ColorBytes { ptr, len, ema: true };
-        }
-        // SAFETY: a non-zero size.
-        let p = unsafe { std::alloc::alloc(layout) };
-        let Some(ptr) = NonNull::new(p) else { std::alloc::handle_alloc_error(layout) };
-        ColorBytes { ptr, len, ema: false }
+        let (ptr, storage) = Storage::any(color, Self::layout(len));
+        ColorBytes { ptr, len, storage }
     }
 
     fn layout(len: usize) -> Layout {
@@ -207,16 +255,8 @@ impl ColorBytes {
 
 impl Drop for ColorBytes {
     fn drop(&mut self) {
-        if self.len == 0 {
-            return;
-        }
-        if self.ema {
-            // SAFETY: an EMA object, freed once.
-            unsafe { alloc::free_here(self.ptr) };
-        } else {
-            // SAFETY: allocated by the global allocator with this layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) };
-        }
+        // SAFETY: storage from `self.storage` with this layout (none at length 0), freed once.
+        unsafe { self.storage.free(self.ptr, Self::layout(self.len)) };
     }
 }
 
@@ -237,7 +277,10 @@ impl DerefMut for ColorBytes {
 
 impl fmt::Debug for ColorBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ColorBytes").field("len", &self.len).field("placed", &self.ema).finish()
+        f.debug_struct("ColorBytes")
+            .field("len", &self.len)
+            .field("placed", &self.is_placed())
+            .finish()
     }
 }
 

@@ -24,6 +24,12 @@ pub(crate) fn set_event_allocator(a: Option<EventAlloc>) {
     EVENT_ALLOC.with(|c| c.set(a));
 }
 
+/// This thread's event allocator, if its worker was built with one (see `color_box`, which
+/// places user data the same way as closures).
+pub(crate) fn event_allocator() -> Option<EventAlloc> {
+    EVENT_ALLOC.try_with(|c| c.get()).ok().flatten()
+}
+
 /// A closure with the allocator that holds it, so that any thread can free it there.
 #[repr(C)]
 struct Custom<F> {
@@ -78,7 +84,7 @@ impl Task {
             unsafe { p.as_ptr().cast::<F>().write(f) };
             return Task { data: p, table: &Tables::<F>::EMA };
         }
-        if let Some(a) = EVENT_ALLOC.try_with(|c| c.get()).ok().flatten() {
+        if let Some(a) = event_allocator() {
             // SAFETY: `Custom<F>` is not zero-sized (it holds a reference).
             let p = unsafe { a.alloc(Layout::new::<Custom<F>>()) }.cast::<Custom<F>>();
             if let Some(p) = NonNull::new(p) {

@@ -189,13 +189,16 @@ static COUNTING: Counting = Counting { allocs: AtomicU64::new(0), frees: AtomicU
 
 #[test]
 fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
-    let rt = Runtime::builder()
-        .workers(3)
-        .pin(false)
-        .config(Config::default().ema(false))
-        .event_allocator(&COUNTING)
-        .build()
-        .unwrap();
+    let build = || {
+        Runtime::builder()
+            .workers(3)
+            .pin(false)
+            .config(Config::default().ema(false))
+            .event_allocator(&COUNTING)
+            .build()
+            .unwrap()
+    };
+    let rt = build();
     let sum = Arc::new(AtomicU64::new(0));
     let s = sum.clone();
     rt.run(Color(0), move || {
@@ -229,6 +232,32 @@ fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
     drop(rt);
     assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 120);
     assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 120, "run or not, every event was freed");
+    // The data events carry comes from the same allocator when EMA is off: a ColorBox and a
+    // ColorBytes per event, made on one worker and dropped on another.
+    let carried = Arc::new(AtomicU64::new(0));
+    let s = carried.clone();
+    let rt = build();
+    rt.run(Color(0), move || {
+        for c in 1..=30u64 {
+            let s = s.clone();
+            ochre::post(Color(c), move || {
+                let boxed = ColorBox::new(Color(c + 100), [c; 4]);
+                let bytes = ochre::ColorBytes::from_slice(Color(c + 100), b"carried");
+                assert!(!ColorBox::is_placed(&boxed) && !bytes.is_placed());
+                let nothing = ColorBox::new(Color(c + 100), ());
+                ochre::post(Color(c + 100), move || {
+                    assert_eq!(&*bytes, b"carried");
+                    let () = ColorBox::into_inner(nothing);
+                    s.fetch_add(boxed[3], Ordering::Relaxed);
+                });
+            });
+        }
+    })
+    .unwrap();
+    assert_eq!(carried.load(Ordering::Relaxed), (1..=30).sum::<u64>());
+    // 60 events, 30 boxes and 30 buffers; the zero-sized boxes take no storage.
+    assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 120 + 120);
+    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 120 + 120, "and all of it came back");
 }
 
 #[test]
