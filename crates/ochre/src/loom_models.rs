@@ -170,17 +170,18 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
         match msg {
             Msg::Post { color, task, urgent } => match q.post(color, task, urgent) {
                 Route::Queued => {}
-                Route::Forward { to, task } => {
-                    deliver(peer(to), Msg::Forward { color, home: me.id, task, urgent })
-                }
+                Route::Forward { to, task } => deliver(
+                    peer(to),
+                    Msg::Forward { color, home: crate::message::worker_id(me.id), task, urgent },
+                ),
                 Route::Remote { .. } => unreachable!("posts go to the home"),
             },
             Msg::Forward { color, home, task, urgent } => {
-                q.accept_forward(color, home, task, urgent)
+                q.accept_forward(color, home as usize, task, urgent)
             }
             Msg::Grant { from, loans } => {
                 for loan in loans {
-                    q.adopt(from, loan)
+                    q.adopt(from as usize, loan)
                 }
             }
             Msg::Return { color, ran } => q.returned(color, ran),
@@ -240,7 +241,10 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
             let mut q = crate::sync::lock(&home.queue);
             assert!(matches!(q.post(c, event(0), false), Route::Queued));
             let loan = q.lend(thief_id).unwrap();
-            deliver(&thief, Msg::Grant { from: home_id, loans: vec![loan] });
+            deliver(
+                &thief,
+                Msg::Grant { from: crate::message::worker_id(home_id), loans: vec![loan] },
+            );
         }
         let poster = {
             let (home, e1, e2) = (home.clone(), event(1), event(2));

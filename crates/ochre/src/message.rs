@@ -184,9 +184,9 @@ pub(crate) enum Msg {
     /// A new event for a color whose home is the receiver.
     Post { color: Color, task: Task, urgent: bool },
     /// An event that the color's home passes on to the receiver, which holds the color on loan.
-    Forward { color: Color, home: usize, task: Task, urgent: bool },
+    Forward { color: Color, home: WorkerId, task: Task, urgent: bool },
     /// Answer to a steal request: colors on loan with all their pending events (possibly none).
-    Grant { from: usize, loans: Vec<Loan> },
+    Grant { from: WorkerId, loans: Vec<Loan> },
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them
     /// any more.
     Return { color: Color, ran: u64 },
@@ -195,9 +195,25 @@ pub(crate) enum Msg {
     StealRequest,
     /// Never lend this color, homed on the receiver.
     Pin { color: Color },
-    /// I/O and timers for the receiver's poller and wheel (`io`).
-    Io(crate::io::IoMsg),
+    /// I/O and timers for the receiver's poller and wheel (`io`). Boxed: the largest variant by
+    /// far (64 bytes against 40), it made every message, and so every slot of a batch buffer,
+    /// a whole cache line, on the path of every cross-worker post.
+    Io(Box<crate::io::IoMsg>),
 }
+
+/// A worker's index in a message: 32 bits keep every `Msg` at 32 bytes, two per cache line in a
+/// batch buffer (with `usize` the two variants that name a worker took 40).
+pub(crate) type WorkerId = u32;
+
+/// The index of worker `id` for a message (worker counts are far below 2^32: each is a thread).
+#[inline]
+pub(crate) fn worker_id(id: usize) -> WorkerId {
+    id as WorkerId
+}
+
+// Checked where it matters: the size of every message in a batch buffer.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Msg>() == 32);
 
 /// A color lent by its home to a thief, with everything pending for it.
 pub(crate) struct Loan {

@@ -88,7 +88,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
         core.queue.lend_many(thief, 1, false, floor)
     };
     core.counters.add(Counter::StealsOut, loans.len() as u64);
-    let from = core.id;
+    let from = crate::message::worker_id(core.id);
     core.send(shared, thief, Msg::Grant { from, loans });
     if shared.config.batching {
         core.flush_to(shared, thief);

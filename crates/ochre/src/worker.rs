@@ -174,7 +174,7 @@ impl Core {
             Route::Forward { to, task } => {
                 self.counters.add(Counter::PostsLocal, 1);
                 self.counters.add(Counter::Forwards, 1);
-                let home = self.id;
+                let home = crate::message::worker_id(self.id);
                 self.send(shared, to, Msg::Forward { color, home, task, urgent });
             }
             Route::Remote { home, task } => {
@@ -357,7 +357,7 @@ impl Core {
                 Route::Queued => {}
                 Route::Forward { to, task } => {
                     self.counters.add(Counter::Forwards, 1);
-                    let home = self.id;
+                    let home = crate::message::worker_id(self.id);
                     self.send(shared, to, Msg::Forward { color, home, task, urgent });
                 }
                 // Posts reach a worker that is the color's home (or holds it: batched transport),
@@ -371,7 +371,7 @@ impl Core {
                 }
             },
             Msg::Forward { color, home, task, urgent } => {
-                self.queue.accept_forward(color, home, task, urgent)
+                self.queue.accept_forward(color, home as usize, task, urgent)
             }
             Msg::Grant { from, loans } => {
                 self.steal_pending = false;
@@ -385,18 +385,18 @@ impl Core {
                 } else {
                     self.steal_backoff_next = 1;
                 }
-                let tier = u64::from(shared.tier[self.id][from]);
+                let tier = u64::from(shared.tier[self.id][from as usize]);
                 for loan in loans {
                     self.counters.add(Counter::StealsIn, 1);
                     self.counters.add(Counter::StealTiers, tier);
                     self.counters.add(Counter::StolenEvents, loan.events.len() as u64);
-                    self.queue.adopt(from, loan);
+                    self.queue.adopt(from as usize, loan);
                 }
             }
             Msg::Return { color, ran } => self.queue.returned(color, ran),
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
-            Msg::Io(msg) => self.io_receive(shared, msg),
+            Msg::Io(msg) => self.io_receive(shared, *msg),
         }
     }
 

@@ -257,7 +257,7 @@ fn send_io(shared: &Arc<Shared>, dest: usize, msg: IoMsg) {
         if ctx.id == dest {
             core.io_receive(shared, msg);
         } else {
-            core.send(shared, dest, Msg::Io(msg));
+            core.send(shared, dest, Msg::Io(Box::new(msg)));
         }
         // User closures released by the message are dropped outside the borrow of the core:
         // their destructors may post.
@@ -266,7 +266,7 @@ fn send_io(shared: &Arc<Shared>, dest: usize, msg: IoMsg) {
         drop(garbage);
     });
     if let Some(msg) = msg {
-        shared.post_external(dest, Msg::Io(msg), false);
+        shared.post_external(dest, Msg::Io(Box::new(msg)), false);
     }
 }
 
