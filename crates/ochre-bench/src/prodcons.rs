@@ -8,6 +8,11 @@
 //! spawned tasks joined per round), `channels` (a pool of threads fed by a crossbeam channel,
 //! completions back on another) and `one-core` (the same 100 handlers run inline on one thread:
 //! what the round costs without any parallelism).
+//!
+//! The allocator workload of the thesis ([`SORT22`]) adds two cases when 1 and 2 workers are
+//! measured: `... 2w/1w`, each event allocator's per-worker scaling from paired runs, against
+//! the machine's own (`all-cores`); and `shared lines 2w`, how many of the cache lines holding a
+//! round's arrays hold arrays of both workers (the false sharing itself, counted).
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -449,6 +454,83 @@ fn scaling(opts: &Options, report: &mut BenchReport) {
     let case = scaling_case();
     measure_case(report, &case, 2, "x per worker", opts.reps.max(SCALING_REPS), systems);
     scaling_checks(report);
+    sharing(opts, &two, report);
+}
+
+/// The mechanism behind the scaling case, counted instead of timed (this machine has no cache
+/// miss counters, the thesis's evidence, Figs. 5.9-5.10): the share of the cache lines holding a
+/// round's arrays that hold arrays bound for both workers, in a round of the payload case at 2
+/// workers after a few warm-up rounds (general allocators hand out, in the producer, memory
+/// freed by both consumers, in whatever order it came back).
+fn sharing(opts: &Options, builds: &[(&'static str, peers::BuildOchre)], report: &mut BenchReport) {
+    let case = "shared lines 2w".to_string();
+    let systems: Vec<System<'_>> = builds
+        .iter()
+        .filter(|(name, _)| *name == "ochre" || peers::GENERAL_ALLOCATORS.contains(name))
+        .map(|(name, build)| {
+            let mut round: Option<&'static Round> = None;
+            System::new(*name, move || {
+                let rt = build().map_err(|e| e.to_string())?;
+                let r = *round.get_or_insert_with(|| Round::leak(&rt, SORT22));
+                ochre_prodcons(&rt, r, 8)?;
+                shared_lines(&rt, r).map(|share| share * 100.0)
+            })
+        })
+        .collect();
+    measure_case(report, &case, 2, "% of lines", opts.reps, systems);
+    let Some(ema) = report.median_of("ochre", &case) else { return };
+    report.check(
+        format!("[{case}] EMA: no cache line holds arrays bound for two workers"),
+        ema,
+        ema == 0.0,
+    );
+    let others: Vec<String> = peers::GENERAL_ALLOCATORS
+        .into_iter()
+        .filter_map(|a| Some(format!("{a} {:.0}%", report.median_of(a, &case)?)))
+        .collect();
+    report.notes.push(format!(
+        "[{case}] lines holding arrays for both workers, general allocators: {}",
+        others.join(", ")
+    ));
+}
+
+/// One round of `round`'s payload events on `rt` (its consumers on worker `i % workers`): the
+/// share of the cache lines holding the round's arrays that hold arrays of consumers on
+/// different workers.
+fn shared_lines(rt: &Runtime, round: &'static Round) -> Result<f64, String> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::with_capacity(FAN_OUT)));
+    let record = seen.clone();
+    let workers = rt.workers();
+    rt.run(round.producer, move || {
+        let mut placed = Vec::with_capacity(FAN_OUT);
+        for i in 0..FAN_OUT {
+            let to = round.consumers[i % round.consumers.len()];
+            let p = ochre::ColorBox::new(to, payload(i));
+            placed.push((std::ptr::from_ref::<Payload>(&p) as usize, i % workers));
+            ochre::post(to, move || fill_and_sort50(&p));
+        }
+        *record.lock().unwrap_or_else(|e| e.into_inner()) = placed;
+    })
+    .map_err(|e| e.to_string())?;
+    let placed = std::mem::take(&mut *seen.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(share_of_lines(&placed, std::mem::size_of::<Payload>()))
+}
+
+/// Of the cache lines that objects of `size` bytes at `placed` (address, worker) touch, the share
+/// that objects of two or more workers touch.
+fn share_of_lines(placed: &[(usize, usize)], size: usize) -> f64 {
+    const LINE: usize = 64;
+    let mut lines: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    for &(addr, worker) in placed {
+        for line in addr / LINE..=(addr + size - 1) / LINE {
+            let on = lines.entry(line).or_default();
+            if !on.contains(&worker) {
+                on.push(worker);
+            }
+        }
+    }
+    let shared = lines.values().filter(|w| w.len() > 1).count();
+    shared as f64 / lines.len().max(1) as f64
 }
 
 /// Checks of the scaling case (see [`scaling`]): EMA keeps its per-worker throughput from 1 to
@@ -651,6 +733,33 @@ mod tests {
         assert_eq!(*order.borrow(), [2, 1, 1, 2]);
         let mut failing = paired(|w| if w == 2 { Err("no".to_string()) } else { Ok(1.0) });
         assert_eq!(failing(), Err("no".to_string()));
+    }
+
+    #[test]
+    fn shared_lines_are_counted_per_line_touched() {
+        // Two 22-byte objects per 64-byte line for workers 0, 1, 0, 1: both lines shared; one
+        // object straddling a line boundary touches both; a worker alone shares nothing.
+        assert_eq!(share_of_lines(&[(0, 0), (32, 1), (64, 0), (96, 1)], 22), 1.0);
+        assert_eq!(share_of_lines(&[(0, 0), (32, 0), (64, 1), (96, 1)], 22), 0.0);
+        assert_eq!(share_of_lines(&[(50, 0), (128, 1)], 22), 0.0);
+        assert_eq!(share_of_lines(&[(50, 0), (64 + 30, 1), (128, 1)], 22), 1.0 / 3.0);
+        assert_eq!(share_of_lines(&[], 22), 0.0);
+    }
+
+    #[test]
+    fn ema_places_a_rounds_arrays_on_lines_of_one_worker() {
+        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+        let r = Round::leak(&rt, SORT22);
+        ochre_prodcons(&rt, r, 3).unwrap();
+        assert_eq!(shared_lines(&rt, r), Ok(0.0));
+        let sys = Runtime::builder()
+            .workers(2)
+            .pin(false)
+            .config(ochre::Config::default().ema(false))
+            .build()
+            .unwrap();
+        let share = shared_lines(&sys, Round::leak(&sys, SORT22)).unwrap();
+        assert!((0.0..=1.0).contains(&share), "{share}");
     }
 
     #[test]
