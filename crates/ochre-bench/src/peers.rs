@@ -1,5 +1,8 @@
 //! Peer runtimes set up the same way as ochre: the same number of worker threads, pinned to the
-//! same CPUs, so that ratios compare schedulers and not placement.
+//! same CPUs, so that ratios compare schedulers and not placement. Whatever drives a peer (the
+//! producer of producer-consumer) runs on those CPUs too, as ochre's runs on its worker 0: a
+//! task of the peer's runtime, or a thread pinned with worker 0; never a thread of its own on a
+//! free CPU (a channel-fed pool measured twice as fast at one worker that way).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
