@@ -345,6 +345,8 @@ fn right_grain(report: &mut BenchReport, opts: &Options, w: usize) {
     ];
     let pool = peers::rayon_pool(w);
     let tmt = peers::tokio_multi_thread(w);
+    // The handlers' own rate is measured again beside each sample (15 ms): a reference taken
+    // once would drift away from the samples it divides on this host.
     let grain = move |rate: f64| grain_from(w, rate, prodcons::one_core(GRAIN_PROBE, rounds));
     let mut systems: Vec<System<'_>> = ochres
         .iter()

@@ -85,6 +85,37 @@ fn fill_and_sort50(p: &Payload) {
     }
 }
 
+/// One event's work for the peers and the references: a handler cost, or the thesis's array,
+/// allocated by the producer with the global allocator (ochre's events carry theirs in a
+/// `ColorBox`, see `produce`). 16 bytes, a channel message as small as a cost alone.
+enum Job {
+    Work(u64),
+    Sort(Box<Payload>),
+}
+
+impl Job {
+    /// Event `i`'s job at handler cost `cost` ([`SORT22`]: its array).
+    #[inline]
+    fn new(cost: u64, i: usize) -> Job {
+        if cost == SORT22 {
+            Job::Sort(Box::new(payload(i)))
+        } else {
+            Job::Work(cost)
+        }
+    }
+
+    /// Runs the handler; the array is freed here, by the consumer.
+    #[inline]
+    fn run(self) {
+        match self {
+            Job::Work(cost) => work(cost),
+            Job::Sort(p) => fill_and_sort50(&p),
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Job>() == 16);
+
 /// About what [`fill_and_sort50`] costs here, in ns (for sizing samples only).
 const SORT22_NS: u64 = 30_000;
 
@@ -206,12 +237,8 @@ pub fn rayon_prodcons(pool: &rayon::ThreadPool, cost: u64, rounds: u64) -> f64 {
         for _ in 0..rounds {
             rayon::scope(|s| {
                 for i in 0..FAN_OUT {
-                    if cost == SORT22 {
-                        let p = Box::new(payload(i));
-                        s.spawn(move |_| fill_and_sort50(&p));
-                    } else {
-                        s.spawn(move |_| work(cost));
-                    }
+                    let job = Job::new(cost, i);
+                    s.spawn(move |_| job.run());
                 }
             });
         }
@@ -228,12 +255,8 @@ pub fn tokio_prodcons(rt: &tokio::runtime::Runtime, cost: u64, rounds: u64) -> f
         let mut handles = Vec::with_capacity(FAN_OUT);
         for _ in 0..rounds {
             handles.extend((0..FAN_OUT).map(|i| {
-                if cost == SORT22 {
-                    let p = Box::new(payload(i));
-                    tokio::spawn(async move { fill_and_sort50(&p) })
-                } else {
-                    tokio::spawn(async move { work(cost) })
-                }
+                let job = Job::new(cost, i);
+                tokio::spawn(async move { job.run() })
             }));
             for h in handles.drain(..) {
                 h.await.expect("task ran");
@@ -248,18 +271,15 @@ pub fn tokio_prodcons(rt: &tokio::runtime::Runtime, cost: u64, rounds: u64) -> f
 /// The producer's thread is pinned with worker 0, as ochre's producer runs on its worker 0: on
 /// the same CPUs, not on a CPU of its own (which made this system twice as fast at one worker).
 pub fn channels_prodcons(workers: usize, cost: u64, rounds: u64) -> f64 {
-    let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Option<(u64, Option<Box<Payload>>)>>();
+    let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Option<Job>>();
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<()>();
     std::thread::scope(|s| {
         for i in 0..workers {
             let (jobs_rx, done_tx) = (jobs_rx.clone(), done_tx.clone());
             s.spawn(move || {
                 peers::pin_as(i);
-                while let Ok(Some((c, p))) = jobs_rx.recv() {
-                    match p {
-                        Some(p) => fill_and_sort50(&p),
-                        None => work(c),
-                    }
+                while let Ok(Some(job)) = jobs_rx.recv() {
+                    job.run();
                     let _ = done_tx.send(());
                 }
             });
@@ -269,8 +289,7 @@ pub fn channels_prodcons(workers: usize, cost: u64, rounds: u64) -> f64 {
             let t = Instant::now();
             for _ in 0..rounds {
                 for i in 0..FAN_OUT {
-                    let p = (cost == SORT22).then(|| Box::new(payload(i)));
-                    let _ = jobs_tx.send(Some((cost, p)));
+                    let _ = jobs_tx.send(Some(Job::new(cost, i)));
                 }
                 for _ in 0..FAN_OUT {
                     let _ = done_rx.recv();
@@ -291,12 +310,7 @@ pub fn one_core(cost: u64, rounds: u64) -> f64 {
     let t = Instant::now();
     for _ in 0..rounds {
         for i in 0..FAN_OUT {
-            if cost == SORT22 {
-                let p = std::hint::black_box(Box::new(payload(i)));
-                fill_and_sort50(&p);
-            } else {
-                work(std::hint::black_box(cost));
-            }
+            std::hint::black_box(Job::new(cost, i)).run();
         }
     }
     (rounds * FAN_OUT as u64) as f64 / t.elapsed().as_secs_f64()
@@ -317,12 +331,7 @@ pub fn all_cores(workers: usize, cost: u64, rounds: u64) -> f64 {
         let began = Instant::now();
         for _ in 0..rounds {
             for i in (t..FAN_OUT).step_by(workers) {
-                if cost == SORT22 {
-                    let p = std::hint::black_box(Box::new(payload(i)));
-                    fill_and_sort50(&p);
-                } else {
-                    work(std::hint::black_box(cost));
-                }
+                std::hint::black_box(Job::new(cost, i)).run();
             }
             barrier.wait();
         }
