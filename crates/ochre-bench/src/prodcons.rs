@@ -11,8 +11,9 @@
 //!
 //! The allocator workload of the thesis ([`SORT22`]) adds two cases when 1 and 2 workers are
 //! measured: `... 2w/1w`, each event allocator's per-worker scaling from paired runs, against
-//! the machine's own (`all-cores`); and `shared lines 2w`, how many of the cache lines holding a
-//! round's arrays hold arrays of both workers (the false sharing itself, counted).
+//! the machine's own (`all-cores`); and `shared lines Nw`, how many of the cache lines holding a
+//! round's arrays hold arrays of two workers or more (the false sharing itself, counted), at 2
+//! workers and at more workers than this machine has CPUs.
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -471,44 +472,124 @@ fn scaling(opts: &Options, report: &mut BenchReport) {
     let case = scaling_case();
     measure_case(report, &case, 2, "x per worker", opts.reps.max(SCALING_REPS), systems);
     scaling_checks(report);
-    sharing(opts, &two, report);
+    sharing(opts, report);
+    line_cost(opts, report);
 }
+
+/// Two arrays on one cache line (at bytes 0 and 32 of it).
+#[repr(C, align(64))]
+struct OneLine {
+    a: Payload,
+    _gap: [u8; 10],
+    b: Payload,
+}
+
+/// Two arrays two lines apart (at bytes 0 and 128).
+#[repr(C, align(64))]
+struct OwnLines {
+    a: Payload,
+    _gap: [u8; 106],
+    b: Payload,
+}
+
+/// What a shared line costs on this machine when it matters, i.e. when both workers work on their
+/// arrays at the same time: two pinned threads each fill and sort their own array over and over,
+/// the two arrays on one cache line or on lines of their own (ns per array, the slower thread's).
+/// The scaling case shows how often that coincidence happens in a round; [`sharing`] how many
+/// lines could host it; this, its price.
+fn line_cost(opts: &Options, report: &mut BenchReport) {
+    fn sort_both(a: &Payload, b: &Payload, times: u32) -> f64 {
+        let took = peers::on_pinned_threads(2, |t| {
+            let p = if t == 0 { a } else { b };
+            let began = Instant::now();
+            for _ in 0..times {
+                fill_and_sort50(p);
+            }
+            began.elapsed()
+        });
+        took.into_iter().max().unwrap_or_default().as_nanos() as f64 / f64::from(times)
+    }
+    let times = if opts.quick { 150 } else { 600 };
+    let one = OneLine { a: payload(0), _gap: [0; 10], b: payload(1) };
+    let own = OwnLines { a: payload(0), _gap: [0; 106], b: payload(1) };
+    let case = line_cost_case();
+    measure_case(
+        report,
+        &case,
+        2,
+        "ns per array",
+        opts.reps,
+        vec![
+            System::new("own lines", || Ok(sort_both(&own.a, &own.b, times))),
+            System::new("one line", || Ok(sort_both(&one.a, &one.b, times))),
+        ],
+    );
+    if let (Some(own), Some(one)) =
+        (report.median_of("own lines", &case), report.median_of("one line", &case))
+    {
+        report.notes.push(format!(
+            "[{case}] an array whose line another worker writes at the same time takes {:.2}x as \
+             long to work on",
+            one / own
+        ));
+    }
+}
+
+/// The name of the case [`line_cost`] measures.
+fn line_cost_case() -> String {
+    format!("{} one line", cost_label(SORT22))
+}
+
+/// Worker counts at which [`sharing`] counts shared lines: this machine's and larger ones.
+/// Where an allocator puts the producer's arrays does not need the workers to run at the same
+/// time, only to exist and to free what they ran, so 16 workers on 2 CPUs show the placement
+/// a 16-core machine would get (the order in which frees come back differs; the allocators'
+/// policies do not).
+pub const SHARING_WORKERS: [usize; 4] = [2, 4, 8, 16];
 
 /// The mechanism behind the scaling case, counted instead of timed (this machine has no cache
 /// miss counters, the thesis's evidence, Figs. 5.9-5.10): the share of the cache lines holding a
-/// round's arrays that hold arrays bound for both workers, in a round of the payload case at 2
-/// workers after a few warm-up rounds (general allocators hand out, in the producer, memory
-/// freed by both consumers, in whatever order it came back).
-fn sharing(opts: &Options, builds: &[(&'static str, peers::BuildOchre)], report: &mut BenchReport) {
-    let case = "shared lines 2w".to_string();
-    let systems: Vec<System<'_>> = builds
-        .iter()
-        .filter(|(name, _)| *name == "ochre" || peers::GENERAL_ALLOCATORS.contains(name))
-        .map(|(name, build)| {
-            let mut round: Option<&'static Round> = None;
-            System::new(*name, move || {
-                let rt = build().map_err(|e| e.to_string())?;
-                let r = *round.get_or_insert_with(|| Round::leak(&rt, SORT22));
-                ochre_prodcons(&rt, r, 8)?;
-                shared_lines(&rt, r).map(|share| share * 100.0)
+/// round's arrays that hold arrays bound for two workers or more, in a round of the payload case
+/// after a few warm-up rounds (general allocators hand out, in the producer, memory freed by
+/// every consumer, in whatever order it came back), at each of [`SHARING_WORKERS`].
+fn sharing(opts: &Options, report: &mut BenchReport) {
+    for workers in SHARING_WORKERS {
+        let case = sharing_case(workers);
+        let builds = peers::ochre_builds(workers);
+        let systems: Vec<System<'_>> = builds
+            .iter()
+            .filter(|(name, _)| *name == "ochre" || peers::GENERAL_ALLOCATORS.contains(name))
+            .map(|(name, build)| {
+                let mut round: Option<&'static Round> = None;
+                System::new(*name, move || {
+                    let rt = build().map_err(|e| e.to_string())?;
+                    let r = *round.get_or_insert_with(|| Round::leak(&rt, SORT22));
+                    ochre_prodcons(&rt, r, 8)?;
+                    shared_lines(&rt, r).map(|share| share * 100.0)
+                })
             })
-        })
-        .collect();
-    measure_case(report, &case, 2, "% of lines", opts.reps, systems);
-    let Some(ema) = report.median_of("ochre", &case) else { return };
-    report.check(
-        format!("[{case}] EMA: no cache line holds arrays bound for two workers"),
-        ema,
-        ema == 0.0,
-    );
-    let others: Vec<String> = peers::GENERAL_ALLOCATORS
-        .into_iter()
-        .filter_map(|a| Some(format!("{a} {:.0}%", report.median_of(a, &case)?)))
-        .collect();
-    report.notes.push(format!(
-        "[{case}] lines holding arrays for both workers, general allocators: {}",
-        others.join(", ")
-    ));
+            .collect();
+        measure_case(report, &case, workers, "% of lines", opts.reps, systems);
+        let Some(ema) = report.median_of("ochre", &case) else { continue };
+        report.check(
+            format!("[{case}] EMA: no cache line holds arrays bound for two workers"),
+            ema,
+            ema == 0.0,
+        );
+        let others: Vec<String> = peers::GENERAL_ALLOCATORS
+            .into_iter()
+            .filter_map(|a| Some(format!("{a} {:.0}%", report.median_of(a, &case)?)))
+            .collect();
+        report.notes.push(format!(
+            "[{case}] lines holding arrays for two workers or more, general allocators: {}",
+            others.join(", ")
+        ));
+    }
+}
+
+/// The name of the case [`sharing`] measures at `workers`.
+fn sharing_case(workers: usize) -> String {
+    format!("shared lines {workers}w")
 }
 
 /// One round of `round`'s payload events on `rt` (its consumers on worker `i % workers`): the
@@ -777,10 +858,12 @@ mod tests {
 
     #[test]
     fn ema_places_a_rounds_arrays_on_lines_of_one_worker() {
-        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
-        let r = Round::leak(&rt, SORT22);
-        ochre_prodcons(&rt, r, 3).unwrap();
-        assert_eq!(shared_lines(&rt, r), Ok(0.0));
+        for workers in SHARING_WORKERS {
+            let rt = Runtime::builder().workers(workers).pin(false).build().unwrap();
+            let r = Round::leak(&rt, SORT22);
+            ochre_prodcons(&rt, r, 3).unwrap();
+            assert_eq!(shared_lines(&rt, r), Ok(0.0), "{workers} workers");
+        }
         let sys = Runtime::builder()
             .workers(2)
             .pin(false)
@@ -789,6 +872,16 @@ mod tests {
             .unwrap();
         let share = shared_lines(&sys, Round::leak(&sys, SORT22)).unwrap();
         assert!((0.0..=1.0).contains(&share), "{share}");
+    }
+
+    #[test]
+    fn the_line_cost_case_puts_its_arrays_on_one_line_or_on_lines_of_their_own() {
+        let size = std::mem::size_of::<Payload>();
+        let one = OneLine { a: payload(0), _gap: [0; 10], b: payload(1) };
+        let own = OwnLines { a: payload(0), _gap: [0; 106], b: payload(1) };
+        let at = |p: &Payload| std::ptr::from_ref(p) as usize;
+        assert_eq!(share_of_lines(&[(at(&one.a), 0), (at(&one.b), 1)], size), 1.0);
+        assert_eq!(share_of_lines(&[(at(&own.a), 0), (at(&own.b), 1)], size), 0.0);
     }
 
     #[test]
