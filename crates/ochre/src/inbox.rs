@@ -12,7 +12,8 @@
 //!
 //! Invariants: messages from one sender are received in the order sent (one thread's pushes are
 //! ordered in the stack's modification order, and the consumer reverses each taken list); every
-//! message pushed is taken exactly once or dropped with the inbox.
+//! message pushed is taken exactly once or dropped with the inbox; every batch names the worker
+//! that sent it (or [`OUTSIDE`]), to which the receiver may give the emptied buffer back.
 //!
 //! ## Sleeping on the inbox
 //!
@@ -32,8 +33,14 @@ use std::ptr;
 use crate::message::Msg;
 use crate::sync::{lock, AtomicPtr, Mutex, Ordering};
 
+/// The sender of a batch that no worker sent (a post from a thread outside the runtime).
+pub(crate) const OUTSIDE: usize = usize::MAX;
+
 struct Node {
     msgs: Vec<Msg>,
+    /// The sending worker, or [`OUTSIDE`] (the receiver gives the spent buffer back to it:
+    /// `outbox`).
+    from: usize,
     next: *mut Node,
 }
 
@@ -72,14 +79,14 @@ impl Inbox {
         }
     }
 
-    /// Delivers a batch with one synchronization. Returns true if the owner was asleep: the caller
-    /// must then unpark it. Empty batches are ignored.
+    /// Delivers a batch from worker `from` with one synchronization. Returns true if the owner
+    /// was asleep: the caller must then unpark it. Empty batches are ignored.
     #[must_use = "a sleeping owner must be unparked"]
-    pub(crate) fn push_batch(&self, msgs: Vec<Msg>) -> bool {
+    pub(crate) fn push_batch(&self, msgs: Vec<Msg>, from: usize) -> bool {
         if msgs.is_empty() {
             return false;
         }
-        let node = Box::into_raw(Box::new(Node { msgs, next: ptr::null_mut() }));
+        let node = Box::into_raw(Box::new(Node { msgs, from, next: ptr::null_mut() }));
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             let next = if head == SLEEPING { ptr::null_mut() } else { head };
@@ -206,10 +213,9 @@ pub(crate) struct Batches {
     cur: *mut Node,
 }
 
-impl Iterator for Batches {
-    type Item = Vec<Msg>;
-
-    fn next(&mut self) -> Option<Vec<Msg>> {
+impl Batches {
+    /// The next batch, oldest first, with the worker that sent it.
+    pub(crate) fn next_with_sender(&mut self) -> Option<(usize, Vec<Msg>)> {
         if self.cur.is_null() {
             return None;
         }
@@ -217,7 +223,15 @@ impl Iterator for Batches {
         // `Box::into_raw` and is turned back into a box exactly once, here.
         let node = unsafe { Box::from_raw(self.cur) };
         self.cur = node.next;
-        Some(node.msgs)
+        Some((node.from, node.msgs))
+    }
+}
+
+impl Iterator for Batches {
+    type Item = Vec<Msg>;
+
+    fn next(&mut self) -> Option<Vec<Msg>> {
+        self.next_with_sender().map(|(_, msgs)| msgs)
     }
 }
 
@@ -248,12 +262,23 @@ mod tests {
     }
 
     #[test]
+    fn batches_name_their_sender() {
+        let inbox = Inbox::new();
+        assert!(!inbox.push_batch(vec![post(1)], 3));
+        assert!(!inbox.push_batch(vec![post(2), post(3)], OUTSIDE));
+        let mut batches = inbox.take_batches();
+        let senders: Vec<(usize, usize)> =
+            std::iter::from_fn(|| batches.next_with_sender()).map(|(f, m)| (f, m.len())).collect();
+        assert_eq!(senders, vec![(3, 1), (OUTSIDE, 2)]);
+    }
+
+    #[test]
     fn batches_come_out_oldest_first() {
         let inbox = Inbox::new();
         assert!(inbox.is_empty(false));
-        assert!(!inbox.push_batch(vec![post(1), post(2)]));
-        assert!(!inbox.push_batch(vec![]));
-        assert!(!inbox.push_batch(vec![post(3)]));
+        assert!(!inbox.push_batch(vec![post(1), post(2)], 0));
+        assert!(!inbox.push_batch(vec![], 0));
+        assert!(!inbox.push_batch(vec![post(3)], 0));
         assert!(!inbox.is_empty(false));
         assert_eq!(tags(inbox.take_batches()), vec![1, 2, 3]);
         assert!(inbox.is_empty(false));
@@ -281,12 +306,12 @@ mod tests {
         for _ in 0..3 {
             let w = witness.clone();
             let task = Task::new(move || drop(w));
-            let _ = inbox.push_batch(vec![Msg::Post { color: Color(1), task, urgent: false }]);
+            let _ = inbox.push_batch(vec![Msg::Post { color: Color(1), task, urgent: false }], 0);
         }
         let partial = inbox.take_batches();
         let w = witness.clone();
         let task = Task::new(move || drop(w));
-        let _ = inbox.push_batch(vec![Msg::Post { color: Color(2), task, urgent: false }]);
+        let _ = inbox.push_batch(vec![Msg::Post { color: Color(2), task, urgent: false }], 0);
         drop(partial);
         drop(inbox);
         assert_eq!(Arc::strong_count(&witness), 1, "every closure was dropped exactly once");
@@ -298,10 +323,16 @@ mod tests {
             let inbox = Inbox::new();
             assert!(inbox.try_sleep(locked));
             assert!(inbox.is_empty(locked));
-            let first =
-                if locked { inbox.push_locked(post(1)) } else { inbox.push_batch(vec![post(1)]) };
-            let second =
-                if locked { inbox.push_locked(post(2)) } else { inbox.push_batch(vec![post(2)]) };
+            let first = if locked {
+                inbox.push_locked(post(1))
+            } else {
+                inbox.push_batch(vec![post(1)], 0)
+            };
+            let second = if locked {
+                inbox.push_locked(post(2))
+            } else {
+                inbox.push_batch(vec![post(2)], 0)
+            };
             assert!(
                 first && !second,
                 "locked={locked}: the first sender wakes, the second need not"
@@ -334,7 +365,7 @@ mod tests {
                 let inbox = inbox.clone();
                 std::thread::spawn(move || {
                     for i in 0..per {
-                        let _ = inbox.push_batch(vec![post(s << 32 | i)]);
+                        let _ = inbox.push_batch(vec![post(s << 32 | i)], 0);
                     }
                 })
             })

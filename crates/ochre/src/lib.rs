@@ -46,7 +46,9 @@
 //! color (no atomic, no shared line), else into the posting worker's outgoing buffer for the
 //! color's home worker. Buffers are handed over whole (one compare-and-swap) when full, at the end
 //! of each round of events, before idling, or by a safety flush. Each worker takes its whole inbox
-//! in one swap, routes events to per-color queues, and runs ready colors a turn at a time. Idle
+//! in one swap, routes events to per-color queues, and runs ready colors a turn at a time; the
+//! emptied buffers serve its own outgoing batches or ride back to their sender at the end of a
+//! batch to it, so a one-way flow (a fan-out) allocates no buffer per batch. Idle
 //! workers steal (if enabled), spin (reasoned spinning) or sleep on a futex, condition variable or
 //! pipe; the last worker to sleep detects quiescence and ends the run. Descriptors, timers and
 //! signals ([`io`]) enter the same path: a worker's epoll set reports readiness, and the worker

@@ -52,8 +52,8 @@ fn loom_batch_handoff_keeps_order_and_loses_nothing() {
             .map(|s| {
                 let inbox = inbox.clone();
                 loom::thread::spawn(move || {
-                    let _ = inbox.push_batch(vec![tag_msg(s * 10), tag_msg(s * 10 + 1)]);
-                    let _ = inbox.push_batch(vec![tag_msg(s * 10 + 2)]);
+                    let _ = inbox.push_batch(vec![tag_msg(s * 10), tag_msg(s * 10 + 1)], 0);
+                    let _ = inbox.push_batch(vec![tag_msg(s * 10 + 2)], 0);
                 })
             })
             .collect();
@@ -93,7 +93,7 @@ fn send(remote: &Remote, locked: bool, tag: u64) {
     if locked {
         remote.deliver_locked(tag_msg(tag));
     } else {
-        remote.deliver_batch(vec![tag_msg(tag)]);
+        remote.deliver_batch(vec![tag_msg(tag)], 0);
     }
 }
 
@@ -152,7 +152,7 @@ struct ModelWorker {
 
 fn deliver(to: &ModelWorker, msg: Msg) {
     // No parking in this model: the workers step instead of sleeping.
-    let _ = to.inbox.push_batch(vec![msg]);
+    let _ = to.inbox.push_batch(vec![msg], crate::inbox::OUTSIDE);
 }
 
 /// One step of a worker: route its inbox, then run one turn. Returns events run.
@@ -185,7 +185,9 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
                 }
             }
             Msg::Return { color, ran } => q.returned(color, ran),
-            Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } => unreachable!("not in this model"),
+            Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } | Msg::Spare(_) => {
+                unreachable!("not in this model")
+            }
         }
     }
     let Some((key, _)) = q.start_turn() else {

@@ -13,8 +13,12 @@
 //! destination is idle: a fan-out then starts an idle receiver after a few posts instead of a
 //! whole batch ([`Outbox::offers_early`]).
 //!
-//! Buffers of received batches are kept (a few) and reused for outgoing ones, so that a batch
-//! costs no allocation where messages flow both ways.
+//! Buffers of received batches are kept (a few) and reused for outgoing ones; past that, they go
+//! back to the worker that sent them, as [`Msg::Spare`] messages at the end of a batch sent to it
+//! anyway (no synchronization of their own). So a batch costs no allocation where messages flow
+//! both ways, nor where they flow mostly one way (a producer's fan-out, answered by a completion
+//! now and then): the buffers circulate between the two workers instead of being allocated by
+//! one and freed by the other, batch after batch.
 //!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
@@ -39,6 +43,9 @@ struct OutSlot {
     mean_interval: Duration,
     /// The turn in which this buffer last offered an early batch ([`Outbox::offers_early`]).
     early_turn: u64,
+    /// Emptied buffers of batches this destination sent us, owed back to it: they leave at the
+    /// end of our next batch to it that has room ([`Outbox::take`]).
+    owed: Vec<Vec<Msg>>,
 }
 
 /// Outgoing buffers of one worker, indexed by destination.
@@ -54,6 +61,8 @@ pub(crate) struct Outbox {
     /// receiver would otherwise free (a cross-thread free) and the sender allocate anew, per
     /// batch. Where messages flow both ways no batch allocates at all.
     spares: Vec<Vec<Msg>>,
+    /// Buffers allocated since the last [`Outbox::take_allocated`] (a statistic).
+    allocated: u64,
     /// Size of a turn's early batch to a destination ([`Outbox::offers_early`]).
     early_at: usize,
     /// Turns ended so far (starts at 1 so that no slot has offered in the current turn).
@@ -77,12 +86,14 @@ impl Outbox {
                     last_natural: None,
                     mean_interval: INITIAL_INTERVAL,
                     early_turn: 0,
+                    owed: Vec::new(),
                 })
                 .collect(),
             batch_size,
             factor,
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
+            allocated: 0,
             early_at: (batch_size / EARLY_FRACTION).max(1),
             turn: 1,
         }
@@ -101,8 +112,10 @@ impl Outbox {
         if slot.msgs.is_empty() {
             self.pending.push(dest);
             if slot.msgs.capacity() == 0 {
-                slot.msgs =
-                    self.spares.pop().unwrap_or_else(|| Vec::with_capacity(self.batch_size));
+                slot.msgs = self.spares.pop().unwrap_or_else(|| {
+                    self.allocated += 1;
+                    Vec::with_capacity(self.batch_size)
+                });
             }
         }
         slot.msgs.push(msg);
@@ -140,24 +153,44 @@ impl Outbox {
         self.turn += 1;
     }
 
-    /// Keeps an emptied buffer of a received batch for a later outgoing batch.
-    pub(crate) fn recycle(&mut self, buf: Vec<Msg>) {
+    /// Keeps an emptied buffer for a later outgoing batch, or, with spares enough here, owes it
+    /// back to `from`, the worker whose batch it carried (`None`: a buffer given back to us,
+    /// dropped if not needed). A worker that mostly receives would otherwise free, batch after
+    /// batch, the buffers that its sender allocates anew.
+    pub(crate) fn recycle(&mut self, buf: Vec<Msg>, from: Option<usize>) {
         debug_assert!(buf.is_empty());
-        if self.spares.len() < MAX_SPARES && buf.capacity() >= self.batch_size {
+        if buf.capacity() < self.batch_size {
+            return;
+        }
+        if self.spares.len() < MAX_SPARES {
             self.spares.push(buf);
+        } else if let Some(slot) = from.and_then(|d| self.slots.get_mut(d)) {
+            if slot.owed.len() < MAX_SPARES {
+                slot.owed.push(buf);
+            }
         }
     }
 
-    /// Takes the buffer for `dest` (possibly empty).
+    /// Takes the buffer for `dest` (possibly empty). A non-empty one leaves with the buffers
+    /// owed to `dest` appended, as many as it has room for without growing.
     pub(crate) fn take(&mut self, dest: usize) -> Vec<Msg> {
         let slot = &mut self.slots[dest];
         if !slot.msgs.is_empty() {
             if let Some(i) = self.pending.iter().position(|&d| d == dest) {
                 self.pending.swap_remove(i);
             }
+            while slot.msgs.len() < slot.msgs.capacity() {
+                let Some(buf) = slot.owed.pop() else { break };
+                slot.msgs.push(Msg::Spare(buf));
+            }
         }
         slot.seen_pending = None;
         std::mem::take(&mut slot.msgs)
+    }
+
+    /// Buffers allocated since the last call.
+    pub(crate) fn take_allocated(&mut self) -> u64 {
+        std::mem::take(&mut self.allocated)
     }
 
     /// Destinations whose buffers are non-empty.
@@ -244,17 +277,63 @@ mod tests {
         let mut received = o.take(1);
         let addr = received.as_ptr();
         received.clear();
-        o.recycle(received);
+        o.recycle(received, None);
         // The next batch, to any destination, is written into the recycled buffer.
         o.push(0, msg());
         let again = o.take(0);
         assert_eq!(again.as_ptr(), addr);
         // Too small a buffer is not kept, and at most MAX_SPARES are.
-        o.recycle(Vec::with_capacity(1));
+        o.recycle(Vec::with_capacity(1), None);
         for _ in 0..MAX_SPARES + 3 {
-            o.recycle(Vec::with_capacity(4));
+            o.recycle(Vec::with_capacity(4), None);
         }
         assert_eq!(o.spares.len(), MAX_SPARES);
+    }
+
+    /// The buffers' addresses among the spares given back at the end of `batch`.
+    fn spares_in(batch: &[Msg]) -> Vec<*const Msg> {
+        batch
+            .iter()
+            .filter_map(|m| if let Msg::Spare(b) = m { Some(b.as_ptr()) } else { None })
+            .collect()
+    }
+
+    #[test]
+    fn surplus_buffers_go_back_to_their_sender_with_the_next_batch_to_it() {
+        let mut o = Outbox::new(3, 4, 1.1);
+        for _ in 0..MAX_SPARES {
+            o.recycle(Vec::with_capacity(4), Some(1));
+        }
+        // Spares full: the next buffers from worker 1 are owed to it, at most MAX_SPARES.
+        let owed: Vec<Vec<Msg>> = (0..MAX_SPARES + 2).map(|_| Vec::with_capacity(4)).collect();
+        let addrs: Vec<*const Msg> = owed.iter().map(|b| b.as_ptr()).collect();
+        for b in owed {
+            o.recycle(b, Some(1));
+        }
+        // A batch to another worker carries none; an empty take carries none.
+        o.push(2, msg());
+        assert!(spares_in(&o.take(2)).is_empty());
+        assert!(o.take(1).is_empty());
+        // A batch to worker 1 carries them behind its message, as many as fit (capacity 4).
+        o.push(1, msg());
+        let batch = o.take(1);
+        assert_eq!(batch.len(), 4);
+        assert!(matches!(batch[0], Msg::Post { .. }));
+        assert_eq!(batch.capacity(), 4, "no growth to make room");
+        let back = spares_in(&batch);
+        assert_eq!(back.len(), 3);
+        // The rest follows with the next batches; owed beyond MAX_SPARES were dropped.
+        let mut all = back;
+        for _ in 0..3 {
+            o.push(1, msg());
+            all.extend(spares_in(&o.take(1)));
+        }
+        assert_eq!(all.len(), MAX_SPARES);
+        assert!(all.iter().all(|a| addrs[..MAX_SPARES].contains(a)));
+        // Given back to us, a buffer is kept as a spare only while spares are short.
+        let mut again = Outbox::new(2, 4, 1.1);
+        again.recycle(Vec::with_capacity(4), None);
+        assert_eq!(again.spares.len(), 1);
     }
 
     #[test]

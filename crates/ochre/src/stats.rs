@@ -68,6 +68,9 @@ counters! {
     cpu_share = CpuShare,
     /// Turns that posted a burst to other workers and flushed every buffer at their end.
     burst_flushes = BurstFlushes,
+    /// Buffers this worker allocated for outgoing batches; the others were reused: buffers of
+    /// received batches, or given back by the workers it sent them to (`outbox`).
+    batch_buffers = BatchBuffers,
     /// Messages taken from this worker's inbox.
     msgs_received = MsgsReceived,
     /// Events this worker, as home of a lent color, passed on to the borrower.

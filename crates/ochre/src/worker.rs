@@ -230,10 +230,13 @@ impl Core {
         if batch.is_empty() {
             return;
         }
+        // Buffers given back ride at the end of the batch (`Outbox::take`): messages for the
+        // quiescence count, not for the statistics.
+        let spares = batch.iter().rev().take_while(|m| matches!(m, Msg::Spare(_))).count();
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
-        self.counters.add(Counter::BatchedMsgs, batch.len() as u64);
-        if shared.remotes[dest].deliver_batch(batch) {
+        self.counters.add(Counter::BatchedMsgs, (batch.len() - spares) as u64);
+        if shared.remotes[dest].deliver_batch(batch, self.id) {
             self.counters.add(Counter::WakeupsSent, 1);
         }
     }
@@ -324,14 +327,21 @@ impl Core {
     pub(crate) fn take_inbox(&mut self, shared: &Shared) -> u64 {
         let remote = &shared.remotes[self.id];
         let mut taken = 0u64;
+        let mut spares = 0u64;
         if shared.config.batching {
-            for mut batch in remote.poke.inbox.take_batches() {
+            let mut batches = remote.poke.inbox.take_batches();
+            while let Some((from, mut batch)) = batches.next_with_sender() {
                 taken += batch.len() as u64;
                 for msg in batch.drain(..) {
-                    self.receive(shared, msg);
+                    if let Msg::Spare(buf) = msg {
+                        spares += 1;
+                        self.outbox.recycle(buf, None);
+                    } else {
+                        self.receive(shared, msg);
+                    }
                 }
-                // The emptied buffer serves this worker's next outgoing batch.
-                self.outbox.recycle(batch);
+                // The emptied buffer serves this worker's next outgoing batch, or goes back.
+                self.outbox.recycle(batch, Some(from));
             }
         }
         // The locked transport (libasync-smp): one lock per message.
@@ -343,7 +353,7 @@ impl Core {
         }
         if taken > 0 {
             self.received += taken;
-            self.counters.add(Counter::MsgsReceived, taken);
+            self.counters.add(Counter::MsgsReceived, taken - spares);
             // After routing (SeqCst, read by the quiescence detector): never counted received
             // before the events are in the queue.
             remote.status.received.store(self.received, Ordering::SeqCst);
@@ -397,6 +407,8 @@ impl Core {
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
+            // Taken out before routing (`take_inbox`); one reaching here is only a buffer.
+            Msg::Spare(buf) => self.outbox.recycle(buf, None),
         }
     }
 
@@ -414,6 +426,8 @@ impl Core {
     }
 
     fn publish_with(&mut self, shared: &Shared, heap_gauges: bool) {
+        let allocated = self.outbox.take_allocated();
+        self.counters.add(Counter::BatchBuffers, allocated);
         if let Some(h) = heap_gauges.then(|| crate::alloc::with_heap(|h| h.stats())).flatten() {
             self.counters.set(Counter::EmaLiveBytes, h.live_bytes as u64);
             self.counters.set(Counter::EmaBlocks, h.blocks as u64);

@@ -716,3 +716,36 @@ fn placed_colors_spread_over_workers_by_share_and_stay_near_their_seed() {
     off.run(Color(1), move || *g.lock().unwrap() = Some(ochre::place(12_345))).unwrap();
     assert_eq!(*got.lock().unwrap(), Some(Color(12_345)));
 }
+
+#[test]
+fn a_fan_out_reuses_its_batch_buffers_instead_of_allocating_one_per_batch() {
+    // Worker 0 posts 100 events a round to colors of worker 1, which answers once a round: the
+    // batches flow one way. Their buffers must come back to worker 0 instead of being
+    // allocated there and freed on worker 1, batch after batch (three batches a round here).
+    const ROUNDS: u64 = 300;
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let producer = color_on(&rt, 0, 0);
+    let consumers: Arc<Vec<Color>> = Arc::new((0..100).map(|k| color_on(&rt, 1, k)).collect());
+    let ran = Arc::new(AtomicU64::new(0));
+    fn round(producer: Color, to: Arc<Vec<Color>>, ran: Arc<AtomicU64>, left: u64) {
+        if left == 0 {
+            return;
+        }
+        let pending = Arc::new(AtomicU64::new(to.len() as u64));
+        for &c in to.iter() {
+            let (to, ran, pending) = (to.clone(), ran.clone(), pending.clone());
+            ochre::post(c, move || {
+                ran.fetch_add(1, Ordering::Relaxed);
+                if pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    ochre::post(producer, move || round(producer, to, ran, left - 1));
+                }
+            });
+        }
+    }
+    let (to, r) = (consumers.clone(), ran.clone());
+    let report = rt.run(producer, move || round(producer, to, r, ROUNDS)).unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), ROUNDS * 100);
+    let w0 = &report.workers[0];
+    assert!(w0.batches_sent >= 2 * ROUNDS, "{w0:?}");
+    assert!(w0.batch_buffers <= 40, "worker 0 allocated {} buffers: {w0:?}", w0.batch_buffers);
+}
