@@ -655,13 +655,14 @@ fn scaling_checks(report: &mut BenchReport) {
         "[{case}] per worker, 2 workers vs 1: EMA {ema:.3}; the machine itself (the consumers' \
          work alone on 2 pinned threads, same rounds) {machine:.3}"
     ));
-    let holding: Vec<&str> = peers::GENERAL_ALLOCATORS
-        .into_iter()
-        .filter(|a| report.median_of(a, &case).is_some_and(|r| r / machine >= 0.95))
+    // What each allocator keeps of the machine's scaling: 1 is no drop beyond the machine's own.
+    let kept: Vec<String> = std::iter::once("ochre")
+        .chain(peers::GENERAL_ALLOCATORS)
+        .filter_map(|a| Some(format!("{a} {:.3}", report.median_of(a, &case)? / machine)))
         .collect();
     report.notes.push(format!(
-        "[{case}] general allocators that also keep >= 95% of the machine's scaling: {}",
-        if holding.is_empty() { "none".to_string() } else { holding.join(", ") }
+        "[{case}] per-worker scaling as a share of the machine's: {}",
+        kept.join(", ")
     ));
     report.check(
         format!("[{case}] EMA keeps >= 95% of the machine's own per-worker scaling"),
@@ -802,7 +803,7 @@ mod tests {
         let fixed = |v: f64| move || Ok(v);
         let mut systems = vec![System::new("ochre", fixed(0.97))];
         for (k, a) in peers::GENERAL_ALLOCATORS.into_iter().enumerate() {
-            // 0.90, 0.96 (holds 95% of the machine's 0.99), 0.98 (scales better than EMA), 0.92.
+            // 0.90, 0.96, 0.98 (scales better than EMA), 0.92; the machine 0.99.
             systems.push(System::new(a, fixed([0.90, 0.96, 0.98, 0.92][k])));
         }
         systems.push(System::new("all-cores", fixed(0.99)));
@@ -816,8 +817,9 @@ mod tests {
             r.notes
         );
         assert!((r.checks[0].measured - 0.97 / 0.99).abs() < 1e-9);
-        let also = "machine's scaling: ochre-jemalloc, ochre-mimalloc";
-        assert!(r.notes.iter().any(|n| n.ends_with(also)), "{:?}", r.notes);
+        let kept = "machine's: ochre 0.980, ochre-sysalloc 0.909, ochre-jemalloc 0.970, \
+                    ochre-mimalloc 0.990, ochre-snmalloc 0.929";
+        assert!(r.notes.iter().any(|n| n.ends_with(kept)), "{:?}", r.notes);
     }
 
     #[test]
