@@ -18,7 +18,8 @@
 //! anyway (no synchronization of their own). So a batch costs no allocation where messages flow
 //! both ways, nor where they flow mostly one way (a producer's fan-out, answered by a completion
 //! now and then): the buffers circulate between the two workers instead of being allocated by
-//! one and freed by the other, batch after batch.
+//! one and freed by the other, batch after batch. A worker keeps at most `MAX_SPARES` spares and
+//! owes at most as many in all, whatever the number of workers.
 //!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
@@ -63,6 +64,9 @@ pub(crate) struct Outbox {
     spares: Vec<Vec<Msg>>,
     /// Buffers allocated since the last [`Outbox::take_allocated`] (a statistic).
     allocated: u64,
+    /// Buffers owed, all destinations together (at most `MAX_SPARES`: a worker holds at most
+    /// twice that many idle buffers, whatever the number of workers).
+    owed: usize,
     /// Size of a turn's early batch to a destination ([`Outbox::offers_early`]).
     early_at: usize,
     /// Turns ended so far (starts at 1 so that no slot has offered in the current turn).
@@ -94,6 +98,7 @@ impl Outbox {
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
             allocated: 0,
+            owed: 0,
             early_at: (batch_size / EARLY_FRACTION).max(1),
             turn: 1,
         }
@@ -165,7 +170,8 @@ impl Outbox {
         if self.spares.len() < MAX_SPARES {
             self.spares.push(buf);
         } else if let Some(slot) = from.and_then(|d| self.slots.get_mut(d)) {
-            if slot.owed.len() < MAX_SPARES {
+            if self.owed < MAX_SPARES {
+                self.owed += 1;
                 slot.owed.push(buf);
             }
         }
@@ -181,6 +187,7 @@ impl Outbox {
             }
             while slot.msgs.len() < slot.msgs.capacity() {
                 let Some(buf) = slot.owed.pop() else { break };
+                self.owed -= 1;
                 slot.msgs.push(Msg::Spare(buf));
             }
         }
@@ -334,6 +341,28 @@ mod tests {
         let mut again = Outbox::new(2, 4, 1.1);
         again.recycle(Vec::with_capacity(4), None);
         assert_eq!(again.spares.len(), 1);
+    }
+
+    #[test]
+    fn buffers_owed_are_bounded_over_all_destinations() {
+        let mut o = Outbox::new(3, 4, 1.1);
+        for from in [1, 1, 2] {
+            for _ in 0..MAX_SPARES {
+                o.recycle(Vec::with_capacity(4), Some(from));
+            }
+        }
+        // The first MAX_SPARES filled the spares, the next MAX_SPARES are owed to worker 1, and
+        // worker 2's were dropped: at most 2 * MAX_SPARES idle buffers, however many workers.
+        assert_eq!((o.spares.len(), o.owed), (MAX_SPARES, MAX_SPARES));
+        let mut back = [0, 0];
+        for _ in 0..MAX_SPARES {
+            for (k, dest) in [1, 2].into_iter().enumerate() {
+                o.push(dest, msg());
+                back[k] += spares_in(&o.take(dest)).len();
+            }
+        }
+        assert_eq!(back, [MAX_SPARES, 0]);
+        assert_eq!(o.owed, 0);
     }
 
     #[test]
