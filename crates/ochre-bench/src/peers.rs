@@ -11,12 +11,21 @@ use ochre::topology;
 
 /// The CPUs worker `i` of `n` is pinned to: the `i`-th allowed CPU, round robin.
 pub fn cpu_for(i: usize) -> Option<usize> {
-    let cpus = topology::allowed_cpus().ok()?;
+    let cpus = process_cpus();
     if cpus.is_empty() {
         None
     } else {
         Some(cpus[i % cpus.len()])
     }
+}
+
+/// The CPUs the benchmarks may use: the affinity of the thread that first asks (the main
+/// thread, or a thread it just spawned), kept. Read again from a thread already pinned, or
+/// spawned by one (a thread inherits its creator's affinity), it would be that one CPU, and
+/// every "worker `i`" would land on it.
+fn process_cpus() -> &'static [usize] {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| topology::allowed_cpus().unwrap_or_default())
 }
 
 /// Pins the calling thread as worker `i` (best effort: a failure leaves it unpinned).
@@ -118,6 +127,25 @@ pub fn on_fresh_runtime(
 mod tests {
     use super::*;
     use std::cell::RefCell;
+
+    #[test]
+    fn workers_are_spread_over_the_cpus_even_from_a_pinned_thread() {
+        let all = topology::allowed_cpus().unwrap();
+        if all.len() < 2 {
+            return;
+        }
+        // A pinned thread that pins the threads it spawns "as worker i" (the caller of
+        // `on_pinned_threads` may be one): they must still spread over every CPU.
+        let spread = std::thread::spawn(|| {
+            let first = process_cpus().to_vec();
+            topology::pin_current_thread(first[0]).unwrap();
+            on_pinned_threads(first.len(), |_| topology::allowed_cpus().unwrap())
+        })
+        .join()
+        .unwrap();
+        let expect: Vec<Vec<usize>> = process_cpus().iter().map(|&c| vec![c]).collect();
+        assert_eq!(spread, expect);
+    }
 
     #[test]
     fn a_fresh_runtime_per_sample_is_warmed_up_then_measured() {
