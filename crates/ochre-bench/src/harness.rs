@@ -24,7 +24,8 @@ pub struct Options {
 impl Options {
     /// Defaults for a run: 5 repetitions, 1 and 2 workers (capped to the CPUs available).
     pub fn new(quick: bool) -> Self {
-        let cpus = ochre::topology::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1);
+        // Also fixes the CPUs "worker i" threads are pinned to, from this (the caller's) thread.
+        let cpus = crate::peers::process_cpus().len().max(1);
         let workers = [1, 2].into_iter().filter(|&w| w <= cpus).collect();
         Options { reps: 5, quick, workers }
     }

@@ -19,11 +19,11 @@ pub fn cpu_for(i: usize) -> Option<usize> {
     }
 }
 
-/// The CPUs the benchmarks may use: the affinity of the thread that first asks (the main
-/// thread, or a thread it just spawned), kept. Read again from a thread already pinned, or
-/// spawned by one (a thread inherits its creator's affinity), it would be that one CPU, and
-/// every "worker `i`" would land on it.
-fn process_cpus() -> &'static [usize] {
+/// The CPUs the benchmarks may use: the affinity of the thread that first asks (the one making
+/// the benchmark `Options`, else the first thread pinned "as worker i"), kept. Read again from a
+/// thread already pinned, or spawned by one (a thread inherits its creator's affinity), it would
+/// be that one CPU, and every "worker `i`" would land on it.
+pub(crate) fn process_cpus() -> &'static [usize] {
     static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
     CPUS.get_or_init(|| topology::allowed_cpus().unwrap_or_default())
 }
