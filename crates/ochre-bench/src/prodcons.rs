@@ -545,7 +545,7 @@ fn line_cost_case() -> String {
 /// time, only to exist and to free what they ran, so 16 workers on 2 CPUs show the placement
 /// a 16-core machine would get (the order in which frees come back differs; the allocators'
 /// policies do not).
-pub const SHARING_WORKERS: [usize; 4] = [2, 4, 8, 16];
+const SHARING_WORKERS: [usize; 4] = [2, 4, 8, 16];
 
 /// The mechanism behind the scaling case, counted instead of timed (this machine has no cache
 /// miss counters, the thesis's evidence, Figs. 5.9-5.10): the share of the cache lines holding a
