@@ -204,12 +204,7 @@ fn produce(r: &'static Round, rounds_left: u64) {
     for i in 0..FAN_OUT {
         let to = r.consumers[i % r.consumers.len()];
         if r.cost == SORT22 {
-            let p = ochre::ColorBox::new(to, payload(i));
-            ochre::post(to, move || {
-                fill_and_sort50(&p);
-                drop(p);
-                done(i);
-            });
+            post_payload(to, i, move || done(i));
         } else {
             ochre::post(to, move || {
                 work(r.cost);
@@ -217,6 +212,19 @@ fn produce(r: &'static Round, rounds_left: u64) {
             });
         }
     }
+}
+
+/// Posts event `i` of the payload workload to `to`: its array in a `ColorBox` placed for `to`,
+/// filled and sorted by the consumer and freed there, then `then`. Returns the array's address.
+fn post_payload(to: Color, i: usize, then: impl FnOnce() + Send + 'static) -> usize {
+    let p = ochre::ColorBox::new(to, payload(i));
+    let at = std::ptr::from_ref::<Payload>(&p) as usize;
+    ochre::post(to, move || {
+        fill_and_sort50(&p);
+        drop(p);
+        then();
+    });
+    at
 }
 
 /// ochre producer-consumer on a built runtime (`round` from [`Round::leak`] on the same
@@ -417,6 +425,12 @@ pub fn run(opts: &Options) -> BenchReport {
     report
 }
 
+/// Whether the `ochre_builds` configuration `name` is one of the allocator comparison: EMA
+/// (`ochre`) or a general allocator as the event allocator.
+fn compares_allocators(name: &str) -> bool {
+    name == "ochre" || peers::GENERAL_ALLOCATORS.contains(&name)
+}
+
 /// The name of the case [`scaling`] measures.
 fn scaling_case() -> String {
     format!("{} 2w/1w", cost_label(SORT22))
@@ -458,7 +472,7 @@ fn scaling(opts: &Options, report: &mut BenchReport) {
     let mut systems: Vec<System<'_>> = one
         .iter()
         .zip(&two)
-        .filter(|((name, _), _)| *name == "ochre" || peers::GENERAL_ALLOCATORS.contains(name))
+        .filter(|((name, _), _)| compares_allocators(name))
         .map(|((name, b1), (_, b2))| {
             let mut at1 = ochre_fresh_system(b1, SORT22, n1);
             let mut at2 = ochre_fresh_system(b2, SORT22, n2);
@@ -476,20 +490,22 @@ fn scaling(opts: &Options, report: &mut BenchReport) {
     line_cost(opts, report);
 }
 
-/// Two arrays on one cache line (at bytes 0 and 32 of it).
+/// Two arrays `GAP` bytes apart, the first at the start of a cache line: [`ONE_LINE`] puts the
+/// second at byte 32 of the same line, [`OWN_LINES`] two lines further.
 #[repr(C, align(64))]
-struct OneLine {
+struct TwoArrays<const GAP: usize> {
     a: Payload,
-    _gap: [u8; 10],
+    _gap: [u8; GAP],
     b: Payload,
 }
 
-/// Two arrays two lines apart (at bytes 0 and 128).
-#[repr(C, align(64))]
-struct OwnLines {
-    a: Payload,
-    _gap: [u8; 106],
-    b: Payload,
+const ONE_LINE: usize = 32 - std::mem::size_of::<Payload>();
+const OWN_LINES: usize = 128 - std::mem::size_of::<Payload>();
+
+impl<const GAP: usize> TwoArrays<GAP> {
+    fn new() -> Self {
+        TwoArrays { a: payload(0), _gap: [0; GAP], b: payload(1) }
+    }
 }
 
 /// What a shared line costs on this machine when it matters, i.e. when both workers work on their
@@ -510,8 +526,8 @@ fn line_cost(opts: &Options, report: &mut BenchReport) {
         took.into_iter().max().unwrap_or_default().as_nanos() as f64 / f64::from(times)
     }
     let times = if opts.quick { 150 } else { 600 };
-    let one = OneLine { a: payload(0), _gap: [0; 10], b: payload(1) };
-    let own = OwnLines { a: payload(0), _gap: [0; 106], b: payload(1) };
+    let one = TwoArrays::<ONE_LINE>::new();
+    let own = TwoArrays::<OWN_LINES>::new();
     let case = line_cost_case();
     measure_case(
         report,
@@ -558,7 +574,7 @@ fn sharing(opts: &Options, report: &mut BenchReport) {
         let builds = peers::ochre_builds(workers);
         let systems: Vec<System<'_>> = builds
             .iter()
-            .filter(|(name, _)| *name == "ochre" || peers::GENERAL_ALLOCATORS.contains(name))
+            .filter(|(name, _)| compares_allocators(name))
             .map(|(name, build)| {
                 let mut round: Option<&'static Round> = None;
                 System::new(*name, move || {
@@ -603,9 +619,7 @@ fn shared_lines(rt: &Runtime, round: &'static Round) -> Result<f64, String> {
         let mut placed = Vec::with_capacity(FAN_OUT);
         for i in 0..FAN_OUT {
             let to = round.consumers[i % round.consumers.len()];
-            let p = ochre::ColorBox::new(to, payload(i));
-            placed.push((std::ptr::from_ref::<Payload>(&p) as usize, i % workers));
-            ochre::post(to, move || fill_and_sort50(&p));
+            placed.push((post_payload(to, i, || {}), i % workers));
         }
         *record.lock().unwrap_or_else(|e| e.into_inner()) = placed;
     })
@@ -879,8 +893,8 @@ mod tests {
     #[test]
     fn the_line_cost_case_puts_its_arrays_on_one_line_or_on_lines_of_their_own() {
         let size = std::mem::size_of::<Payload>();
-        let one = OneLine { a: payload(0), _gap: [0; 10], b: payload(1) };
-        let own = OwnLines { a: payload(0), _gap: [0; 106], b: payload(1) };
+        let one = TwoArrays::<ONE_LINE>::new();
+        let own = TwoArrays::<OWN_LINES>::new();
         let at = |p: &Payload| std::ptr::from_ref(p) as usize;
         assert_eq!(share_of_lines(&[(at(&one.a), 0), (at(&one.b), 1)], size), 1.0);
         assert_eq!(share_of_lines(&[(at(&own.a), 0), (at(&own.b), 1)], size), 0.0);

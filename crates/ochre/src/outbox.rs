@@ -66,7 +66,7 @@ pub(crate) struct Outbox {
     allocated: u64,
     /// Buffers owed, all destinations together (at most `MAX_SPARES`: a worker holds at most
     /// twice that many idle buffers, whatever the number of workers).
-    owed: usize,
+    owed_total: usize,
     /// Size of a turn's early batch to a destination ([`Outbox::offers_early`]).
     early_at: usize,
     /// Turns ended so far (starts at 1 so that no slot has offered in the current turn).
@@ -98,7 +98,7 @@ impl Outbox {
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
             allocated: 0,
-            owed: 0,
+            owed_total: 0,
             early_at: (batch_size / EARLY_FRACTION).max(1),
             turn: 1,
         }
@@ -170,8 +170,8 @@ impl Outbox {
         if self.spares.len() < MAX_SPARES {
             self.spares.push(buf);
         } else if let Some(slot) = from.and_then(|d| self.slots.get_mut(d)) {
-            if self.owed < MAX_SPARES {
-                self.owed += 1;
+            if self.owed_total < MAX_SPARES {
+                self.owed_total += 1;
                 slot.owed.push(buf);
             }
         }
@@ -187,7 +187,7 @@ impl Outbox {
             }
             while slot.msgs.len() < slot.msgs.capacity() {
                 let Some(buf) = slot.owed.pop() else { break };
-                self.owed -= 1;
+                self.owed_total -= 1;
                 slot.msgs.push(Msg::Spare(buf));
             }
         }
@@ -353,7 +353,7 @@ mod tests {
         }
         // The first MAX_SPARES filled the spares, the next MAX_SPARES are owed to worker 1, and
         // worker 2's were dropped: at most 2 * MAX_SPARES idle buffers, however many workers.
-        assert_eq!((o.spares.len(), o.owed), (MAX_SPARES, MAX_SPARES));
+        assert_eq!((o.spares.len(), o.owed_total), (MAX_SPARES, MAX_SPARES));
         let mut back = [0, 0];
         for _ in 0..MAX_SPARES {
             for (k, dest) in [1, 2].into_iter().enumerate() {
@@ -362,7 +362,7 @@ mod tests {
             }
         }
         assert_eq!(back, [MAX_SPARES, 0]);
-        assert_eq!(o.owed, 0);
+        assert_eq!(o.owed_total, 0);
     }
 
     #[test]

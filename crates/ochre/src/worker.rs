@@ -230,9 +230,8 @@ impl Core {
         if batch.is_empty() {
             return;
         }
-        // Buffers given back ride at the end of the batch (`Outbox::take`): messages for the
-        // quiescence count, not for the statistics.
-        let spares = batch.iter().rev().take_while(|m| matches!(m, Msg::Spare(_))).count();
+        // Buffers given back are messages for the quiescence count, not for the statistics.
+        let spares = spares_at_end(&batch);
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
         self.counters.add(Counter::BatchedMsgs, (batch.len() - spares) as u64);
@@ -332,13 +331,9 @@ impl Core {
             let mut batches = remote.poke.inbox.take_batches();
             while let Some((from, mut batch)) = batches.next_with_sender() {
                 taken += batch.len() as u64;
+                spares += spares_at_end(&batch) as u64;
                 for msg in batch.drain(..) {
-                    if let Msg::Spare(buf) = msg {
-                        spares += 1;
-                        self.outbox.recycle(buf, None);
-                    } else {
-                        self.receive(shared, msg);
-                    }
+                    self.receive(shared, msg);
                 }
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
                 self.outbox.recycle(batch, Some(from));
@@ -407,7 +402,6 @@ impl Core {
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
-            // Taken out before routing (`take_inbox`); one reaching here is only a buffer.
             Msg::Spare(buf) => self.outbox.recycle(buf, None),
         }
     }
@@ -613,6 +607,11 @@ impl WorkerCtx {
         }
         shared.record_panic(PanicRecord { color, worker: self.id, message });
     }
+}
+
+/// How many buffers given back ride at the end of `batch` (`Outbox::take` appends them there).
+fn spares_at_end(batch: &[Msg]) -> usize {
+    batch.iter().rev().take_while(|m| matches!(m, Msg::Spare(_))).count()
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
