@@ -6,7 +6,8 @@
 //! Steps: the baseline (one lock per posted event, pipe wake-ups, no spinning, plain stealing);
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
-//! stealing off (the default configuration); then every stealing heuristic. Padding is a
+//! stealing off; then colors that follow their messages (`Config::follow`: the default
+//! configuration); then every stealing heuristic. Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
 //! both builds alternately and prints padded / unpadded per step.
@@ -27,7 +28,8 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let ema = batch.clone().ema(true);
     let placed = ema.clone().placement(true);
     let no_steal = placed.clone().steal(Steal::Off);
-    let heuristics = placed.clone().stealing_heuristics();
+    let follow = no_steal.clone().follow(true);
+    let heuristics = follow.clone().stealing_heuristics();
     vec![
         ("1 baseline", base),
         ("2 +futex", futex),
@@ -35,13 +37,14 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("4 +batching", batch),
         ("5 +EMA", ema),
         ("6 +placement", placed),
-        (DEFAULT_STEP, no_steal),
-        ("8 +heuristics", heuristics),
+        ("7 steal off", no_steal),
+        (DEFAULT_STEP, follow),
+        ("9 +heuristics", heuristics),
     ]
 }
 
 /// The step that is the default configuration, named `ochre` in the tables.
-const DEFAULT_STEP: &str = "7 steal off";
+const DEFAULT_STEP: &str = "8 +follow";
 
 fn label(step: &str) -> String {
     if step == DEFAULT_STEP { "ochre" } else { step }.to_string()

@@ -134,6 +134,13 @@ pub struct Config {
     /// libasync-smp).
     #[serde(default = "yes")]
     pub placement: bool,
+    /// Colors follow their messages (`follow` module): an idle color posted to from another
+    /// worker moves to that worker, so that partners in a chain of messages end up on one
+    /// worker, unless that worker is busier or gets less of its CPU; a moved color goes back
+    /// home once most of its posts come from elsewhere. `false`: a color runs where its hash
+    /// puts it (libasync-smp), unless stolen.
+    #[serde(default = "yes")]
+    pub follow: bool,
 }
 
 fn yes() -> bool {
@@ -160,6 +167,7 @@ impl Default for Config {
             ema: true,
             ema_cap: None,
             placement: true,
+            follow: true,
         }
     }
 }
@@ -213,6 +221,8 @@ impl Config {
         ema_cap: Option<usize>,
         /// Sets [`Config::placement`].
         placement: bool,
+        /// Sets [`Config::follow`].
+        follow: bool,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
@@ -225,6 +235,7 @@ impl Config {
             .steal(Steal::Plain)
             .ema(false)
             .placement(false)
+            .follow(false)
     }
 
     /// Every stealing heuristic on (batch, locality-aware, cost-aware with a 20 µs floor;

@@ -38,10 +38,26 @@ pub(crate) const OUTSIDE: usize = usize::MAX;
 
 struct Node {
     msgs: Vec<Msg>,
+    from: Sender,
+    next: *mut Node,
+}
+
+/// Who sent a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sender {
     /// The sending worker, or [`OUTSIDE`] (the receiver gives the spent buffer back to it:
     /// `outbox`).
-    from: usize,
-    next: *mut Node,
+    pub(crate) id: usize,
+    /// The sender had nothing else to run when it sent the batch (`follow`: its receivers may
+    /// move to it).
+    pub(crate) quiet: bool,
+}
+
+impl Sender {
+    /// A batch from worker `id` that says nothing of the sender's load.
+    pub(crate) fn worker(id: usize) -> Sender {
+        Sender { id, quiet: false }
+    }
 }
 
 /// The head value that says "empty, and the owner sleeps". Never dereferenced, and never the
@@ -82,7 +98,7 @@ impl Inbox {
     /// Delivers a batch from worker `from` with one synchronization. Returns true if the owner
     /// was asleep: the caller must then unpark it. Empty batches are ignored.
     #[must_use = "a sleeping owner must be unparked"]
-    pub(crate) fn push_batch(&self, msgs: Vec<Msg>, from: usize) -> bool {
+    pub(crate) fn push_batch(&self, msgs: Vec<Msg>, from: Sender) -> bool {
         if msgs.is_empty() {
             return false;
         }
@@ -215,7 +231,7 @@ pub(crate) struct Batches {
 
 impl Batches {
     /// The next batch, oldest first, with the worker that sent it.
-    pub(crate) fn next_with_sender(&mut self) -> Option<(usize, Vec<Msg>)> {
+    pub(crate) fn next_with_sender(&mut self) -> Option<(Sender, Vec<Msg>)> {
         if self.cur.is_null() {
             return None;
         }
@@ -264,21 +280,21 @@ mod tests {
     #[test]
     fn batches_name_their_sender() {
         let inbox = Inbox::new();
-        assert!(!inbox.push_batch(vec![post(1)], 3));
-        assert!(!inbox.push_batch(vec![post(2), post(3)], OUTSIDE));
+        assert!(!inbox.push_batch(vec![post(1)], Sender { id: 3, quiet: true }));
+        assert!(!inbox.push_batch(vec![post(2), post(3)], Sender::worker(OUTSIDE)));
         let mut batches = inbox.take_batches();
-        let senders: Vec<(usize, usize)> =
+        let senders: Vec<(Sender, usize)> =
             std::iter::from_fn(|| batches.next_with_sender()).map(|(f, m)| (f, m.len())).collect();
-        assert_eq!(senders, vec![(3, 1), (OUTSIDE, 2)]);
+        assert_eq!(senders, vec![(Sender { id: 3, quiet: true }, 1), (Sender::worker(OUTSIDE), 2)]);
     }
 
     #[test]
     fn batches_come_out_oldest_first() {
         let inbox = Inbox::new();
         assert!(inbox.is_empty(false));
-        assert!(!inbox.push_batch(vec![post(1), post(2)], 0));
-        assert!(!inbox.push_batch(vec![], 0));
-        assert!(!inbox.push_batch(vec![post(3)], 0));
+        assert!(!inbox.push_batch(vec![post(1), post(2)], Sender::worker(0)));
+        assert!(!inbox.push_batch(vec![], Sender::worker(0)));
+        assert!(!inbox.push_batch(vec![post(3)], Sender::worker(0)));
         assert!(!inbox.is_empty(false));
         assert_eq!(tags(inbox.take_batches()), vec![1, 2, 3]);
         assert!(inbox.is_empty(false));
@@ -306,12 +322,18 @@ mod tests {
         for _ in 0..3 {
             let w = witness.clone();
             let task = Task::new(move || drop(w));
-            let _ = inbox.push_batch(vec![Msg::Post { color: Color(1), task, urgent: false }], 0);
+            let _ = inbox.push_batch(
+                vec![Msg::Post { color: Color(1), task, urgent: false }],
+                Sender::worker(0),
+            );
         }
         let partial = inbox.take_batches();
         let w = witness.clone();
         let task = Task::new(move || drop(w));
-        let _ = inbox.push_batch(vec![Msg::Post { color: Color(2), task, urgent: false }], 0);
+        let _ = inbox.push_batch(
+            vec![Msg::Post { color: Color(2), task, urgent: false }],
+            Sender::worker(0),
+        );
         drop(partial);
         drop(inbox);
         assert_eq!(Arc::strong_count(&witness), 1, "every closure was dropped exactly once");
@@ -326,12 +348,12 @@ mod tests {
             let first = if locked {
                 inbox.push_locked(post(1))
             } else {
-                inbox.push_batch(vec![post(1)], 0)
+                inbox.push_batch(vec![post(1)], Sender::worker(0))
             };
             let second = if locked {
                 inbox.push_locked(post(2))
             } else {
-                inbox.push_batch(vec![post(2)], 0)
+                inbox.push_batch(vec![post(2)], Sender::worker(0))
             };
             assert!(
                 first && !second,
@@ -365,7 +387,7 @@ mod tests {
                 let inbox = inbox.clone();
                 std::thread::spawn(move || {
                     for i in 0..per {
-                        let _ = inbox.push_batch(vec![post(s << 32 | i)], 0);
+                        let _ = inbox.push_batch(vec![post(s << 32 | i)], Sender::worker(0));
                     }
                 })
             })

@@ -81,6 +81,7 @@ mod config;
 mod context;
 mod cpu_share;
 mod error;
+mod follow;
 mod idle;
 mod inbox;
 pub mod io;

@@ -11,7 +11,7 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize};
 use loom::sync::Mutex;
 
 use crate::config::Wakeup;
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, Sender};
 use crate::io::poller::PollerHandle;
 use crate::message::{Msg, Task};
 use crate::park::Parker;
@@ -52,8 +52,9 @@ fn loom_batch_handoff_keeps_order_and_loses_nothing() {
             .map(|s| {
                 let inbox = inbox.clone();
                 loom::thread::spawn(move || {
-                    let _ = inbox.push_batch(vec![tag_msg(s * 10), tag_msg(s * 10 + 1)], 0);
-                    let _ = inbox.push_batch(vec![tag_msg(s * 10 + 2)], 0);
+                    let _ = inbox
+                        .push_batch(vec![tag_msg(s * 10), tag_msg(s * 10 + 1)], Sender::worker(0));
+                    let _ = inbox.push_batch(vec![tag_msg(s * 10 + 2)], Sender::worker(0));
                 })
             })
             .collect();
@@ -93,7 +94,7 @@ fn send(remote: &Remote, locked: bool, tag: u64) {
     if locked {
         remote.deliver_locked(tag_msg(tag));
     } else {
-        remote.deliver_batch(vec![tag_msg(tag)], 0);
+        remote.deliver_batch(vec![tag_msg(tag)], Sender::worker(0));
     }
 }
 
@@ -151,12 +152,23 @@ struct ModelWorker {
 }
 
 fn deliver(to: &ModelWorker, msg: Msg) {
+    deliver_from(crate::inbox::OUTSIDE, to, msg);
+}
+
+fn deliver_from(from: usize, to: &ModelWorker, msg: Msg) {
     // No parking in this model: the workers step instead of sleeping.
-    let _ = to.inbox.push_batch(vec![msg], crate::inbox::OUTSIDE);
+    let _ = to.inbox.push_batch(vec![msg], Sender { id: from, quiet: true });
 }
 
 /// One step of a worker: route its inbox, then run one turn. Returns events run.
 fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
+    step_following(me, others, false)
+}
+
+/// [`step`], with colors that follow their messages: a post from another worker moves an idle
+/// color to it at once, and a resident goes back home each time its queue empties (the most
+/// moves the protocol can see).
+fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) -> usize {
     let peer = |id: usize| {
         if others[0].id == id {
             others[0]
@@ -164,12 +176,27 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
             others[1]
         }
     };
-    let batches: Vec<Vec<Msg>> = me.inbox.take_batches().collect();
+    let mut batches = me.inbox.take_batches();
     let mut q = crate::sync::lock(&me.queue);
-    for msg in batches.into_iter().flatten() {
+    let mut msgs = Vec::new();
+    while let Some((from, batch)) = batches.next_with_sender() {
+        msgs.extend(batch.into_iter().map(|m| (from.id, m)));
+    }
+    for (from, msg) in msgs {
         match msg {
-            Msg::Post { color, task, urgent } => match q.post(color, task, urgent) {
+            Msg::Post { color, task, urgent } => match q.receive_post(
+                color,
+                task,
+                urgent,
+                (follow && from != crate::inbox::OUTSIDE).then_some(from),
+                |_| true,
+            ) {
                 Route::Queued => {}
+                Route::Move { to, task } => deliver_from(
+                    me.id,
+                    peer(to),
+                    Msg::Move { color, home: crate::message::worker_id(me.id), task, urgent },
+                ),
                 Route::Forward { to, task } => deliver(
                     peer(to),
                     Msg::Forward { color, home: crate::message::worker_id(me.id), task, urgent },
@@ -183,6 +210,9 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
                 for loan in loans {
                     q.adopt(from as usize, loan)
                 }
+            }
+            Msg::Move { color, home, task, urgent } => {
+                q.adopt_moved(color, home as usize, task, urgent)
             }
             Msg::Return { color, ran } => q.returned(color, ran),
             Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } | Msg::Spare(_) => {
@@ -200,8 +230,8 @@ fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
         ran += 1;
         q = crate::sync::lock(&me.queue);
     }
-    if let Some(ret) = q.end_turn(key) {
-        deliver(peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran });
+    if let Some(ret) = q.end_turn_shedding(key, |_, _| follow) {
+        deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran });
     }
     ran
 }
@@ -287,6 +317,74 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
         let p1 = log.iter().position(|&t| t == 1).unwrap();
         let p2 = log.iter().position(|&t| t == 2).unwrap();
         assert!(p1 < p2, "the poster's events ran out of order: {log:?}");
+    });
+}
+
+/// Colors follow their messages: worker 1 posts two events to a color homed on worker 0, which
+/// moves it to worker 1 with the first it finds idle; an outside poster sends two more to the
+/// home meanwhile (forwarded while the color is away), and worker 1 gives the color back each
+/// time its queue empties. Every event runs once, never two at once, each poster's in order,
+/// and the color ends back home, `Local`.
+#[test]
+fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once() {
+    model(|| {
+        let c = Color(0);
+        let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
+        let poster_id = 1 - home_id;
+        let running = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let event = |tag: u64| -> Task {
+            let (running, log, ran) = (running.clone(), log.clone(), ran.clone());
+            Task::new(move || {
+                assert!(!running.swap(true, Ordering::SeqCst), "two events of one color at once");
+                log.lock().unwrap().push(tag);
+                running.store(false, Ordering::SeqCst);
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let worker = |id| {
+            Arc::new(ModelWorker {
+                id,
+                queue: Mutex::new(ColorQueue::new(id, crate::color::Placement::flat(2))),
+                inbox: Inbox::new(),
+            })
+        };
+        let (home, poster) = (worker(home_id), worker(poster_id));
+        // Worker 1's events post 0 and 1 (as its handlers would: to the home, from worker 1).
+        deliver_from(poster_id, &home, Msg::Post { color: c, task: event(0), urgent: false });
+        deliver_from(poster_id, &home, Msg::Post { color: c, task: event(1), urgent: false });
+        let outside = {
+            let (home, e2, e3) = (home.clone(), event(2), event(3));
+            loom::thread::spawn(move || {
+                deliver(&home, Msg::Post { color: c, task: e2, urgent: false });
+                deliver(&home, Msg::Post { color: c, task: e3, urgent: false });
+            })
+        };
+        let workers: Vec<_> = [(home.clone(), poster.clone()), (poster.clone(), home.clone())]
+            .into_iter()
+            .map(|(me, other)| {
+                loom::thread::spawn(move || {
+                    for _ in 0..2 {
+                        step_following(&me, &[&*other, &*other], true);
+                    }
+                })
+            })
+            .collect();
+        outside.join().unwrap();
+        for w in workers {
+            w.join().unwrap();
+        }
+        for _ in 0..6 {
+            step_following(&home, &[&*poster, &*poster], true);
+            step_following(&poster, &[&*home, &*home], true);
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 4, "an event was lost");
+        assert_eq!(crate::sync::lock(&home.queue).lease(c), Some(Lease::Local), "back home");
+        assert_eq!(crate::sync::lock(&poster.queue).lease(c), None);
+        let log = log.lock().unwrap();
+        let at = |tag| log.iter().position(|&t| t == tag).unwrap();
+        assert!(at(0) < at(1) && at(2) < at(3), "a poster's events ran out of order: {log:?}");
     });
 }
 

@@ -185,6 +185,9 @@ pub(crate) enum Msg {
     Post { color: Color, task: Task, urgent: bool },
     /// An event that the color's home passes on to the receiver, which holds the color on loan.
     Forward { color: Color, home: WorkerId, task: Task, urgent: bool },
+    /// The color, idle at its home (the sender), moves to the receiver for good (`follow`), with
+    /// its first event: the one the receiver had posted to it.
+    Move { color: Color, home: WorkerId, task: Task, urgent: bool },
     /// Answer to a steal request: colors on loan with all their pending events (possibly none).
     Grant { from: WorkerId, loans: Vec<Loan> },
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them

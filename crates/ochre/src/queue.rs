@@ -42,6 +42,7 @@ use rustc_hash::FxHashMap;
 use slab::Slab;
 
 use crate::color::{home_of, Placement};
+use crate::follow::{self, Traffic};
 use crate::message::{Loan, Task};
 use crate::Color;
 
@@ -53,8 +54,19 @@ const KEEP_IDLE_SLOTS_UNDER: usize = 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lease {
     Local,
-    Away { to: usize, outstanding: u64 },
-    Guest { home: usize, received: u64 },
+    /// Lent to `to`; `moved`: for good (`follow`), not to a thief.
+    Away {
+        to: usize,
+        outstanding: u64,
+        moved: bool,
+    },
+    /// Held on loan from `home`; a `resident` (moved here by `follow`) stays when its queue
+    /// empties, until its traffic says it should go back.
+    Guest {
+        home: usize,
+        received: u64,
+        resident: bool,
+    },
 }
 
 struct Slot {
@@ -70,6 +82,8 @@ struct Slot {
     /// How long a turn of this color takes, in ns (moving average of sampled turns; 0 until
     /// sampled). What a thief would get by taking it, for cost-aware stealing.
     weight_ns: u64,
+    /// Who posts to the color (`follow`).
+    traffic: Traffic,
 }
 
 /// Where a post went.
@@ -80,6 +94,9 @@ pub(crate) enum Route {
     Forward { to: usize, task: Task },
     /// Not held here: send the event to the color's home.
     Remote { home: usize, task: Task },
+    /// The color, idle here, moves to the worker `to` that posted the event (`follow`): send it
+    /// the event as the color's first.
+    Move { to: usize, task: Task },
 }
 
 /// Where a post goes, decided before the event is built ([`ColorQueue::route`]).
@@ -110,6 +127,8 @@ pub(crate) struct Returned {
     pub(crate) home: usize,
     pub(crate) color: Color,
     pub(crate) ran: u64,
+    /// A resident given back (its traffic moved on), not a loan ending.
+    pub(crate) resident: bool,
 }
 
 /// The run queue of one worker.
@@ -156,8 +175,8 @@ impl ColorQueue {
         self.index.get(&color).map(|&k| self.slots[k].lease)
     }
 
-    /// Posts an event made on this worker, or received here as the color's home.
-    #[inline]
+    /// Posts an event made on this worker.
+    #[cfg(test)]
     pub(crate) fn post(&mut self, color: Color, task: Task, urgent: bool) -> Route {
         let dest = self.route(color);
         self.post_to(dest, task, urgent)
@@ -191,11 +210,52 @@ impl ColorQueue {
         }
     }
 
-    /// Posts `task` where [`route`](Self::route) said, with no post in between.
+    /// Routes an event that worker `from` posted to a color homed here (`None`: posted by a
+    /// thread outside the runtime). The post is counted in the color's traffic, and if the color
+    /// is idle here, `moves` judges that traffic (`follow::moves`, given what the worker knows of
+    /// the poster): if it says so, the color is lent to `from` for good with this event
+    /// ([`Route::Move`]).
+    pub(crate) fn receive_post(
+        &mut self,
+        color: Color,
+        task: Task,
+        urgent: bool,
+        from: Option<usize>,
+        moves: impl FnOnce(Traffic) -> bool,
+    ) -> Route {
+        let dest = self.route(color);
+        if let (Dest::Here { key, .. }, Some(poster)) = (dest, from.filter(|&f| f != self.me)) {
+            let running = self.running == Some(key);
+            let slot = &mut self.slots[key];
+            if slot.lease == Lease::Local {
+                slot.traffic.post_from(poster);
+                let idle = slot.events.is_empty() && !slot.queued && !running && !slot.pinned;
+                if idle && moves(slot.traffic) {
+                    slot.traffic.reset();
+                    slot.lease = Lease::Away { to: poster, outstanding: 1, moved: true };
+                    return Route::Move { to: poster, task };
+                }
+            }
+            self.enqueue(key, task, urgent);
+            return Route::Queued;
+        }
+        self.post_to_counted(dest, task, urgent, false)
+    }
+
+    /// Posts `task`, made on this worker, where [`route`](Self::route) said, with no post in
+    /// between.
     #[inline]
     pub(crate) fn post_to(&mut self, dest: Dest, task: Task, urgent: bool) -> Route {
+        self.post_to_counted(dest, task, urgent, true)
+    }
+
+    #[inline]
+    fn post_to_counted(&mut self, dest: Dest, task: Task, urgent: bool, local: bool) -> Route {
         match dest {
             Dest::Here { key, .. } => {
+                if local {
+                    self.slots[key].traffic.local_post();
+                }
                 self.enqueue(key, task, urgent);
                 Route::Queued
             }
@@ -212,9 +272,25 @@ impl ColorQueue {
     /// Accepts an event that the color's home forwarded to this worker, the borrower.
     pub(crate) fn accept_forward(&mut self, color: Color, home: usize, task: Task, urgent: bool) {
         let key = self.guest_slot(color, home);
-        if let Lease::Guest { received, .. } = &mut self.slots[key].lease {
+        let slot = &mut self.slots[key];
+        if let Lease::Guest { received, .. } = &mut slot.lease {
             *received += 1;
         }
+        slot.traffic.forwarded();
+        self.enqueue(key, task, urgent);
+    }
+
+    /// Takes a color that its home moved here for good (`follow`), with its first event.
+    pub(crate) fn adopt_moved(&mut self, color: Color, home: usize, task: Task, urgent: bool) {
+        let key = self.guest_slot(color, home);
+        let slot = &mut self.slots[key];
+        debug_assert_eq!(
+            slot.lease,
+            Lease::Guest { home, received: 0, resident: false },
+            "a color moved here while held here"
+        );
+        slot.lease = Lease::Guest { home, received: 1, resident: true };
+        slot.traffic.reset();
         self.enqueue(key, task, urgent);
     }
 
@@ -246,10 +322,15 @@ impl ColorQueue {
             return;
         };
         let slot = &mut self.slots[key];
-        if let Lease::Away { outstanding, .. } = &mut slot.lease {
+        if let Lease::Away { outstanding, moved, .. } = &mut slot.lease {
             debug_assert!(*outstanding >= ran, "more events returned than lent");
             *outstanding = outstanding.saturating_sub(ran);
             if *outstanding == 0 {
+                if *moved {
+                    // Hysteresis: a color that came back needs a longer run of posts to go again.
+                    slot.traffic.bounces = slot.traffic.bounces.saturating_add(1);
+                }
+                slot.traffic.reset();
                 slot.lease = Lease::Local;
                 self.maybe_release(key);
             }
@@ -279,8 +360,20 @@ impl ColorQueue {
     }
 
     /// Ends the running color's turn: requeue it if it has more events, or give it back if it is
-    /// an emptied guest.
+    /// an emptied guest (a resident only if its traffic moved on).
+    #[cfg(test)]
     pub(crate) fn end_turn(&mut self, key: usize) -> Option<Returned> {
+        self.end_turn_shedding(key, |_, _| false)
+    }
+
+    /// [`end_turn`](Self::end_turn), where a resident whose queue emptied also goes back home if
+    /// `shed(home, ready)` says so, given its home and the number of colors waiting here
+    /// (`follow::sheds`).
+    pub(crate) fn end_turn_shedding(
+        &mut self,
+        key: usize,
+        shed: impl FnOnce(usize, usize) -> bool,
+    ) -> Option<Returned> {
         self.running = None;
         let slot = &mut self.slots[key];
         if !slot.events.is_empty() {
@@ -288,13 +381,19 @@ impl ColorQueue {
             self.ready.push_back(key);
             return None;
         }
-        match slot.lease {
-            Lease::Guest { home, received } => {
-                let color = slot.color;
+        let lease = slot.lease;
+        match lease {
+            Lease::Guest { resident: true, home, .. }
+                if !(self.gives_back(key) || shed(home, self.ready.len())) =>
+            {
+                None
+            }
+            Lease::Guest { home, received, resident } => {
+                let color = self.slots[key].color;
                 self.slots.remove(key);
                 self.index.remove(&color);
                 self.guests -= 1;
-                Some(Returned { home, color, ran: received })
+                Some(Returned { home, color, ran: received, resident })
             }
             Lease::Local => {
                 self.maybe_release(key);
@@ -302,6 +401,24 @@ impl ColorQueue {
             }
             Lease::Away { .. } => None,
         }
+    }
+
+    /// A resident whose queue emptied: give it back home? Judges a window of its traffic when
+    /// one is full (`follow::gives_back`).
+    fn gives_back(&mut self, key: usize) -> bool {
+        let traffic = &mut self.slots[key].traffic;
+        match follow::gives_back(traffic) {
+            Some(back) => {
+                traffic.reset();
+                back
+            }
+            None => false,
+        }
+    }
+
+    /// True if nothing waits or runs here.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.ready.is_empty() && self.running.is_none()
     }
 
     /// Records a sampled turn of the color in `key`: `ns` for the whole turn.
@@ -350,7 +467,7 @@ impl ColorQueue {
         let events = std::mem::take(&mut slot.events);
         let urgent = std::mem::take(&mut slot.urgent);
         self.pending -= events.len();
-        slot.lease = Lease::Away { to: thief, outstanding: events.len() as u64 };
+        slot.lease = Lease::Away { to: thief, outstanding: events.len() as u64, moved: false };
         Some(Loan { color: slot.color, events, urgent })
     }
 
@@ -406,7 +523,7 @@ impl ColorQueue {
             }
             None => {
                 self.guests += 1;
-                self.insert(color, Lease::Guest { home, received: 0 })
+                self.insert(color, Lease::Guest { home, received: 0, resident: false })
             }
         }
     }
@@ -420,6 +537,7 @@ impl ColorQueue {
             lease,
             pinned: false,
             weight_ns: 0,
+            traffic: Traffic::default(),
         });
         self.index.insert(color, key);
         key
@@ -569,7 +687,7 @@ mod tests {
         let loan = h.lend(thief).unwrap();
         assert_eq!(loan.color, c);
         assert_eq!(loan.events.len(), 3);
-        assert_eq!(h.lease(c), Some(Lease::Away { to: thief, outstanding: 3 }));
+        assert_eq!(h.lease(c), Some(Lease::Away { to: thief, outstanding: 3, moved: false }));
         assert_eq!(h.pending(), 1);
         t.adopt(home, loan);
         // A post to c at home is forwarded.
@@ -579,7 +697,7 @@ mod tests {
         assert_eq!(to, thief);
         t.accept_forward(c, home, fwd, false);
         let returns = run_all(&mut t);
-        assert_eq!(returns, vec![Returned { home, color: c, ran: 4 }]);
+        assert_eq!(returns, vec![Returned { home, color: c, ran: 4, resident: false }]);
         assert_eq!(t.lease(c), None);
         h.returned(c, 4);
         assert_eq!(h.lease(c), Some(Lease::Local));
@@ -599,15 +717,19 @@ mod tests {
         // Home forwards event 1 while the thief is emptying its slot.
         let Route::Forward { task: fwd, .. } = h.post(c, task(&log, 1), false) else { panic!() };
         let first = run_all(&mut t);
-        assert_eq!(first, vec![Returned { home: 0, color: c, ran: 1 }]);
+        assert_eq!(first, vec![Returned { home: 0, color: c, ran: 1, resident: false }]);
         h.returned(c, 1);
-        assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 1 }), "still lent");
+        assert_eq!(
+            h.lease(c),
+            Some(Lease::Away { to: 1, outstanding: 1, moved: false }),
+            "still lent"
+        );
         // A post at home now is still forwarded, after event 1.
         let Route::Forward { task: fwd2, .. } = h.post(c, task(&log, 2), false) else { panic!() };
         t.accept_forward(c, 0, fwd, false);
         t.accept_forward(c, 0, fwd2, false);
         let second = run_all(&mut t);
-        assert_eq!(second, vec![Returned { home: 0, color: c, ran: 2 }]);
+        assert_eq!(second, vec![Returned { home: 0, color: c, ran: 2, resident: false }]);
         h.returned(c, 2);
         assert_eq!(h.lease(c), Some(Lease::Local));
         assert_eq!(*log.lock().unwrap(), vec![0, 1, 2]);
@@ -626,7 +748,7 @@ mod tests {
         // Holding a guest, another color of the same home still goes home (looked up).
         let other = color_on(0, 2, 1);
         assert!(matches!(t.post(other, task(&log, 9), false), Route::Remote { home: 0, .. }));
-        assert_eq!(run_all(&mut t), vec![Returned { home: 0, color: c, ran: 1 }]);
+        assert_eq!(run_all(&mut t), vec![Returned { home: 0, color: c, ran: 1, resident: false }]);
         // Once returned, posts from the thief go home.
         assert!(matches!(t.post(c, task(&log, 2), false), Route::Remote { home: 0, .. }));
         assert_eq!(*log.lock().unwrap(), vec![0, 1]);
@@ -717,6 +839,97 @@ mod tests {
         assert!(q.lend(1).is_none(), "only the pinned one is left");
         run_all(&mut q);
         assert_eq!(q.lease(b), Some(Lease::Local), "an empty pinned slot is kept");
+    }
+
+    /// `receive_post` from `poster` with the policy of `follow`, the poster's batch quiet.
+    fn receive(q: &mut ColorQueue, c: Color, t: Task, poster: usize) -> Route {
+        q.receive_post(c, t, false, Some(poster), |traffic| {
+            let (poster_share, home_share) = (1000, 1000);
+            follow::moves(&follow::Offer { traffic, quiet: true, poster_share, home_share })
+        })
+    }
+
+    #[test]
+    fn an_idle_color_moves_to_the_worker_posting_to_it_and_stays_there() {
+        let log = Log::default();
+        let (mut h, mut g) =
+            (ColorQueue::new(0, Placement::flat(3)), ColorQueue::new(1, Placement::flat(3)));
+        let c = color_on(0, 3, 0);
+        assert!(matches!(receive(&mut h, c, task(&log, 0), 1), Route::Queued), "one post: stays");
+        run_all(&mut h);
+        let Route::Move { to: 1, task: first } = receive(&mut h, c, task(&log, 1), 1) else {
+            panic!("the second post in a row did not move the color")
+        };
+        assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 1, moved: true }));
+        g.adopt_moved(c, 0, first, false);
+        // The borrower's own posts to it are local; others' are forwarded by the home.
+        assert!(matches!(g.post(c, task(&log, 2), false), Route::Queued));
+        let Route::Forward { to: 1, task: fwd } = receive(&mut h, c, task(&log, 3), 2) else {
+            panic!("not forwarded")
+        };
+        g.accept_forward(c, 0, fwd, false);
+        assert_eq!(run_all(&mut g), vec![], "a resident stays when its queue empties");
+        assert_eq!(g.lease(c), Some(Lease::Guest { home: 0, received: 2, resident: true }));
+        assert!(matches!(g.post(c, task(&log, 4), false), Route::Queued));
+        run_all(&mut g);
+        assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_busy_or_pinned_color_does_not_move() {
+        let log = Log::default();
+        let mut h = ColorQueue::new(0, Placement::flat(2));
+        let (busy, pinned) = (color_on(0, 2, 0), color_on(0, 2, 1));
+        h.pin(pinned);
+        for i in 0..4 {
+            assert!(matches!(receive(&mut h, busy, task(&log, i), 1), Route::Queued), "queued");
+            assert!(matches!(receive(&mut h, pinned, task(&log, i), 1), Route::Queued), "pinned");
+        }
+        // Running: its own posts and others' stay too.
+        let (k, running) = h.start_turn().unwrap();
+        assert_eq!(running, busy);
+        while let Some(t) = h.pop(k) {
+            t.run();
+        }
+        assert!(matches!(receive(&mut h, busy, task(&log, 9), 1), Route::Queued), "running");
+        let outside = h.receive_post(busy, task(&log, 9), false, None, |_| true);
+        assert!(matches!(outside, Route::Queued), "a post from outside the runtime moves nothing");
+        assert_eq!(h.lease(busy), Some(Lease::Local));
+    }
+
+    #[test]
+    fn a_resident_posted_from_elsewhere_goes_home_and_needs_a_longer_run_to_move_again() {
+        let log = Log::default();
+        let (mut h, mut g) =
+            (ColorQueue::new(0, Placement::flat(3)), ColorQueue::new(1, Placement::flat(3)));
+        let c = color_on(0, 3, 0);
+        receive(&mut h, c, task(&log, 0), 1);
+        run_all(&mut h);
+        let Route::Move { task: first, .. } = receive(&mut h, c, task(&log, 1), 1) else {
+            panic!()
+        };
+        g.adopt_moved(c, 0, first, false);
+        run_all(&mut g);
+        // Now worker 2 posts to it, one at a time: a window of forwards sends it back.
+        let mut returned = vec![];
+        for i in 0..follow::WINDOW as u64 {
+            let Route::Forward { task: fwd, .. } = receive(&mut h, c, task(&log, 10 + i), 2) else {
+                panic!("not forwarded")
+            };
+            g.accept_forward(c, 0, fwd, false);
+            returned.extend(run_all(&mut g));
+        }
+        let ran = 1 + u64::from(follow::WINDOW);
+        assert_eq!(returned, vec![Returned { home: 0, color: c, ran, resident: true }]);
+        assert_eq!(g.lease(c), None);
+        h.returned(c, ran);
+        assert_eq!(h.lease(c), Some(Lease::Local));
+        // Back home once: four posts in a row from one worker to move again.
+        for i in 0..3 {
+            assert!(matches!(receive(&mut h, c, task(&log, 100 + i), 2), Route::Queued));
+            run_all(&mut h);
+        }
+        assert!(matches!(receive(&mut h, c, task(&log, 103), 2), Route::Move { to: 2, .. }));
     }
 
     #[test]

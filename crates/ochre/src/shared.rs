@@ -89,11 +89,11 @@ impl Remote {
         }
     }
 
-    /// Delivers a batch from worker `from` ([`OUTSIDE`](crate::inbox::OUTSIDE) for another thread)
+    /// Delivers a batch from `from` ([`OUTSIDE`](crate::inbox::OUTSIDE) for another thread)
     /// in one synchronization and unparks the worker if it was asleep. Returns true if this call
     /// woke it.
     #[inline]
-    pub(crate) fn deliver_batch(&self, msgs: Vec<Msg>, from: usize) -> bool {
+    pub(crate) fn deliver_batch(&self, msgs: Vec<Msg>, from: crate::inbox::Sender) -> bool {
         let asleep = self.poke.inbox.push_batch(msgs, from);
         if asleep {
             self.unpark();
@@ -277,7 +277,7 @@ impl Shared {
         self.control.external_msgs.fetch_add(1, Ordering::SeqCst);
         let remote = &self.remotes[dest];
         if self.config.batching {
-            remote.deliver_batch(vec![msg], crate::inbox::OUTSIDE);
+            remote.deliver_batch(vec![msg], crate::inbox::Sender::worker(crate::inbox::OUTSIDE));
         } else {
             remote.deliver_locked(msg);
         }

@@ -87,6 +87,12 @@ counters! {
     sleeps = Sleeps,
     /// Wake-ups this worker sent to sleeping workers.
     wakeups_sent = WakeupsSent,
+    /// Colors this worker, their home, moved to the worker posting to them (`follow`).
+    colors_moved_out = ColorsMovedOut,
+    /// Colors moved to this worker by their homes because it posted to them.
+    colors_moved_in = ColorsMovedIn,
+    /// Of those, the colors this worker gave back home because their posts came from elsewhere.
+    colors_given_back = ColorsGivenBack,
     /// Steal requests this worker made.
     steal_attempts = StealAttempts,
     /// Colors this worker received by stealing.

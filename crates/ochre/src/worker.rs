@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use crate::color::home_of;
 use crate::cpu_share::CpuShare;
+use crate::follow;
 use crate::idle;
+use crate::inbox::{Sender, OUTSIDE};
 use crate::io::IoCore;
 use crate::message::{Msg, Task};
 use crate::outbox::Outbox;
@@ -181,6 +183,7 @@ impl Core {
                 self.counters.add(Counter::PostsRemote, 1);
                 self.send(shared, home, Msg::Post { color, task, urgent });
             }
+            Route::Move { .. } => unreachable!("only a received post moves a color"),
         }
     }
 
@@ -235,7 +238,9 @@ impl Core {
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
         self.counters.add(Counter::BatchedMsgs, (batch.len() - spares) as u64);
-        if shared.remotes[dest].deliver_batch(batch, self.id) {
+        // Quiet: nothing else to run here, so the receiver may move colors here (`follow`).
+        let from = Sender { id: self.id, quiet: self.queue.is_quiet() };
+        if shared.remotes[dest].deliver_batch(batch, from) {
             self.counters.add(Counter::WakeupsSent, 1);
         }
     }
@@ -329,21 +334,22 @@ impl Core {
         let mut spares = 0u64;
         if shared.config.batching {
             let mut batches = remote.poke.inbox.take_batches();
-            while let Some((from, mut batch)) = batches.next_with_sender() {
+            while let Some((mut from, mut batch)) = batches.next_with_sender() {
                 taken += batch.len() as u64;
                 spares += spares_at_end(&batch) as u64;
                 for msg in batch.drain(..) {
-                    self.receive(shared, msg);
+                    self.receive(shared, msg, &mut from);
                 }
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
-                self.outbox.recycle(batch, Some(from));
+                self.outbox.recycle(batch, Some(from.id));
             }
         }
         // The locked transport (libasync-smp): one lock per message.
         if !shared.config.batching {
             while let Some(msg) = remote.poke.inbox.pop_locked() {
                 taken += 1;
-                self.receive(shared, msg);
+                // The locked FIFO does not say who sent what: colors stay where they are.
+                self.receive(shared, msg, &mut Sender::worker(OUTSIDE));
             }
         }
         if taken > 0 {
@@ -356,27 +362,42 @@ impl Core {
         taken
     }
 
-    fn receive(&mut self, shared: &Shared, msg: Msg) {
+    /// Routes one message of a batch from `sender`.
+    fn receive(&mut self, shared: &Shared, msg: Msg, sender: &mut Sender) {
         match msg {
-            Msg::Post { color, task, urgent } => match self.queue.post(color, task, urgent) {
-                Route::Queued => {}
-                Route::Forward { to, task } => {
-                    self.counters.add(Counter::Forwards, 1);
-                    let home = crate::message::worker_id(self.id);
-                    self.send(shared, to, Msg::Forward { color, home, task, urgent });
+            Msg::Post { color, task, urgent } => {
+                match self.receive_post(shared, color, task, urgent, *sender) {
+                    Route::Queued => {}
+                    Route::Move { to, task } => {
+                        // One color per quiet batch, as tokio's LIFO slot holds one task: the
+                        // poster takes its partner, not every receiver of a fan-out.
+                        sender.quiet = false;
+                        self.counters.add(Counter::ColorsMovedOut, 1);
+                        let home = crate::message::worker_id(self.id);
+                        self.send(shared, to, Msg::Move { color, home, task, urgent });
+                    }
+                    Route::Forward { to, task } => {
+                        self.counters.add(Counter::Forwards, 1);
+                        let home = crate::message::worker_id(self.id);
+                        self.send(shared, to, Msg::Forward { color, home, task, urgent });
+                    }
+                    // Posts reach a worker that is the color's home (or holds it: batched transport),
+                    // where the route is never remote. Should one arrive elsewhere, the home takes it.
+                    Route::Remote { home, task } => {
+                        debug_assert!(
+                            false,
+                            "a post for {color:?} reached a worker that is not its home"
+                        );
+                        self.send(shared, home, Msg::Post { color, task, urgent });
+                    }
                 }
-                // Posts reach a worker that is the color's home (or holds it: batched transport),
-                // where the route is never remote. Should one arrive elsewhere, the home takes it.
-                Route::Remote { home, task } => {
-                    debug_assert!(
-                        false,
-                        "a post for {color:?} reached a worker that is not its home"
-                    );
-                    self.send(shared, home, Msg::Post { color, task, urgent });
-                }
-            },
+            }
             Msg::Forward { color, home, task, urgent } => {
                 self.queue.accept_forward(color, home as usize, task, urgent)
+            }
+            Msg::Move { color, home, task, urgent } => {
+                self.counters.add(Counter::ColorsMovedIn, 1);
+                self.queue.adopt_moved(color, home as usize, task, urgent);
             }
             Msg::Grant { from, loans } => {
                 self.steal_pending = false;
@@ -404,6 +425,30 @@ impl Core {
             Msg::Io(msg) => self.io_receive(shared, *msg),
             Msg::Spare(buf) => self.outbox.recycle(buf, None),
         }
+    }
+
+    /// Routes a post received as the color's home; with [`Config::follow`](crate::Config), the
+    /// color may move to the worker that sent it (`follow::moves`).
+    #[inline]
+    fn receive_post(
+        &mut self,
+        shared: &Shared,
+        color: Color,
+        task: Task,
+        urgent: bool,
+        sender: Sender,
+    ) -> Route {
+        let from = (shared.config.follow && sender.id < shared.workers).then_some(sender.id);
+        let me = self.id;
+        self.queue.receive_post(color, task, urgent, from, |traffic| {
+            let share = |w: usize| shared.remotes[w].status.cpu_share.load(Ordering::Relaxed);
+            follow::moves(&follow::Offer {
+                traffic,
+                quiet: sender.quiet,
+                poster_share: share(sender.id) as u32,
+                home_share: share(me) as u32,
+            })
+        })
     }
 
     /// Publishes counters and load for other threads, at the end of a round: the heap's gauges
@@ -571,7 +616,13 @@ impl WorkerCtx {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 core.queue.record_turn(key, ns);
             }
-            if let Some(ret) = core.queue.end_turn(key) {
+            let shed = |home: usize, ready| {
+                follow::sheds(ready, || shared.remotes[home].status.idle.load(Ordering::Relaxed))
+            };
+            if let Some(ret) = core.queue.end_turn_shedding(key, shed) {
+                if ret.resident {
+                    core.counters.add(Counter::ColorsGivenBack, 1);
+                }
                 core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
             }
             core.end_of_turn_flush(shared);

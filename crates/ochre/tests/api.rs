@@ -749,3 +749,35 @@ fn a_fan_out_reuses_its_batch_buffers_instead_of_allocating_one_per_batch() {
     assert!(w0.batches_sent >= 2 * ROUNDS, "{w0:?}");
     assert!(w0.batch_buffers <= 40, "worker 0 allocated {} buffers: {w0:?}", w0.batch_buffers);
 }
+
+/// Two colors homed on two workers exchange messages, one at a time: with `follow` one of them
+/// moves to the other's worker and the exchange stays there; with colors placed by hash only,
+/// every message crosses workers.
+#[test]
+fn partners_in_a_ping_pong_end_up_on_one_worker() {
+    fn volley(a: Color, b: Color, left: u32) {
+        if left > 0 {
+            ochre::post(b, move || volley(b, a, left - 1));
+        }
+    }
+    for follow in [true, false] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .pin(false)
+            .config(Config::default().follow(follow))
+            .build()
+            .unwrap();
+        let (a, b) = (color_on(&rt, 0, 0), color_on(&rt, 1, 0));
+        let report = rt.run(a, move || volley(a, b, 10_000)).unwrap();
+        let t = report.total();
+        assert_eq!(t.events_run, 10_001);
+        if follow {
+            assert_eq!(t.colors_moved_out, 1, "{t:?}");
+            assert_eq!(t.colors_moved_in, 1);
+            assert!(t.posts_remote <= 4, "the exchange stayed on one worker: {t:?}");
+        } else {
+            assert_eq!(t.colors_moved_out, 0);
+            assert!(t.posts_remote >= 9_990, "{t:?}");
+        }
+    }
+}

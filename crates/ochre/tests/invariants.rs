@@ -300,8 +300,14 @@ fn stress_once(
     let t = rt.stats().iter().fold(ochre::WorkerStats::default(), |a, s| a.add(s));
     eprintln!(
         "{ctx}: {posted} events over {workers} workers in {runs} runs: ok (remote posts {}, \
-         steals {}, forwards {}, urgent {}, sleeps {})",
-        t.posts_remote, t.steals_in, t.forwards, t.posts_urgent, t.sleeps
+         steals {}, forwards {}, urgent {}, sleeps {}, moved {}, given back {})",
+        t.posts_remote,
+        t.steals_in,
+        t.forwards,
+        t.posts_urgent,
+        t.sleeps,
+        t.colors_moved_in,
+        t.colors_given_back
     );
 }
 
@@ -371,4 +377,29 @@ fn stress_every_stealing_heuristic_on_a_two_node_sixteen_core_topology() {
 fn stress_heuristics_with_a_shutdown_in_the_middle() {
     let config = Config::default().stealing_heuristics();
     stress_on("heuristics-shutdown", 16, config, Some("numa:2 core:8"), Some(5_000));
+}
+
+// Colors that follow their messages move between workers under traffic (as residents, given
+// back, stolen meanwhile): the same oracle checks exclusion, order and exactly-once across moves.
+
+#[test]
+fn stress_follow_with_stealing() {
+    stress("follow+steal", 16, Config::default().follow(true).steal(Steal::Plain), None);
+}
+
+#[test]
+fn stress_follow_with_tiny_batches_and_turns() {
+    let config = Config::default()
+        .follow(true)
+        .steal(Steal::Plain)
+        .steal_batch(true)
+        .batch_size(2)
+        .turn_budget(1)
+        .round_budget(3);
+    stress("follow+tiny", 24, config, None);
+}
+
+#[test]
+fn stress_follow_with_a_shutdown_in_the_middle() {
+    stress("follow+shutdown", 16, Config::default().follow(true).steal(Steal::Plain), Some(5_000));
 }
