@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod ablation;
+pub mod actors;
 pub mod alloc;
 pub mod costs;
 pub mod harness;
@@ -27,8 +28,10 @@ pub mod wakeup;
 pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
-pub const BENCHES: &[&str] =
-    &["pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen"];
+pub const BENCHES: &[&str] = &[
+    "pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen",
+    "actors",
+];
 
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
@@ -42,6 +45,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "alloc" => Some(alloc::run(opts)),
         "costs" => Some(costs::run(opts)),
         "loadgen" => Some(loadgen::run(opts)),
+        "actors" => Some(actors::run(opts)),
         _ => None,
     }
 }
