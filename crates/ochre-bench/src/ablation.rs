@@ -7,7 +7,8 @@
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`: the default
-//! configuration); then every stealing heuristic. Padding is a
+//! configuration); then stealing only from workers whose CPU is shared
+//! (`Steal::FromSharedCpus`); then plain stealing with every heuristic. Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
 //! both builds alternately and prints padded / unpadded per step.
@@ -29,6 +30,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let placed = ema.clone().placement(true);
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true);
+    let relief = follow.clone().steal(Steal::FromSharedCpus);
     let heuristics = follow.clone().stealing_heuristics();
     vec![
         ("1 baseline", base),
@@ -39,7 +41,8 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("6 +placement", placed),
         ("7 steal off", no_steal),
         (DEFAULT_STEP, follow),
-        ("9 +heuristics", heuristics),
+        ("9 steal from shared CPUs", relief),
+        ("10 +heuristics", heuristics),
     ]
 }
 

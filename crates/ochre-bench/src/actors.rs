@@ -35,6 +35,9 @@
 //!
 //! Busy: one extra thread spins on the CPU of the last worker for the whole of each sample, as
 //! another process does on a user's shared machine.
+//!
+//! `OCHRE_ACTORS=chameneos,bank` (names or prefixes of names, comma-separated) runs only those
+//! programs: a developer's shortcut when working on one of them; the checks then judge what ran.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -920,6 +923,12 @@ fn measure<P: Program>(
     size: u64,
     make: impl Fn(u64) -> P,
 ) {
+    let selected = std::env::var("OCHRE_ACTORS").map_or(true, |only| {
+        only.split(',').map(str::trim).any(|p| !p.is_empty() && name.starts_with(p))
+    });
+    if !selected {
+        return;
+    }
     let tmt = peers::tokio_multi_thread(workers);
     let make = &make;
     for busy in [false, true] {

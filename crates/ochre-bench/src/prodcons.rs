@@ -788,7 +788,10 @@ mod tests {
 
     #[test]
     fn payload_rounds_run_and_their_arrays_go_back_to_the_producer() {
-        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+        // The thesis's layout: the producer stays on worker 0 (with `follow`, the round's last
+        // consumer may take it to worker 1, whose heap would then place the arrays).
+        let config = ochre::Config::default().follow(false);
+        let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
         assert!(ochre_prodcons(&rt, Round::leak(&rt, SORT22), 4).unwrap() > 0.0);
         let s = rt.stats();
         assert_eq!(s.iter().map(|w| w.events_run).sum::<u64>(), 4 * 101 + 1);

@@ -50,6 +50,15 @@ pub enum Spin {
 pub enum Steal {
     /// No stealing: a color runs on its home worker, always (what the thesis measured).
     Off,
+    /// An idle worker takes colors only from a worker that gets clearly less of its CPU than it
+    /// does (another process shares that CPU: `cpu_share`), so that queued work leaves a slow
+    /// CPU; on a machine to itself, nothing is ever stolen. Not the default: with colors that
+    /// follow their messages, which already move idle colors off a shared CPU
+    /// ([`Config::follow`]), it lowered `bench actors` with a busy CPU from 1.58x tokio to 1.25x
+    /// (geometric means; a fork-join's receivers lent away and back). Plain stealing cost the
+    /// quiet actor programs 9% (1.30x tokio instead of 1.42x: a counter or a mall stolen away
+    /// from the worker its partners post from) and the busy ones 21%.
+    FromSharedCpus,
     /// Stealing: an idle worker takes colors, with all their pending events, from a loaded
     /// worker. Alone, libasync-smp's plain stealing (one color from a random loaded worker); the
     /// heuristics are the `steal_*` switches of [`Config`], combinable, and pinned colors

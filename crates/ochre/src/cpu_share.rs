@@ -18,6 +18,21 @@
 //! time are skipped. Where the file cannot be read (another OS, a kernel without schedstats),
 //! every share stays 1: hashing's even placement.
 //!
+//! **Follow changes both ways.** What a pinned worker measured is kept per CPU for the life of
+//! the process, and a worker pinned to that CPU later (another runtime, the next run of a
+//! benchmark) starts from it: the other process is usually still there, and a fresh runtime
+//! would otherwise load that CPU as much as the others until its first windows tell. The first
+//! window a worker measures counts whole. A worker whose work left because its CPU was shared
+//! (`follow`) then measures nothing: each quiet window moves its share a quarter of the way back
+//! to 1 (to 0.9 of it in seven windows, ~70 ms), and such a worker sleeps at most [`RECHECK`] at
+//! a time, so that its share recovers when the other process is gone, work comes back, and is
+//! measured again. Faster, an idle worker whose share is low *probes* its CPU ([`probe`]): it
+//! yields it a few times; a yield that returns at once found nothing else runnable there, so
+//! the CPU is its own again (with another thread runnable, the yield lasts that thread's time
+//! slice, milliseconds).
+//!
+//! [`probe`]: CpuShare::probe
+//!
 //! **Place.** [`pick`] is a smooth weighted round robin (nginx's upstream balancing) over the
 //! published shares: each worker receives new work in proportion to its share, interleaved, with
 //! no randomness; a worker's weight never drops below [`MIN_SHARE`] so that none is starved of
@@ -25,16 +40,35 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Shortest window between two samples.
-pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(20);
+/// Shortest window between two samples: a few scheduler time slices (3-4 ms each when two
+/// threads share a CPU), so that one window sees both.
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// Longest sleep of a worker whose share is below [`FULL`]: it wakes to let its share recover
+/// (see the module doc). Two windows.
+pub(crate) const RECHECK: Duration = Duration::from_millis(20);
 /// A window counts only if the worker ran or waited this long in it (else it says nothing).
 const MIN_ACTIVE: Duration = Duration::from_millis(2);
 /// Published shares are in thousandths.
 pub(crate) const FULL: u32 = 1000;
 /// Lowest weight a worker gets in placement, in thousandths.
 const MIN_SHARE: u32 = 50;
+/// A yield that returns within this found no other thread runnable on the CPU (the same bound
+/// as a spinner's, `idle`).
+const FREE_YIELD: Duration = Duration::from_micros(50);
+/// Shortest interval between two probes of a worker's CPU.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// CPUs whose last measured share is remembered (those with a higher number start at 1).
+const REMEMBERED_CPUS: usize = 1024;
+
+/// The last share measured on each CPU by a worker pinned there, in thousandths; 0: none yet.
+static REMEMBERED: [AtomicU32; REMEMBERED_CPUS] = [const { AtomicU32::new(0) }; REMEMBERED_CPUS];
+
+fn remembered(cpu: Option<usize>) -> Option<&'static AtomicU32> {
+    cpu.and_then(|c| REMEMBERED.get(c))
+}
 
 /// One worker's measure of its CPU share. Owned by the worker; opened on the worker's thread.
 pub(crate) struct CpuShare {
@@ -42,22 +76,78 @@ pub(crate) struct CpuShare {
     last: Option<(Instant, u64, u64)>,
     /// Smoothed share, in thousandths.
     share: u32,
+    /// A window has been measured (the next ones are smoothed).
+    measured: bool,
+    /// When this worker last probed its CPU ([`CpuShare::probe`]).
+    probed: Option<Instant>,
+    /// The CPU the thread is pinned to, if any (its share is remembered).
+    cpu: Option<usize>,
 }
 
 impl CpuShare {
     /// A measure that never samples (before the worker's thread opens its own).
     pub(crate) fn none() -> Self {
-        CpuShare { file: None, last: None, share: FULL }
+        CpuShare { file: None, last: None, share: FULL, measured: false, probed: None, cpu: None }
     }
 
-    /// The measure of the calling thread.
-    pub(crate) fn of_this_thread() -> Self {
-        CpuShare { file: File::open("/proc/thread-self/schedstat").ok(), ..CpuShare::none() }
+    /// The measure of the calling thread, to be pinned to `cpu` if given: it starts from the
+    /// share last measured there.
+    pub(crate) fn of_this_thread(cpu: Option<usize>) -> Self {
+        // Relaxed: a hint; any value once stored is a share that was measured.
+        let share = match remembered(cpu).map(|r| r.load(Ordering::Relaxed)) {
+            Some(s) if s > 0 => s,
+            _ => FULL,
+        };
+        let file = File::open("/proc/thread-self/schedstat").ok();
+        CpuShare { file, share, cpu, ..CpuShare::none() }
     }
 
     /// The smoothed share, in thousandths.
     pub(crate) fn share(&self) -> u32 {
         self.share
+    }
+
+    /// An idle worker whose share is below 0.9 checks, at most every [`PROBE_EVERY`], whether
+    /// its CPU is still shared: three yields that each return within [`FREE_YIELD`] mean nothing
+    /// else wants that CPU, and the share is 1 again. Returns true if the share changed.
+    pub(crate) fn probe(&mut self) -> bool {
+        if self.file.is_none() || self.share >= FULL - FULL / 10 {
+            return false;
+        }
+        // Rarely: where another thread is runnable, a yield gives it a whole time slice (3-4
+        // ms). Probing at every idle spell of a worker whose partner is on another worker
+        // starved it (one exchange per time slice of the other thread).
+        let now = Instant::now();
+        if self.probed.is_some_and(|t| now.duration_since(t) < PROBE_EVERY) {
+            return false;
+        }
+        self.probed = Some(now);
+        for _ in 0..3 {
+            let t = Instant::now();
+            std::thread::yield_now();
+            if t.elapsed() >= FREE_YIELD {
+                return false;
+            }
+        }
+        self.measured = false;
+        self.last = None;
+        self.share = FULL;
+        if let Some(r) = remembered(self.cpu) {
+            r.store(FULL, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// How long this worker may sleep before it should measure again: [`RECHECK`] while its
+    /// share is below [`FULL`], else as long as it likes.
+    pub(crate) fn sleep_limit(&self) -> Option<Duration> {
+        (self.file.is_some() && self.share < FULL).then_some(RECHECK)
+    }
+
+    /// A measure that never samples and says `share` (tests of the policies that read it).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn fixed(share: u32) -> Self {
+        CpuShare { share, ..CpuShare::none() }
     }
 
     /// Samples if the last sample is older than [`SAMPLE_EVERY`]; returns the new smoothed
@@ -74,13 +164,28 @@ impl CpuShare {
         let (run, delay) = parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)?;
         let previous = self.last.replace((now, run, delay));
         let (_, run0, delay0) = previous?;
-        let share = window_share(run.saturating_sub(run0), delay.saturating_sub(delay0))?;
-        // Weight 1/4: a few windows (~100 ms) to follow a change, one odd window moves it little.
-        let smoothed = (self.share * 3 + share) / 4;
-        (smoothed != self.share).then(|| {
-            self.share = smoothed;
-            smoothed
-        })
+        let before = self.share;
+        let after =
+            self.update(window_share(run.saturating_sub(run0), delay.saturating_sub(delay0)));
+        (after != before).then_some(after)
+    }
+
+    /// Takes one window's share (`None`: too quiet to tell) into the smoothed one; returns it.
+    fn update(&mut self, window: Option<u32>) -> u32 {
+        self.share = match window {
+            // Weight 1/2: two or three windows (~30 ms) to follow a change.
+            Some(share) if self.measured => (self.share + share) / 2,
+            Some(share) => {
+                self.measured = true;
+                share
+            }
+            // Too quiet to tell: a quarter of the way back to a CPU of its own.
+            None => self.share + (FULL - self.share).div_ceil(4),
+        };
+        if let Some(r) = remembered(self.cpu) {
+            r.store(self.share.max(1), Ordering::Relaxed);
+        }
+        self.share
     }
 }
 
@@ -135,6 +240,28 @@ mod tests {
     }
 
     #[test]
+    fn the_first_window_counts_whole_later_ones_half_and_quiet_ones_recover() {
+        let mut m = CpuShare::none();
+        let mut step = |run: u64, delay: u64| m.update(window_share(run, delay));
+        assert_eq!(step(5_000_000, 5_000_000), 500, "first window: as measured");
+        assert_eq!(step(10_000_000, 0), 750, "then half way");
+        assert_eq!(step(0, 0), 813, "a quiet window: a quarter of the way back");
+        assert_eq!(step(0, 0), 860);
+    }
+
+    #[test]
+    fn a_shared_worker_sleeps_briefly_to_measure_again() {
+        let mut m = CpuShare::fixed(FULL);
+        assert_eq!(m.sleep_limit(), None);
+        m.share = FULL / 2;
+        assert_eq!(m.sleep_limit(), None, "nothing to measure with: no limit");
+        m.file = File::open("/proc/self/stat").ok();
+        if m.file.is_some() {
+            assert_eq!(m.sleep_limit(), Some(RECHECK));
+        }
+    }
+
+    #[test]
     fn placement_follows_the_shares_interleaved() {
         let mut credit = vec![0; 2];
         let picks: Vec<usize> =
@@ -176,7 +303,7 @@ mod tests {
             let measured = s
                 .spawn(|| {
                     crate::topology::pin_current_thread(cpu).ok()?;
-                    let mut m = CpuShare::of_this_thread();
+                    let mut m = CpuShare::of_this_thread(None);
                     m.file.as_ref()?; // No schedstat on this kernel: nothing to measure.
                     assert_eq!(m.sample(), None, "a first sample starts a window");
                     let t0 = Instant::now();

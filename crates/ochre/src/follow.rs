@@ -19,9 +19,11 @@
 //!   side, and running them on `P` costs nothing but locality. A worker with other work queued
 //!   (a producer fanning out, a busy server) sends loud batches: its receivers stay where they
 //!   are and run in parallel with it;
-//! * the color's posts come mostly from `P`: at least [`need`] posts from `P` in a row, counted
-//!   since the last decision, and more than the posts made here (a color chatting with its
-//!   neighbours here stays);
+//! * the color's posts come from `P`: at least [`need`] posts in a row, none from anywhere else
+//!   in between (a color that also hears from its neighbours here, or from a third worker,
+//!   stays), and it is not the first post the color got from another worker (an accept handler
+//!   handing a new connection its first event moves nothing: the connection was placed where it
+//!   is);
 //! * `P` does not get a smaller share of its CPU than the home does (`cpu_share`): work does
 //!   not move to a worker that shares its CPU with another process.
 //!
@@ -41,9 +43,11 @@ use crate::cpu_share::FULL;
 
 /// Posts counted before a borrower judges where a resident color's traffic comes from.
 pub(crate) const WINDOW: u32 = 16;
-/// Posts in a row from one worker a color needs to move for the first time: two, so that a
-/// one-off post (an accept handler handing a connection its first event) moves nothing.
-const FIRST_NEED: u32 = 2;
+/// Posts in a row from one worker a color needs to move for the first time: one, so that a
+/// chain of messages (a token going round a ring) pulls each color it reaches to its worker on
+/// its way, the first time round; with two, the boundaries between the workers' stretches of
+/// the ring moved one color per lap and stayed as many.
+const FIRST_NEED: u32 = 1;
 /// The most posts in a row a color that keeps coming back may need.
 pub(crate) const MAX_NEED: u32 = 64;
 /// How much less CPU share (thousandths) a poster's worker may have than the home's and still
@@ -54,26 +58,31 @@ const SHARE_SLACK: u32 = FULL / 10;
 /// Who posts to a color, as its slot sees it (home or borrower).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Traffic {
-    /// Posts made on this worker since the last decision.
+    /// At a borrower: posts made on this worker since the last decision.
     pub(crate) local: u32,
-    /// Posts from elsewhere since the last decision: at the home, in a row from `from`; at a
-    /// borrower, forwarded by the home.
+    /// Posts from elsewhere: at the home, in a row from `from`; at a borrower, forwarded by the
+    /// home since the last decision.
     pub(crate) remote: u32,
     /// At the home: 1 + the worker the remote posts came from (0: none yet).
     pub(crate) from: u32,
     /// Times the color came back home after a move.
     pub(crate) bounces: u32,
+    /// Posts from other workers counted here in all (saturating): the first moves nothing. Only
+    /// posts that may move a color are counted (quiet or steps, `worth_asking`): a fan-out's or
+    /// a stream's take the plain path.
+    pub(crate) total: u32,
 }
 
 impl Traffic {
-    /// A post made on this worker.
+    /// A post made on this worker (at the home, it ends the run of posts from elsewhere).
     #[inline]
     pub(crate) fn local_post(&mut self) {
         self.local = self.local.saturating_add(1);
+        self.from = 0;
     }
 
-    /// At the home: a post from worker `poster`; a post from another worker than the last one
-    /// starts a new run. Returns the length of the run.
+    /// At the home: a post from worker `poster`; after a post from anywhere else, it starts a new
+    /// run. Returns the length of the run.
     pub(crate) fn post_from(&mut self, poster: usize) -> u32 {
         let tag = poster as u32 + 1;
         if self.from != tag {
@@ -81,6 +90,7 @@ impl Traffic {
             self.remote = 0;
         }
         self.remote = self.remote.saturating_add(1);
+        self.total = self.total.saturating_add(1);
         self.remote
     }
 
@@ -89,9 +99,9 @@ impl Traffic {
         self.remote = self.remote.saturating_add(1);
     }
 
-    /// Starts a new count (after a decision), keeping the history of moves.
+    /// Starts a new count (after a decision), keeping the history.
     pub(crate) fn reset(&mut self) {
-        *self = Traffic { bounces: self.bounces, ..Traffic::default() };
+        *self = Traffic { bounces: self.bounces, total: self.total, ..Traffic::default() };
     }
 }
 
@@ -108,29 +118,80 @@ pub(crate) struct Offer {
     pub(crate) traffic: Traffic,
     /// The poster's batch was sent with nothing else to run.
     pub(crate) quiet: bool,
+    /// The post was the only one its event made to another worker: a step of a chain.
+    pub(crate) step: bool,
+    /// Colors waiting on the poster's worker (as it last published) and on the home.
+    pub(crate) poster_ready: usize,
+    pub(crate) home_ready: usize,
     /// CPU shares (thousandths) of the poster's worker and of the home.
     pub(crate) poster_share: u32,
     pub(crate) home_share: u32,
 }
 
+/// What [`moves`] judges that the home knows without reading another worker's state: the post
+/// came quiet or as a step, and the color's traffic calls for a move. Checked first, so that
+/// the posts of a fan-out or a stream (most posts between workers) read nothing more.
+pub(crate) fn worth_asking(traffic: &Traffic, quiet: bool, step: bool) -> bool {
+    (quiet || step) && traffic.remote >= need(traffic.bounces) && traffic.total > 1
+}
+
 /// Whether the color moves to the poster (see the module doc).
 pub(crate) fn moves(o: &Offer) -> bool {
     let t = o.traffic;
-    o.quiet
+    (o.quiet || (o.step && o.poster_ready <= o.home_ready))
         && t.remote >= need(t.bounces)
-        && t.remote > t.local
+        && t.total > 1
         && o.poster_share + SHARE_SLACK >= o.home_share
 }
 
 /// Colors waiting on a borrower from which it sheds residents to their idle homes.
 const SHED_READY: usize = 2;
+/// How much more of its CPU (thousandths) another worker must get for a worker to send it
+/// colors when it has nothing else to do: a CPU shared with one busy thread measures about half;
+/// a few percent is noise.
+pub(crate) const RELIEF_MARGIN: u32 = FULL / 5;
+
+/// What a worker knows of another when a color's queue empties here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer {
+    pub(crate) id: usize,
+    /// Nothing to run (spinning or asleep).
+    pub(crate) idle: bool,
+    /// Share of its CPU, thousandths.
+    pub(crate) share: u32,
+}
 
 /// At a borrower whose resident color's queue just emptied, with `ready` other colors waiting
-/// here: give the color back because this worker has more than it can run while the color's
-/// home has nothing (`home_idle`, asked only then)? Moves gather partners on one worker; this
-/// spreads them again when too many gathered (a fan-out's receivers, tokens of a ring).
-pub(crate) fn sheds(ready: usize, home_idle: impl FnOnce() -> bool) -> bool {
-    ready >= SHED_READY && home_idle()
+/// here and this worker's CPU share `mine`: give the color back to its `home`? Yes when the home
+/// is idle and either this worker has more than it can run while the home's CPU is not clearly
+/// worse (moves gather partners on one worker; this spreads them again when too many gathered:
+/// a fan-out's receivers, tokens of a ring), or the home gets clearly more of its CPU (work
+/// leaves a CPU shared with another process). `home` is asked only when it may matter.
+pub(crate) fn sheds(ready: usize, mine: u32, home: impl FnOnce() -> Peer) -> bool {
+    let crowded = ready >= SHED_READY;
+    if !crowded && mine + RELIEF_MARGIN >= FULL {
+        return false;
+    }
+    let home = home();
+    home.idle
+        && ((crowded && home.share + RELIEF_MARGIN > mine) || home.share >= mine + RELIEF_MARGIN)
+}
+
+/// Where a color at home here, whose queue just emptied, should go because this worker gets
+/// clearly less of its CPU (`mine`) than an idle worker does: the idle worker with the largest
+/// share, if it beats `mine` by [`RELIEF_MARGIN`]. Its partners follow it there (`moves`).
+/// `peers` is walked only when this worker's CPU is shared.
+pub(crate) fn relief<I: Iterator<Item = Peer>>(
+    mine: u32,
+    peers: impl FnOnce() -> I,
+) -> Option<usize> {
+    if mine + RELIEF_MARGIN >= FULL {
+        return None;
+    }
+    peers()
+        .filter(|p| p.idle && p.share >= mine + RELIEF_MARGIN)
+        .max_by_key(|p| p.share)
+        .map(|p| p.id)
 }
 
 /// At a borrower whose resident color's queue just emptied: `Some(true)` to give it back home,
@@ -144,7 +205,15 @@ mod tests {
     use super::*;
 
     fn offer(traffic: Traffic) -> Offer {
-        Offer { traffic, quiet: true, poster_share: FULL, home_share: FULL }
+        Offer {
+            traffic,
+            quiet: true,
+            step: false,
+            poster_ready: 0,
+            home_ready: 0,
+            poster_share: FULL,
+            home_share: FULL,
+        }
     }
 
     fn posts_from(t: &mut Traffic, poster: usize, n: u32) {
@@ -154,30 +223,51 @@ mod tests {
     }
 
     #[test]
-    fn a_color_moves_after_two_quiet_posts_in_a_row_from_one_worker() {
+    fn a_color_moves_on_a_quiet_post_unless_it_is_its_first() {
         let mut t = Traffic::default();
         posts_from(&mut t, 1, 1);
-        assert!(!moves(&offer(t)), "one post moves nothing");
+        assert!(!moves(&offer(t)), "the first post moves nothing");
         posts_from(&mut t, 1, 1);
         assert!(moves(&offer(t)));
         assert!(!moves(&Offer { quiet: false, ..offer(t) }), "a loud batch moves nothing");
-    }
-
-    #[test]
-    fn posts_from_another_worker_restart_the_run_and_local_posts_hold_the_color() {
         let mut t = Traffic::default();
+        posts_from(&mut t, 2, 1);
         posts_from(&mut t, 1, 1);
-        posts_from(&mut t, 2, 1);
-        assert!(!moves(&offer(t)), "1 then 2: a run of one");
-        posts_from(&mut t, 2, 1);
-        assert!(moves(&offer(t)));
+        assert!(moves(&offer(t)), "a run of one, not the first post from elsewhere");
+        let mut t = Traffic::default();
         for _ in 0..5 {
             t.local_post();
         }
-        posts_from(&mut t, 2, 2);
-        assert!(!moves(&offer(t)), "4 remote against 5 local");
-        posts_from(&mut t, 2, 2);
+        posts_from(&mut t, 1, 1);
+        assert!(!moves(&offer(t)), "the first post from elsewhere, after local ones");
+    }
+
+    #[test]
+    fn a_post_from_anywhere_else_restarts_the_run() {
+        let mut t = Traffic { bounces: 1, total: 10, ..Traffic::default() };
+        posts_from(&mut t, 1, 1);
+        posts_from(&mut t, 2, 1);
+        assert!(!moves(&offer(t)), "1 then 2: a run of one, two needed");
+        posts_from(&mut t, 2, 1);
         assert!(moves(&offer(t)));
+        t.local_post();
+        posts_from(&mut t, 2, 1);
+        assert!(!moves(&offer(t)), "a local post in between");
+        posts_from(&mut t, 2, 1);
+        assert!(moves(&offer(t)));
+        // Local posts before a run do not hold the color once its posts come from elsewhere.
+        for _ in 0..50 {
+            t.local_post();
+        }
+        posts_from(&mut t, 1, 2);
+        assert!(moves(&offer(t)));
+    }
+
+    #[test]
+    fn a_decision_keeps_the_history() {
+        let mut t = Traffic { local: 3, remote: 2, from: 2, bounces: 1, total: 9 };
+        t.reset();
+        assert_eq!(t, Traffic { bounces: 1, total: 9, ..Traffic::default() });
     }
 
     #[test]
@@ -194,22 +284,43 @@ mod tests {
 
     #[test]
     fn each_return_doubles_the_run_needed_up_to_a_bound() {
-        assert_eq!((0..8).map(need).collect::<Vec<_>>(), [2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!((0..8).map(need).collect::<Vec<_>>(), [1, 2, 4, 8, 16, 32, 64, 64]);
         assert_eq!(need(u32::MAX), MAX_NEED);
-        let mut t = Traffic { bounces: 2, ..Traffic::default() };
-        posts_from(&mut t, 1, 7);
+        let mut t = Traffic { bounces: 2, total: 5, ..Traffic::default() };
+        posts_from(&mut t, 1, 3);
         assert!(!moves(&offer(t)));
         posts_from(&mut t, 1, 1);
         assert!(moves(&offer(t)));
-        t.reset();
-        assert_eq!(t, Traffic { bounces: 2, ..Traffic::default() });
+    }
+
+    fn peer(id: usize, idle: bool, share: u32) -> Peer {
+        Peer { id, idle, share }
     }
 
     #[test]
     fn a_loaded_borrower_sheds_residents_to_idle_homes_only() {
-        assert!(sheds(SHED_READY, || true));
-        assert!(!sheds(SHED_READY, || false), "the home is busy too");
-        assert!(!sheds(SHED_READY - 1, || panic!("asked for nothing")), "a partner waiting");
+        assert!(sheds(SHED_READY, FULL, || peer(0, true, FULL)));
+        assert!(!sheds(SHED_READY, FULL, || peer(0, false, FULL)), "the home is busy too");
+        assert!(!sheds(SHED_READY - 1, FULL, || panic!("asked")), "only a partner waiting");
+        let shared_home = peer(0, true, FULL / 2);
+        assert!(!sheds(SHED_READY, FULL, || shared_home), "not back to a shared CPU");
+    }
+
+    #[test]
+    fn residents_leave_a_shared_cpu_for_an_idle_home_that_has_its_own() {
+        let half = FULL / 2;
+        assert!(sheds(0, half, || peer(0, true, FULL)));
+        assert!(!sheds(0, half, || peer(0, false, FULL)), "the home is busy");
+        assert!(!sheds(0, half, || peer(0, true, half + RELIEF_MARGIN - 1)), "shared as much");
+    }
+
+    #[test]
+    fn a_shared_worker_sends_idle_colors_to_the_idle_worker_with_the_most_cpu() {
+        let peers =
+            [peer(0, true, 700), peer(2, false, FULL), peer(3, true, 950), peer(4, true, 400)];
+        assert_eq!(relief(500, || peers.into_iter()), Some(3));
+        assert_eq!(relief(FULL, || -> std::vec::IntoIter<Peer> { panic!("walked") }), None);
+        assert_eq!(relief(800, || peers.into_iter()), None, "none has 20% more");
     }
 
     #[test]

@@ -91,6 +91,8 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
     let (budget, try_steal) = {
         let mut core = ctx.core.borrow_mut();
+        // Idle with its CPU found shared: is it still? (`cpu_share`; published just below.)
+        core.cpu_share.probe();
         core.publish(shared);
         steal::request(&mut core, shared);
         let paused = core.no_spin_until.is_some_and(|t| Instant::now() < t);
@@ -270,7 +272,9 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     }
     ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
     let t = Instant::now();
-    remote.parker.park(None);
+    // A worker whose CPU was found shared wakes now and then to measure it again.
+    let limit = ctx.core.borrow().cpu_share.sleep_limit();
+    remote.parker.park(limit);
     ctx.core.borrow_mut().last_sleep = Some(t.elapsed());
     remote.poke.inbox.woke(locked);
     if shared.stopping() {

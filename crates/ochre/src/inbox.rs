@@ -265,7 +265,7 @@ mod tests {
 
     fn post(tag: u64) -> Msg {
         let task = Task::new(|| {});
-        Msg::Post { color: Color(tag), task, urgent: false }
+        Msg::Post { color: Color(tag), task, urgent: false, step: false }
     }
 
     fn tags(b: Batches) -> Vec<u64> {
@@ -323,7 +323,7 @@ mod tests {
             let w = witness.clone();
             let task = Task::new(move || drop(w));
             let _ = inbox.push_batch(
-                vec![Msg::Post { color: Color(1), task, urgent: false }],
+                vec![Msg::Post { color: Color(1), task, urgent: false, step: false }],
                 Sender::worker(0),
             );
         }
@@ -331,7 +331,7 @@ mod tests {
         let w = witness.clone();
         let task = Task::new(move || drop(w));
         let _ = inbox.push_batch(
-            vec![Msg::Post { color: Color(2), task, urgent: false }],
+            vec![Msg::Post { color: Color(2), task, urgent: false, step: false }],
             Sender::worker(0),
         );
         drop(partial);

@@ -28,7 +28,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 
 fn tag_msg(tag: u64) -> Msg {
     let task = Task::new(|| {});
-    Msg::Post { color: Color(tag), task, urgent: false }
+    Msg::Post { color: Color(tag), task, urgent: false, step: false }
 }
 
 fn tags(inbox: &Inbox) -> Vec<u64> {
@@ -184,7 +184,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
     }
     for (from, msg) in msgs {
         match msg {
-            Msg::Post { color, task, urgent } => match q.receive_post(
+            Msg::Post { color, task, urgent, .. } => match q.receive_post(
                 color,
                 task,
                 urgent,
@@ -195,7 +195,12 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 Route::Move { to, task } => deliver_from(
                     me.id,
                     peer(to),
-                    Msg::Move { color, home: crate::message::worker_id(me.id), task, urgent },
+                    Msg::Move {
+                        color,
+                        home: crate::message::worker_id(me.id),
+                        task: Some(task),
+                        urgent,
+                    },
                 ),
                 Route::Forward { to, task } => deliver(
                     peer(to),
@@ -230,8 +235,13 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
         ran += 1;
         q = crate::sync::lock(&me.queue);
     }
-    if let Some(ret) = q.end_turn_shedding(key, |_, _| follow) {
-        deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran });
+    // A resident goes home as soon as it can; a color at home stays (pushes are not modelled).
+    match q.end_turn_shedding(key, |home, _| home.filter(|_| follow)) {
+        Some(crate::queue::TurnEnd::Return(ret)) => {
+            deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran })
+        }
+        Some(crate::queue::TurnEnd::Push { .. }) => unreachable!("not asked for"),
+        None => {}
     }
     ran
 }
@@ -281,8 +291,8 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
         let poster = {
             let (home, e1, e2) = (home.clone(), event(1), event(2));
             loom::thread::spawn(move || {
-                deliver(&home, Msg::Post { color: c, task: e1, urgent: false });
-                deliver(&home, Msg::Post { color: c, task: e2, urgent: false });
+                deliver(&home, Msg::Post { color: c, task: e1, urgent: false, step: false });
+                deliver(&home, Msg::Post { color: c, task: e2, urgent: false, step: false });
             })
         };
         // Each worker takes a few concurrent steps; then the rest is drained in one thread (loom
@@ -352,13 +362,21 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
         };
         let (home, poster) = (worker(home_id), worker(poster_id));
         // Worker 1's events post 0 and 1 (as its handlers would: to the home, from worker 1).
-        deliver_from(poster_id, &home, Msg::Post { color: c, task: event(0), urgent: false });
-        deliver_from(poster_id, &home, Msg::Post { color: c, task: event(1), urgent: false });
+        deliver_from(
+            poster_id,
+            &home,
+            Msg::Post { color: c, task: event(0), urgent: false, step: false },
+        );
+        deliver_from(
+            poster_id,
+            &home,
+            Msg::Post { color: c, task: event(1), urgent: false, step: false },
+        );
         let outside = {
             let (home, e2, e3) = (home.clone(), event(2), event(3));
             loom::thread::spawn(move || {
-                deliver(&home, Msg::Post { color: c, task: e2, urgent: false });
-                deliver(&home, Msg::Post { color: c, task: e3, urgent: false });
+                deliver(&home, Msg::Post { color: c, task: e2, urgent: false, step: false });
+                deliver(&home, Msg::Post { color: c, task: e3, urgent: false, step: false });
             })
         };
         let workers: Vec<_> = [(home.clone(), poster.clone()), (poster.clone(), home.clone())]

@@ -181,13 +181,15 @@ unsafe fn drop_inline<F: FnOnce()>(_: NonNull<u8>) {
 
 /// A message to a worker.
 pub(crate) enum Msg {
-    /// A new event for a color whose home is the receiver.
-    Post { color: Color, task: Task, urgent: bool },
+    /// A new event for a color whose home is the receiver. `step`: the only post to another
+    /// worker of the event that made it, a step of a chain of messages (`follow`).
+    Post { color: Color, task: Task, urgent: bool, step: bool },
     /// An event that the color's home passes on to the receiver, which holds the color on loan.
     Forward { color: Color, home: WorkerId, task: Task, urgent: bool },
     /// The color, idle at its home (the sender), moves to the receiver for good (`follow`), with
-    /// its first event: the one the receiver had posted to it.
-    Move { color: Color, home: WorkerId, task: Task, urgent: bool },
+    /// its first event (the one the receiver had posted to it), or none (pushed off a worker
+    /// whose CPU is shared).
+    Move { color: Color, home: WorkerId, task: Option<Task>, urgent: bool },
     /// Answer to a steal request: colors on loan with all their pending events (possibly none).
     Grant { from: WorkerId, loans: Vec<Loan> },
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them

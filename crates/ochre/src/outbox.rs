@@ -136,6 +136,14 @@ impl Outbox {
         Some(self.take(dest))
     }
 
+    /// Marks the last message buffered for `dest`, if it is a post, as a chain step (`follow`).
+    #[inline]
+    pub(crate) fn mark_step(&mut self, dest: usize) {
+        if let Some(Msg::Post { step, .. }) = self.slots[dest].msgs.last_mut() {
+            *step = true;
+        }
+    }
+
     /// True once per turn and destination, when the buffer for `dest` has just reached the early
     /// batch size: the caller sends it now if `dest` is idle. Without it, a receiver idle at the
     /// start of a fan-out waits for a full batch (and then files all of it before it runs the
@@ -239,7 +247,7 @@ mod tests {
 
     fn msg() -> Msg {
         let task = Task::new(|| {});
-        Msg::Post { color: Color(1), task, urgent: false }
+        Msg::Post { color: Color(1), task, urgent: false, step: false }
     }
 
     #[test]

@@ -241,9 +241,13 @@ struct GateState {
 
 /// A worker thread: pin once, then serve runs until the runtime is dropped.
 fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Option<usize>) {
-    if shared.config.placement && shared.workers > 1 {
+    let config = &shared.config;
+    let uses_shares = config.placement || config.follow || config.steal != crate::Steal::Off;
+    if uses_shares && shared.workers > 1 {
         // Opened here: the file is this thread's. (One worker has nowhere else to place.)
-        core.cpu_share = crate::cpu_share::CpuShare::of_this_thread();
+        core.cpu_share = crate::cpu_share::CpuShare::of_this_thread(pin);
+        let share = core.cpu_share.share() as usize;
+        shared.remotes[core.id].status.cpu_share.store(share, crate::sync::Ordering::Relaxed);
     }
     if let Some(cpu) = pin {
         if let Err(e) = topology::pin_current_thread(cpu) {
@@ -429,7 +433,7 @@ impl Runtime {
         let before = self.handle().stats();
         shared.post_external(
             home_of(color, shared.placement),
-            Msg::Post { color, task: init, urgent: false },
+            Msg::Post { color, task: init, urgent: false, step: false },
             true,
         );
 
@@ -567,7 +571,7 @@ impl Handle {
             return crate::context::post_task(color, task, urgent);
         }
         let dest = home_of(color, self.shared.placement);
-        self.shared.post_external(dest, Msg::Post { color, task, urgent }, true);
+        self.shared.post_external(dest, Msg::Post { color, task, urgent, step: false }, true);
         Ok(())
     }
 

@@ -31,12 +31,13 @@ macro_rules! counters {
             }
 
             /// Field-wise `self - earlier`, saturating (for per-run deltas); the gauges
-            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`) keep `self`'s value.
+            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`, `cpu_share`) keep `self`'s value.
             pub fn since(&self, earlier: &WorkerStats) -> WorkerStats {
                 let mut d = WorkerStats { $($field: self.$field.saturating_sub(earlier.$field),)* };
                 d.ema_live_bytes = self.ema_live_bytes;
                 d.ema_blocks = self.ema_blocks;
                 d.ema_crumbs = self.ema_crumbs;
+                d.cpu_share = self.cpu_share;
                 d
             }
 

@@ -22,11 +22,28 @@ use crate::stats::Counter;
 use crate::sync::Ordering;
 use crate::worker::Core;
 
+/// How much less of its CPU (thousandths) a victim must get than the thief for
+/// [`Steal::FromSharedCpus`] to take from it: a CPU shared with one busy thread measures about
+/// half, and a few percent is noise.
+const SHARED_BY: u32 = crate::cpu_share::FULL / 5;
+
 /// An idle worker asks a loaded one for a color, if stealing is on and no request is pending.
 pub(crate) fn request(core: &mut Core, shared: &Shared) {
     if shared.config.steal == Steal::Off || core.steal_pending || shared.workers < 2 {
         return;
     }
+    // With `FromSharedCpus`, only victims whose CPU this worker beats by `SHARED_BY`; none at
+    // all while this worker's own CPU is not clearly better than a shared one.
+    let floor = match shared.config.steal {
+        Steal::FromSharedCpus => {
+            let mine = core.cpu_share.share();
+            if mine < crate::cpu_share::FULL / 2 + SHARED_BY {
+                return;
+            }
+            Some(mine - SHARED_BY)
+        }
+        _ => None,
+    };
     // After empty answers, ask less often: a victim answers every request, and on balanced
     // work each answer is a message it did not need to send.
     if core.steal_backoff > 0 {
@@ -43,6 +60,9 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     for victim in candidates {
         let remote = &shared.remotes[victim];
         if remote.status.ready.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        if floor.is_some_and(|f| remote.status.cpu_share.load(Ordering::Relaxed) as u32 > f) {
             continue;
         }
         if remote
@@ -106,7 +126,9 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         core.nudge_cooldown -= 1;
         return;
     }
+    let unshared = core.cpu_share.share() + SHARED_BY > crate::cpu_share::FULL;
     if shared.config.steal == Steal::Off
+        || (shared.config.steal == Steal::FromSharedCpus && unshared)
         || core.queue.ready_len() < 2
         || shared.control.parked.load(Ordering::Relaxed) == 0
         || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
@@ -229,6 +251,31 @@ mod tests {
         let s = thief.counters.snapshot();
         assert_eq!(s.steals_in, 3, "half of six");
         assert_eq!(s.steal_tiers, 3 * 2, "worker 2 is in thief 0's second tier");
+    }
+
+    #[test]
+    fn stealing_from_shared_cpus_asks_only_workers_whose_cpu_is_shared() {
+        use crate::cpu_share::{CpuShare, FULL};
+        let (shared, mut cores) = setup(3, Steal::FromSharedCpus);
+        for (w, share) in [(1, FULL - 50), (2, FULL / 2)] {
+            shared.remotes[w].status.ready.store(4, Ordering::Relaxed);
+            shared.remotes[w].status.cpu_share.store(share as usize, Ordering::Relaxed);
+        }
+        // A thief whose own CPU is shared takes nothing.
+        cores[0].cpu_share = CpuShare::fixed(FULL / 2);
+        request(&mut cores[0], &shared);
+        assert!(!cores[0].steal_pending);
+        // With its CPU to itself, it asks the worker sharing its CPU, never the other.
+        cores[0].cpu_share = CpuShare::fixed(FULL);
+        request(&mut cores[0], &shared);
+        assert!(cores[0].steal_pending);
+        assert_eq!(shared.remotes[2].poke.steal_request.load(Ordering::Relaxed), 1);
+        assert_eq!(shared.remotes[1].poke.steal_request.load(Ordering::Relaxed), 0);
+        // Where no CPU is shared, nothing is ever asked.
+        let (shared, mut cores) = setup(2, Steal::FromSharedCpus);
+        shared.remotes[1].status.ready.store(9, Ordering::Relaxed);
+        request(&mut cores[0], &shared);
+        assert!(!cores[0].steal_pending);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::inbox::{Sender, OUTSIDE};
 use crate::io::IoCore;
 use crate::message::{Msg, Task};
 use crate::outbox::Outbox;
-use crate::queue::{ColorQueue, Dest, Route};
+use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
 use crate::shared::{PanicRecord, Shared};
 use crate::stats::{Counter, Counters};
 use crate::steal;
@@ -73,6 +73,10 @@ pub(crate) struct Core {
     /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
     pub(crate) nudge_cooldown: u32,
     events_since_check: u32,
+    /// Posts to other workers' colors made by the running event, and where the last went
+    /// (`follow`: an event that made exactly one is a step of a chain of messages).
+    event_remote_posts: u32,
+    event_remote_dest: usize,
     /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
     turn_sends: u32,
     /// The ready count last written to this worker's status (`publish_ready`).
@@ -116,6 +120,8 @@ impl Core {
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             nudge_cooldown: 0,
             events_since_check: 0,
+            event_remote_posts: 0,
+            event_remote_dest: 0,
             turn_sends: 0,
             published_ready: 0,
             heap_gauges_in: 0,
@@ -181,7 +187,9 @@ impl Core {
             }
             Route::Remote { home, task } => {
                 self.counters.add(Counter::PostsRemote, 1);
-                self.send(shared, home, Msg::Post { color, task, urgent });
+                self.event_remote_posts += 1;
+                self.event_remote_dest = home;
+                self.send(shared, home, Msg::Post { color, task, urgent, step: false });
             }
             Route::Move { .. } => unreachable!("only a received post moves a color"),
         }
@@ -206,7 +214,8 @@ impl Core {
             self.counters.add(Counter::PostsUrgent, 1);
         }
         self.counters.add(Counter::PostsRemote, 1);
-        self.send(shared, home_of(color, shared.placement), Msg::Post { color, task, urgent });
+        let msg = Msg::Post { color, task, urgent, step: false };
+        self.send(shared, home_of(color, shared.placement), msg);
     }
 
     /// Sends a message to another worker (or, on the locked transport, possibly to this one).
@@ -308,6 +317,14 @@ impl Core {
     /// Per-event bookkeeping: the safety flush of outgoing buffers (thesis §5.3.2).
     #[inline]
     fn after_event(&mut self, shared: &Shared) {
+        if self.event_remote_posts != 0 {
+            // One post to another worker: the event handed its work on, a step of a chain (not
+            // a producer streaming or fanning out): mark it while it still waits in the buffer.
+            if self.event_remote_posts == 1 {
+                self.outbox.mark_step(self.event_remote_dest);
+            }
+            self.event_remote_posts = 0;
+        }
         self.events_since_check += 1;
         if self.events_since_check < SAFETY_CHECK_EVERY || !self.outbox.has_pending() {
             return;
@@ -334,11 +351,14 @@ impl Core {
         let mut spares = 0u64;
         if shared.config.batching {
             let mut batches = remote.poke.inbox.take_batches();
-            while let Some((mut from, mut batch)) = batches.next_with_sender() {
+            while let Some((from, mut batch)) = batches.next_with_sender() {
                 taken += batch.len() as u64;
                 spares += spares_at_end(&batch) as u64;
+                // One color per batch may move, as tokio's LIFO slot holds one task: the poster
+                // takes its partner, not every receiver of a fan-out.
+                let mut may_move = true;
                 for msg in batch.drain(..) {
-                    self.receive(shared, msg, &mut from);
+                    self.receive(shared, msg, from, &mut may_move);
                 }
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
                 self.outbox.recycle(batch, Some(from.id));
@@ -349,7 +369,7 @@ impl Core {
             while let Some(msg) = remote.poke.inbox.pop_locked() {
                 taken += 1;
                 // The locked FIFO does not say who sent what: colors stay where they are.
-                self.receive(shared, msg, &mut Sender::worker(OUTSIDE));
+                self.receive(shared, msg, Sender::worker(OUTSIDE), &mut false);
             }
         }
         if taken > 0 {
@@ -362,18 +382,25 @@ impl Core {
         taken
     }
 
-    /// Routes one message of a batch from `sender`.
-    fn receive(&mut self, shared: &Shared, msg: Msg, sender: &mut Sender) {
+    /// Routes one message of a batch from `sender`; while `may_move`, a post may move its color
+    /// to the sender (then no more of this batch may).
+    fn receive(&mut self, shared: &Shared, msg: Msg, sender: Sender, may_move: &mut bool) {
         match msg {
-            Msg::Post { color, task, urgent } => {
-                match self.receive_post(shared, color, task, urgent, *sender) {
+            Msg::Post { color, task, urgent, step } => {
+                // Only quiet batches and chain steps can move a color (`follow::worth_asking`):
+                // the posts of a fan-out or a stream take the plain path, uncounted.
+                let follow = *may_move
+                    && (sender.quiet || step)
+                    && shared.config.follow
+                    && sender.id < shared.workers;
+                let from = follow.then_some((sender, step));
+                match self.receive_post(shared, color, task, urgent, from) {
                     Route::Queued => {}
                     Route::Move { to, task } => {
-                        // One color per quiet batch, as tokio's LIFO slot holds one task: the
-                        // poster takes its partner, not every receiver of a fan-out.
-                        sender.quiet = false;
+                        *may_move = false;
                         self.counters.add(Counter::ColorsMovedOut, 1);
                         let home = crate::message::worker_id(self.id);
+                        let task = Some(task);
                         self.send(shared, to, Msg::Move { color, home, task, urgent });
                     }
                     Route::Forward { to, task } => {
@@ -388,7 +415,7 @@ impl Core {
                             false,
                             "a post for {color:?} reached a worker that is not its home"
                         );
-                        self.send(shared, home, Msg::Post { color, task, urgent });
+                        self.send(shared, home, Msg::Post { color, task, urgent, step: false });
                     }
                 }
             }
@@ -427,8 +454,9 @@ impl Core {
         }
     }
 
-    /// Routes a post received as the color's home; with [`Config::follow`](crate::Config), the
-    /// color may move to the worker that sent it (`follow::moves`).
+    /// Routes a post received as the color's home; from a `sender` worker, with whether the
+    /// post was a chain step (`None`: colors do not follow), the color may move to it
+    /// (`follow::moves`).
     #[inline]
     fn receive_post(
         &mut self,
@@ -436,17 +464,26 @@ impl Core {
         color: Color,
         task: Task,
         urgent: bool,
-        sender: Sender,
+        from: Option<(Sender, bool)>,
     ) -> Route {
-        let from = (shared.config.follow && sender.id < shared.workers).then_some(sender.id);
         let me = self.id;
-        self.queue.receive_post(color, task, urgent, from, |traffic| {
-            let share = |w: usize| shared.remotes[w].status.cpu_share.load(Ordering::Relaxed);
+        let home_ready = self.queue.ready_len();
+        self.queue.receive_post(color, task, urgent, from.map(|(s, _)| s.id), |traffic| {
+            let Some((sender, step)) = from else { return false };
+            if !follow::worth_asking(&traffic, sender.quiet, step) {
+                return false;
+            }
+            // Relaxed: hints, published by each worker at the end of its rounds.
+            let status = |w: usize| &shared.remotes[w].status;
+            let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
             follow::moves(&follow::Offer {
                 traffic,
                 quiet: sender.quiet,
-                poster_share: share(sender.id) as u32,
-                home_share: share(me) as u32,
+                step,
+                poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
+                home_ready,
+                poster_share: share(sender.id),
+                home_share: share(me),
             })
         })
     }
@@ -475,11 +512,14 @@ impl Core {
             self.counters.set(Counter::EmaRefused, h.refused as u64);
         }
         if heap_gauges {
-            if let Some(share) = self.cpu_share.sample() {
-                // Relaxed: a hint for placement, read by `place`.
-                shared.remotes[self.id].status.cpu_share.store(share as usize, Ordering::Relaxed);
+            let _ = self.cpu_share.sample();
+            let share = self.cpu_share.share() as usize;
+            // Relaxed: a hint for placement (`place`, `follow`, stealing from shared CPUs).
+            let published = &shared.remotes[self.id].status.cpu_share;
+            if published.load(Ordering::Relaxed) != share {
+                published.store(share, Ordering::Relaxed);
             }
-            self.counters.set(Counter::CpuShare, u64::from(self.cpu_share.share()));
+            self.counters.set(Counter::CpuShare, share as u64);
         }
         shared.remotes[self.id].stats.publish(&self.counters);
         self.publish_ready(shared);
@@ -616,14 +656,40 @@ impl WorkerCtx {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 core.queue.record_turn(key, ns);
             }
-            let shed = |home: usize, ready| {
-                follow::sheds(ready, || shared.remotes[home].status.idle.load(Ordering::Relaxed))
-            };
-            if let Some(ret) = core.queue.end_turn_shedding(key, shed) {
-                if ret.resident {
-                    core.counters.add(Counter::ColorsGivenBack, 1);
+            let (me, mine) = (core.id, core.cpu_share.share());
+            let shed = |home: Option<usize>, ready| {
+                if !shared.config.follow {
+                    return None;
                 }
-                core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
+                // Relaxed: hints other workers publish.
+                let peer = |w: usize| {
+                    let status = &shared.remotes[w].status;
+                    follow::Peer {
+                        id: w,
+                        idle: status.idle.load(Ordering::Relaxed),
+                        share: status.cpu_share.load(Ordering::Relaxed) as u32,
+                    }
+                };
+                match home {
+                    Some(h) => follow::sheds(ready, mine, || peer(h)).then_some(h),
+                    None => {
+                        follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(peer))
+                    }
+                }
+            };
+            match core.queue.end_turn_shedding(key, shed) {
+                Some(TurnEnd::Return(ret)) => {
+                    if ret.resident {
+                        core.counters.add(Counter::ColorsGivenBack, 1);
+                    }
+                    core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
+                }
+                Some(TurnEnd::Push { to, color }) => {
+                    core.counters.add(Counter::ColorsMovedOut, 1);
+                    let home = crate::message::worker_id(me);
+                    core.send(shared, to, Msg::Move { color, home, task: None, urgent: false });
+                }
+                None => {}
             }
             core.end_of_turn_flush(shared);
             if shared.config.steal != crate::Steal::Off {

@@ -781,3 +781,58 @@ fn partners_in_a_ping_pong_end_up_on_one_worker() {
         }
     }
 }
+
+/// A ping-pong pair whose colors are homed on worker 1 while another thread keeps worker
+/// 1's CPU busy: once the workers have measured their CPU shares (worker 1 about half, worker
+/// 0 its whole CPU), the exchange leaves the shared CPU and runs on worker 0. Judged only if
+/// worker 0 measured its CPU free: on a machine whose every CPU is busy (a build beside the
+/// tests), there is no better CPU to go to, and the test says so instead.
+#[test]
+fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
+    let cpus = ochre::topology::allowed_cpus().unwrap();
+    if cpus.len() < 2 {
+        return;
+    }
+    let (mine, busy) = (cpus[0], cpus[1]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ = ochre::topology::pin_current_thread(busy);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let rt = Runtime::builder().workers(2).cpus([mine, busy]).build().unwrap();
+    // Both homed on worker 1: only leaving its CPU takes the pair off it.
+    let (a, b) = (color_on(&rt, 1, 0), color_on(&rt, 1, 1));
+    fn volley(a: Color, b: Color, until: std::time::Instant) {
+        if std::time::Instant::now() < until {
+            ochre::post(b, move || volley(b, a, until));
+        }
+    }
+    // A first run to measure the shares, then the one judged.
+    let mut last = None;
+    for ms in [300, 300] {
+        let until = std::time::Instant::now() + Duration::from_millis(ms);
+        last = Some(rt.run(b, move || volley(b, a, until)).unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    spinner.join().unwrap();
+    let report = last.unwrap();
+    let (w0, w1) = (&report.workers[0], &report.workers[1]);
+    if w0.cpu_share < 800 {
+        eprintln!(
+            "skipped: worker 0 measured {} thousandths of its CPU: no CPU is clearly free here",
+            w0.cpu_share
+        );
+        return;
+    }
+    let total = w0.events_run + w1.events_run;
+    assert!(
+        w0.events_run * 10 >= total * 9,
+        "worker 0 ran {} of {total} events: {report:?}",
+        w0.events_run
+    );
+}
