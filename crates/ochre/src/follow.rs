@@ -14,23 +14,33 @@
 //! **When a color moves (at its home).** A post reaches the home from worker `P` for a color
 //! that is idle here (nothing queued, not running, not lent, not pinned). It moves to `P` when:
 //!
-//! * `P` sent the post in a batch flushed with nothing else to run (the batch is *quiet*): `P`
-//!   is about to idle, so the color's next events would cost a hand-off and a wake-up on each
-//!   side, and running them on `P` costs nothing but locality. A worker with other work queued
-//!   (a producer fanning out, a busy server) sends loud batches: its receivers stay where they
-//!   are and run in parallel with it;
+//! * the post says `P` would run the color's next events at no loss of parallelism: either `P`
+//!   sent it in a batch flushed with nothing else to run (a *quiet* batch: `P` is about to
+//!   idle), or it is a *step*, the only post its event made to another worker (a token handed
+//!   on, a reply) and `P` has no more colors waiting than the home. A worker fanning out (a
+//!   producer), or streaming many posts from one event to one color (a counter), sends loud
+//!   batches and no steps: its receivers stay where they are and run in parallel with it. One
+//!   color per batch, as tokio's LIFO slot holds one task;
 //! * the color's posts come from `P`: at least [`need`] posts in a row, none from anywhere else
 //!   in between (a color that also hears from its neighbours here, or from a third worker,
-//!   stays), and it is not the first post the color got from another worker (an accept handler
-//!   handing a new connection its first event moves nothing: the connection was placed where it
-//!   is);
+//!   stays), and it is not the color's first post (an accept handler handing a new connection
+//!   its first event moves nothing: the connection was placed where it is);
 //! * `P` does not get a smaller share of its CPU than the home does (`cpu_share`): work does
 //!   not move to a worker that shares its CPU with another process.
 //!
 //! **When it comes back (at the borrower).** The borrower counts the posts made to the color
 //! locally and those forwarded by the home (posted elsewhere). Each time the color's queue
 //! empties, after a window of [`WINDOW`] posts, it gives the color back home if most of them were
-//! forwarded: the color's traffic has moved on.
+//! forwarded: the color's traffic has moved on. It also gives it back to an idle home when it
+//! has colors waiting itself and the home's CPU is not clearly worse ([`sheds`]: moves gathered
+//! too much on one worker), or when the home gets clearly more of its CPU.
+//!
+//! **Leaving a shared CPU.** A worker that gets clearly less of its CPU than an idle worker
+//! (another process shares it) sends each color at home here whose queue empties to the idle
+//! worker with the most CPU ([`relief`], a `Move` without an event); the color's partners follow
+//! it there by the rules above, which never move a color to the shared worker. The idle worker
+//! takes no work by stealing (`Steal::FromSharedCpus` does, measured worse): only idle colors
+//! move, so a color's order and exclusion stay the lending protocol's.
 //!
 //! **Hysteresis.** Each return home doubles the posts in a row a color needs to move again
 //! ([`need`], up to [`MAX_NEED`]): a color whose traffic really is split between workers settles
@@ -67,9 +77,11 @@ pub(crate) struct Traffic {
     pub(crate) from: u32,
     /// Times the color came back home after a move.
     pub(crate) bounces: u32,
-    /// Posts from other workers counted here in all (saturating): the first moves nothing. Only
-    /// posts that may move a color are counted (quiet or steps, `worth_asking`): a fan-out's or
-    /// a stream's take the plain path.
+    /// Posts counted here in all (saturating): a color's first post moves nothing. Of the posts
+    /// from other workers, only those that may move a color are counted (quiet or steps,
+    /// `worth_asking`): a fan-out's or a stream's take the plain path. (Counting only those from
+    /// other workers, a color that had only ever heard from its neighbours here refused the
+    /// token of a ring arriving from elsewhere, and the ring stayed split between workers.)
     pub(crate) total: u32,
 }
 
@@ -78,6 +90,7 @@ impl Traffic {
     #[inline]
     pub(crate) fn local_post(&mut self) {
         self.local = self.local.saturating_add(1);
+        self.total = self.total.saturating_add(1);
         self.from = 0;
     }
 
@@ -235,11 +248,9 @@ mod tests {
         posts_from(&mut t, 1, 1);
         assert!(moves(&offer(t)), "a run of one, not the first post from elsewhere");
         let mut t = Traffic::default();
-        for _ in 0..5 {
-            t.local_post();
-        }
+        t.local_post();
         posts_from(&mut t, 1, 1);
-        assert!(!moves(&offer(t)), "the first post from elsewhere, after local ones");
+        assert!(moves(&offer(t)), "a local post came first");
     }
 
     #[test]

@@ -59,9 +59,15 @@
 //! back to the poster; [`ColorBox`] gives handlers the same placement for their own data. New
 //! long-lived colors (a server's connections) can be placed with [`place`]: each worker measures
 //! the share of its CPU it gets when it wants to run, and new colors go to workers in proportion.
-//! Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox` (transport),
-//! `idle`/`park` (sleeping), `steal`, `worker` (the loop), `alloc` (EMA), `message` (thin
-//! tasks), `cpu_share` (placement), `io`, `stats`, `config`.
+//! Colors follow their messages ([`Config::follow`], `follow`): a color's home lends it for good
+//! to a worker whose chain of messages reaches it while it is idle (a ping-pong partner, the
+//! next actor of a ring), so that partners end up on one worker and their messages stay local;
+//! it comes back when its posts come from elsewhere, and colors leave a worker whose CPU another
+//! process shares. Moves use the lending protocol of stealing, so every guarantee above holds
+//! across them. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
+//! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
+//! loop), `alloc` (EMA), `message` (thin tasks), `cpu_share` (placement), `io`, `stats`,
+//! `config`.
 //!
 //! ## Baseline
 //!
