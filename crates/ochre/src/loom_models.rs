@@ -246,6 +246,40 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
     ran
 }
 
+/// What the color-move models check of one color's events: never two at once, the order they
+/// ran in, how many ran.
+struct ColorOracle {
+    running: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<u64>>>,
+    ran: Arc<AtomicUsize>,
+}
+
+impl ColorOracle {
+    fn new() -> Self {
+        ColorOracle {
+            running: Arc::new(AtomicBool::new(false)),
+            log: Arc::new(Mutex::new(Vec::new())),
+            ran: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// An event of the color, logging `tag` when it runs.
+    fn event(&self, tag: u64) -> Task {
+        let (running, log, ran) = (self.running.clone(), self.log.clone(), self.ran.clone());
+        Task::new(move || {
+            assert!(!running.swap(true, Ordering::SeqCst), "two events of one color at once");
+            log.lock().unwrap().push(tag);
+            running.store(false, Ordering::SeqCst);
+            ran.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    /// The position of `tag` in the order events ran.
+    fn position(&self, tag: u64) -> usize {
+        self.log.lock().unwrap().iter().position(|&t| t == tag).expect("an event never ran")
+    }
+}
+
 /// Color move: the home lends a color with one pending event to a thief while an outside poster
 /// sends two more to the home. Every event runs once, never two at once, the poster's two in
 /// order, and the color ends back home, `Local`.
@@ -256,18 +290,8 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
         // Worker 0 is c's home (home_of(c, 2) is fixed; assert it to keep the model honest).
         let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
         let thief_id = 1 - home_id;
-        let running = Arc::new(AtomicBool::new(false));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let ran = Arc::new(AtomicUsize::new(0));
-        let event = |tag: u64| -> Task {
-            let (running, log, ran) = (running.clone(), log.clone(), ran.clone());
-            Task::new(move || {
-                assert!(!running.swap(true, Ordering::SeqCst), "two events of one color at once");
-                log.lock().unwrap().push(tag);
-                running.store(false, Ordering::SeqCst);
-                ran.fetch_add(1, Ordering::SeqCst);
-            })
-        };
+        let oracle = ColorOracle::new();
+        let event = |tag: u64| oracle.event(tag);
         let home = Arc::new(ModelWorker {
             id: home_id,
             queue: Mutex::new(ColorQueue::new(home_id, crate::color::Placement::flat(2))),
@@ -315,18 +339,14 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
             step(&home, &[&*thief, &*thief]);
             step(&thief, &[&*home, &*home]);
         }
-        assert_eq!(ran.load(Ordering::SeqCst), 3, "an event was lost");
+        assert_eq!(oracle.ran.load(Ordering::SeqCst), 3, "an event was lost");
         assert_eq!(
             crate::sync::lock(&home.queue).lease(c),
             Some(Lease::Local),
             "the color came home"
         );
         assert_eq!(crate::sync::lock(&thief.queue).lease(c), None);
-        let log = log.lock().unwrap();
-        assert_eq!(log.len(), 3);
-        let p1 = log.iter().position(|&t| t == 1).unwrap();
-        let p2 = log.iter().position(|&t| t == 2).unwrap();
-        assert!(p1 < p2, "the poster's events ran out of order: {log:?}");
+        assert!(oracle.position(1) < oracle.position(2), "the poster's events ran out of order");
     });
 }
 
@@ -341,18 +361,8 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
         let c = Color(0);
         let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
         let poster_id = 1 - home_id;
-        let running = Arc::new(AtomicBool::new(false));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let ran = Arc::new(AtomicUsize::new(0));
-        let event = |tag: u64| -> Task {
-            let (running, log, ran) = (running.clone(), log.clone(), ran.clone());
-            Task::new(move || {
-                assert!(!running.swap(true, Ordering::SeqCst), "two events of one color at once");
-                log.lock().unwrap().push(tag);
-                running.store(false, Ordering::SeqCst);
-                ran.fetch_add(1, Ordering::SeqCst);
-            })
-        };
+        let oracle = ColorOracle::new();
+        let event = |tag: u64| oracle.event(tag);
         let worker = |id| {
             Arc::new(ModelWorker {
                 id,
@@ -397,12 +407,11 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
             step_following(&home, &[&*poster, &*poster], true);
             step_following(&poster, &[&*home, &*home], true);
         }
-        assert_eq!(ran.load(Ordering::SeqCst), 4, "an event was lost");
+        assert_eq!(oracle.ran.load(Ordering::SeqCst), 4, "an event was lost");
         assert_eq!(crate::sync::lock(&home.queue).lease(c), Some(Lease::Local), "back home");
         assert_eq!(crate::sync::lock(&poster.queue).lease(c), None);
-        let log = log.lock().unwrap();
-        let at = |tag| log.iter().position(|&t| t == tag).unwrap();
-        assert!(at(0) < at(1) && at(2) < at(3), "a poster's events ran out of order: {log:?}");
+        let at = |tag| oracle.position(tag);
+        assert!(at(0) < at(1) && at(2) < at(3), "a poster's events ran out of order");
     });
 }
 

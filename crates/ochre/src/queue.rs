@@ -421,7 +421,7 @@ impl ColorQueue {
 
     /// Ends the running color's turn: requeue it if it has more events, or give it back if it is
     /// an emptied guest (a resident only if its traffic moved on).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn end_turn(&mut self, key: usize) -> Option<Returned> {
         match self.end_turn_shedding(key, |_, _| None) {
             Some(TurnEnd::Return(r)) => Some(r),
