@@ -77,6 +77,9 @@ pub(crate) struct Traffic {
     pub(crate) from: u32,
     /// Times the color came back home after a move.
     pub(crate) bounces: u32,
+    /// Posts the color made to itself since the last decision: a color with work of its own (a
+    /// chain of its own events) does not move. Its partners, if any, come to it instead.
+    pub(crate) own: u32,
     /// Posts counted here in all (saturating): a color's first post moves nothing. Of the posts
     /// from other workers, only those that may move a color are counted (quiet or steps,
     /// `worth_asking`): a fan-out's or a stream's take the plain path. (Counting only those from
@@ -86,9 +89,11 @@ pub(crate) struct Traffic {
 }
 
 impl Traffic {
-    /// A post made on this worker (at the home, it ends the run of posts from elsewhere).
+    /// A post made on this worker, by the color itself if `own` (at the home, it ends the run of
+    /// posts from elsewhere).
     #[inline]
-    pub(crate) fn local_post(&mut self) {
+    pub(crate) fn local_post(&mut self, own: bool) {
+        self.own = self.own.saturating_add(u32::from(own));
         self.local = self.local.saturating_add(1);
         self.total = self.total.saturating_add(1);
         self.from = 0;
@@ -145,7 +150,10 @@ pub(crate) struct Offer {
 /// came quiet or as a step, and the color's traffic calls for a move. Checked first, so that
 /// the posts of a fan-out or a stream (most posts between workers) read nothing more.
 pub(crate) fn worth_asking(traffic: &Traffic, quiet: bool, step: bool) -> bool {
-    (quiet || step) && traffic.remote >= need(traffic.bounces) && traffic.total > 1
+    (quiet || step)
+        && traffic.remote >= need(traffic.bounces)
+        && traffic.total > 1
+        && traffic.own == 0
 }
 
 /// Whether the color moves to the poster (see the module doc).
@@ -154,6 +162,7 @@ pub(crate) fn moves(o: &Offer) -> bool {
     (o.quiet || (o.step && o.poster_ready <= o.home_ready))
         && t.remote >= need(t.bounces)
         && t.total > 1
+        && t.own == 0
         && o.poster_share + SHARE_SLACK >= o.home_share
 }
 
@@ -248,7 +257,7 @@ mod tests {
         posts_from(&mut t, 1, 1);
         assert!(moves(&offer(t)), "a run of one, not the first post from elsewhere");
         let mut t = Traffic::default();
-        t.local_post();
+        t.local_post(false);
         posts_from(&mut t, 1, 1);
         assert!(moves(&offer(t)), "a local post came first");
     }
@@ -261,22 +270,34 @@ mod tests {
         assert!(!moves(&offer(t)), "1 then 2: a run of one, two needed");
         posts_from(&mut t, 2, 1);
         assert!(moves(&offer(t)));
-        t.local_post();
+        t.local_post(false);
         posts_from(&mut t, 2, 1);
         assert!(!moves(&offer(t)), "a local post in between");
         posts_from(&mut t, 2, 1);
         assert!(moves(&offer(t)));
         // Local posts before a run do not hold the color once its posts come from elsewhere.
         for _ in 0..50 {
-            t.local_post();
+            t.local_post(false);
         }
         posts_from(&mut t, 1, 2);
         assert!(moves(&offer(t)));
     }
 
     #[test]
+    fn a_color_with_work_of_its_own_stays() {
+        let mut t = Traffic::default();
+        t.local_post(true);
+        posts_from(&mut t, 1, 3);
+        assert!(!moves(&offer(t)), "it posted to itself");
+        assert!(!worth_asking(&t, true, true));
+        t.reset();
+        posts_from(&mut t, 1, 1);
+        assert!(moves(&offer(t)), "a decision starts a new count");
+    }
+
+    #[test]
     fn a_decision_keeps_the_history() {
-        let mut t = Traffic { local: 3, remote: 2, from: 2, bounces: 1, total: 9 };
+        let mut t = Traffic { local: 3, remote: 2, from: 2, bounces: 1, total: 9, own: 4 };
         t.reset();
         assert_eq!(t, Traffic { bounces: 1, total: 9, ..Traffic::default() });
     }
@@ -348,7 +369,7 @@ mod tests {
             if i % 2 == 0 {
                 t.forwarded();
             } else {
-                t.local_post();
+                t.local_post(false);
             }
         }
         assert_eq!(gives_back(&t), Some(false), "an even split stays");

@@ -306,7 +306,8 @@ impl ColorQueue {
         match dest {
             Dest::Here { key, .. } => {
                 if local {
-                    self.slots[key].traffic.local_post();
+                    let own = self.running == Some(key);
+                    self.slots[key].traffic.local_post(own);
                 }
                 self.enqueue(key, task, urgent);
                 Route::Queued
