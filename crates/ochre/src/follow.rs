@@ -158,11 +158,8 @@ pub(crate) fn worth_asking(traffic: &Traffic, quiet: bool, step: bool) -> bool {
 
 /// Whether the color moves to the poster (see the module doc).
 pub(crate) fn moves(o: &Offer) -> bool {
-    let t = o.traffic;
-    (o.quiet || (o.step && o.poster_ready <= o.home_ready))
-        && t.remote >= need(t.bounces)
-        && t.total > 1
-        && t.own == 0
+    worth_asking(&o.traffic, o.quiet, o.step)
+        && (o.quiet || o.poster_ready <= o.home_ready)
         && o.poster_share + SHARE_SLACK >= o.home_share
 }
 

@@ -160,14 +160,10 @@ fn deliver_from(from: usize, to: &ModelWorker, msg: Msg) {
     let _ = to.inbox.push_batch(vec![msg], Sender { id: from, quiet: true });
 }
 
-/// One step of a worker: route its inbox, then run one turn. Returns events run.
-fn step(me: &ModelWorker, others: &[&ModelWorker; 2]) -> usize {
-    step_following(me, others, false)
-}
-
-/// [`step`], with colors that follow their messages: a post from another worker moves an idle
-/// color to it at once, and a resident goes back home each time its queue empties (the most
-/// moves the protocol can see).
+/// One step of a worker: route its inbox, then run one turn; returns events run. With
+/// `follow`, colors follow their messages: a post from another worker moves an idle color to it
+/// at once, and a resident goes back home each time its queue empties (the most moves the
+/// protocol can see).
 fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) -> usize {
     let peer = |id: usize| {
         if others[0].id == id {
@@ -246,6 +242,35 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
     ran
 }
 
+/// Two workers take two steps each, concurrently with each other and with the `outside` poster
+/// thread; then, that thread joined, the rest is drained in one thread (loom cannot explore
+/// unbounded spin loops), for the caller to check the end state.
+fn run_both(
+    a: &Arc<ModelWorker>,
+    b: &Arc<ModelWorker>,
+    follow: bool,
+    outside: loom::thread::JoinHandle<()>,
+) {
+    let workers: Vec<_> = [(a.clone(), b.clone()), (b.clone(), a.clone())]
+        .into_iter()
+        .map(|(me, other)| {
+            loom::thread::spawn(move || {
+                for _ in 0..2 {
+                    step_following(&me, &[&*other, &*other], follow);
+                }
+            })
+        })
+        .collect();
+    outside.join().unwrap();
+    for w in workers {
+        w.join().unwrap();
+    }
+    for _ in 0..6 {
+        step_following(a, &[&**b, &**b], follow);
+        step_following(b, &[&**a, &**a], follow);
+    }
+}
+
 /// What the color-move models check of one color's events: never two at once, the order they
 /// ran in, how many ran.
 struct ColorOracle {
@@ -319,26 +344,7 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
                 deliver(&home, Msg::Post { color: c, task: e2, urgent: false, step: false });
             })
         };
-        // Each worker takes a few concurrent steps; then the rest is drained in one thread (loom
-        // cannot explore unbounded spin loops), and the end state is checked.
-        let workers: Vec<_> = [(home.clone(), thief.clone()), (thief.clone(), home.clone())]
-            .into_iter()
-            .map(|(me, other)| {
-                loom::thread::spawn(move || {
-                    for _ in 0..2 {
-                        step(&me, &[&*other, &*other]);
-                    }
-                })
-            })
-            .collect();
-        poster.join().unwrap();
-        for w in workers {
-            w.join().unwrap();
-        }
-        for _ in 0..6 {
-            step(&home, &[&*thief, &*thief]);
-            step(&thief, &[&*home, &*home]);
-        }
+        run_both(&home, &thief, false, poster);
         assert_eq!(oracle.ran.load(Ordering::SeqCst), 3, "an event was lost");
         assert_eq!(
             crate::sync::lock(&home.queue).lease(c),
@@ -389,24 +395,7 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
                 deliver(&home, Msg::Post { color: c, task: e3, urgent: false, step: false });
             })
         };
-        let workers: Vec<_> = [(home.clone(), poster.clone()), (poster.clone(), home.clone())]
-            .into_iter()
-            .map(|(me, other)| {
-                loom::thread::spawn(move || {
-                    for _ in 0..2 {
-                        step_following(&me, &[&*other, &*other], true);
-                    }
-                })
-            })
-            .collect();
-        outside.join().unwrap();
-        for w in workers {
-            w.join().unwrap();
-        }
-        for _ in 0..6 {
-            step_following(&home, &[&*poster, &*poster], true);
-            step_following(&poster, &[&*home, &*home], true);
-        }
+        run_both(&home, &poster, true, outside);
         assert_eq!(oracle.ran.load(Ordering::SeqCst), 4, "an event was lost");
         assert_eq!(crate::sync::lock(&home.queue).lease(c), Some(Lease::Local), "back home");
         assert_eq!(crate::sync::lock(&poster.queue).lease(c), None);

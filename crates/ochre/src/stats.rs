@@ -88,7 +88,8 @@ counters! {
     sleeps = Sleeps,
     /// Wake-ups this worker sent to sleeping workers.
     wakeups_sent = WakeupsSent,
-    /// Colors this worker, their home, moved to the worker posting to them (`follow`).
+    /// Colors this worker, their home, moved to another worker for good (`follow`): to one
+    /// posting to them, or off this worker's shared CPU.
     colors_moved_out = ColorsMovedOut,
     /// Colors moved to this worker by their homes because it posted to them.
     colors_moved_in = ColorsMovedIn,
