@@ -8,7 +8,8 @@
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`: the default
 //! configuration); then stealing only from workers whose CPU is shared
-//! (`Steal::FromSharedCpus`); then plain stealing with every heuristic. Padding is a
+//! (`Steal::FromSharedCpus`); then plain stealing with every heuristic; then, instead, stealing
+//! only colors with a measured backlog (`Steal::Backlog`). Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
 //! both builds alternately and prints padded / unpadded per step.
@@ -32,6 +33,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let follow = no_steal.clone().follow(true);
     let relief = follow.clone().steal(Steal::FromSharedCpus);
     let heuristics = follow.clone().stealing_heuristics();
+    let backlog = follow.clone().steal(Steal::Backlog);
     vec![
         ("1 baseline", base),
         ("2 +futex", futex),
@@ -43,6 +45,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         (DEFAULT_STEP, follow),
         ("9 steal from shared CPUs", relief),
         ("10 +heuristics", heuristics),
+        ("11 steal backlogs", backlog),
     ]
 }
 

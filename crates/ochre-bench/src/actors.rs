@@ -26,7 +26,9 @@
 //! warmed up by a run of an eighth of the size; tokio from the first spawn to the result.
 //!
 //! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-static` (the
-//! same with `follow(false)`: colors stay where their hash puts them), `ochre-hand` (colors
+//! same with `follow(false)`: colors stay where their hash puts them), `ochre-backlog` (the
+//! default with `Steal::Backlog`: the stealing candidate for the default, measured beside it),
+//! `ochre-hand` (colors
 //! chosen with `Runtime::home_of` so that each actor lands on the worker its program's
 //! [`Program::hand_worker`] gives: ring neighbours in contiguous blocks, the ping-pong pair and
 //! producer-counter together, fork-join and bank actors split evenly, chameneos on one worker),
@@ -38,13 +40,15 @@
 //!
 //! `OCHRE_ACTORS=chameneos,bank` (names or prefixes of names, comma-separated) runs only those
 //! programs: a developer's shortcut when working on one of them; the checks then judge what ran.
+//! `OCHRE_ACTORS_SYSTEMS=ochre,ochre-backlog` measures only those systems, and
+//! `OCHRE_ACTORS_MODE=quiet` (or `busy`) only that half (A/B comparisons of two configurations).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use ochre::{Color, ColorCell, Config, Runtime};
+use ochre::{Color, ColorCell, Config, Runtime, Steal};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::harness::{measure_case, work, BenchReport, Options, System};
@@ -949,6 +953,10 @@ fn measure<P: Program>(
         let systems = vec![
             System::new("ochre", ochre(None, false)),
             System::new("ochre-static", ochre(Some(Config::default().follow(false)), false)),
+            System::new(
+                "ochre-backlog",
+                ochre(Some(Config::default().steal(Steal::Backlog)), false),
+            ),
             System::new("ochre-hand", ochre(None, true)),
             System::new("tokio-mt", move || {
                 let rt = tmt.as_ref().map_err(|e| e.clone())?;
@@ -956,6 +964,15 @@ fn measure<P: Program>(
             }),
             System::new("tokio-ct", move || with_busy_cpu(spin, || tokio_ct(&make(size), workers))),
         ];
+        let mut systems = systems;
+        if let Ok(only) = std::env::var("OCHRE_ACTORS_SYSTEMS") {
+            systems.retain(|s| only.split(',').any(|n| n.trim() == s.name));
+        }
+        if let Ok(only) = std::env::var("OCHRE_ACTORS_MODE") {
+            if (only == "busy") != busy {
+                continue;
+            }
+        }
         measure_case(report, &case, workers, "msg/s", opts.reps, systems);
     }
 }

@@ -59,6 +59,22 @@ pub enum Steal {
     /// quiet actor programs 9% (1.30x tokio instead of 1.42x: a counter or a mall stolen away
     /// from the worker its partners post from) and the busy ones 21%.
     FromSharedCpus,
+    /// An idle worker takes colors from a worker with at least two colors waiting, and only
+    /// colors whose queued events amount to work worth a move: their count times the color's
+    /// measured cost per event reaches 20 µs (`steal::BACKLOG_FLOOR`; a steal round trip is a
+    /// few microseconds). The victim keeps at least one waiting color and lends
+    /// at most half of them. What it balances: a fan-out's receivers queued behind the event that
+    /// posted them (a driver posting thousands of messages runs its own share only after), and
+    /// work queued on a worker whose CPU another process shares. What it leaves alone: partners
+    /// that pass a message or two at a time (a ring, a mall, a ping-pong: light backlogs, moved
+    /// by `follow` instead) and a lone stream's receiver (one waiting color). A thief asks only a
+    /// worker that advertises a backlog, and never moves one to a CPU clearly slower than its
+    /// victim's. Not the default: against the default in `bench actors` (2 workers, paired
+    /// ratios, median of 11) it gave fork-join with 1 µs items +23% (busy +10%), bank +22% and
+    /// fork-join empty +5%, but cost the single chains 6-10% (ping-pong 0.94, one-token ring
+    /// 0.90: the turn sampling and the checks every few turns) and `big` with a busy CPU 16%;
+    /// geometric mean 0.98 over the 18 cases.
+    Backlog,
     /// Stealing: an idle worker takes colors, with all their pending events, from a loaded
     /// worker. Alone, libasync-smp's plain stealing (one color from a random loaded worker); the
     /// heuristics are the `steal_*` switches of [`Config`], combinable, and pinned colors

@@ -82,6 +82,9 @@ struct Slot {
     /// How long a turn of this color takes, in ns (moving average of sampled turns; 0 until
     /// sampled). What a thief would get by taking it, for cost-aware stealing.
     weight_ns: u64,
+    /// How long one event of this color takes, in ns (moving average over sampled turns; 0
+    /// until sampled): its queued work is this times its queued events (`Steal::Backlog`).
+    event_ns: u64,
     /// Who posts to the color (`follow`).
     traffic: Traffic,
 }
@@ -195,6 +198,9 @@ pub(crate) struct ColorQueue {
     /// The colors borrowed from other homes, as a filter: a color homed elsewhere that the filter
     /// rules out is not held here, and `route` needs no lookup to say so.
     guests: GuestFilter,
+    /// How long an event takes here, over every sampled turn (ns, moving average; 0 until one
+    /// is): the estimate for a color not sampled itself.
+    event_ns: u64,
 }
 
 impl ColorQueue {
@@ -208,6 +214,7 @@ impl ColorQueue {
             running: None,
             pending: 0,
             guests: GuestFilter::default(),
+            event_ns: 0,
         }
     }
 
@@ -493,11 +500,58 @@ impl ColorQueue {
         self.ready.is_empty() && self.running.is_none()
     }
 
-    /// Records a sampled turn of the color in `key`: `ns` for the whole turn.
-    pub(crate) fn record_turn(&mut self, key: usize, ns: u64) {
-        if let Some(slot) = self.slots.get_mut(key) {
-            slot.weight_ns = if slot.weight_ns == 0 { ns } else { (slot.weight_ns * 3 + ns) / 4 };
+    /// Records a sampled turn of the color in `key`: `ns` for the whole turn of `events`.
+    pub(crate) fn record_turn(&mut self, key: usize, ns: u64, events: usize) {
+        fn average(old: u64, new: u64) -> u64 {
+            if old == 0 {
+                new.max(1)
+            } else {
+                // A turn preempted by another thread (a CPU shared with another process) times
+                // the preemption, milliseconds: a sample counts for at most 4x the estimate, so
+                // one such turn does not make every light color look worth stealing.
+                (old * 3 + new.min(old.saturating_mul(4))) / 4
+            }
         }
+        let per_event = ns / events.max(1) as u64;
+        if let Some(slot) = self.slots.get_mut(key) {
+            slot.weight_ns = average(slot.weight_ns, ns);
+            slot.event_ns = average(slot.event_ns, per_event);
+            self.event_ns = average(self.event_ns, per_event);
+        }
+    }
+
+    /// Whether the color in `key` may be lent for its backlog: homed here, not pinned, and its
+    /// queued events measured to hold at least `floor_ns` of work.
+    fn backlogged(&self, key: usize, floor_ns: u64) -> bool {
+        let s = &self.slots[key];
+        let per_event = if s.event_ns > 0 { s.event_ns } else { self.event_ns };
+        s.lease == Lease::Local
+            && !s.pinned
+            && per_event > 0
+            && (s.events.len() as u64).saturating_mul(per_event) >= floor_ns
+    }
+
+    /// True if a thief could take a backlog here now (`Steal::Backlog`): at least two colors
+    /// wait, and one of them, not the first to run, holds `floor_ns` of work (looks at the
+    /// first 64 only).
+    pub(crate) fn has_backlog(&self, floor_ns: u64) -> bool {
+        self.ready.len() >= 2
+            && self.ready.iter().skip(1).take(64).any(|&k| self.backlogged(k, floor_ns))
+    }
+
+    /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
+    /// last here first, at most `max` and at most half of the waiting colors: this worker keeps
+    /// at least one waiting color (lending a lone color would move work, not share it).
+    pub(crate) fn lend_backlog(&mut self, thief: usize, max: usize, floor_ns: u64) -> Vec<Loan> {
+        let n = (self.ready.len() / 2).min(max);
+        let mut loans = Vec::new();
+        while loans.len() < n {
+            let Some(pos) = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns)) else {
+                break;
+            };
+            loans.extend(self.lend_at(thief, pos));
+        }
+        loans
     }
 
     fn lendable(&self, key: usize, min_weight_ns: u64) -> bool {
@@ -609,6 +663,7 @@ impl ColorQueue {
             lease,
             pinned: false,
             weight_ns: 0,
+            event_ns: 0,
             traffic: Traffic::default(),
         });
         self.index.insert(color, key);
@@ -869,12 +924,59 @@ mod tests {
         }
         let key = |q: &ColorQueue, c| *q.index.get(&c).unwrap();
         let (kl, kh) = (key(&q, light), key(&q, heavy));
-        q.record_turn(kl, 1_000);
-        q.record_turn(kh, 500_000);
+        q.record_turn(kl, 1_000, 1);
+        q.record_turn(kh, 500_000, 1);
         let lent: Vec<Color> = q.lend_many(1, 16, false, 20_000).iter().map(|l| l.color).collect();
         assert_eq!(lent, vec![heavy], "the light and the unsampled colors stay");
         assert!(q.lend_weighing(1, 20_000).is_none());
         assert_eq!(q.lend(1).map(|l| l.color), Some(unknown), "without a floor they go too");
+    }
+
+    #[test]
+    fn a_backlog_is_lent_by_queued_work_and_the_lender_keeps_a_color() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(2));
+        let (first, short, long, other) =
+            (color_on(0, 2, 0), color_on(0, 2, 1), color_on(0, 2, 2), color_on(0, 2, 3));
+        let _ = q.post(first, task(&log, 0), false);
+        let _ = q.post(short, task(&log, 0), false);
+        for v in 0..100 {
+            let _ = q.post(long, task(&log, v), false);
+        }
+        let key = |q: &ColorQueue, c| *q.index.get(&c).unwrap();
+        // Nothing timed yet: nothing is known to be worth moving.
+        assert!(!q.has_backlog(20_000));
+        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        // 1 µs per event: `long` holds 100 µs, `short` 1 µs.
+        let (kl, ks) = (key(&q, long), key(&q, short));
+        q.record_turn(kl, 64_000, 64);
+        q.record_turn(ks, 1_000, 1);
+        assert!(q.has_backlog(20_000));
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        assert_eq!(lent, vec![long], "only the color with the backlog");
+        assert_eq!(q.ready_len(), 2, "the others stay");
+        // A lone waiting color is never lent, whatever it holds.
+        let mut q = ColorQueue::new(0, Placement::flat(2));
+        for v in 0..100 {
+            let _ = q.post(other, task(&log, v), false);
+        }
+        q.record_turn(key(&q, other), 64_000, 1);
+        assert!(!q.has_backlog(20_000));
+        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+    }
+
+    #[test]
+    fn a_preempted_turn_weighs_at_most_four_times_the_estimate() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(2));
+        let c = color_on(0, 2, 0);
+        let _ = q.post(c, task(&log, 0), false);
+        let k = *q.index.get(&c).unwrap();
+        q.record_turn(k, 100, 1);
+        // A turn that lost its CPU for 5 ms to another thread.
+        q.record_turn(k, 5_000_000, 1);
+        assert_eq!(q.slots[k].event_ns, (3 * 100 + 400) / 4);
+        assert_eq!(q.event_ns, (3 * 100 + 400) / 4, "the worker's estimate too");
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub(crate) struct Status {
     pub(crate) parks_in_poller: AtomicBool,
     /// The share of its CPU this worker gets when it wants to run, in thousandths (`cpu_share`).
     pub(crate) cpu_share: AtomicUsize,
+    /// `Steal::Backlog`: a color waiting here holds a backlog worth lending, as of the worker's
+    /// last look (every few turns and at the end of each round); thieves ask only such workers.
+    pub(crate) backlog: AtomicBool,
 }
 
 /// Everything other threads may touch of one worker.
@@ -84,6 +87,7 @@ impl Remote {
                 idle: AtomicBool::new(false),
                 parks_in_poller: AtomicBool::new(false),
                 cpu_share: AtomicUsize::new(crate::cpu_share::FULL as usize),
+                backlog: AtomicBool::new(false),
             }),
             stats: Padded::new(Published::new()),
         }

@@ -98,7 +98,7 @@ pub(crate) fn simulate(
                         assert!(matches!(qs[w].post(color, noop(), false), Route::Queued));
                     }
                 }
-                qs[w].record_turn(key, ran * cost[&color]);
+                qs[w].record_turn(key, ran * cost[&color], ran as usize);
                 if let Some(ret) = qs[w].end_turn(key) {
                     qs[ret.home].returned(ret.color, ret.ran);
                 }

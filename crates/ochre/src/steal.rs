@@ -59,10 +59,21 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     });
     for victim in candidates {
         let remote = &shared.remotes[victim];
-        if remote.status.ready.load(Ordering::Relaxed) == 0 {
+        let has_work = if shared.config.steal == Steal::Backlog {
+            remote.status.backlog.load(Ordering::Relaxed)
+        } else {
+            remote.status.ready.load(Ordering::Relaxed) > 0
+        };
+        if !has_work {
             continue;
         }
-        if floor.is_some_and(|f| remote.status.cpu_share.load(Ordering::Relaxed) as u32 > f) {
+        let share = remote.status.cpu_share.load(Ordering::Relaxed) as u32;
+        if floor.is_some_and(|f| share > f) {
+            continue;
+        }
+        // A backlog never moves to a CPU clearly slower than the one it waits on (this worker
+        // shares its CPU with another process): it would wait longer here.
+        if shared.config.steal == Steal::Backlog && share > core.cpu_share.share() + SHARED_BY {
             continue;
         }
         if remote
@@ -83,6 +94,12 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     }
 }
 
+/// The least queued work (ns: queued events times the color's measured cost per event) a color
+/// must hold to be lent by [`Steal::Backlog`]: ten times a steal round trip here (a request, a
+/// grant and the color's data moving, a few microseconds), so that what moves pays for moving;
+/// the seeds' cost-aware floor (20 µs, Mely) is of the same order.
+pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
+
 /// The cost-aware floor in ns (0 when cost-aware stealing is off).
 fn min_work_ns(shared: &Shared) -> u64 {
     shared.config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
@@ -102,7 +119,9 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     let thief = thief - 1;
     let config = &shared.config;
     let floor = min_work_ns(shared);
-    let loans = if config.steal_batch {
+    let loans = if config.steal == Steal::Backlog {
+        core.queue.lend_backlog(thief, config.steal_batch_max, BACKLOG_FLOOR)
+    } else if config.steal_batch {
         core.queue.lend_many(thief, config.steal_batch_max, true, floor)
     } else {
         core.queue.lend_many(thief, 1, false, floor)
@@ -119,6 +138,30 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
 /// whose waiting colors cannot be lent (borrowed ones) does not wake sleepers all the time, and
 /// the check itself (a shared load, a scan of the ready list) is rare on short turns. A guess.
 const NUDGE_EVERY_ROUNDS: u32 = 16;
+
+/// `Steal::Backlog`, after a turn: every [`NUDGE_EVERY_ROUNDS`] turns, looks for a backlog a
+/// thief could take, publishes whether there is one, and if so wakes a sleeping worker to take
+/// it. A worker whose colors pass single events (a ring, a ping-pong, a mall) never finds one,
+/// so no thief ever asks it and it wakes nobody: stealing costs such programs a counter.
+pub(crate) fn advertise(core: &mut Core, shared: &Shared) {
+    if core.nudge_cooldown > 0 {
+        core.nudge_cooldown -= 1;
+        return;
+    }
+    core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
+    if !core.publish_backlog(shared)
+        || shared.control.parked.load(Ordering::Relaxed) == 0
+        || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
+    {
+        return;
+    }
+    for (i, r) in shared.remotes.iter().enumerate() {
+        if i != core.id && r.rouse(!shared.config.batching) {
+            core.counters.add(Counter::WakeupsSent, 1);
+            return;
+        }
+    }
+}
 
 /// A loaded worker wakes one sleeping worker so that it may steal.
 pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
@@ -276,6 +319,45 @@ mod tests {
         shared.remotes[1].status.ready.store(9, Ordering::Relaxed);
         request(&mut cores[0], &shared);
         assert!(!cores[0].steal_pending);
+    }
+
+    #[test]
+    fn backlog_stealing_asks_only_a_worker_that_advertises_a_backlog() {
+        use crate::cpu_share::{CpuShare, FULL};
+        let (shared, mut cores) = setup(2, Steal::Backlog);
+        let mut victim = cores.remove(1);
+        let thief = &mut cores[0];
+        // Many colors waiting, each with an event or two (a ring, a mall): nothing to ask for.
+        for k in 0..6 {
+            let _ = victim.queue.post(color_on(1, 2, k), Task::new(|| {}), false);
+        }
+        victim.publish(&shared);
+        request(thief, &shared);
+        assert!(!thief.steal_pending, "ready colors alone are not a backlog");
+        // One color with a measured backlog of 1 µs x 100 events.
+        let heavy = color_on(1, 2, 9);
+        for _ in 0..100 {
+            let _ = victim.queue.post(heavy, Task::new(|| {}), false);
+        }
+        let key = victim.queue.start_turn().map(|(k, _)| k).unwrap();
+        victim.queue.record_turn(key, 1_000, 1);
+        let _ = victim.queue.end_turn(key);
+        victim.publish(&shared);
+        assert!(shared.remotes[1].status.backlog.load(Ordering::Relaxed));
+        // A thief whose CPU is shared does not take work from a CPU that is not.
+        thief.cpu_share = CpuShare::fixed(FULL / 2);
+        request(thief, &shared);
+        assert!(!thief.steal_pending);
+        thief.cpu_share = CpuShare::fixed(FULL);
+        request(thief, &shared);
+        assert!(thief.steal_pending);
+        answer(&mut victim, &shared);
+        thief.take_inbox(&shared);
+        let s = thief.counters.snapshot();
+        assert_eq!(s.steals_in, 1, "the backlog only");
+        assert_eq!(s.stolen_events, 100);
+        victim.publish(&shared);
+        assert!(!shared.remotes[1].status.backlog.load(Ordering::Relaxed), "none left");
     }
 
     #[test]

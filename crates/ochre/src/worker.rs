@@ -48,6 +48,10 @@ const HEAP_GAUGES_EVERY: u32 = 64;
 /// One turn in this many is timed, for cost-aware stealing (`queue::ColorQueue::record_turn`):
 /// two clock reads per sampled turn, nothing on the others.
 pub(crate) const TURN_SAMPLE: u32 = 8;
+/// One turn in this many is timed for `Steal::Backlog`, which needs only the order of a color's
+/// cost per event (and falls back on the worker's average for colors not sampled yet): one in 8
+/// cost single-event turns (a ping-pong, a ring) 5-10% of their rate in two clock reads.
+pub(crate) const BACKLOG_SAMPLE: u32 = 64;
 
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {
@@ -81,6 +85,8 @@ pub(crate) struct Core {
     turn_sends: u32,
     /// The ready count last written to this worker's status (`publish_ready`).
     published_ready: usize,
+    /// The last backlog flag published (`publish_backlog`).
+    published_backlog: bool,
     /// Rounds until the heap's gauges are published again (`publish_round`).
     heap_gauges_in: u32,
     /// This worker's CPU share measure (`cpu_share`), sampled with the heap gauges.
@@ -124,6 +130,7 @@ impl Core {
             event_remote_dest: 0,
             turn_sends: 0,
             published_ready: 0,
+            published_backlog: false,
             heap_gauges_in: 0,
             turns: 0,
             overdue: Vec::new(),
@@ -523,6 +530,21 @@ impl Core {
         }
         shared.remotes[self.id].stats.publish(&self.counters);
         self.publish_ready(shared);
+        if shared.config.steal == crate::Steal::Backlog {
+            self.publish_backlog(shared);
+        }
+    }
+
+    /// Publishes whether a color waiting here holds a backlog a thief may take
+    /// (`Steal::Backlog`); only a change is written. Returns it.
+    pub(crate) fn publish_backlog(&mut self, shared: &Shared) -> bool {
+        let backlog = self.queue.has_backlog(steal::BACKLOG_FLOOR);
+        if backlog != self.published_backlog {
+            self.published_backlog = backlog;
+            // Relaxed: a hint; a stale value costs a wasted or a missed request.
+            shared.remotes[self.id].status.backlog.store(backlog, Ordering::Relaxed);
+        }
+        backlog
     }
 
     /// The color for new long-lived work (see [`crate::place`]).
@@ -635,8 +657,11 @@ impl WorkerCtx {
                 };
                 let first = core.queue.pop(key);
                 core.turns = core.turns.wrapping_add(1);
-                let sample =
-                    shared.config.steal_min_work.is_some() && core.turns % TURN_SAMPLE == 0;
+                let sample = if shared.config.steal_min_work.is_some() {
+                    core.turns % TURN_SAMPLE == 0
+                } else {
+                    shared.config.steal == crate::Steal::Backlog && core.turns % BACKLOG_SAMPLE == 0
+                };
                 (key, color, first, sample.then(std::time::Instant::now))
             };
             self.current.set(Some(color));
@@ -654,7 +679,7 @@ impl WorkerCtx {
             core.counters.add(Counter::EventsRun, n as u64);
             if let Some(t0) = timed {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-                core.queue.record_turn(key, ns);
+                core.queue.record_turn(key, ns, n);
             }
             let (me, mine) = (core.id, core.cpu_share.share());
             let shed = |home: Option<usize>, ready| {
@@ -692,7 +717,9 @@ impl WorkerCtx {
                 None => {}
             }
             core.end_of_turn_flush(shared);
-            if shared.config.steal != crate::Steal::Off {
+            if shared.config.steal == crate::Steal::Backlog {
+                steal::advertise(&mut core, shared);
+            } else if shared.config.steal != crate::Steal::Off {
                 // Thieves judge victims by the ready count, and a sleeper is woken to steal:
                 // after every turn, so both hold through a long round, not only at its end.
                 core.publish_ready(shared);

@@ -383,6 +383,17 @@ fn stress_heuristics_with_a_shutdown_in_the_middle() {
 // back, stolen meanwhile): the same oracle checks exclusion, order and exactly-once across moves.
 
 #[test]
+fn stress_backlog_stealing_with_follow() {
+    stress("backlog", 16, Config::default().steal(Steal::Backlog), None);
+}
+
+#[test]
+fn stress_backlog_stealing_with_a_shutdown_in_the_middle() {
+    let config = Config::default().steal(Steal::Backlog).batch_size(2).turn_budget(1);
+    stress("backlog+shutdown", 17, config, Some(5_000));
+}
+
+#[test]
 fn stress_follow_with_stealing() {
     stress("follow+steal", 16, Config::default().follow(true).steal(Steal::Plain), None);
 }
