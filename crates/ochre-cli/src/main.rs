@@ -5,9 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ochre_bench::Options;
 
+#[cfg(feature = "bench")]
+mod bench;
 mod load;
+mod machine;
+#[cfg(feature = "bench")]
 mod study;
 
 #[derive(Parser)]
@@ -97,55 +100,31 @@ enum Command {
         file_size: Option<u64>,
     },
     /// Run one benchmark against its peers in this process and print its table.
-    Bench {
-        /// Which benchmark.
-        #[arg(value_parser = clap::builder::PossibleValuesParser::new(ochre_bench::BENCHES))]
-        name: String,
-        /// Smaller problem sizes.
-        #[arg(long)]
-        quick: bool,
-        /// Kept repetitions per system and case.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        reps: u32,
-        /// Worker counts to measure, comma-separated (default: 1 and 2, capped to the CPUs).
-        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=4096))]
-        workers: Option<Vec<u32>>,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    #[cfg(feature = "bench")]
+    Bench(bench::BenchArgs),
     /// Run every benchmark and write a report (Markdown + JSON) to a directory.
-    Study {
-        /// Smaller problem sizes: fits in a few minutes on 2 cores.
-        #[arg(long, conflicts_with = "full")]
-        quick: bool,
-        /// Larger problem sizes and more handler costs.
-        #[arg(long)]
-        full: bool,
-        /// Where to write the report.
-        #[arg(long, default_value = "target/ochre-report")]
-        out: PathBuf,
-        /// Run nothing: make report.md, report.html and the plots again from the JSON that a
-        /// study left in --out.
-        #[arg(long, conflicts_with_all = ["quick", "full"])]
-        rerender: bool,
-    },
+    #[cfg(feature = "bench")]
+    Study(bench::StudyArgs),
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(Lacking),
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Study(Lacking),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info(json),
-        Command::Bench { name, quick, reps, workers, json } => {
-            let mut opts = Options::new(quick);
-            opts.reps = reps as usize;
-            if let Some(w) = workers {
-                opts.workers = w.into_iter().map(|w| w as usize).collect();
-            }
-            bench(&name, &opts, json.as_deref())
-        }
-        Command::Study { out, rerender: true, .. } => study::rerender(&out),
-        Command::Study { quick, out, .. } => study::study(quick, &out),
+        #[cfg(feature = "bench")]
+        Command::Bench(args) => bench::bench(&args),
+        #[cfg(feature = "bench")]
+        Command::Study(args) => bench::study(&args),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench(_) => Err(Lacking::message("bench")),
+        #[cfg(not(feature = "bench"))]
+        Command::Study(_) => Err(Lacking::message("study")),
         Command::Fileset { dir, size_mib, zipf, seed, files, file_size } => {
             let uniform = files.zip(file_size);
             fileset(&dir, size_mib, zipf, seed, uniform)
@@ -185,6 +164,26 @@ fn main() -> ExitCode {
         }
     };
     exit(result)
+}
+
+/// The arguments of a subcommand this build lacks (`bench` and `study` without the `bench`
+/// feature): taken whatever they are, so that the answer is the missing feature.
+#[cfg(not(feature = "bench"))]
+#[derive(clap::Args)]
+struct Lacking {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    _args: Vec<String>,
+}
+
+#[cfg(not(feature = "bench"))]
+impl Lacking {
+    fn message(command: &str) -> String {
+        format!(
+            "`ochre {command}` is not in this build (built without the `bench` feature, which \
+             brings the benchmark peers); build the full tool with `cargo build --release -p \
+             ochre-cli`"
+        )
+    }
 }
 
 fn exit(result: Result<(), String>) -> ExitCode {
@@ -410,7 +409,7 @@ fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Re
 }
 
 fn info(json: bool) -> Result<(), String> {
-    let m = study::machine_info()?;
+    let m = machine::machine_info()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&m).map_err(|e| e.to_string())?);
         return Ok(());
@@ -437,15 +436,4 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> 
     }
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
-}
-
-fn bench(name: &str, opts: &Options, json: Option<&Path>) -> Result<(), String> {
-    let report =
-        ochre_bench::run(name, opts).ok_or_else(|| format!("no benchmark named {name}"))?;
-    println!("{}", report.table());
-    if let Some(path) = json {
-        write_json(path, &report)?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
 }
