@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "bench")]
 mod bench;
+mod duration;
 mod load;
 mod machine;
 #[cfg(feature = "bench")]
@@ -36,13 +37,19 @@ enum Command {
     ///
     /// Settings come from the defaults, then the --config file, then these flags.
     Serve {
-        /// The directory to serve (required here or in the config file). Nothing outside it is
-        /// ever served.
+        /// The directory to serve (required here, as --root or in the config file). Nothing
+        /// outside it is ever served.
+        #[arg(value_name = "DIR", conflicts_with = "root")]
+        dir: Option<PathBuf>,
+        /// The directory to serve (the same as DIR).
         #[arg(long)]
         root: Option<PathBuf>,
         /// Address and port to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+        /// Listen on 127.0.0.1 at this port (instead of --listen).
+        #[arg(short, long, conflicts_with = "listen")]
+        port: Option<u16>,
         /// Worker threads (default: one per CPU available).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: Option<u32>,
@@ -131,8 +138,10 @@ fn main() -> ExitCode {
         }
         Command::Load(args) => load::run(&args),
         Command::Serve {
+            dir,
             root,
             listen,
+            port,
             workers,
             config,
             max_connections,
@@ -151,8 +160,9 @@ fn main() -> ExitCode {
             if copies > 1 && copy.is_none() {
                 return exit(run_copies(copies));
             }
+            let listen = port.map_or(listen, |p| format!("127.0.0.1:{p}"));
             let flags = ServeFlags {
-                root,
+                root: dir.or(root),
                 max_connections,
                 read_timeout,
                 keepalive_timeout,
@@ -317,7 +327,11 @@ fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::Server
         Some(p) => ochre_http::ServerConfig::from_toml_file(p)?,
         None => {
             if f.root.is_none() {
-                return Err("--root is required (or a --config file with root = ...)".into());
+                return Err(
+                    "the directory to serve is required: `ochre serve DIR`, --root DIR, or a \
+                     --config file with root = ..."
+                        .into(),
+                );
             }
             ochre_http::ServerConfig::default()
         }
