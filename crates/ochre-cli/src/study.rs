@@ -20,12 +20,11 @@ use crate::machine::{machine_info, MachineInfo};
 use crate::write_json;
 
 /// Runs every benchmark and writes the report under `out`.
-pub(crate) fn study(quick: bool, out: &Path) -> Result<(), String> {
+pub(crate) fn study(opts: Options, out: &Path) -> Result<(), String> {
     let started = std::time::Instant::now();
     std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let machine = machine_info()?;
     write_json(&out.join("machine.json"), &machine)?;
-    let opts = Options::new(quick);
     let mut reports: Vec<BenchReport> = Vec::new();
     for name in ochre_bench::BENCHES {
         eprintln!("study: running {name} ...");

@@ -30,6 +30,18 @@ fn a_bench_build_has_bench_and_study() {
     assert!(text(&out).contains("--reps"), "{}", text(&out));
 }
 
+/// `--strict` fails exactly when the table shows a missed goal (which goals hold depends on the
+/// machine: the test asks only that exit status and table agree).
+#[cfg(feature = "bench")]
+#[test]
+fn strict_bench_fails_exactly_when_a_goal_is_missed() {
+    let out = ochre(&["bench", "wakeup", "--quick", "--reps", "1", "--workers", "2", "--strict"]);
+    let (table, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let missed = table.contains("[MISSED]");
+    assert_eq!(out.status.success(), !missed, "{table}{err}");
+    assert_eq!(err.contains("--strict:"), missed, "{err}");
+}
+
 #[cfg(not(feature = "bench"))]
 #[test]
 fn a_build_without_bench_says_what_it_lacks() {
