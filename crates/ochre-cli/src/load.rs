@@ -10,33 +10,37 @@ use std::time::{Duration, Instant};
 use ochre_load::remote::{self, Job};
 use ochre_load::{ClosedLoop, LoadReport, Model, OpenLoop, Phases, SemiOpenLoop};
 
-use crate::{seconds, write_json};
+use crate::{duration, seconds, write_json};
 
 /// Load an HTTP server: a closed loop of clients (Banga & Druschel); with --rate an open
 /// loop (latency from each request's intended send time); with --sessions a semi-open loop
-/// (Schroeder et al.). Latency percentiles, errors by kind, a per-second series. Every run is
-/// bounded in time. With --remote, the load is spread over this process and `ochre load
-/// --worker` processes (other hosts), and their histograms are merged.
+/// (Schroeder et al.). Latency percentiles, responses by status code, errors by kind, a
+/// per-second series. Every run is bounded in time. With --remote, the load is spread over
+/// this process and `ochre load --worker` processes (other hosts), and their histograms are
+/// merged. Durations take a unit (10s, 500ms, 2m); a bare number is seconds.
 #[derive(clap::Args)]
 pub(crate) struct LoadArgs {
-    /// The URL to request, e.g. http://127.0.0.1:8080/index.html (repeat for several paths
-    /// of the same server, requested in turn).
+    /// The URL to request, e.g. http://127.0.0.1:8080/index.html or http://[::1]:8080/
+    /// (repeat for several paths of the same server, requested in turn).
     #[arg(required_unless_present = "worker")]
     urls: Vec<String>,
     /// Concurrent clients (connections), in all.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(short, long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     clients: u32,
     /// Requests per connection before it is closed and reopened (150 in the thesis).
     #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(1..))]
     requests_per_connection: u32,
-    /// Milliseconds between a response and the next request of a client.
-    #[arg(long, default_value_t = 0.0)]
-    think_ms: f64,
+    /// Pause between a response and the next request of a client (e.g. 5ms).
+    #[arg(long, value_parser = duration::parse, conflicts_with = "think_ms")]
+    think: Option<Duration>,
+    /// The same in milliseconds (the older spelling of --think).
+    #[arg(long, hide = true)]
+    think_ms: Option<f64>,
     /// Open loop: requests per second in all, over --clients connections.
-    #[arg(long)]
+    #[arg(short = 'R', long)]
     rate: Option<f64>,
-    /// Semi-open loop: sessions arriving per second (each session thinks --think-ms on
-    /// average between requests; Pariag et al. use 343).
+    /// Semi-open loop: sessions arriving per second (each session thinks --think on
+    /// average between requests; Pariag et al. use 343ms).
     #[arg(long, conflicts_with = "rate")]
     sessions: Option<f64>,
     /// Semi-open loop: probability that a session leaves after each reply.
@@ -49,25 +53,25 @@ pub(crate) struct LoadArgs {
     /// stays under this many milliseconds, in 8 probes of --duration each.
     #[arg(long, conflicts_with_all = ["sessions", "remote"])]
     search_p99_ms: Option<f64>,
-    /// Seconds of measured load.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Seconds of load before measuring.
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
-    /// Seconds of load after the measured phase, not recorded (so the measurement does not end
-    /// as clients leave).
-    #[arg(long, default_value_t = 0.5)]
-    cooldown: f64,
+    /// Measured load.
+    #[arg(short, long, default_value = "10s", value_parser = duration::parse)]
+    duration: Duration,
+    /// Load before measuring, not recorded.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    warmup: Duration,
+    /// Load after the measured phase, not recorded (so the measurement does not end as
+    /// clients leave).
+    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    cooldown: Duration,
     /// End the measured phase after this many responses and errors (or at --duration, if
     /// sooner); throughput is over the time they took.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     requests: Option<u64>,
-    /// Seconds a request may take before it counts as a timeout.
-    #[arg(long, default_value_t = 5.0)]
-    timeout: f64,
+    /// Time a request may take before it counts as a timeout.
+    #[arg(long, default_value = "5s", value_parser = duration::parse)]
+    timeout: Duration,
     /// Worker threads of the injector (default: one per CPU).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(short = 't', long, visible_alias = "threads", value_parser = clap::value_parser!(u32).range(1..=4096))]
     workers: Option<u32>,
     /// Also write the report as JSON to this file (histogram included: reports merge).
     #[arg(long)]
@@ -114,7 +118,11 @@ impl LoadArgs {
     }
 
     fn model(&self) -> Result<Model, String> {
-        let think = seconds("think-ms", self.think_ms / 1000.0)?;
+        let think = match (self.think, self.think_ms) {
+            (Some(d), _) => d,
+            (None, Some(ms)) => seconds("think-ms", ms / 1000.0)?,
+            (None, None) => Duration::ZERO,
+        };
         Ok(match (self.rate, self.sessions) {
             (Some(rate), _) => Model::Open(OpenLoop {
                 rate,
@@ -145,10 +153,10 @@ impl LoadArgs {
             weights: None,
             verify: self.verify.clone(),
             model: self.model()?,
-            warmup: seconds("warmup", self.warmup)?,
-            measure: seconds("duration", self.duration)?,
-            timeout: seconds("timeout", self.timeout)?,
-            cooldown: seconds("cooldown", self.cooldown)?,
+            warmup: self.warmup,
+            measure: self.duration,
+            timeout: self.timeout,
+            cooldown: self.cooldown,
             requests: self.requests,
         };
         if let Some(m) = &self.mix {
@@ -238,9 +246,9 @@ fn search(args: &LoadArgs, job: &Job, slo: Duration, phases: &Phases) -> Result<
         ochre_load::rate_search(&rt, &target, connections, slo, (high / 1000.0, high), 8, phases)?;
     for (rate, r) in &s.probes {
         println!(
-            "{rate:>10.0} req/s: delivered {:>10.0}, p99 {:>8} us",
+            "{rate:>10.0} req/s: delivered {:>10.0}, p99 {:>8}",
             r.throughput,
-            r.percentile(99.0).unwrap_or(0)
+            ochre_load::report::latency(r.percentile(99.0).unwrap_or(0) as f64)
         );
     }
     println!("highest rate with p99 <= {slo:?}: {:.0} req/s", s.best_rate);

@@ -5,9 +5,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ochre_bench::Options;
 
+#[cfg(feature = "bench")]
+mod bench;
+mod duration;
 mod load;
+mod machine;
+#[cfg(feature = "bench")]
 mod study;
 
 #[derive(Parser)]
@@ -33,13 +37,19 @@ enum Command {
     ///
     /// Settings come from the defaults, then the --config file, then these flags.
     Serve {
-        /// The directory to serve (required here or in the config file). Nothing outside it is
-        /// ever served.
+        /// The directory to serve (required here, as --root or in the config file). Nothing
+        /// outside it is ever served.
+        #[arg(value_name = "DIR", conflicts_with = "root")]
+        dir: Option<PathBuf>,
+        /// The directory to serve (the same as DIR).
         #[arg(long)]
         root: Option<PathBuf>,
         /// Address and port to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+        /// Listen on 127.0.0.1 at this port (instead of --listen).
+        #[arg(short, long, conflicts_with = "listen")]
+        port: Option<u16>,
         /// Worker threads (default: one per CPU available).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: Option<u32>,
@@ -97,63 +107,41 @@ enum Command {
         file_size: Option<u64>,
     },
     /// Run one benchmark against its peers in this process and print its table.
-    Bench {
-        /// Which benchmark.
-        #[arg(value_parser = clap::builder::PossibleValuesParser::new(ochre_bench::BENCHES))]
-        name: String,
-        /// Smaller problem sizes.
-        #[arg(long)]
-        quick: bool,
-        /// Kept repetitions per system and case.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        reps: u32,
-        /// Worker counts to measure, comma-separated (default: 1 and 2, capped to the CPUs).
-        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=4096))]
-        workers: Option<Vec<u32>>,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    #[cfg(feature = "bench")]
+    Bench(bench::BenchArgs),
     /// Run every benchmark and write a report (Markdown + JSON) to a directory.
-    Study {
-        /// Smaller problem sizes: fits in a few minutes on 2 cores.
-        #[arg(long, conflicts_with = "full")]
-        quick: bool,
-        /// Larger problem sizes and more handler costs.
-        #[arg(long)]
-        full: bool,
-        /// Where to write the report.
-        #[arg(long, default_value = "target/ochre-report")]
-        out: PathBuf,
-        /// Run nothing: make report.md, report.html and the plots again from the JSON that a
-        /// study left in --out.
-        #[arg(long, conflicts_with_all = ["quick", "full"])]
-        rerender: bool,
-    },
+    #[cfg(feature = "bench")]
+    Study(bench::StudyArgs),
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(Lacking),
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Study(Lacking),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info(json),
-        Command::Bench { name, quick, reps, workers, json } => {
-            let mut opts = Options::new(quick);
-            opts.reps = reps as usize;
-            if let Some(w) = workers {
-                opts.workers = w.into_iter().map(|w| w as usize).collect();
-            }
-            bench(&name, &opts, json.as_deref())
-        }
-        Command::Study { out, rerender: true, .. } => study::rerender(&out),
-        Command::Study { quick, out, .. } => study::study(quick, &out),
+        #[cfg(feature = "bench")]
+        Command::Bench(args) => bench::bench(&args),
+        #[cfg(feature = "bench")]
+        Command::Study(args) => bench::study(&args),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench(_) => Err(Lacking::message("bench")),
+        #[cfg(not(feature = "bench"))]
+        Command::Study(_) => Err(Lacking::message("study")),
         Command::Fileset { dir, size_mib, zipf, seed, files, file_size } => {
             let uniform = files.zip(file_size);
             fileset(&dir, size_mib, zipf, seed, uniform)
         }
         Command::Load(args) => load::run(&args),
         Command::Serve {
+            dir,
             root,
             listen,
+            port,
             workers,
             config,
             max_connections,
@@ -172,8 +160,9 @@ fn main() -> ExitCode {
             if copies > 1 && copy.is_none() {
                 return exit(run_copies(copies));
             }
+            let listen = port.map_or(listen, |p| format!("127.0.0.1:{p}"));
             let flags = ServeFlags {
-                root,
+                root: dir.or(root),
                 max_connections,
                 read_timeout,
                 keepalive_timeout,
@@ -185,6 +174,26 @@ fn main() -> ExitCode {
         }
     };
     exit(result)
+}
+
+/// The arguments of a subcommand this build lacks (`bench` and `study` without the `bench`
+/// feature): taken whatever they are, so that the answer is the missing feature.
+#[cfg(not(feature = "bench"))]
+#[derive(clap::Args)]
+struct Lacking {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    _args: Vec<String>,
+}
+
+#[cfg(not(feature = "bench"))]
+impl Lacking {
+    fn message(command: &str) -> String {
+        format!(
+            "`ochre {command}` is not in this build (built without the `bench` feature, which \
+             brings the benchmark peers); build the full tool with `cargo build --release -p \
+             ochre-cli`"
+        )
+    }
 }
 
 fn exit(result: Result<(), String>) -> ExitCode {
@@ -318,7 +327,11 @@ fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::Server
         Some(p) => ochre_http::ServerConfig::from_toml_file(p)?,
         None => {
             if f.root.is_none() {
-                return Err("--root is required (or a --config file with root = ...)".into());
+                return Err(
+                    "the directory to serve is required: `ochre serve DIR`, --root DIR, or a \
+                     --config file with root = ..."
+                        .into(),
+                );
             }
             ochre_http::ServerConfig::default()
         }
@@ -410,7 +423,7 @@ fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Re
 }
 
 fn info(json: bool) -> Result<(), String> {
-    let m = study::machine_info()?;
+    let m = machine::machine_info()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&m).map_err(|e| e.to_string())?);
         return Ok(());
@@ -437,15 +450,4 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> 
     }
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
-}
-
-fn bench(name: &str, opts: &Options, json: Option<&Path>) -> Result<(), String> {
-    let report =
-        ochre_bench::run(name, opts).ok_or_else(|| format!("no benchmark named {name}"))?;
-    println!("{}", report.table());
-    if let Some(path) = json {
-        write_json(path, &report)?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
 }

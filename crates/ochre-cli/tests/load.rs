@@ -1,5 +1,6 @@
 //! `ochre load` as a user runs it: against `ochre serve`, with verification, CSV and JSON out,
-//! spread over a worker process; bad input answered with a clear error, never a panic.
+//! spread over a worker process, with wrk's short flags and durations with units; bad input
+//! answered with a clear error, never a panic.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -87,6 +88,48 @@ fn load_verifies_writes_csv_and_json_and_spreads_over_a_worker() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// wrk's habits: short flags, durations with units; `ochre serve DIR --port P`; the report
+/// breaks responses down by status code and writes latencies in a unit that suits them.
+#[test]
+fn load_takes_short_flags_and_units_and_counts_responses_by_status() {
+    let dir = std::env::temp_dir().join(format!("ochre-cli-short-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("index.html"), "hello\n").unwrap();
+    let port = free_port();
+    let _server = Killed(
+        ochre()
+            .args(["serve", dir.to_str().unwrap(), "--port", &port.to_string(), "--workers", "1"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(port);
+    let json = dir.with_extension("json");
+    let out = ochre()
+        .args(["load", &format!("http://127.0.0.1:{port}/")])
+        .arg(format!("http://127.0.0.1:{port}/missing"))
+        .args(["-c", "2", "-d", "600ms", "--warmup", "100ms", "--cooldown", "0s", "-t", "1"])
+        .args(["--think", "1ms", "--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("think 1ms"), "{text}");
+    let status = text.lines().find(|l| l.starts_with("status: ")).unwrap_or_default();
+    assert!(status.contains(" 404=") && status.starts_with("status: 200="), "{text}");
+    let p50 = text.split(" p50=").nth(1).and_then(|r| r.split(' ').next()).unwrap_or_default();
+    let number = p50.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    assert!(number.parse::<f64>().is_ok(), "{p50} in {text}");
+    assert!(["us", "ms", "s"].contains(&&p50[number.len()..]), "{p50} in {text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (ok, found) = (report["status"]["200"].as_u64(), report["status"]["404"].as_u64());
+    assert_eq!(ok, report["ok"].as_u64(), "{report}");
+    assert_eq!(found, report["errors"][4].as_u64(), "404s are status errors: {report}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&json).unwrap();
+}
+
 #[test]
 fn bad_input_gets_a_clear_error() {
     let port = free_port(); // nothing listens there
@@ -98,6 +141,13 @@ fn bad_input_gets_a_clear_error() {
         (vec!["load", &url, "--rate=-5", "--duration", "0.1"], "rate"),
         (vec!["load", &url, "--remote", "127.0.0.1:1", "--duration", "0.1"], "127.0.0.1:1"),
         (vec!["load"], "URLS"),
+        (vec!["load", &url, "-d", "10x"], "unknown unit `x`"),
+        (vec!["load", &url, "--warmup=-1s"], "not a duration"),
+        (vec!["load", &url, "--think", "1ms", "--think-ms", "3"], "cannot be used with"),
+        (vec!["load", "http://[::1/"], "invalid IPv6"),
+        (vec!["serve"], "the directory to serve is required"),
+        (vec!["serve", "/tmp", "--root", "/tmp"], "cannot be used with"),
+        (vec!["serve", "/tmp", "--port", "1", "--listen", "127.0.0.1:2"], "cannot be used with"),
     ] {
         let out = ochre().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -505,6 +505,7 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
     if sent >= run.measure_from && run.measuring(now) && run.count(now) {
         client.tally_now(|t| {
             t.sent += sends;
+            t.record_status(resp.code);
             if resp.mismatch {
                 t.record_error(since, ErrorKind::Mismatch);
             } else if (200..400).contains(&resp.code) {

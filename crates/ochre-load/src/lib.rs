@@ -22,7 +22,6 @@ pub mod remote;
 pub mod report;
 mod response;
 
-use std::net::ToSocketAddrs;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -136,30 +135,37 @@ impl std::fmt::Debug for Progress {
     }
 }
 
-/// Parses `http://host[:port]/path` into a target (only `http`).
-pub fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url}: only http:// URLs"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.is_empty() {
-        return Err(format!("{url}: no host"));
+/// Parses `http://host[:port]/path?query` into a target (only `http`), with the `url` crate:
+/// names are resolved (the first address is used), IPv6 literals are written in brackets
+/// (`http://[::1]:8080/`), the port defaults to 80, the fragment is not sent.
+pub fn parse_url(text: &str) -> Result<Target, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("{text}: {e}"))?;
+    if url.scheme() != "http" {
+        return Err(format!("{text}: only http:// URLs"));
     }
-    let with_port =
-        if authority.contains(':') { authority.to_string() } else { format!("{authority}:80") };
-    let addr = with_port
-        .to_socket_addrs()
-        .map_err(|e| format!("{url}: {e}"))?
+    // WHATWG parsing reads `http:///x` as host `x`: a URL written without a host is refused.
+    if text.trim_start().get(7..).is_some_and(|rest| rest.starts_with('/')) {
+        return Err(format!("{text}: no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!("{text}: credentials in URLs are not supported"));
+    }
+    let host = url.host_str().ok_or_else(|| format!("{text}: no host"))?;
+    let addr = url
+        .socket_addrs(|| Some(80))
+        .map_err(|e| format!("{text}: {e}"))?
+        .into_iter()
         .next()
-        .ok_or_else(|| format!("{url}: no address"))?;
-    Ok(Target {
-        addr,
-        host: authority.to_string(),
-        paths: vec![path.to_string()],
-        mix: None,
-        bodies: None,
-    })
+        .ok_or_else(|| format!("{text}: no address"))?;
+    let authority = match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    let path = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    Ok(Target { addr, host: authority, paths: vec![path], mix: None, bodies: None })
 }
 
 /// Runs a closed loop against `target` on `rt` and reports the measured phase.
@@ -454,7 +460,33 @@ mod tests {
         assert_eq!(t.paths, vec!["/a/b?c"]);
         assert_eq!(t.host, "127.0.0.1:8080");
         assert_eq!(parse_url("http://127.0.0.1:9").unwrap().paths, vec!["/"]);
-        assert!(parse_url("https://x/").is_err());
-        assert!(parse_url("http:///x").is_err());
+        assert!(parse_url("https://x/").unwrap_err().contains("only http://"));
+        assert!(parse_url("http:///x").unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn ipv6_literals_default_ports_queries_and_bad_urls() {
+        let t = parse_url("http://[::1]:8080/x?y=1#frag").unwrap();
+        assert_eq!(t.addr, "[::1]:8080".parse().unwrap());
+        assert_eq!(t.host, "[::1]:8080");
+        assert_eq!(t.paths, vec!["/x?y=1"]);
+        let t = parse_url("http://[::1]/").unwrap();
+        assert_eq!((t.addr.port(), t.host.as_str()), (80, "[::1]"));
+        // The default port written out is the default port.
+        let t = parse_url("HTTP://127.0.0.1:80").unwrap();
+        assert_eq!((t.addr.port(), t.host.as_str(), t.paths[0].as_str()), (80, "127.0.0.1", "/"));
+        let t = parse_url("http://localhost:9/a%20b").unwrap();
+        assert_eq!((t.addr.port(), t.host.as_str()), (9, "localhost:9"));
+        assert_eq!(t.paths, vec!["/a%20b"]);
+        for (bad, says) in [
+            ("127.0.0.1:8080/", "127.0.0.1:8080/"),
+            ("http://[::1/", "invalid IPv6"),
+            ("http://127.0.0.1:99999/", "invalid port"),
+            ("http://u:p@127.0.0.1/", "credentials"),
+            ("http://", "empty host"),
+        ] {
+            let e = parse_url(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }

@@ -1,9 +1,11 @@
-//! What a load run measured: throughput, the latency distribution, errors by kind, a time series.
+//! What a load run measured: throughput, the latency distribution, responses by status code,
+//! errors by kind, a time series.
 //!
 //! Each client records into its own [`Tally`]; at the end the tallies are merged and turned into
 //! a [`LoadReport`]. A report keeps its latency histogram (as `(value, count)` pairs), so reports
 //! of several injectors (master and workers) merge exactly, not by averaging percentiles.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -95,6 +97,9 @@ pub struct Tally {
     pub injector_late: u64,
     /// Per-interval counts of the measured phase.
     pub series: Vec<Interval>,
+    /// Responses of the measured phase by status code, as (code, count) in first-seen order:
+    /// a server answers with few distinct codes, so a short list beats a map on the hot path.
+    pub status: Vec<(u16, u64)>,
 }
 
 impl Tally {
@@ -110,6 +115,7 @@ impl Tally {
             sent: 0,
             injector_late: 0,
             series: Vec::new(),
+            status: Vec::new(),
         }
     }
 
@@ -132,6 +138,19 @@ impl Tally {
         i.latency_sum_us += us;
     }
 
+    /// A response with status `code` in the measured phase (whether it counts as a success or
+    /// an error is recorded apart).
+    pub fn record_status(&mut self, code: u16) {
+        self.add_status(code, 1);
+    }
+
+    fn add_status(&mut self, code: u16, n: u64) {
+        match self.status.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, count)) => *count += n,
+            None => self.status.push((code, n)),
+        }
+    }
+
     /// An error `since_start` into the measured phase.
     pub fn record_error(&mut self, since_start: Duration, kind: ErrorKind) {
         self.errors[kind as usize] += 1;
@@ -149,6 +168,9 @@ impl Tally {
         self.injector_late += other.injector_late;
         for (a, b) in self.errors.iter_mut().zip(other.errors) {
             *a += b;
+        }
+        for &(code, n) in &other.status {
+            self.add_status(code, n);
         }
         if self.series.len() < other.series.len() {
             self.series.resize(other.series.len(), Interval::default());
@@ -185,6 +207,9 @@ pub struct LoadReport {
     pub bytes_per_sec: f64,
     /// Errors by kind, in the order of [`ErrorKind::ALL`].
     pub errors: [u64; ERROR_KINDS],
+    /// Responses by status code (successes and `status` errors alike).
+    #[serde(default)]
+    pub status: BTreeMap<u16, u64>,
     /// Latency percentiles in microseconds: (percentile, value).
     pub latency_us: Vec<(f64, u64)>,
     /// Mean and largest latency in microseconds.
@@ -245,6 +270,7 @@ impl LoadReport {
             bytes: t.bytes,
             bytes_per_sec: t.bytes as f64 / secs,
             errors: t.errors,
+            status: t.status.iter().copied().collect(),
             latency_us,
             latency_mean_us: t.latency_us.mean(),
             latency_max_us: t.latency_us.max(),
@@ -273,6 +299,7 @@ impl LoadReport {
         t.ok = self.ok;
         t.bytes = self.bytes;
         t.errors = self.errors;
+        t.status = self.status.iter().map(|(&c, &n)| (c, n)).collect();
         t.late = self.late_sends;
         t.sessions = self.sessions;
         t.sent = self.sent;
@@ -351,9 +378,17 @@ impl LoadReport {
             self.bytes_per_sec / 1e6
         );
         for (p, v) in &self.latency_us {
-            s += &format!(" p{p}={v}us");
+            s += &format!(" p{p}={}", latency(*v as f64));
         }
-        s += &format!(" mean={:.0}us max={}us\n", self.latency_mean_us, self.latency_max_us);
+        s += &format!(
+            " mean={} max={}\n",
+            latency(self.latency_mean_us),
+            latency(self.latency_max_us as f64)
+        );
+        if !self.status.is_empty() {
+            let codes: Vec<String> = self.status.iter().map(|(c, n)| format!("{c}={n}")).collect();
+            s += &format!("status: {}\n", codes.join(" "));
+        }
         let errs: Vec<String> = ErrorKind::ALL
             .iter()
             .map(|k| k.name())
@@ -385,6 +420,19 @@ impl LoadReport {
             s += &format!("warning: {w}\n");
         }
         s
+    }
+}
+
+/// A latency given in microseconds, in the unit that suits it: `850us`, `12.3ms`, `1.50s`.
+pub fn latency(us: f64) -> String {
+    if us < 1e3 {
+        format!("{us:.0}us")
+    } else if us < 1e4 {
+        format!("{:.2}ms", us / 1e3)
+    } else if us < 1e6 {
+        format!("{:.1}ms", us / 1e3)
+    } else {
+        format!("{:.2}s", us / 1e6)
     }
 }
 
@@ -454,6 +502,43 @@ mod tests {
         let csv = merged.csv();
         assert_eq!(csv.lines().count(), 3, "{csv}");
         assert!(csv.lines().nth(2).unwrap().starts_with("1,1000,1,"), "{csv}");
+    }
+
+    #[test]
+    fn responses_by_status_code_merge_and_show() {
+        let mut a = tally(0);
+        for code in [200, 200, 404, 200] {
+            a.record_status(code);
+        }
+        let mut b = Tally::new();
+        b.record_status(503);
+        b.record_status(404);
+        a.merge(&b);
+        assert_eq!(a.status, vec![(200, 3), (404, 2), (503, 1)]);
+        let r = LoadReport::from_tally("x".into(), &a, Duration::from_secs(1));
+        assert!(r.table().contains("status: 200=3 404=2 503=1\n"), "{}", r.table());
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains(r#""status":{"200":3,"404":2,"503":1}"#), "{json}");
+        // Through JSON and back into a tally, as a worker's report is merged.
+        let back: LoadReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(LoadReport::merge("m".into(), &[back.clone(), back]).unwrap().status[&404], 4);
+        // A report of an older version, without the field, still reads.
+        let old = json.replace(r#""status":{"200":3,"404":2,"503":1},"#, "");
+        assert!(serde_json::from_str::<LoadReport>(&old).unwrap().status.is_empty());
+    }
+
+    #[test]
+    fn latencies_are_shown_in_a_unit_that_suits_them() {
+        assert_eq!(latency(0.0), "0us");
+        assert_eq!(latency(850.4), "850us");
+        assert_eq!(latency(999.0), "999us");
+        assert_eq!(latency(1234.0), "1.23ms");
+        assert_eq!(latency(12_345.0), "12.3ms");
+        assert_eq!(latency(999_000.0), "999.0ms");
+        assert_eq!(latency(1_500_000.0), "1.50s");
+        let r = LoadReport::from_tally("x".into(), &tally(20_000), Duration::from_secs(1));
+        let table = r.table();
+        assert!(table.contains(" p50=20.5ms ") && table.contains(" max=21.0ms\n"), "{table}");
     }
 
     #[test]
