@@ -74,6 +74,21 @@ fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> 
 }
 
 impl Phases {
+    /// Adds the phases of another job run after this one (K-means' iterations, PCA's two
+    /// jobs): times and counts add up; lanes and reduce tasks keep the larger.
+    pub fn add(&mut self, other: &Phases) {
+        self.split += other.split;
+        self.map += other.map;
+        self.reduce += other.reduce;
+        self.merge += other.merge;
+        self.total += other.total;
+        self.map_tasks += other.map_tasks;
+        self.lanes = self.lanes.max(other.lanes);
+        self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
+        self.emitted += other.emitted;
+        self.intermediate += other.intermediate;
+    }
+
     /// One line: `split 1.2 ms, map 80.1 ms, reduce 3.4 ms, merge 0.5 ms (total 86.0 ms)`.
     pub fn line(&self) -> String {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);

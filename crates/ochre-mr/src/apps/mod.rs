@@ -28,6 +28,13 @@ use serde::Serialize;
 
 use crate::Phases;
 
+pub mod histogram;
+pub mod kmeans;
+pub mod linear_regression;
+pub mod matrix_multiply;
+pub mod pca;
+pub mod reverse_index;
+pub mod string_match;
 pub mod word_count;
 
 /// The applications, by their command-line names.
@@ -165,6 +172,13 @@ fn drive<A: Application>(input: &Path, rt: &Runtime, verify: bool) -> Result<Rep
 pub fn run(name: &str, input: &Path, rt: &Runtime, verify: bool) -> Result<Report, AppError> {
     match name {
         "word-count" => drive::<word_count::WordCount>(input, rt, verify),
+        "reverse-index" => drive::<reverse_index::ReverseIndex>(input, rt, verify),
+        "histogram" => drive::<histogram::Histogram>(input, rt, verify),
+        "linear-regression" => drive::<linear_regression::LinearRegression>(input, rt, verify),
+        "kmeans" => drive::<kmeans::Kmeans>(input, rt, verify),
+        "pca" => drive::<pca::Pca>(input, rt, verify),
+        "string-match" => drive::<string_match::StringMatch>(input, rt, verify),
+        "matrix-multiply" => drive::<matrix_multiply::MatrixMultiply>(input, rt, verify),
         _ => Err(AppError::Unknown(name.into())),
     }
 }
@@ -173,6 +187,13 @@ pub fn run(name: &str, input: &Path, rt: &Runtime, verify: bool) -> Result<Repor
 pub fn generate(name: &str, size: Size, seed: u64, out: &Path) -> Result<(), AppError> {
     match name {
         "word-count" => word_count::WordCount::generate(size, seed, out),
+        "reverse-index" => reverse_index::ReverseIndex::generate(size, seed, out),
+        "histogram" => histogram::Histogram::generate(size, seed, out),
+        "linear-regression" => linear_regression::LinearRegression::generate(size, seed, out),
+        "kmeans" => kmeans::Kmeans::generate(size, seed, out),
+        "pca" => pca::Pca::generate(size, seed, out),
+        "string-match" => string_match::StringMatch::generate(size, seed, out),
+        "matrix-multiply" => matrix_multiply::MatrixMultiply::generate(size, seed, out),
         _ => Err(AppError::Unknown(name.into())),
     }
 }
