@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use ochre_bench::Options;
 
 mod load;
+mod mr;
 mod study;
 
 #[derive(Parser)]
@@ -74,6 +75,7 @@ enum Command {
         copy: Option<u32>,
     },
     Load(load::LoadArgs),
+    Mr(mr::MrArgs),
     /// Generate a SPECweb99-like static file set and its request mix (mix.txt) in a directory.
     Fileset {
         /// Where to write it (created).
@@ -151,6 +153,7 @@ fn main() -> ExitCode {
             fileset(&dir, size_mib, zipf, seed, uniform)
         }
         Command::Load(args) => load::run(&args),
+        Command::Mr(args) => mr::run(&args),
         Command::Serve {
             root,
             listen,

@@ -34,6 +34,7 @@ pub mod linear_regression;
 pub mod matrix_multiply;
 pub mod pca;
 pub mod reverse_index;
+pub mod streaming;
 pub mod string_match;
 pub mod word_count;
 
