@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use ochre::{Color, ColorCell, Config, Runtime};
 use serde::Serialize;
 
@@ -365,7 +366,9 @@ struct State<P: MapReduce> {
     /// Set once by the split event, before any lane runs.
     splits: OnceLock<Vec<P::Split>>,
     next_task: AtomicUsize,
-    lanes: Vec<ColorCell<Lane<P>>>,
+    /// Padded: a lane's container header (its length, written at each new key) must not
+    /// share a cache line with another lane's.
+    lanes: Vec<CachePadded<ColorCell<Lane<P>>>>,
     lanes_left: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
     runs: Vec<Mutex<Vec<Run<P>>>>,
@@ -403,7 +406,7 @@ impl<P: MapReduce> State<P> {
             start: Instant::now(),
             lanes: lane_colors
                 .iter()
-                .map(|&c| ColorCell::new(c, Lane { store: None, emitted: 0 }))
+                .map(|&c| CachePadded::new(ColorCell::new(c, Lane { store: None, emitted: 0 })))
                 .collect(),
             lanes_left: AtomicUsize::new(lane_colors.len()),
             runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
@@ -478,7 +481,9 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     let (app, container) = (&*s.app, s.container);
     let opened = s.lanes[lane].with(|l| {
         let store = l.store.get_or_insert_with(|| Store::new(container));
-        app.map(split, &mut Emitter::new(app, store, &mut l.emitted));
+        let mut out = Emitter::new(app, store);
+        app.map(split, &mut out);
+        l.emitted += out.emitted();
     });
     if let Err(e) = opened {
         return s.fail(format!("lane {lane}: {e}"));

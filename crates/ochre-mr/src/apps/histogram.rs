@@ -48,13 +48,14 @@ impl Histogram {
         Ok(Histogram { data: offset..offset + pixels * 3, bmp })
     }
 
-    fn pixels(&self) -> &[u8] {
+    /// The pixel data: whole (blue, green, red) triples.
+    pub fn pixels(&self) -> &[u8] {
         &self.bmp[self.data.clone()]
     }
 }
 
 /// Adds the pixels of `data` (whole triples) to `counts`.
-fn count(data: &[u8], counts: &mut [u64; BUCKETS]) {
+pub fn count(data: &[u8], counts: &mut [u64; BUCKETS]) {
     // Three separate tables would let the compiler prove no aliasing; one indexed by offset
     // is as fast and keeps the key layout in one place.
     for px in data.chunks_exact(3) {

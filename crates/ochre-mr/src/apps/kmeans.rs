@@ -87,19 +87,14 @@ impl MapReduce for Assign {
     fn map(&self, range: &Range<usize>, out: &mut Emitter<'_, Self>) {
         let pts = &self.points[range.start * self.dim..range.end * self.dim];
         for p in pts.chunks_exact(self.dim) {
-            let mut sum = [0i64; MAX_DIM];
-            for (s, &c) in sum.iter_mut().zip(p) {
-                *s = i64::from(c);
-            }
-            out.emit(nearest(p, &self.means, self.dim) as u32, PointSum { sum, count: 1 });
+            let mut one = PointSum::ZERO;
+            one.add_point(p);
+            out.emit(nearest(p, &self.means, self.dim) as u32, one);
         }
     }
 
     fn combine(&self, acc: &mut PointSum, v: PointSum) {
-        for (a, b) in acc.sum.iter_mut().zip(v.sum) {
-            *a += b;
-        }
-        acc.count += v.count;
+        acc.add(&v);
     }
 
     fn key_index(&self, key: &u32) -> Option<usize> {
@@ -124,7 +119,68 @@ fn new_means(
     means
 }
 
+/// The sums of the points of `points` nearest to each of `means`.
+pub fn sums_of(points: &[i32], means: &[i32], dim: usize) -> Vec<PointSum> {
+    let mut sums = vec![PointSum::ZERO; means.len() / dim];
+    for p in points.chunks_exact(dim) {
+        sums[nearest(p, means, dim)].add_point(p);
+    }
+    sums
+}
+
+impl PointSum {
+    /// No point.
+    pub const ZERO: PointSum = PointSum { sum: [0; MAX_DIM], count: 0 };
+
+    /// Adds one point.
+    #[inline]
+    pub fn add_point(&mut self, p: &[i32]) {
+        for (a, &c) in self.sum.iter_mut().zip(p) {
+            *a += i64::from(c);
+        }
+        self.count += 1;
+    }
+
+    /// Adds the points of `other`.
+    #[inline]
+    pub fn add(&mut self, other: &PointSum) {
+        for (a, b) in self.sum.iter_mut().zip(other.sum) {
+            *a += b;
+        }
+        self.count += other.count;
+    }
+}
+
 impl Kmeans {
+    /// Coordinates per point.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The points' coordinates, point after point.
+    pub fn points(&self) -> &[i32] {
+        &self.points
+    }
+
+    /// Lloyd's iterations from the initial means: `assign(means)` gives the sum of the points
+    /// nearest to each mean (as `(cluster, sum)`; clusters with no point may be left out);
+    /// the loop stops when no mean moves or after [`MAX_ITERATIONS`].
+    pub fn lloyd<E>(
+        &self,
+        mut assign: impl FnMut(&[i32]) -> Result<Vec<(usize, PointSum)>, E>,
+    ) -> Result<Clusters, E> {
+        let dim = self.dim;
+        let mut means = self.means.clone();
+        for iteration in 1..=MAX_ITERATIONS {
+            let next = new_means(&means, dim, assign(&means)?);
+            if next == means {
+                return Ok(Clusters { dim, means, iterations: iteration });
+            }
+            means = next;
+        }
+        Ok(Clusters { dim, means, iterations: MAX_ITERATIONS })
+    }
+
     /// Points (`dim` coordinates each) and initial means.
     pub fn new(dim: usize, points: Vec<i32>, means: Vec<i32>) -> Result<Self, AppError> {
         if dim == 0 || dim > MAX_DIM {
@@ -175,43 +231,25 @@ impl Application for Kmeans {
     }
 
     fn run(app: &Arc<Self>, rt: &Runtime) -> Result<(Clusters, Phases), crate::Error> {
-        let dim = app.dim;
-        let mut means = app.means.clone();
         let mut phases = Phases::default();
-        for iteration in 1..=MAX_ITERATIONS {
-            let job = Assign { dim, points: app.points.clone(), means: means.clone() };
-            let k = means.len() / dim;
+        let clusters = app.lloyd::<crate::Error>(|means| {
+            let job = Assign { dim: app.dim, points: app.points.clone(), means: means.to_vec() };
+            let k = means.len() / app.dim;
             let out = Job::new(job).container(Container::Dense(k)).sorted(false).run_on(rt)?;
             phases.add(&out.phases);
-            let next = new_means(&means, dim, out.pairs.into_iter().map(|(k, s)| (k as usize, s)));
-            if next == means {
-                return Ok((Clusters { dim, means, iterations: iteration }, phases));
-            }
-            means = next;
-        }
-        Ok((Clusters { dim, means, iterations: MAX_ITERATIONS }, phases))
+            Ok(out.pairs.into_iter().map(|(k, s)| (k as usize, s)).collect())
+        })?;
+        Ok((clusters, phases))
     }
 
     fn sequential(&self) -> Clusters {
-        let dim = self.dim;
-        let mut means = self.means.clone();
-        for iteration in 1..=MAX_ITERATIONS {
-            let k = means.len() / dim;
-            let mut sums = vec![PointSum { sum: [0; MAX_DIM], count: 0 }; k];
-            for p in self.points.chunks_exact(dim) {
-                let s = &mut sums[nearest(p, &means, dim)];
-                for (a, &c) in s.sum.iter_mut().zip(p) {
-                    *a += i64::from(c);
-                }
-                s.count += 1;
-            }
-            let next = new_means(&means, dim, sums.into_iter().enumerate());
-            if next == means {
-                return Clusters { dim, means, iterations: iteration };
-            }
-            means = next;
+        let result = self.lloyd::<std::convert::Infallible>(|means| {
+            Ok(sums_of(&self.points, means, self.dim).into_iter().enumerate().collect())
+        });
+        match result {
+            Ok(c) => c,
+            Err(never) => match never {},
         }
-        Clusters { dim, means, iterations: MAX_ITERATIONS }
     }
 
     fn agree(a: &Clusters, b: &Clusters) -> bool {

@@ -60,8 +60,8 @@ impl Line {
     }
 }
 
-/// The five sums of the points in `data`.
-fn sums(data: &[u8]) -> [i64; 5] {
+/// The five sums `x, y, x², y², xy` of the points in `data` (whole pairs).
+pub fn sums(data: &[u8]) -> [i64; 5] {
     let (mut sx, mut sy, mut sxx, mut syy, mut sxy) = (0i64, 0i64, 0i64, 0i64, 0i64);
     for p in data.chunks_exact(2) {
         let (x, y) = (i64::from(p[0] as i8), i64::from(p[1] as i8));
@@ -72,6 +72,13 @@ fn sums(data: &[u8]) -> [i64; 5] {
         sxy += x * y;
     }
     [sx, sy, sxx, syy, sxy]
+}
+
+impl LinearRegression {
+    /// The points, whole pairs only.
+    pub fn points(&self) -> &[u8] {
+        &self.points[..self.points.len() / 2 * 2]
+    }
 }
 
 impl MapReduce for LinearRegression {

@@ -36,8 +36,13 @@ impl MatrixMultiply {
         Ok(MatrixMultiply { n, a, b })
     }
 
+    /// The side of the matrices.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
     /// Row `i` of the product into `out` (`n` values).
-    fn row(&self, i: usize, out: &mut [i32]) {
+    pub fn row(&self, i: usize, out: &mut [i32]) {
         let n = self.n;
         out.fill(0);
         for (k, &aik) in self.a[i * n..(i + 1) * n].iter().enumerate() {

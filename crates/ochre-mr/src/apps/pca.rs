@@ -45,7 +45,8 @@ struct RowMeans {
     m: Arc<Vec<i32>>,
 }
 
-fn row_mean(row: &[i32]) -> i64 {
+/// The mean of a row, truncated.
+pub fn row_mean(row: &[i32]) -> i64 {
     row.iter().map(|&v| i64::from(v)).sum::<i64>() / row.len() as i64
 }
 
@@ -83,7 +84,8 @@ struct Covariance {
     means: Vec<i64>,
 }
 
-fn covariance(a: &[i32], ma: i64, b: &[i32], mb: i64) -> i64 {
+/// The covariance of two rows with the given means, truncated.
+pub fn covariance(a: &[i32], ma: i64, b: &[i32], mb: i64) -> i64 {
     let sum: i64 = a.iter().zip(b).map(|(&x, &y)| (i64::from(x) - ma) * (i64::from(y) - mb)).sum();
     sum / (a.len() as i64 - 1).max(1)
 }
@@ -149,7 +151,13 @@ impl Pca {
         Ok(Pca { rows, cols, m: Arc::new(m) })
     }
 
-    fn row(&self, i: usize) -> &[i32] {
+    /// Rows of the matrix.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[i32] {
         &self.m[i * self.cols..(i + 1) * self.cols]
     }
 }

@@ -146,6 +146,11 @@ impl ReverseIndex {
         &self.names
     }
 
+    /// The files' contents.
+    pub fn files(&self) -> &[Vec<u8>] {
+        &self.files
+    }
+
     /// Files and their names.
     pub fn new(names: Vec<String>, files: Vec<Vec<u8>>) -> Self {
         ReverseIndex { names, files }

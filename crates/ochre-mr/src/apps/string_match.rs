@@ -41,6 +41,11 @@ impl StringMatch {
         }
     }
 
+    /// The keys file.
+    pub fn keys(&self) -> &[u8] {
+        &self.keys
+    }
+
     /// Calls `f` with the index of the searched word each line of `text` is.
     pub fn each_match(&self, text: &[u8], mut f: impl FnMut(usize)) {
         let mut buf = Vec::with_capacity(MAX_LINE);
