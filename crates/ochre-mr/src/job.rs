@@ -588,6 +588,10 @@ fn merge_up<P: MapReduce>(s: &State<P>, mut idx: usize, mut run: Run<P>) {
     }
     *lock(&s.output) = Some(run);
     s.mark(MERGE);
+    // Every event of the job has run (this is the last): end the run now rather than when
+    // the workers, spinning before they sleep (up to the spin threshold, milliseconds on a
+    // loaded machine), find the runtime quiescent.
+    ochre::shutdown();
 }
 
 /// Merges two runs sorted by key (keys of two partitions are distinct), or concatenates them.

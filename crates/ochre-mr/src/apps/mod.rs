@@ -114,7 +114,7 @@ pub trait Application: Send + Sync + Sized + 'static {
     /// Its command-line name.
     const NAME: &'static str;
     /// What it computes.
-    type Result: std::fmt::Debug;
+    type Result: std::fmt::Debug + Send;
     /// Reads its input from `path` (a file, or a directory for some).
     fn load(path: &Path) -> Result<Self, AppError>;
     /// Writes a seeded input of `size` at `out`.
