@@ -14,9 +14,17 @@
 //!
 //! Unit: jobs per second (one job: the whole application, K-means' iterations and PCA's two
 //! passes included; the input is in memory). Every sample's result is checked against the
-//! reference; a system whose result differs is dropped with a note. Phoenix 2.0 itself (systems
-//! `phoenix-glibc`, `phoenix-jemalloc`, `phoenix-mimalloc`) is not measured yet: it needs the
-//! project's build script for the C sources.
+//! reference; a system whose result differs is dropped with a note.
+//! - `phoenix-glibc`, `phoenix-jemalloc`, `phoenix-mimalloc`: Phoenix 2.0's own application
+//!   (built by `scripts/build-phoenix.sh` into `target/phoenix`, or `$OCHRE_PHOENIX_DIR`) run as a
+//!   process on the same input file, `MR_NUMTHREADS` and `MR_NUMPROCS` set to the worker count,
+//!   with glibc's allocator or jemalloc or mimalloc preloaded (thesis Fig 5.21); its figure is the
+//!   MapReduce library time it prints (`TIMING`), which like ochre's leaves out reading the input.
+//!   Phoenix's results are not checked (it prints them in its own format). Word Count's figure is
+//!   its `map_reduce` call only (Phoenix then sorts by count in a second job, which ochre's
+//!   result, sorted by word, does not do). Phoenix's K-means and PCA generate their own data
+//!   from `rand()` (and PCA's covariance loops over rows where it means columns), and the
+//!   tarball's Reverse Index is Phoenix 1's Solaris sample: those three have no Phoenix figure.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -58,8 +66,8 @@ pub fn run(opts: &Options) -> BenchReport {
     measure::<apps::matrix_multiply::MatrixMultiply>(r, opts, w, size, &dir, rayon_mm);
     let _ = std::fs::remove_dir_all(&dir);
     report.notes.push(format!(
-        "{w} workers, {} inputs (seed 1); phoenix-glibc, phoenix-jemalloc, phoenix-mimalloc: \
-         not measured yet (Phoenix 2.0 needs a build script)",
+        "{w} workers, {} inputs (seed 1); Phoenix: library time it prints, no figure for \
+         kmeans, pca, reverse-index (module doc of ochre-bench's mr)",
         if opts.quick { "small" } else { "medium" }
     ));
     checks(&mut report);
@@ -100,7 +108,7 @@ fn measure<A: Application>(
     };
     let (optimized, baseline) = (ochre_on(Config::default()), ochre_on(Config::baseline()));
     let pool = peers::rayon_pool(workers);
-    let systems = vec![
+    let mut systems = vec![
         ochre_system("ochre", &optimized, &app, &check),
         ochre_system("ochre-baseline", &baseline, &app, &check),
         System::new("rayon", || {
@@ -109,7 +117,98 @@ fn measure<A: Application>(
         }),
         System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(g, "sequential"))),
     ];
+    if let Some(cmd) = phoenix_command(A::NAME, &input) {
+        for (name, preload) in PHOENIX_ALLOCATORS {
+            let cmd = cmd.clone();
+            systems.push(System::new(*name, move || run_phoenix(&cmd, workers, *preload)));
+        }
+    }
     measure_case(report, A::NAME, workers, "jobs/s", opts.reps, systems);
+}
+
+/// Phoenix systems: name and the allocator library preloaded (none: glibc's malloc).
+const PHOENIX_ALLOCATORS: &[(&str, Option<&str>)] = &[
+    ("phoenix-glibc", None),
+    ("phoenix-jemalloc", Some("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")),
+    ("phoenix-mimalloc", Some("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2")),
+];
+
+/// How Phoenix runs one application on an input.
+#[derive(Clone, Debug)]
+struct PhoenixCommand {
+    program: std::path::PathBuf,
+    args: Vec<String>,
+    dir: Option<std::path::PathBuf>,
+    /// The stderr line (`KEY: MICROSECONDS`) holding the time.
+    key: &'static str,
+}
+
+/// Where `scripts/build-phoenix.sh` put Phoenix.
+fn phoenix_dir() -> std::path::PathBuf {
+    std::env::var_os("OCHRE_PHOENIX_DIR").map(Into::into).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/phoenix/phoenix-2.0")
+    })
+}
+
+/// Phoenix's command for application `app` on `input` (module doc: none for three of them).
+fn phoenix_command(app: &str, input: &Path) -> Option<PhoenixCommand> {
+    let tests = phoenix_dir().join("tests");
+    let file = |dir: &str, key| PhoenixCommand {
+        program: tests.join(dir).join(dir),
+        args: vec![input.display().to_string()],
+        dir: None,
+        key,
+    };
+    match app {
+        "word-count" => Some(file("word_count", "mapreduce")),
+        "histogram" => Some(file("histogram", "library")),
+        "linear-regression" => Some(file("linear_regression", "library")),
+        "string-match" => Some(file("string_match", "library")),
+        "matrix-multiply" => {
+            // Phoenix reads matrix_file_A.txt and matrix_file_B.txt in its working directory.
+            let bytes = std::fs::metadata(input.join("matrix_file_A.txt")).ok()?.len();
+            let n = ((bytes / 4) as f64).sqrt().round() as u64;
+            Some(PhoenixCommand {
+                program: tests.join("matrix_multiply/matrix_multiply"),
+                args: vec![n.to_string(), "1".into()],
+                dir: Some(input.to_path_buf()),
+                key: "library",
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Runs Phoenix once; jobs per second from the time it prints.
+fn run_phoenix(cmd: &PhoenixCommand, workers: usize, preload: Option<&str>) -> Result<f64, String> {
+    if !cmd.program.exists() {
+        return Err(format!("{} not built (scripts/build-phoenix.sh)", cmd.program.display()));
+    }
+    let mut c = std::process::Command::new(&cmd.program);
+    c.args(&cmd.args)
+        .env("MR_NUMTHREADS", workers.to_string())
+        .env("MR_NUMPROCS", workers.to_string())
+        .stdout(std::process::Stdio::null());
+    if let Some(lib) = preload {
+        if !Path::new(lib).exists() {
+            return Err(format!("{lib} not installed (scripts/build-phoenix.sh)"));
+        }
+        c.env("LD_PRELOAD", lib);
+    }
+    if let Some(dir) = &cmd.dir {
+        c.current_dir(dir);
+    }
+    let out = c.output().map_err(|e| format!("running {}: {e}", cmd.program.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("{} failed: {}", cmd.program.display(), stderr.trim()));
+    }
+    let prefix = format!("{}: ", cmd.key);
+    let micros: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.trim().parse().ok()))
+        .ok_or_else(|| format!("no `{prefix}` time in Phoenix's output (built with TIMING?)"))?;
+    Ok(1e6 / micros.max(1.0))
 }
 
 /// Jobs per second of one run of `job`, whose result must pass `check`.
@@ -163,6 +262,17 @@ fn checks(report: &mut BenchReport) {
     };
     let (rayon, baseline, sequential) =
         (ratios("rayon"), ratios("ochre-baseline"), ratios("sequential"));
+    // Against Phoenix on its best allocator for each application (paired, per repetition).
+    let phoenix: Vec<(String, f64)> = cases
+        .iter()
+        .filter_map(|c| {
+            PHOENIX_ALLOCATORS
+                .iter()
+                .filter_map(|(p, _)| report.paired_ratio("ochre", p, c))
+                .min_by(f64::total_cmp)
+                .map(|r| (c.clone(), r))
+        })
+        .collect();
     let values = |v: &[(String, f64)]| v.iter().map(|(_, r)| *r).collect::<Vec<_>>();
     for (case, r) in &rayon {
         report.check(format!("[{case}] ochre / rayon >= 0.8 (paired)"), *r, *r >= 0.8);
@@ -170,6 +280,13 @@ fn checks(report: &mut BenchReport) {
     if !rayon.is_empty() {
         let g = geomean(&values(&rayon));
         report.check("geometric mean of ochre / rayon (paired) >= 1.0", g, g >= 1.0);
+    }
+    for (case, r) in &phoenix {
+        report.check(format!("[{case}] ochre / best Phoenix >= 1.0 (paired)"), *r, *r >= 1.0);
+    }
+    if !phoenix.is_empty() {
+        let g = geomean(&values(&phoenix));
+        report.check("geometric mean of ochre / best Phoenix (paired) >= 1.3", g, g >= 1.3);
     }
     if !baseline.is_empty() {
         let g = geomean(&values(&baseline));
