@@ -12,6 +12,9 @@
 //!   the same pinned threads;
 //! - `sequential`: the reference, on the calling thread.
 //!
+//! `OCHRE_MR=histogram,pca` (names, comma-separated) measures only those applications: a
+//! developer's shortcut; the checks then judge what ran.
+//!
 //! Unit: jobs per second (one job: the whole application, K-means' iterations and PCA's two
 //! passes included; the input is in memory). Every sample's result is checked against the
 //! reference; a system whose result differs is dropped with a note.
@@ -83,6 +86,11 @@ fn measure<A: Application>(
     dir: &Path,
     rayon_version: fn(&A) -> A::Result,
 ) {
+    if let Ok(only) = std::env::var("OCHRE_MR") {
+        if !only.split(',').any(|a| a.trim() == A::NAME) {
+            return;
+        }
+    }
     let input = dir.join(A::NAME);
     let loaded = std::fs::create_dir_all(dir)
         .map_err(|e| e.to_string())

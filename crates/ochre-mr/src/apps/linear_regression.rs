@@ -61,17 +61,26 @@ impl Line {
 }
 
 /// The five sums `x, y, x², y², xy` of the points in `data` (whole pairs).
+///
+/// Summed in i32 over blocks of 2^15 points (`|x|, |y| <= 128`, so a block's sums stay below
+/// 2^29), which the compiler vectorizes, and in i64 across blocks.
 pub fn sums(data: &[u8]) -> [i64; 5] {
-    let (mut sx, mut sy, mut sxx, mut syy, mut sxy) = (0i64, 0i64, 0i64, 0i64, 0i64);
-    for p in data.chunks_exact(2) {
-        let (x, y) = (i64::from(p[0] as i8), i64::from(p[1] as i8));
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        syy += y * y;
-        sxy += x * y;
+    let mut total = [0i64; 5];
+    for block in data.chunks(1 << 16) {
+        let (mut sx, mut sy, mut sxx, mut syy, mut sxy) = (0i32, 0i32, 0i32, 0i32, 0i32);
+        for p in block.chunks_exact(2) {
+            let (x, y) = (i32::from(p[0] as i8), i32::from(p[1] as i8));
+            sx += x;
+            sy += y;
+            sxx += x * x;
+            syy += y * y;
+            sxy += x * y;
+        }
+        for (t, s) in total.iter_mut().zip([sx, sy, sxx, syy, sxy]) {
+            *t += i64::from(s);
+        }
     }
-    [sx, sy, sxx, syy, sxy]
+    total
 }
 
 impl LinearRegression {
