@@ -56,16 +56,38 @@ fn halves(data: &[u8]) -> [&[u8]; 2] {
     [&data[..cut], &data[cut..]]
 }
 
-/// The mappers' outputs, sorted bytewise as `LC_ALL=C sort` and Hadoop's shuffle do, reduced.
+/// `lines` sorted bytewise by `LC_ALL=C sort` (what Hadoop's shuffle does to keys), or by the
+/// same order here where there is no `sort` command.
+fn sort_lines(lines: &[u8]) -> Vec<u8> {
+    let sorted = Command::new("sort")
+        .env("LC_ALL", "C")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            let mut stdin = child.stdin.take().expect("piped");
+            let data = lines.to_vec();
+            let writer = std::thread::spawn(move || stdin.write_all(&data));
+            let out = child.wait_with_output()?;
+            writer.join().expect("writer")?;
+            Ok(out)
+        });
+    match sorted {
+        Ok(out) if out.status.success() => out.stdout,
+        _ => {
+            let mut v: Vec<&[u8]> =
+                lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+            v.sort();
+            let mut s = v.join(&b'\n');
+            s.push(b'\n');
+            s
+        }
+    }
+}
+
+/// The mappers' outputs, concatenated, sorted, reduced: `cat | sort | reduce`.
 fn shuffle_and_reduce(app: &str, map_outputs: Vec<Vec<u8>>) -> Vec<(String, Vec<String>)> {
-    let mut lines: Vec<&[u8]> = map_outputs
-        .iter()
-        .flat_map(|o| o.split(|&b| b == b'\n'))
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.sort();
-    let mut sorted = lines.join(&b'\n');
-    sorted.push(b'\n');
+    let sorted = sort_lines(&map_outputs.concat());
     let reduced = String::from_utf8(stream(app, "reduce", &sorted)).unwrap();
     reduced
         .lines()
