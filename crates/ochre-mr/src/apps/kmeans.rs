@@ -220,7 +220,7 @@ impl Application for Kmeans {
 
     fn generate(size: Size, seed: u64, out: &Path) -> Result<(), AppError> {
         let (points, clusters, dim, grid) =
-            size.pick((5_000, 8, 3, 1000), (200_000, 64, 3, 1000), (1_000_000, 100, 3, 1000));
+            size.pick((5_000, 8, 3, 1000), (100_000, 32, 3, 1000), (400_000, 100, 3, 1000));
         let mut rng = Rng::new(seed);
         let mut bytes = b"KMNS".to_vec();
         for v in [dim, clusters, points] {
