@@ -18,6 +18,7 @@ pub mod alloc;
 pub mod costs;
 pub mod harness;
 pub mod loadgen;
+pub mod mr;
 pub mod peers;
 pub mod pingpong;
 pub mod prodcons;
@@ -30,7 +31,7 @@ pub use harness::{BenchReport, Options};
 /// The benchmarks, by name.
 pub const BENCHES: &[&str] = &[
     "pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen",
-    "actors",
+    "actors", "mr",
 ];
 
 /// Runs the benchmark called `name`.
@@ -46,6 +47,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "costs" => Some(costs::run(opts)),
         "loadgen" => Some(loadgen::run(opts)),
         "actors" => Some(actors::run(opts)),
+        "mr" => Some(mr::run(opts)),
         _ => None,
     }
 }

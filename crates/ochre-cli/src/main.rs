@@ -11,6 +11,7 @@ mod bench;
 mod duration;
 mod load;
 mod machine;
+mod mr;
 #[cfg(feature = "bench")]
 mod study;
 
@@ -84,6 +85,7 @@ enum Command {
         copy: Option<u32>,
     },
     Load(load::LoadArgs),
+    Mr(mr::MrArgs),
     /// Generate a SPECweb99-like static file set and its request mix (mix.txt) in a directory.
     Fileset {
         /// Where to write it (created).
@@ -137,6 +139,7 @@ fn main() -> ExitCode {
             fileset(&dir, size_mib, zipf, seed, uniform)
         }
         Command::Load(args) => load::run(&args),
+        Command::Mr(args) => mr::run(&args),
         Command::Serve {
             dir,
             root,

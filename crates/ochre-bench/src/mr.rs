@@ -1,0 +1,490 @@
+//! MapReduce: the eight Phoenix applications (`ochre-mr`) on ochre against idiomatic rayon
+//! versions and the sequential references (thesis §5.4.2, Fig 5.20; issue 18).
+//!
+//! Each application is one case, named by the application, at one worker count (the largest
+//! asked for, 2 on this machine), on its medium input (`--quick`: small), generated with a fixed
+//! seed into a temporary directory for the run. Systems:
+//! - `ochre`: the application's MapReduce jobs on a runtime with the default (optimized)
+//!   configuration, built once per case;
+//! - `ochre-baseline`: the same on [`Config::baseline`] (the libasync-smp runtime);
+//! - `rayon`: the same computation written as a rayon user would (`par_iter` / `par_chunks`
+//!   with `fold` and `reduce`, the same per-record functions and FxHash tables), on a pool of
+//!   the same pinned threads;
+//! - `sequential`: the reference, on the calling thread.
+//!
+//! `OCHRE_MR=histogram,pca` (names, comma-separated) measures only those applications: a
+//! developer's shortcut; the checks then judge what ran.
+//!
+//! Unit: jobs per second (one job: the whole application, K-means' iterations and PCA's two
+//! passes included; the input is in memory). Every sample's result is checked against the
+//! reference; a system whose result differs is dropped with a note.
+//! - `phoenix-glibc`, `phoenix-jemalloc`, `phoenix-mimalloc`: Phoenix 2.0's own application
+//!   (built by `scripts/build-phoenix.sh` into `target/phoenix`, or `$OCHRE_PHOENIX_DIR`) run as a
+//!   process on the same input file, `MR_NUMTHREADS` and `MR_NUMPROCS` set to the worker count,
+//!   with glibc's allocator or jemalloc or mimalloc preloaded (thesis Fig 5.21); its figure is the
+//!   MapReduce library time it prints (`TIMING`), which like ochre's leaves out reading the input.
+//!   Phoenix's results are not checked (it prints them in its own format). Word Count's figure is
+//!   its `map_reduce` call only (Phoenix then sorts by count in a second job, which ochre's
+//!   result, sorted by word, does not do). Phoenix's K-means and PCA generate their own data
+//!   from `rand()` (and PCA's covariance loops over rows where it means columns), and the
+//!   tarball's Reverse Index is Phoenix 1's Solaris sample: those three have no Phoenix figure.
+
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ochre::{Config, Runtime};
+use ochre_mr::apps::{self, Application, Size};
+use ochre_mr::MapReduce;
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::peers;
+
+/// Input bytes per rayon task where the application splits its input itself (what ochre's
+/// jobs use by default for large inputs).
+const CHUNK: usize = 256 << 10;
+
+/// Runs the MapReduce benchmark.
+pub fn run(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "mr",
+        "Phoenix MapReduce applications: jobs/s (higher is better), each result checked \
+         against the sequential reference.",
+    );
+    let cpus = peers::process_cpus().len().max(1);
+    let w = opts.workers.iter().copied().max().unwrap_or(2).min(cpus).max(1);
+    let size = if opts.quick { Size::Small } else { Size::Medium };
+    let dir = std::env::temp_dir().join(format!("ochre-bench-mr-{}", std::process::id()));
+    let r = &mut report;
+    measure::<apps::word_count::WordCount>(r, opts, w, size, &dir, rayon_word_count);
+    measure::<apps::reverse_index::ReverseIndex>(r, opts, w, size, &dir, rayon_reverse_index);
+    measure::<apps::histogram::Histogram>(r, opts, w, size, &dir, rayon_histogram);
+    measure::<apps::linear_regression::LinearRegression>(r, opts, w, size, &dir, rayon_linreg);
+    measure::<apps::kmeans::Kmeans>(r, opts, w, size, &dir, rayon_kmeans);
+    measure::<apps::pca::Pca>(r, opts, w, size, &dir, rayon_pca);
+    measure::<apps::string_match::StringMatch>(r, opts, w, size, &dir, rayon_string_match);
+    measure::<apps::matrix_multiply::MatrixMultiply>(r, opts, w, size, &dir, rayon_mm);
+    let _ = std::fs::remove_dir_all(&dir);
+    report.notes.push(format!(
+        "{w} workers, {} inputs (seed 1); Phoenix: library time it prints, no figure for \
+         kmeans, pca, reverse-index (module doc of ochre-bench's mr)",
+        if opts.quick { "small" } else { "medium" }
+    ));
+    checks(&mut report);
+    report
+}
+
+/// Generates `A`'s input, then measures every system on it.
+fn measure<A: Application>(
+    report: &mut BenchReport,
+    opts: &Options,
+    workers: usize,
+    size: Size,
+    dir: &Path,
+    rayon_version: fn(&A) -> A::Result,
+) {
+    if let Ok(only) = std::env::var("OCHRE_MR") {
+        if !only.split(',').any(|a| a.trim() == A::NAME) {
+            return;
+        }
+    }
+    let input = dir.join(A::NAME);
+    let loaded = std::fs::create_dir_all(dir)
+        .map_err(|e| e.to_string())
+        .and_then(|_| apps::generate(A::NAME, size, 1, &input).map_err(|e| e.to_string()))
+        .and_then(|_| A::load(&input).map_err(|e| e.to_string()));
+    let app = match loaded {
+        Ok(app) => Arc::new(app),
+        Err(e) => {
+            report.notes.push(format!("mr [{}]: no input: {e}", A::NAME));
+            return;
+        }
+    };
+    let want = app.sequential();
+    let check = |got: &A::Result, system: &str| {
+        if A::agree(got, &want) {
+            Ok(())
+        } else {
+            Err(format!("{system}'s result differs from the reference"))
+        }
+    };
+    let ochre_on = |config: Config| {
+        Runtime::builder().workers(workers).config(config).abort_on_panic(true).build()
+    };
+    let (optimized, baseline) = (ochre_on(Config::default()), ochre_on(Config::baseline()));
+    let pool = peers::rayon_pool(workers);
+    let mut systems = vec![
+        ochre_system("ochre", &optimized, &app, &check),
+        ochre_system("ochre-baseline", &baseline, &app, &check),
+        System::new("rayon", || {
+            let pool = pool.as_ref().map_err(|e| e.clone())?;
+            rate(|| Ok(pool.install(|| rayon_version(&app))), |g| check(g, "rayon"))
+        }),
+        System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(g, "sequential"))),
+    ];
+    if let Some(cmd) = phoenix_command(A::NAME, &input) {
+        for (name, preload) in PHOENIX_ALLOCATORS {
+            let cmd = cmd.clone();
+            systems.push(System::new(*name, move || run_phoenix(&cmd, workers, *preload)));
+        }
+    }
+    measure_case(report, A::NAME, workers, "jobs/s", opts.reps, systems);
+}
+
+/// Phoenix systems: name and the allocator library preloaded (none: glibc's malloc).
+const PHOENIX_ALLOCATORS: &[(&str, Option<&str>)] = &[
+    ("phoenix-glibc", None),
+    ("phoenix-jemalloc", Some("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")),
+    ("phoenix-mimalloc", Some("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2")),
+];
+
+/// How Phoenix runs one application on an input.
+#[derive(Clone, Debug)]
+struct PhoenixCommand {
+    program: std::path::PathBuf,
+    args: Vec<String>,
+    dir: Option<std::path::PathBuf>,
+    /// The stderr line (`KEY: MICROSECONDS`) holding the time.
+    key: &'static str,
+}
+
+/// Where `scripts/build-phoenix.sh` put Phoenix.
+fn phoenix_dir() -> std::path::PathBuf {
+    std::env::var_os("OCHRE_PHOENIX_DIR").map(Into::into).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/phoenix/phoenix-2.0")
+    })
+}
+
+/// Phoenix's command for application `app` on `input` (module doc: none for three of them).
+fn phoenix_command(app: &str, input: &Path) -> Option<PhoenixCommand> {
+    let tests = phoenix_dir().join("tests");
+    let file = |dir: &str, key| PhoenixCommand {
+        program: tests.join(dir).join(dir),
+        args: vec![input.display().to_string()],
+        dir: None,
+        key,
+    };
+    match app {
+        "word-count" => Some(file("word_count", "mapreduce")),
+        "histogram" => Some(file("histogram", "library")),
+        "linear-regression" => Some(file("linear_regression", "library")),
+        "string-match" => Some(file("string_match", "library")),
+        "matrix-multiply" => {
+            // Phoenix reads matrix_file_A.txt and matrix_file_B.txt in its working directory.
+            let bytes = std::fs::metadata(input.join("matrix_file_A.txt")).ok()?.len();
+            let n = ((bytes / 4) as f64).sqrt().round() as u64;
+            Some(PhoenixCommand {
+                program: tests.join("matrix_multiply/matrix_multiply"),
+                args: vec![n.to_string(), "1".into()],
+                dir: Some(input.to_path_buf()),
+                key: "library",
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Runs Phoenix once; jobs per second from the time it prints.
+fn run_phoenix(cmd: &PhoenixCommand, workers: usize, preload: Option<&str>) -> Result<f64, String> {
+    if !cmd.program.exists() {
+        return Err(format!("{} not built (scripts/build-phoenix.sh)", cmd.program.display()));
+    }
+    let mut c = std::process::Command::new(&cmd.program);
+    c.args(&cmd.args)
+        .env("MR_NUMTHREADS", workers.to_string())
+        .env("MR_NUMPROCS", workers.to_string())
+        .stdout(std::process::Stdio::null());
+    if let Some(lib) = preload {
+        if !Path::new(lib).exists() {
+            return Err(format!("{lib} not installed (scripts/build-phoenix.sh)"));
+        }
+        c.env("LD_PRELOAD", lib);
+    }
+    if let Some(dir) = &cmd.dir {
+        c.current_dir(dir);
+    }
+    let out = c.output().map_err(|e| format!("running {}: {e}", cmd.program.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("{} failed: {}", cmd.program.display(), stderr.trim()));
+    }
+    let prefix = format!("{}: ", cmd.key);
+    let micros: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.trim().parse().ok()))
+        .ok_or_else(|| format!("no `{prefix}` time in Phoenix's output (built with TIMING?)"))?;
+    Ok(1e6 / micros.max(1.0))
+}
+
+/// Jobs per second of one run of `job`, whose result must pass `check`.
+fn rate<R>(
+    job: impl FnOnce() -> Result<R, String>,
+    check: impl FnOnce(&R) -> Result<(), String>,
+) -> Result<f64, String> {
+    let t = Instant::now();
+    let got = job()?;
+    let rate = 1.0 / t.elapsed().as_secs_f64();
+    check(&got).map(|_| rate)
+}
+
+/// Whether a system's result (named by the system) agrees with the reference.
+type Check<'a, A> = dyn Fn(&<A as Application>::Result, &str) -> Result<(), String> + 'a;
+
+/// `A` run as MapReduce jobs on `rt`, as a system called `name`.
+fn ochre_system<'a, A: Application>(
+    name: &'static str,
+    rt: &'a Result<Runtime, ochre::Error>,
+    app: &'a Arc<A>,
+    check: &'a Check<'a, A>,
+) -> System<'a> {
+    System::new(name, move || {
+        let rt = rt.as_ref().map_err(|e| e.to_string())?;
+        rate(|| A::run(app, rt).map(|r| r.0).map_err(|e| e.to_string()), |g| check(g, name))
+    })
+}
+
+/// Geometric mean.
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+/// The applications whose time is nearly all map (the issue's parallel-efficiency goal).
+const MAP_HEAVY: &[&str] =
+    &["word-count", "histogram", "linear-regression", "string-match", "matrix-multiply"];
+
+/// The issue's goals, on paired ratios.
+fn checks(report: &mut BenchReport) {
+    let cases: Vec<String> = apps::NAMES
+        .iter()
+        .filter(|a| report.median_of("ochre", a).is_some())
+        .map(|a| a.to_string())
+        .collect();
+    let ratios = |other: &str| -> Vec<(String, f64)> {
+        cases
+            .iter()
+            .filter_map(|c| report.paired_ratio("ochre", other, c).map(|r| (c.clone(), r)))
+            .collect()
+    };
+    let (rayon, baseline, sequential) =
+        (ratios("rayon"), ratios("ochre-baseline"), ratios("sequential"));
+    // Against Phoenix on its best allocator for each application (paired, per repetition).
+    let phoenix: Vec<(String, f64)> = cases
+        .iter()
+        .filter_map(|c| {
+            PHOENIX_ALLOCATORS
+                .iter()
+                .filter_map(|(p, _)| report.paired_ratio("ochre", p, c))
+                .min_by(f64::total_cmp)
+                .map(|r| (c.clone(), r))
+        })
+        .collect();
+    let values = |v: &[(String, f64)]| v.iter().map(|(_, r)| *r).collect::<Vec<_>>();
+    for (case, r) in &rayon {
+        report.check(format!("[{case}] ochre / rayon >= 0.8 (paired)"), *r, *r >= 0.8);
+    }
+    if !rayon.is_empty() {
+        let g = geomean(&values(&rayon));
+        report.check("geometric mean of ochre / rayon (paired) >= 1.0", g, g >= 1.0);
+    }
+    for (case, r) in &phoenix {
+        report.check(format!("[{case}] ochre / best Phoenix >= 1.0 (paired)"), *r, *r >= 1.0);
+    }
+    if !phoenix.is_empty() {
+        let g = geomean(&values(&phoenix));
+        report.check("geometric mean of ochre / best Phoenix (paired) >= 1.3", g, g >= 1.3);
+    }
+    if !baseline.is_empty() {
+        let g = geomean(&values(&baseline));
+        report.check("geometric mean of ochre / ochre-baseline (paired) >= 1.15", g, g >= 1.15);
+    }
+    let workers = report.rows.first().map_or(1, |r| r.workers) as f64;
+    for (case, r) in sequential.iter().filter(|(c, _)| MAP_HEAVY.contains(&c.as_str())) {
+        let efficiency = r / workers;
+        report.check(
+            format!("[{case}] parallel efficiency: ochre / (sequential x {workers}) >= 0.9"),
+            efficiency,
+            efficiency >= 0.9,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idiomatic rayon versions: the same per-record functions as the references, parallelized the
+// way the rayon documentation shows (`fold` per thread, `reduce` across them).
+
+fn merge_counts<K: std::hash::Hash + Eq, V>(
+    a: FxHashMap<K, V>,
+    b: FxHashMap<K, V>,
+    add: impl Fn(&mut V, V),
+) -> FxHashMap<K, V> {
+    let (mut big, small) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+    for (k, v) in small {
+        match big.get_mut(&k) {
+            Some(acc) => add(acc, v),
+            None => {
+                big.insert(k, v);
+            }
+        }
+    }
+    big
+}
+
+fn rayon_word_count(app: &apps::word_count::WordCount) -> apps::word_count::Counts {
+    let text = app.text();
+    let counts = app
+        .split(CHUNK)
+        .into_par_iter()
+        .fold(FxHashMap::<Vec<u8>, u64>::default, |mut m, range| {
+            let mut buf = Vec::new();
+            apps::word_count::for_each_word(&text[range], &mut buf, |w| match m.get_mut(w) {
+                Some(c) => *c += 1,
+                None => {
+                    m.insert(w.to_vec(), 1);
+                }
+            });
+            m
+        })
+        .reduce(FxHashMap::default, |a, b| merge_counts(a, b, |x, y| *x += y));
+    let mut v: Vec<_> = counts.into_iter().collect();
+    v.par_sort_unstable();
+    v
+}
+
+fn rayon_reverse_index(app: &apps::reverse_index::ReverseIndex) -> apps::reverse_index::Index {
+    let index = app
+        .files()
+        .par_iter()
+        .enumerate()
+        .fold(FxHashMap::<Vec<u8>, Vec<u32>>::default, |mut m, (i, html)| {
+            apps::reverse_index::for_each_link(html, |link| match m.get_mut(link) {
+                Some(v) => v.push(i as u32),
+                None => {
+                    m.insert(link.to_vec(), vec![i as u32]);
+                }
+            });
+            m
+        })
+        .reduce(FxHashMap::default, |a, b| merge_counts(a, b, |x, y| x.extend(y)));
+    let mut v: Vec<_> = index.into_iter().collect();
+    v.par_iter_mut().for_each(|(_, files)| files.sort_unstable());
+    v.par_sort_unstable();
+    v
+}
+
+fn rayon_histogram(app: &apps::histogram::Histogram) -> apps::histogram::Counts {
+    use apps::histogram::BUCKETS;
+    app.pixels()
+        .par_chunks(CHUNK / 3 * 3)
+        .fold(
+            || [0u64; BUCKETS],
+            |mut c, px| {
+                apps::histogram::count(px, &mut c);
+                c
+            },
+        )
+        .reduce(
+            || [0u64; BUCKETS],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        )
+        .to_vec()
+}
+
+fn rayon_linreg(app: &apps::linear_regression::LinearRegression) -> apps::linear_regression::Line {
+    let points = app.points();
+    let sums = points.par_chunks(CHUNK).map(apps::linear_regression::sums).reduce(
+        || [0; 5],
+        |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+            a
+        },
+    );
+    apps::linear_regression::Line::from_sums((points.len() / 2) as i64, sums)
+}
+
+fn rayon_kmeans(app: &apps::kmeans::Kmeans) -> apps::kmeans::Clusters {
+    use apps::kmeans::{sums_of, PointSum};
+    let dim = app.dim();
+    let result = app.lloyd::<Infallible>(|means| {
+        let k = means.len() / dim;
+        let sums =
+            app.points().par_chunks(dim * 4096).map(|points| sums_of(points, means, dim)).reduce(
+                || vec![PointSum::ZERO; k],
+                |mut a, b| {
+                    a.iter_mut().zip(&b).for_each(|(x, y)| x.add(y));
+                    a
+                },
+            );
+        Ok(sums.into_iter().enumerate().collect())
+    });
+    match result {
+        Ok(c) => c,
+        Err(never) => match never {},
+    }
+}
+
+fn rayon_pca(app: &apps::pca::Pca) -> apps::pca::Stats {
+    use apps::pca::{covariance, row_mean};
+    let rows = app.rows();
+    let means: Vec<i64> = (0..rows).into_par_iter().map(|i| row_mean(app.row(i))).collect();
+    let cov = (0..rows)
+        .into_par_iter()
+        .flat_map_iter(|i| {
+            let means = &means;
+            (i..rows).map(move |j| covariance(app.row(i), means[i], app.row(j), means[j]))
+        })
+        .collect();
+    apps::pca::Stats { rows, means, cov }
+}
+
+fn rayon_string_match(app: &apps::string_match::StringMatch) -> apps::string_match::Matches {
+    let keys = app.keys();
+    app.split(CHUNK)
+        .into_par_iter()
+        .map(|range| {
+            let mut m = [0u64; 4];
+            let text = &keys[range];
+            app.each_match(text.strip_suffix(b"\n").unwrap_or(text), |i| m[i] += 1);
+            m
+        })
+        .reduce(
+            || [0; 4],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        )
+}
+
+fn rayon_mm(app: &apps::matrix_multiply::MatrixMultiply) -> apps::matrix_multiply::Product {
+    let n = app.n();
+    let mut product = vec![0; n * n];
+    product.par_chunks_mut(n).enumerate().for_each(|(i, row)| app.row(i, row));
+    product
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_system_agrees_on_every_application_quick() {
+        let opts = Options { reps: 1, quick: true, workers: vec![2] };
+        let report = run(&opts);
+        for app in apps::NAMES {
+            for system in ["ochre", "ochre-baseline", "rayon", "sequential"] {
+                assert!(
+                    report.median_of(system, app).is_some(),
+                    "{system} on {app} missing: {:?}",
+                    report.notes
+                );
+            }
+        }
+        assert!(report.checks.iter().any(|c| c.goal.contains("ochre / rayon")));
+    }
+}

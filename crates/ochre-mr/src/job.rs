@@ -1,0 +1,647 @@
+//! [`Job`]: runs a [`MapReduce`] application as chained colored events (the crate doc draws the
+//! flow), and [`Output`]: its pairs and [`Phases`].
+//!
+//! Invariants, and why each phase starts exactly once, after everything it needs:
+//! - Every map task is claimed exactly once: a lane takes index `next_task.fetch_add(1)`, and
+//!   only an index below the task count is mapped. A lane that draws past the end has nothing
+//!   left to claim, ever, so it partitions its container and never maps again.
+//! - `lanes_left` starts at the lane count and each lane decrements it once, after handing its
+//!   runs over (under each partition's lock): the lane that brings it to zero knows every run is
+//!   in place, and is the only one to post the reduce events. `reduce_left` does the same for
+//!   the end of reduce.
+//! - A merge-tree node has at most two children; the first to arrive leaves its run in the
+//!   node's slot (under its lock), the second takes it and merges, so each node merges once and
+//!   the root's run, the whole output, is published once.
+//! - A lane's container lives in a [`ColorCell`] of the lane's color: only that color's events
+//!   open it, and they never run at the same time.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use ochre::{Color, ColorCell, Config, Runtime};
+use serde::Serialize;
+
+use crate::store::{hash_of, Container, Emitter, Store};
+use crate::MapReduce;
+
+/// Why a job did not produce its output.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The runtime could not be built or run.
+    #[error("runtime: {0}")]
+    Runtime(#[from] ochre::Error),
+    /// A map, combine or reduce function panicked.
+    #[error("a handler panicked: {0}")]
+    Panicked(String),
+    /// The run ended without the output (shut down from outside, or a bug of this crate).
+    #[error("the job did not finish: {0}")]
+    Incomplete(String),
+}
+
+/// How long each phase took, as Phoenix reports it, and how much work there was.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Phases {
+    /// Cutting the input into map tasks.
+    #[serde(serialize_with = "seconds")]
+    pub split: Duration,
+    /// From the first map task to the last lane's partitioned runs.
+    #[serde(serialize_with = "seconds")]
+    pub map: Duration,
+    /// From there to the last partition reduced.
+    #[serde(serialize_with = "seconds")]
+    pub reduce: Duration,
+    /// From there to the merged output (merging overlaps reduce; this is what is left).
+    #[serde(serialize_with = "seconds")]
+    pub merge: Duration,
+    /// The whole run, start of the runtime to quiescence.
+    #[serde(serialize_with = "seconds")]
+    pub total: Duration,
+    /// Map tasks (splits).
+    pub map_tasks: usize,
+    /// Map lanes (one per worker).
+    pub lanes: usize,
+    /// Reduce partitions.
+    pub reduce_tasks: usize,
+    /// Pairs emitted by map.
+    pub emitted: u64,
+    /// Pairs left after combining in the lanes (what partition moved to reduce).
+    pub intermediate: u64,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Phases {
+    /// Adds the phases of another job run after this one (K-means' iterations, PCA's two
+    /// jobs): times and counts add up; lanes and reduce tasks keep the larger.
+    pub fn add(&mut self, other: &Phases) {
+        self.split += other.split;
+        self.map += other.map;
+        self.reduce += other.reduce;
+        self.merge += other.merge;
+        self.total += other.total;
+        self.map_tasks += other.map_tasks;
+        self.lanes = self.lanes.max(other.lanes);
+        self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
+        self.emitted += other.emitted;
+        self.intermediate += other.intermediate;
+    }
+
+    /// One line: `split 1.2 ms, map 80.1 ms, reduce 3.4 ms, merge 0.5 ms (total 86.0 ms)`.
+    pub fn line(&self) -> String {
+        let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+        format!(
+            "split {}, map {}, reduce {}, merge {} (total {}); {} map tasks on {} lanes, {} \
+             reduce tasks, {} pairs emitted, {} after combining",
+            ms(self.split),
+            ms(self.map),
+            ms(self.reduce),
+            ms(self.merge),
+            ms(self.total),
+            self.map_tasks,
+            self.lanes,
+            self.reduce_tasks,
+            self.emitted,
+            self.intermediate
+        )
+    }
+}
+
+/// A job's result: the pairs (sorted by key unless [`Job::sorted`] was turned off) and the
+/// phase breakdown.
+#[derive(Debug)]
+pub struct Output<K, V> {
+    /// The reduced pairs, one per key.
+    pub pairs: Vec<(K, V)>,
+    /// Time per phase.
+    pub phases: Phases,
+}
+
+impl<K, V> IntoIterator for Output<K, V> {
+    type Item = (K, V);
+    type IntoIter = std::vec::IntoIter<(K, V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.pairs.into_iter()
+    }
+}
+
+/// Byte ranges of about `chunk` bytes covering `0..len` (the splitter of fixed-size records
+/// when `chunk` is a multiple of the record size).
+pub fn byte_ranges(len: usize, chunk: usize) -> Vec<std::ops::Range<usize>> {
+    let chunk = chunk.max(1);
+    (0..len).step_by(chunk).map(|s| s..(s + chunk).min(len)).collect()
+}
+
+/// A MapReduce job: an application and how to run it.
+///
+/// ```
+/// # use ochre_mr::{Job, apps::word_count::WordCount};
+/// let job = Job::new(WordCount::new(b"a rose is a rose".to_vec())).workers(2).pin(false);
+/// let out = job.run()?;
+/// assert_eq!(out.pairs[0], (b"A".to_vec(), 2));
+/// # Ok::<(), ochre_mr::Error>(())
+/// ```
+pub struct Job<P: MapReduce> {
+    app: Arc<P>,
+    workers: Option<usize>,
+    pin: bool,
+    config: Option<Config>,
+    container: Container,
+    chunk_bytes: Option<usize>,
+    reduce_tasks: Option<usize>,
+    sorted: bool,
+}
+
+/// Default map task size: a few hundred KiB keeps a task's input and the lane's container in
+/// the L2 cache of most machines while making the per-task event cost (~1 µs) negligible.
+const DEFAULT_CHUNK: usize = 256 << 10;
+/// Smallest default map task: below, the event and claim costs start to show.
+const MIN_CHUNK: usize = 16 << 10;
+/// Map tasks per lane the default chunk size aims for, so that a slowed worker can be
+/// compensated by the others (dynamic claiming balances in units of one task).
+const TASKS_PER_LANE: usize = 16;
+
+/// Source of job numbers: each job uses colors of its own, so that no color carries history
+/// (follow's counters) from an earlier job into this one.
+static JOBS: AtomicU64 = AtomicU64::new(0);
+
+impl<P: MapReduce> Job<P> {
+    /// A job for `app` with the defaults: one worker per CPU, the optimized runtime, a hash
+    /// container, sorted output.
+    pub fn new(app: P) -> Self {
+        Job::shared(Arc::new(app))
+    }
+
+    /// A job for an application shared with the caller (who may run it again, or read it
+    /// for a sequential check).
+    pub fn shared(app: Arc<P>) -> Self {
+        Job {
+            app,
+            workers: None,
+            pin: true,
+            config: None,
+            container: Container::Hash,
+            chunk_bytes: None,
+            reduce_tasks: None,
+            sorted: true,
+        }
+    }
+
+    /// Worker threads of the runtime [`Job::run`] builds (default: one per CPU).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// Pin the workers to CPUs (default: true).
+    pub fn pin(mut self, pin: bool) -> Self {
+        self.pin = pin;
+        self
+    }
+
+    /// The runtime configuration of [`Job::run`] (default: [`Config::default`], optimized).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// The intermediate container (default: [`Container::Hash`]).
+    pub fn container(mut self, container: Container) -> Self {
+        self.container = container;
+        self
+    }
+
+    /// Input bytes per map task (default: 256 KiB, less for small inputs so that every lane
+    /// gets about 16 tasks, never below 16 KiB).
+    pub fn chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = Some(bytes.max(1));
+        self
+    }
+
+    /// Reduce partitions (default: 4 per worker with a hash container, 1 per worker with a
+    /// dense one, 1 with fixed slots).
+    pub fn reduce_tasks(mut self, n: usize) -> Self {
+        self.reduce_tasks = Some(n.max(1));
+        self
+    }
+
+    /// Sort the output by key (default: true). Unsorted, reduce does not sort and merge
+    /// concatenates.
+    pub fn sorted(mut self, sorted: bool) -> Self {
+        self.sorted = sorted;
+        self
+    }
+
+    /// The application.
+    pub fn app(&self) -> &Arc<P> {
+        &self.app
+    }
+
+    /// Builds a runtime (a panicking handler aborts its run) and runs the job on it.
+    pub fn run(&self) -> Result<Output<P::Key, P::Value>, Error> {
+        let mut b = Runtime::builder().pin(self.pin).abort_on_panic(true);
+        if let Some(w) = self.workers {
+            b = b.workers(w);
+        }
+        if let Some(c) = &self.config {
+            b = b.config(c.clone()).abort_on_panic(true);
+        }
+        let rt = b.build()?;
+        self.run_on(&rt)
+    }
+
+    /// Runs the job on `rt` (for jobs run many times, like K-means' iterations). The job's
+    /// worker count and configuration are those of `rt`.
+    pub fn run_on(&self, rt: &Runtime) -> Result<Output<P::Key, P::Value>, Error> {
+        let workers = rt.workers();
+        let chunk =
+            self.chunk_bytes.unwrap_or_else(|| default_chunk(self.app.input_bytes(), workers));
+        let reduce_tasks = self.reduce_tasks.unwrap_or(match self.container {
+            Container::Hash => 4 * workers,
+            Container::Dense(_) => workers,
+            Container::Fixed => 1,
+        });
+        let base = (1u64 << 48) + (JOBS.fetch_add(1, Ordering::Relaxed) << 24);
+        let lane_colors = spread_colors(rt, base, workers);
+        let reduce_colors = spread_colors(rt, base + (1 << 23), reduce_tasks);
+        let state = Arc::new(State::new(
+            self.app.clone(),
+            chunk,
+            self.container,
+            self.sorted,
+            lane_colors,
+            reduce_colors,
+        ));
+        let s = state.clone();
+        let first = state.lane_colors[0];
+        let report = rt.run(first, move || split(s))?;
+        if let Some(p) = report.panics.first() {
+            return Err(Error::Panicked(p.message.clone()));
+        }
+        if let Some(f) = lock(&state.failure).take() {
+            return Err(Error::Incomplete(f));
+        }
+        let Some(pairs) = lock(&state.output).take() else {
+            return Err(Error::Incomplete(format!(
+                "the run ended ({:?}) without output",
+                report.end
+            )));
+        };
+        let t = |i: usize| Duration::from_nanos(state.marks[i].load(Ordering::Acquire));
+        let phases = Phases {
+            split: t(SPLIT),
+            map: t(MAP).saturating_sub(t(SPLIT)),
+            reduce: t(REDUCE).saturating_sub(t(MAP)),
+            merge: t(MERGE).saturating_sub(t(REDUCE)),
+            total: report.elapsed,
+            map_tasks: state.splits.get().map_or(0, Vec::len),
+            lanes: workers,
+            reduce_tasks,
+            emitted: state.emitted.load(Ordering::Relaxed),
+            intermediate: state.intermediate.load(Ordering::Relaxed),
+        };
+        Ok(Output { pairs, phases })
+    }
+}
+
+/// The default chunk size for `input` bytes over `workers` lanes (see [`Job::chunk_bytes`]).
+fn default_chunk(input: usize, workers: usize) -> usize {
+    if input == 0 {
+        return DEFAULT_CHUNK;
+    }
+    (input / (workers * TASKS_PER_LANE).max(1)).clamp(MIN_CHUNK, DEFAULT_CHUNK)
+}
+
+/// `n` colors from `base` on, color `i` homed on worker `i % workers`, so that lanes and
+/// reduce partitions are spread evenly over the workers (homes are a hash of the color).
+fn spread_colors(rt: &Runtime, base: u64, n: usize) -> Vec<Color> {
+    let workers = rt.workers();
+    let need = n.div_ceil(workers);
+    let mut by_home: Vec<Vec<Color>> = vec![Vec::with_capacity(need); workers];
+    let mut missing = workers * need;
+    // The hash spreads colors evenly: a few times `n` candidates fill every worker's list.
+    for j in 0..(1u64 << 20) {
+        if missing == 0 {
+            break;
+        }
+        let c = Color(base + j);
+        let list = &mut by_home[rt.home_of(c)];
+        if list.len() < need {
+            list.push(c);
+            missing -= 1;
+        }
+    }
+    (0..n)
+        .map(|i| by_home[i % workers].get(i / workers).copied().unwrap_or(Color(base + i as u64)))
+        .collect()
+}
+
+/// Indices of `State::marks`: when each phase ended, in nanoseconds from the job's start.
+const SPLIT: usize = 0;
+const MAP: usize = 1;
+const REDUCE: usize = 2;
+const MERGE: usize = 3;
+
+/// A sorted (or, unsorted jobs, any) run of reduced pairs.
+type Run<P> = Vec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
+
+/// A lane's state, owned by the lane's color.
+struct Lane<P: MapReduce> {
+    store: Option<Store<P::Key, P::Value>>,
+    emitted: u64,
+}
+
+/// Everything the events of one job share.
+struct State<P: MapReduce> {
+    app: Arc<P>,
+    chunk: usize,
+    container: Container,
+    sorted: bool,
+    start: Instant,
+    lane_colors: Vec<Color>,
+    reduce_colors: Vec<Color>,
+    /// Set once by the split event, before any lane runs.
+    splits: OnceLock<Vec<P::Split>>,
+    next_task: AtomicUsize,
+    /// Padded: a lane's container header (its length, written at each new key) must not
+    /// share a cache line with another lane's.
+    lanes: Vec<CachePadded<ColorCell<Lane<P>>>>,
+    lanes_left: AtomicUsize,
+    /// Per reduce partition, the runs the lanes handed it.
+    runs: Vec<Mutex<Vec<Run<P>>>>,
+    reduce_left: AtomicUsize,
+    /// Merge tree: `widths[l]` nodes at level `l` (level 0: the partitions); `slots[l][i]`
+    /// holds the first child run to reach node `i` of level `l + 1`.
+    widths: Vec<usize>,
+    slots: Vec<Vec<Mutex<Option<Run<P>>>>>,
+    marks: [AtomicU64; 4],
+    emitted: AtomicU64,
+    intermediate: AtomicU64,
+    output: Mutex<Option<Run<P>>>,
+    failure: Mutex<Option<String>>,
+}
+
+impl<P: MapReduce> State<P> {
+    fn new(
+        app: Arc<P>,
+        chunk: usize,
+        container: Container,
+        sorted: bool,
+        lane_colors: Vec<Color>,
+        reduce_colors: Vec<Color>,
+    ) -> Self {
+        let mut widths = vec![reduce_colors.len()];
+        while let Some(&w) = widths.last().filter(|&&w| w > 1) {
+            widths.push(w.div_ceil(2));
+        }
+        let slots =
+            widths[1..].iter().map(|&w| (0..w).map(|_| Mutex::new(None)).collect()).collect();
+        State {
+            chunk,
+            container,
+            sorted,
+            start: Instant::now(),
+            lanes: lane_colors
+                .iter()
+                .map(|&c| CachePadded::new(ColorCell::new(c, Lane { store: None, emitted: 0 })))
+                .collect(),
+            lanes_left: AtomicUsize::new(lane_colors.len()),
+            runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
+            reduce_left: AtomicUsize::new(reduce_colors.len()),
+            lane_colors,
+            reduce_colors,
+            splits: OnceLock::new(),
+            next_task: AtomicUsize::new(0),
+            widths,
+            slots,
+            marks: Default::default(),
+            emitted: AtomicU64::new(0),
+            intermediate: AtomicU64::new(0),
+            output: Mutex::new(None),
+            failure: Mutex::new(None),
+            app,
+        }
+    }
+
+    fn mark(&self, phase: usize) {
+        self.marks[phase].store(self.start.elapsed().as_nanos() as u64, Ordering::Release);
+    }
+
+    /// Records an internal failure; the job then ends without output and reports it.
+    #[cold]
+    fn fail(&self, what: String) {
+        lock(&self.failure).get_or_insert(what);
+    }
+
+    /// The reduce partition of `key`: by its dense index when it has one (neighbouring keys
+    /// together), else by its hash.
+    fn partition(&self, key: &P::Key) -> usize {
+        let parts = self.reduce_colors.len();
+        if let Container::Dense(n) = self.container {
+            if let Some(i) = self.app.key_index(key).filter(|&i| i < n) {
+                return i * parts / n;
+            }
+        }
+        ((u128::from(hash_of(key)) * parts as u128) >> 64) as usize
+    }
+}
+
+/// A lock that a panic elsewhere does not make unusable (the data is runs of pairs, whole or
+/// not yet there; a panicking handler aborts the job anyway).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Phase 1, one event: split, then start a lane per worker.
+fn split<P: MapReduce>(s: Arc<State<P>>) {
+    let splits = s.app.split(s.chunk);
+    if s.splits.set(splits).is_err() {
+        return s.fail("the job was split twice".into());
+    }
+    s.mark(SPLIT);
+    for lane in 0..s.lane_colors.len() {
+        let s2 = s.clone();
+        ochre::post(s.lane_colors[lane], move || lane_step(s2, lane));
+    }
+}
+
+/// Phase 2, events of a lane's color: claim a map task, map it, post the next step; with no
+/// task left, partition.
+fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
+    let Some(splits) = s.splits.get() else {
+        return s.fail("a lane ran before the split".into());
+    };
+    let task = s.next_task.fetch_add(1, Ordering::Relaxed);
+    let Some(split) = splits.get(task) else {
+        return finish_lane(s, lane);
+    };
+    let (app, container) = (&*s.app, s.container);
+    let opened = s.lanes[lane].with(|l| {
+        let store = l.store.get_or_insert_with(|| Store::new(container));
+        let mut out = Emitter::new(app, store);
+        app.map(split, &mut out);
+        l.emitted += out.emitted();
+    });
+    if let Err(e) = opened {
+        return s.fail(format!("lane {lane}: {e}"));
+    }
+    let color = s.lane_colors[lane];
+    ochre::post(color, move || lane_step(s, lane));
+}
+
+/// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
+/// posts the reduce events.
+fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
+    let taken = s.lanes[lane].with(|l| (l.store.take(), l.emitted));
+    let (store, emitted) = match taken {
+        Ok(t) => t,
+        Err(e) => return s.fail(format!("lane {lane}: {e}")),
+    };
+    s.emitted.fetch_add(emitted, Ordering::Relaxed);
+    let mut parts: Vec<Run<P>> = (0..s.reduce_colors.len()).map(|_| Vec::new()).collect();
+    if let Some(store) = store {
+        store.partition_into(&mut parts, |k| s.partition(k));
+    }
+    let pairs: usize = parts.iter().map(Vec::len).sum();
+    s.intermediate.fetch_add(pairs as u64, Ordering::Relaxed);
+    for (p, run) in parts.into_iter().enumerate() {
+        if !run.is_empty() {
+            lock(&s.runs[p]).push(run);
+        }
+    }
+    // AcqRel: the last lane sees every other lane's runs (also published under the locks).
+    if s.lanes_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+        s.mark(MAP);
+        for p in 0..s.reduce_colors.len() {
+            let s2 = s.clone();
+            ochre::post(s.reduce_colors[p], move || reduce(s2, p));
+        }
+    }
+}
+
+/// Phase 4, one event per partition: combine the lanes' runs, reduce each key, sort, and send
+/// the run up the merge tree.
+fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
+    let runs = std::mem::take(&mut *lock(&s.runs[part]));
+    let app = &*s.app;
+    let combined: Run<P> = if s.sorted {
+        let mut all: Run<P> = runs.into_iter().flatten().collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Run<P> = Vec::with_capacity(all.len());
+        for (k, v) in all {
+            match out.last_mut() {
+                Some((last, acc)) if *last == k => app.combine(acc, v),
+                _ => out.push((k, v)),
+            }
+        }
+        out
+    } else {
+        let mut map = rustc_hash::FxHashMap::default();
+        for (k, v) in runs.into_iter().flatten() {
+            match map.entry(k) {
+                std::collections::hash_map::Entry::Occupied(mut e) => app.combine(e.get_mut(), v),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(v);
+                }
+            }
+        }
+        map.into_iter().collect()
+    };
+    let run: Run<P> = combined
+        .into_iter()
+        .map(|(k, v)| {
+            let v = app.reduce(&k, v);
+            (k, v)
+        })
+        .collect();
+    if s.reduce_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+        s.mark(REDUCE);
+    }
+    merge_up(&s, part, run);
+}
+
+/// Phase 5: carries `run`, the result of node `idx` of level 0, up the merge tree as far as
+/// it is the second child to arrive; publishes the root.
+fn merge_up<P: MapReduce>(s: &State<P>, mut idx: usize, mut run: Run<P>) {
+    let mut level = 0;
+    while s.widths[level] > 1 {
+        let sibling = idx ^ 1;
+        if sibling < s.widths[level] {
+            let first = {
+                let mut slot = lock(&s.slots[level][idx / 2]);
+                match slot.take() {
+                    None => {
+                        *slot = Some(run);
+                        return;
+                    }
+                    Some(first) => first,
+                }
+            };
+            run =
+                if idx < sibling { join(s.sorted, run, first) } else { join(s.sorted, first, run) };
+        }
+        level += 1;
+        idx /= 2;
+    }
+    *lock(&s.output) = Some(run);
+    s.mark(MERGE);
+    // Every event of the job has run (this is the last): end the run now rather than when
+    // the workers, spinning before they sleep (up to the spin threshold, milliseconds on a
+    // loaded machine), find the runtime quiescent.
+    ochre::shutdown();
+}
+
+/// Merges two runs sorted by key (keys of two partitions are distinct), or concatenates them.
+fn join<K: Ord, V>(sorted: bool, left: Vec<(K, V)>, right: Vec<(K, V)>) -> Vec<(K, V)> {
+    if !sorted {
+        let (mut big, small) =
+            if left.len() >= right.len() { (left, right) } else { (right, left) };
+        big.extend(small);
+        return big;
+    }
+    let mut out = Vec::with_capacity(left.len() + right.len());
+    let (mut a, mut b) = (left.into_iter().peekable(), right.into_iter().peekable());
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.0 <= y.0,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        out.extend(if take_a { a.next() } else { b.next() });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_merges_sorted_runs_and_concatenates_unsorted_ones() {
+        let l = vec![(1, 'a'), (4, 'b'), (9, 'c')];
+        let r = vec![(2, 'x'), (3, 'y'), (10, 'z')];
+        let keys: Vec<i32> = join(true, l.clone(), r.clone()).into_iter().map(|p| p.0).collect();
+        assert_eq!(keys, vec![1, 2, 3, 4, 9, 10]);
+        assert_eq!(join(false, l, r).len(), 6);
+        assert_eq!(join::<i32, ()>(true, vec![], vec![]), vec![]);
+    }
+
+    #[test]
+    fn byte_ranges_cover_the_input_once() {
+        assert_eq!(byte_ranges(10, 4), vec![0..4, 4..8, 8..10]);
+        assert!(byte_ranges(0, 4).is_empty());
+        assert_eq!(byte_ranges(3, 0), vec![0..1, 1..2, 2..3]);
+    }
+
+    #[test]
+    fn default_chunks_give_every_lane_tasks_within_bounds() {
+        assert_eq!(default_chunk(0, 2), DEFAULT_CHUNK);
+        assert_eq!(default_chunk(1 << 30, 2), DEFAULT_CHUNK);
+        assert_eq!(default_chunk(1 << 20, 2), 32 << 10); // 32 tasks of 32 KiB
+        assert_eq!(default_chunk(1000, 2), MIN_CHUNK);
+    }
+}

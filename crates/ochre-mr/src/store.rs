@@ -1,0 +1,153 @@
+//! Intermediate containers: where a map lane combines the pairs its map tasks emit, and how they
+//! are cut into reduce partitions.
+//!
+//! Phoenix++ (Talbot et al., 2011) showed that the container holding intermediate pairs matters
+//! more than the scheduler: a hash table for open key sets (words, links), an array indexed by
+//! the key for dense integer keys (histogram buckets, cluster numbers), a few slots searched
+//! linearly for a handful of keys (linear regression's five sums). A job picks one
+//! ([`Container`]); every kind combines eagerly: emitting a key already present folds the value
+//! into the one held ([`MapReduce::combine`]), so a lane holds one value per distinct key
+//! whatever the number of records, and nothing is allocated for a key already seen.
+//!
+//! Invariant: a store holds each key at most once. A key of a dense store whose
+//! [`MapReduce::key_index`] is `None` or out of range goes to the store's hash side-table, so a
+//! wrong index costs speed, never correctness.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use rustc_hash::{FxBuildHasher, FxHashMap};
+
+use crate::MapReduce;
+
+/// The intermediate container of a job (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Container {
+    /// A hash table (FxHash): any key set.
+    Hash,
+    /// An array of this many slots indexed by [`MapReduce::key_index`]: dense integer keys.
+    Dense(usize),
+    /// A few slots searched linearly: jobs with a handful of distinct keys.
+    Fixed,
+}
+
+/// A lane's intermediate pairs, one value per key.
+pub(crate) enum Store<K, V> {
+    Hash(FxHashMap<K, V>),
+    Dense { slots: Vec<Option<(K, V)>>, spill: FxHashMap<K, V> },
+    Fixed(Vec<(K, V)>),
+}
+
+impl<K: Hash + Eq, V> Store<K, V> {
+    pub(crate) fn new(container: Container) -> Self {
+        match container {
+            Container::Hash => Store::Hash(FxHashMap::default()),
+            Container::Dense(n) => Store::Dense {
+                slots: std::iter::repeat_with(|| None).take(n).collect(),
+                spill: FxHashMap::default(),
+            },
+            Container::Fixed => Store::Fixed(Vec::new()),
+        }
+    }
+
+    /// Moves every pair into `parts` runs, pair `(k, v)` into run `partition(k)`.
+    pub(crate) fn partition_into(self, parts: &mut [Vec<(K, V)>], partition: impl Fn(&K) -> usize) {
+        let mut put = |(k, v): (K, V)| {
+            let p = partition(&k);
+            parts[p].push((k, v));
+        };
+        match self {
+            Store::Hash(map) => map.into_iter().for_each(&mut put),
+            Store::Dense { slots, spill } => {
+                slots.into_iter().flatten().for_each(&mut put);
+                spill.into_iter().for_each(&mut put);
+            }
+            Store::Fixed(pairs) => pairs.into_iter().for_each(&mut put),
+        }
+    }
+}
+
+/// The FxHash of a key: what hash partitioning cuts on.
+pub(crate) fn hash_of<K: Hash>(key: &K) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// Where a map task's pairs go: the lane's store, combining as they arrive.
+///
+/// It counts the pairs in a field of its own, on the map task's stack: a counter in shared
+/// lane state, bumped per record, would share a cache line with the other lanes' (the false
+/// sharing of thesis §5.2.1).
+pub struct Emitter<'a, P: MapReduce> {
+    app: &'a P,
+    store: &'a mut Store<P::Key, P::Value>,
+    emitted: u64,
+}
+
+impl<'a, P: MapReduce> Emitter<'a, P> {
+    pub(crate) fn new(app: &'a P, store: &'a mut Store<P::Key, P::Value>) -> Self {
+        Emitter { app, store, emitted: 0 }
+    }
+
+    /// Pairs emitted so far.
+    pub(crate) fn emitted(&self) -> u64 {
+        self.emitted
+    }
+
+    /// Emits `(key, value)`: folded into the value held for `key` if there is one.
+    #[inline]
+    pub fn emit(&mut self, key: P::Key, value: P::Value) {
+        self.emitted += 1;
+        let app = self.app;
+        match self.store {
+            Store::Hash(map) => combine_into(app, map, key, value),
+            Store::Dense { slots, spill } => match app.key_index(&key) {
+                Some(i) if i < slots.len() => match &mut slots[i] {
+                    Some((_, acc)) => app.combine(acc, value),
+                    slot @ None => *slot = Some((key, value)),
+                },
+                _ => combine_into(app, spill, key, value),
+            },
+            Store::Fixed(pairs) => match pairs.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, acc)) => app.combine(acc, value),
+                None => pairs.push((key, value)),
+            },
+        }
+    }
+
+    /// Emits a key given by reference (a word inside the input): the owned key is made only
+    /// when the key is new to this lane, so a record whose key was seen allocates nothing.
+    #[inline]
+    pub fn emit_ref<Q>(&mut self, key: &Q, value: P::Value)
+    where
+        P::Key: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = P::Key> + ?Sized,
+    {
+        match self.store {
+            Store::Hash(map) => {
+                self.emitted += 1;
+                match map.get_mut(key) {
+                    Some(acc) => self.app.combine(acc, value),
+                    None => {
+                        map.insert(key.to_owned(), value);
+                    }
+                }
+            }
+            _ => self.emit(key.to_owned(), value),
+        }
+    }
+}
+
+fn combine_into<P: MapReduce>(
+    app: &P,
+    map: &mut FxHashMap<P::Key, P::Value>,
+    key: P::Key,
+    value: P::Value,
+) {
+    use std::collections::hash_map::Entry;
+    match map.entry(key) {
+        Entry::Occupied(mut e) => app.combine(e.get_mut(), value),
+        Entry::Vacant(e) => {
+            e.insert(value);
+        }
+    }
+}

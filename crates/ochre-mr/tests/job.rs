@@ -1,0 +1,139 @@
+//! The job engine on a toy application (numbers modulo a key count), across containers, chunk
+//! sizes, reduce counts and worker counts: the output equals a sequential fold, whatever the
+//! schedule; empty inputs and panicking maps end cleanly.
+
+use std::ops::Range;
+
+use ochre::Runtime;
+use ochre_mr::{Container, Emitter, Error, Job, MapReduce};
+
+/// Sums, per key `x % keys`, the numbers `x` of the input; keys `>= dense` have no index.
+struct ModSum {
+    numbers: Vec<u64>,
+    keys: u64,
+    dense: usize,
+    panic_at: Option<u64>,
+}
+
+impl MapReduce for ModSum {
+    type Split = Range<usize>;
+    type Key = u64;
+    type Value = (u64, u64); // (sum, count)
+
+    fn split(&self, chunk_bytes: usize) -> Vec<Range<usize>> {
+        ochre_mr::byte_ranges(self.numbers.len(), chunk_bytes / 8)
+    }
+
+    fn input_bytes(&self) -> usize {
+        self.numbers.len() * 8
+    }
+
+    fn map(&self, split: &Range<usize>, out: &mut Emitter<'_, Self>) {
+        for &x in &self.numbers[split.clone()] {
+            if Some(x) == self.panic_at {
+                panic!("bad record {x}");
+            }
+            out.emit(x % self.keys, (x, 1));
+        }
+    }
+
+    fn combine(&self, acc: &mut (u64, u64), v: (u64, u64)) {
+        acc.0 += v.0;
+        acc.1 += v.1;
+    }
+
+    fn reduce(&self, key: &u64, v: (u64, u64)) -> (u64, u64) {
+        (v.0 + key * 1_000_000_000, v.1)
+    }
+
+    fn key_index(&self, key: &u64) -> Option<usize> {
+        Some(*key as usize).filter(|&k| k < self.dense)
+    }
+}
+
+fn app(n: u64, keys: u64) -> ModSum {
+    ModSum { numbers: (0..n).map(|i| i * 7919 % 100_003).collect(), keys, dense: 0, panic_at: None }
+}
+
+fn expected(a: &ModSum) -> Vec<(u64, (u64, u64))> {
+    let mut m = std::collections::BTreeMap::new();
+    for &x in &a.numbers {
+        let e = m.entry(x % a.keys).or_insert((0, 0));
+        e.0 += x;
+        e.1 += 1;
+    }
+    m.into_iter().map(|(k, (s, c))| (k, (s + k * 1_000_000_000, c))).collect()
+}
+
+#[test]
+fn every_container_gives_the_sequential_result() {
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    for (keys, container, dense) in [
+        (1000, Container::Hash, 0),
+        (1000, Container::Dense(1000), 1000),
+        (1000, Container::Dense(600), 1000), // keys 600.. spill to the side table
+        (1000, Container::Dense(1000), 300), // keys 300.. have no index
+        (5, Container::Fixed, 0),
+    ] {
+        let make = || ModSum { dense, ..app(50_000, keys) };
+        let want = expected(&make());
+        for (chunk, reduces) in [(800, 1), (8000, 3), (1 << 20, 8)] {
+            let out = Job::new(make())
+                .container(container)
+                .chunk_bytes(chunk)
+                .reduce_tasks(reduces)
+                .run_on(&rt)
+                .unwrap();
+            assert_eq!(out.pairs, want, "{container:?} chunk {chunk} reduces {reduces}");
+            assert_eq!(out.phases.emitted, 50_000);
+            assert_eq!(out.phases.reduce_tasks, reduces);
+            assert_eq!(out.phases.map_tasks, 50_000usize.div_ceil(chunk / 8));
+            // Each of the 2 lanes holds at most one value per key.
+            assert!(out.phases.intermediate <= 2 * keys, "{}", out.phases.line());
+        }
+    }
+}
+
+#[test]
+fn unsorted_output_has_the_same_pairs() {
+    let rt = Runtime::builder().workers(3).pin(false).build().unwrap();
+    let a = app(20_000, 777);
+    let want = expected(&a);
+    let mut got = Job::new(a).sorted(false).chunk_bytes(4000).run_on(&rt).unwrap().pairs;
+    got.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn one_worker_and_many_workers_agree() {
+    for workers in [1, 5] {
+        let a = app(30_000, 300);
+        let want = expected(&a);
+        let out = Job::new(a).workers(workers).pin(false).chunk_bytes(2000).run().unwrap();
+        assert_eq!(out.pairs, want, "{workers} workers");
+        assert_eq!(out.phases.lanes, workers);
+    }
+}
+
+#[test]
+fn an_empty_input_gives_an_empty_output() {
+    let out = Job::new(app(0, 10)).workers(2).pin(false).run().unwrap();
+    assert!(out.pairs.is_empty());
+    assert_eq!(out.phases.map_tasks, 0);
+}
+
+#[test]
+fn a_panicking_map_is_an_error_not_a_hang() {
+    let mut a = app(10_000, 10);
+    a.panic_at = Some(a.numbers[5000]);
+    match Job::new(a).workers(2).pin(false).chunk_bytes(800).run() {
+        Err(Error::Runtime(_)) | Err(Error::Panicked(_)) => {}
+        other => panic!("expected a panic error, got {:?}", other.map(|o| o.pairs.len())),
+    }
+    // On a runtime that does not abort, the panic is reported after the run.
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let mut a = app(10_000, 10);
+    a.panic_at = Some(a.numbers[10]);
+    let err = Job::new(a).chunk_bytes(800).run_on(&rt).map(|o| o.pairs.len()).unwrap_err();
+    assert!(err.to_string().contains("bad record"), "{err}");
+}
