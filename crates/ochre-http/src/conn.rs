@@ -38,6 +38,7 @@ use ochre::io::{self, Event, Interest, Progress, Timer, Watch};
 use ochre::{Color, ColorCell};
 
 use crate::cache::{with_worker_cache, Body, FileCache, FileInfo, Lookup};
+use crate::framing;
 use crate::path::{decode_target, TargetError};
 use crate::response::{error_response, Head};
 use crate::ServerShared;
@@ -333,19 +334,8 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
                 if target.len() > cfg.max_target_len {
                     return fail(conn, st, 414);
                 }
-                if !http10 && header(&req, "host").is_none() {
+                let Ok(body) = framing::check(req.headers, http10) else {
                     return fail(conn, st, 400);
-                }
-                if header(&req, "transfer-encoding").is_some() {
-                    // A body we would have to de-chunk to find the next request: refuse.
-                    return fail(conn, st, 400);
-                }
-                let body = match header(&req, "content-length") {
-                    None => 0,
-                    Some(v) => match v.parse::<u64>() {
-                        Ok(n) => n,
-                        Err(_) => return fail(conn, st, 400),
-                    },
                 };
                 if body > cfg.max_body_bytes {
                     return fail(conn, st, 413);

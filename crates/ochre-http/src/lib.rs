@@ -8,7 +8,8 @@
 //! file up in the worker's cache (`get_from_cache`) and queues the response, which
 //! `write_response` sends (`writev` for heads and cached bodies, `sendfile` for large files).
 //! `close` ends the connection and posts `dec_accepted_clients` to the accept color. The handler
-//! graph and its timeouts are in `conn`; the path checks in `path`; the cache in `cache`, its change notification in `notify`.
+//! graph and its timeouts are in `conn`; framing and header rules (RFC 9112) in `framing`; the
+//! path checks in `path`; the cache in `cache`, its change notification in `notify`.
 //!
 //! HTTP/1.1 (RFC 9110/9112) for static content: GET and HEAD, keep-alive and pipelining,
 //! `Content-Type` from the extension, `Date`, `Last-Modified`, `ETag`, conditional requests
@@ -19,6 +20,7 @@
 mod cache;
 pub mod config;
 mod conn;
+mod framing;
 mod notify;
 pub mod path;
 mod response;
