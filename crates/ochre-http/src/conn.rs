@@ -524,7 +524,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
     if matches!(lookup, Lookup::Directory) {
         if !target.dir {
             let head = Head::new(301)
-                .header("Location", format!("{}/", target.decoded))
+                .header("Location", target.directory_location())
                 .header("Content-Length", 0)
                 .finish(r.keep_alive, r.http10);
             respond(conn, st, 301, head, 0, &r.line);
@@ -542,7 +542,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
         Lookup::NotFound => return error(st, 404),
         Lookup::Forbidden | Lookup::Directory => return error(st, 403),
         Lookup::Error(e) => {
-            eprintln!("sws: {}: {e}", target.decoded);
+            eprintln!("sws: {:?}: {e}", target.decoded); // Debug: control bytes escaped
             return error(st, 500);
         }
     };
