@@ -131,43 +131,45 @@ struct Acceptor<F> {
     shared: std::sync::Weak<Shared>,
 }
 
+/// The longest accept queue the system allows (`/proc/sys/net/core/somaxconn`; 4096, the Linux
+/// default since 5.4, if it cannot be read): the default backlog of [`Listener::bind`]. The
+/// standard library's 128 overflows under a burst of connects (a 3000-connect burst on loopback
+/// stalled 3 to 13 of them for the 1 s SYN retransmission), and the kernel caps any larger
+/// request at this value anyway.
+pub fn max_backlog() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(4096)
+}
+
 impl Listener {
-    /// Binds (with `SO_REUSEADDR`, as the standard library does) and makes the socket
-    /// non-blocking.
+    /// Binds (with `SO_REUSEADDR`, as the standard library does) with the system's longest
+    /// accept queue ([`max_backlog`]) and makes the socket non-blocking.
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<Listener> {
-        let inner = TcpListener::bind(addr)?;
-        inner.set_nonblocking(true)?;
-        Ok(Listener { inner })
+        Listener::bind_with_backlog(addr, max_backlog())
+    }
+
+    /// [`bind`](Listener::bind) with an accept queue of `backlog` connections (the kernel caps
+    /// it at [`max_backlog`]).
+    pub fn bind_with_backlog(addr: impl ToSocketAddrs, backlog: u32) -> io::Result<Listener> {
+        bind_socket(addr, false, backlog)
     }
 
     /// Binds with `SO_REUSEPORT` too, so that several processes (N-COPY) share the port and the
-    /// kernel spreads connections over them.
+    /// kernel spreads connections over them; accept queue as [`bind`](Listener::bind).
     pub fn bind_reuseport(addr: impl ToSocketAddrs) -> io::Result<Listener> {
-        use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
-        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
-        for a in addr.to_socket_addrs()? {
-            let family = if a.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-            let attempt = (|| -> io::Result<TcpListener> {
-                let fd = rustix::net::socket_with(
-                    family,
-                    SocketType::STREAM,
-                    SocketFlags::CLOEXEC,
-                    None,
-                )?;
-                sockopt::set_socket_reuseaddr(&fd, true)?;
-                sockopt::set_socket_reuseport(&fd, true)?;
-                rustix::net::bind(&fd, &a)?;
-                rustix::net::listen(&fd, 1024)?;
-                Ok(TcpListener::from(fd))
-            })();
-            match attempt {
-                Ok(l) => return Listener::from_std(l),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+        Listener::bind_reuseport_with_backlog(addr, max_backlog())
     }
 
+    /// [`bind_reuseport`](Listener::bind_reuseport) with an accept queue of `backlog`.
+    pub fn bind_reuseport_with_backlog(
+        addr: impl ToSocketAddrs,
+        backlog: u32,
+    ) -> io::Result<Listener> {
+        bind_socket(addr, true, backlog)
+    }
     /// Wraps a listening socket made elsewhere (made non-blocking here).
     pub fn from_std(inner: TcpListener) -> io::Result<Listener> {
         inner.set_nonblocking(true)?;
@@ -215,6 +217,32 @@ impl Listener {
         let guard = lock(&acceptor);
         watch_on(shared, guard.listener.as_fd(), Interest::READ, color, handler)
     }
+}
+
+/// Binds a listening socket to the first of `addr` that works: `SO_REUSEADDR`, `SO_REUSEPORT` if
+/// asked, an accept queue of `backlog`, close-on-exec, non-blocking.
+fn bind_socket(addr: impl ToSocketAddrs, reuseport: bool, backlog: u32) -> io::Result<Listener> {
+    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
+    for a in addr.to_socket_addrs()? {
+        let family = if a.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+        let attempt = (|| -> io::Result<TcpListener> {
+            let fd =
+                rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+            sockopt::set_socket_reuseaddr(&fd, true)?;
+            if reuseport {
+                sockopt::set_socket_reuseport(&fd, true)?;
+            }
+            rustix::net::bind(&fd, &a)?;
+            rustix::net::listen(&fd, i32::try_from(backlog).unwrap_or(i32::MAX))?;
+            Ok(TcpListener::from(fd))
+        })();
+        match attempt {
+            Ok(l) => return Listener::from_std(l),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -301,6 +329,49 @@ mod tests {
         assert_eq!(&buf[..7], b", world");
         drop(b);
         assert_eq!(read(&a, &mut buf).unwrap(), Progress::Closed);
+    }
+
+    /// How many of `n` non-blocking connects to a listener that never accepts complete within
+    /// 300 ms (a connect the full accept queue drops waits 1 s for its SYN retry).
+    fn connects_queued(listener: &Listener, n: usize) -> usize {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let addr = listener.local_addr().unwrap();
+        let sockets: Vec<_> = (0..n)
+            .map(|_| {
+                let fd = rustix::net::socket_with(
+                    AddressFamily::INET,
+                    SocketType::STREAM,
+                    SocketFlags::NONBLOCK,
+                    None,
+                )
+                .unwrap();
+                let _ = rustix::net::connect(&fd, &addr);
+                fd
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        sockets
+            .iter()
+            .filter(|fd| {
+                let mut p = [rustix::event::PollFd::new(*fd, rustix::event::PollFlags::OUT)];
+                let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+                rustix::event::poll(&mut p, Some(&zero)).unwrap() == 1
+                    && !p[0].revents().contains(rustix::event::PollFlags::HUP)
+            })
+            .count()
+    }
+
+    #[test]
+    fn the_backlog_is_the_systems_maximum_unless_given() {
+        // Linux queues backlog + 1 connections and drops the SYNs beyond.
+        let short = Listener::bind_with_backlog("127.0.0.1:0", 4).unwrap();
+        assert_eq!(connects_queued(&short, 12), 5);
+        // The standard library's 128 would stop at 129.
+        assert!(max_backlog() >= 200, "this test needs net.core.somaxconn >= 200");
+        let default = Listener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(connects_queued(&default, 200), 200);
+        let reuse = Listener::bind_reuseport_with_backlog("127.0.0.1:0", 2).unwrap();
+        assert_eq!(connects_queued(&reuse, 6), 3);
     }
 
     #[test]
