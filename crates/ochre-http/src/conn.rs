@@ -26,12 +26,19 @@
 //! `read_timeout` of its first byte (else 408: a slow-loris client holds a connection for that
 //! long at most); an idle keep-alive connection is closed after `keepalive_timeout`; a response
 //! that does not drain within `write_timeout` of its last progress closes the connection.
+//!
+//! At the descriptor limit (`shed`), the accept color asks the oldest idle connections to close:
+//! each connection publishes since when it is idle in `Conn::idle_since` (two relaxed stores per
+//! request, on its own line), and the accept color keeps the admitted connections in
+//! `AcceptState::live`, added by `accept` and removed by `dec_accepted_clients`, which it already
+//! runs. `shed_if_idle` closes a connection only if it is still idle when asked.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::IoSlice;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Instant, SystemTime};
 
 use ochre::io::{self, Event, Interest, Progress, Timer, Watch};
@@ -56,7 +63,14 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) struct AcceptState {
     pub(crate) active: usize,
     pub(crate) accepted: u64,
+    /// The admitted connections by id, for shedding idle ones at the descriptor limit.
+    pub(crate) live: rustc_hash::FxHashMap<u64, Weak<Conn>>,
 }
+
+/// `Conn::idle_since` of a connection with a request in progress.
+pub(crate) const BUSY: u64 = 0;
+/// `Conn::idle_since` of an idle connection already asked to close.
+pub(crate) const SHED_ASKED: u64 = u64::MAX;
 
 enum Chunk {
     Bytes {
@@ -105,6 +119,13 @@ struct ConnState {
 }
 
 pub(crate) struct Conn {
+    /// The accept count when it was accepted: its key in `AcceptState::live`.
+    id: u64,
+    /// Nanoseconds from the server's epoch, plus one, to when the connection last became idle
+    /// (between requests, or since accept); `BUSY` while a request is read or answered;
+    /// `SHED_ASKED` once the accept color asked it to close. Written by the connection's color,
+    /// read by the accept color: a hint, checked again by `shed_if_idle`.
+    pub(crate) idle_since: AtomicU64,
     stream: TcpStream,
     peer: SocketAddr,
     /// Admitted under the cap (false: it is only told 503), so `close` decrements the count.
@@ -112,6 +133,17 @@ pub(crate) struct Conn {
     color: Color,
     server: Arc<ServerShared>,
     state: ColorCell<ConnState>,
+}
+
+impl Conn {
+    pub(crate) fn color(&self) -> Color {
+        self.color
+    }
+
+    fn mark_idle(&self, now: Instant) {
+        let since = now.saturating_duration_since(self.server.epoch).as_nanos() as u64 + 1;
+        self.idle_since.store(since.min(SHED_ASKED - 1), Ordering::Relaxed);
+    }
 }
 
 /// A parsed request: what the rest of the graph needs of it.
@@ -145,6 +177,8 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
     let color = ochre::place(server.color_base + ((n & ((1 << 28) - 1)) << 12));
     let now = Instant::now();
     let conn = Arc::new(Conn {
+        id: n,
+        idle_since: AtomicU64::new(BUSY),
         stream,
         peer,
         counted,
@@ -168,6 +202,10 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
             },
         ),
     });
+    conn.mark_idle(now);
+    if counted {
+        let _ = server.accept_state.with(|a| a.live.insert(n, Arc::downgrade(&conn)));
+    }
     ochre::post(color, move || register_fd(conn));
 }
 
@@ -257,6 +295,7 @@ fn read_request(conn: &Arc<Conn>, st: &mut ConnState) {
             Ok(Progress::Done(n)) => {
                 if st.phase == Phase::Idle && n > 0 {
                     st.phase = Phase::Reading;
+                    conn.idle_since.store(BUSY, Ordering::Relaxed);
                     st.deadline = Instant::now() + conn.server.config.read_timeout;
                 }
                 parse_request(conn, st);
@@ -694,6 +733,7 @@ fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
         linger(conn, st);
     } else if progressed && st.phase == Phase::Idle {
         st.deadline = now + conn.server.config.keepalive_timeout;
+        conn.mark_idle(now);
     }
 }
 
@@ -740,11 +780,27 @@ fn close(conn: &Arc<Conn>, st: &mut ConnState) {
     let _ = conn.stream.shutdown(std::net::Shutdown::Both);
     if conn.counted {
         let server = conn.server.clone();
-        ochre::post(server.accept_color, move || dec_accepted_clients(&server));
+        let id = conn.id;
+        ochre::post(server.accept_color, move || dec_accepted_clients(&server, id));
     }
 }
 
 /// DecAcceptedClients (accept color): one connection fewer.
-fn dec_accepted_clients(server: &Arc<ServerShared>) {
-    let _ = server.accept_state.with(|a| a.active = a.active.saturating_sub(1));
+fn dec_accepted_clients(server: &Arc<ServerShared>, id: u64) {
+    let _ = server.accept_state.with(|a| {
+        a.active = a.active.saturating_sub(1);
+        a.live.remove(&id);
+    });
+}
+
+/// Asked by the accept color at the descriptor limit (connection color): closes the connection
+/// if it is still idle (no request begun, nothing to send); a keep-alive client may see its
+/// idle connection closed at any time (RFC 9112 §9.5).
+pub(crate) fn shed_if_idle(conn: &Arc<Conn>) {
+    let _ = conn.state.with(|st| {
+        let idle = st.phase == Phase::Idle && st.out.is_empty() && st.inbuf.is_empty();
+        if idle && !st.closed && !st.lingering && !st.close_after_write {
+            close(conn, st);
+        }
+    });
 }

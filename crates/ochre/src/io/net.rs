@@ -11,6 +11,16 @@
 //! delay that doubles from 1 ms up to 1 s while the error persists and resets on success. So a
 //! server out of descriptors neither spins nor dies, and resumes by itself when descriptors are
 //! freed. Transient errors (`ECONNABORTED`, `EINTR`, `EPROTO`) are skipped.
+//!
+//! A server can do better than wait at the descriptor limit ([`Listener::shed_with`], an
+//! [`Overload`]): new clients are not left in the accept queue while kept-alive connections hold
+//! every descriptor. On exhaustion the listener first asks the server to free descriptors
+//! ([`Overload::shed`]: close idle connections) and retries after the shortest delay; when nothing
+//! can be shed, it answers the queued clients itself with the classic reserve descriptor (as
+//! libev and Node.js do): it closes a descriptor held for this purpose, accepts one connection
+//! into it, hands it to [`Overload::refuse`] (a short answer such as 503, then the connection is
+//! dropped), reopens the reserve, and repeats until the queue is empty. So a client arriving at
+//! the limit gets an answer at once instead of a timeout.
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -110,10 +120,37 @@ pub fn abort(stream: TcpStream) -> io::Result<()> {
     Ok(())
 }
 
+/// What a listener does when accepting fails for lack of descriptors (module doc). Both calls
+/// run as events of the accept color.
+pub trait Overload: Send + 'static {
+    /// Start freeing descriptors (for instance close the oldest idle connections) and say how
+    /// many are being freed; 0 when there is nothing to free, and the queued clients are then
+    /// refused.
+    fn shed(&mut self) -> usize;
+    /// A connection accepted on the reserve descriptor when nothing could be shed: answer it
+    /// briefly without blocking (it is non-blocking), then drop it: its descriptor becomes the
+    /// reserve again.
+    fn refuse(&mut self, stream: TcpStream, peer: SocketAddr);
+}
+
 /// A non-blocking TCP listener.
-#[derive(Debug)]
 pub struct Listener {
     inner: TcpListener,
+    overload: Option<Box<dyn Overload>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("inner", &self.inner)
+            .field("sheds", &self.overload.is_some())
+            .finish()
+    }
+}
+
+/// The descriptor kept in reserve for refusing clients at the limit.
+fn open_reserve() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }
 
 /// Delay bounds of the accept back-off.
@@ -127,6 +164,9 @@ struct Acceptor<F> {
     delay: Duration,
     /// A retry timer is pending: readiness events do not accept meanwhile.
     waiting: bool,
+    overload: Option<Box<dyn Overload>>,
+    /// Held to be closed and accepted into when out of descriptors (with `overload` only).
+    reserve: Option<std::fs::File>,
     color: Color,
     shared: std::sync::Weak<Shared>,
 }
@@ -173,7 +213,14 @@ impl Listener {
     /// Wraps a listening socket made elsewhere (made non-blocking here).
     pub fn from_std(inner: TcpListener) -> io::Result<Listener> {
         inner.set_nonblocking(true)?;
-        Ok(Listener { inner })
+        Ok(Listener { inner, overload: None })
+    }
+
+    /// At the descriptor limit, sheds and refuses with `overload` instead of only waiting
+    /// (module doc). Keeps one descriptor open in reserve.
+    pub fn shed_with(mut self, overload: impl Overload) -> Listener {
+        self.overload = Some(Box::new(overload));
+        self
     }
 
     /// The bound address.
@@ -201,11 +248,14 @@ impl Listener {
     where
         F: FnMut(TcpStream, SocketAddr) + Send + 'static,
     {
+        let reserve = self.overload.as_ref().and_then(|_| open_reserve());
         let acceptor = Arc::new(Mutex::new(Acceptor {
             listener: self.inner,
             on_accept,
             delay: BACKOFF_MIN,
             waiting: false,
+            overload: self.overload,
+            reserve,
             color,
             shared: Arc::downgrade(shared),
         }));
@@ -245,6 +295,38 @@ fn bind_socket(addr: impl ToSocketAddrs, reuseport: bool, backlog: u32) -> io::R
     Err(last)
 }
 
+impl<F> Acceptor<F> {
+    /// Out of descriptors with nothing to shed: accepts each queued client into the reserve
+    /// descriptor and refuses it (module doc). True once the queue is empty; false without a
+    /// reserve, or if the reserve's descriptor was taken meanwhile (by another thread).
+    #[cold]
+    fn refuse_queued(&mut self) -> bool {
+        let Some(overload) = self.overload.as_mut() else { return false };
+        loop {
+            let Some(reserve) = self.reserve.take() else { return false };
+            drop(reserve);
+            let accepted = self.listener.accept();
+            match accepted {
+                Ok((stream, peer)) => {
+                    if stream.set_nonblocking(true).is_ok() {
+                        overload.refuse(stream, peer);
+                    }
+                    self.reserve = open_reserve();
+                }
+                Err(e) => {
+                    self.reserve = open_reserve();
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        return true;
+                    }
+                    if !is_transient(&e) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -270,6 +352,9 @@ where
         match a.listener.accept() {
             Ok((stream, peer)) => {
                 a.delay = BACKOFF_MIN;
+                if a.overload.is_some() && a.reserve.is_none() {
+                    a.reserve = open_reserve(); // Lost while exhausted; descriptors are back.
+                }
                 if stream.set_nonblocking(true).is_err() {
                     continue; // The connection is unusable; dropping it closes it.
                 }
@@ -280,11 +365,17 @@ where
             Err(e) if is_transient(&e) => continue,
             Err(e) => {
                 with_current(|ctx| ctx.core.borrow_mut().counters.add(Counter::AcceptErrors, 1));
+                let mut delay = a.delay;
                 if !is_exhaustion(&e) {
                     eprintln!("ochre: accept failed, backing off: {e}");
+                    a.delay = (delay * 2).min(BACKOFF_MAX);
+                } else if a.overload.as_mut().is_some_and(|o| o.shed() > 0) {
+                    delay = BACKOFF_MIN; // Descriptors are being freed: retry at once.
+                } else if a.refuse_queued() {
+                    return; // The queue is empty: the next client raises a readiness event.
+                } else {
+                    a.delay = (delay * 2).min(BACKOFF_MAX);
                 }
-                let delay = a.delay;
-                a.delay = (delay * 2).min(BACKOFF_MAX);
                 a.waiting = true;
                 let (color, shared) = (a.color, a.shared.upgrade());
                 drop(a);
