@@ -12,8 +12,18 @@
 //! bytes of the next response: [`Response::bytes`] is exactly the length of this response, which
 //! the caller drains. When asked to verify, each body piece is compared with the expected bytes
 //! at its offset as it is decoded; a body of the wrong length or content is a mismatch.
+//!
+//! Bounded: a head, a chunk-size line or a trailer line still incomplete after [`MAX_HEAD`]
+//! bytes is malformed, so a server that streams a head without end cannot grow the client's
+//! buffer (nor its parsing time: the head is parsed again from its start at each read) past
+//! that.
 
 use crate::report::ErrorKind;
+
+/// The longest response head (and chunk-size or trailer line) read before it is called
+/// malformed: eight times the 8 KiB that common servers' heads stay under (nginx refuses request
+/// heads over 4 x 8 KiB; SWS's are a few hundred bytes).
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 
 /// A complete response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +168,9 @@ impl ResponseReader {
         let start = self.pos;
         let n = match resp.parse(&buf[start..]) {
             Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if buf.len() - start > MAX_HEAD => {
+                return Err(ErrorKind::Malformed)
+            }
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(_) => return Err(ErrorKind::Malformed),
         };
@@ -207,7 +220,11 @@ impl ResponseReader {
                 // Trailer lines up to an empty line.
                 let rest = &buf[self.pos..];
                 let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
-                    return Ok(None);
+                    return if rest.len() > MAX_HEAD {
+                        Err(ErrorKind::Malformed)
+                    } else {
+                        Ok(None)
+                    };
                 };
                 self.pos += eol + 2;
                 if eol == 0 {
@@ -240,6 +257,9 @@ impl ResponseReader {
                         let size = usize::try_from(size).map_err(|_| ErrorKind::Malformed)?;
                         self.in_chunk = size.checked_add(2).ok_or(ErrorKind::Malformed)?;
                     }
+                }
+                Ok(httparse::Status::Partial) if buf.len() - self.pos > MAX_HEAD => {
+                    return Err(ErrorKind::Malformed)
                 }
                 Ok(httparse::Status::Partial) => return Ok(None),
                 Err(_) => return Err(ErrorKind::Malformed),
@@ -282,6 +302,32 @@ mod tests {
             Step::Done(r) => r,
             other => panic!("not done: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_head_or_chunk_line_without_end_is_malformed_past_the_limit() {
+        let line = |prefix: &[u8], n: usize| {
+            let mut w = prefix.to_vec();
+            w.resize(prefix.len() + n, b'a');
+            w
+        };
+        let head = b"HTTP/1.1 200 OK\r\nX: ";
+        assert_eq!(read_all(&line(head, MAX_HEAD - 100), 4096, false, None), Step::Need);
+        assert_eq!(
+            read_all(&line(head, MAX_HEAD + 1), 4096, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=";
+        assert_eq!(read_all(&line(chunked, MAX_HEAD / 2), 4096, false, None), Step::Need);
+        assert_eq!(
+            read_all(&line(chunked, MAX_HEAD + 1), 4096, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
+        let trailer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ";
+        assert_eq!(
+            read_all(&line(trailer, MAX_HEAD + 1), 4096, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
     }
 
     #[test]
