@@ -20,7 +20,10 @@
 //! percentiles instead of being hidden (coordinated omission).
 //!
 //! Everything is bounded in time: no request is sent after the measured phase ends, every
-//! request has a timeout, so a dead or hung server ends the run with errors counted.
+//! request and every connect has a timeout, so a dead or hung server ends the run with errors
+//! counted. Connects do not block: a client waits for its socket to become writable as an event
+//! (the request timer bounds the wait), so a server whose accept queue is full stalls only the
+//! clients connecting to it, one timeout each, never the other clients of their worker.
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -182,6 +185,8 @@ struct Conn {
 
 struct ClientState {
     conn: Option<Arc<Conn>>,
+    /// The connection's connect is under way (its deadline is `deadline`).
+    connecting: bool,
     watch: Option<Watch>,
     /// The lazy request timer (see the module doc).
     timer: Option<Timer>,
@@ -221,6 +226,7 @@ impl Client {
                 color,
                 ClientState {
                     conn: None,
+                    connecting: false,
                     watch: None,
                     timer: None,
                     deadline: None,
@@ -264,44 +270,73 @@ impl Client {
     }
 }
 
-/// Starts (or restarts) a client: connect, watch, send (an event of the client's color).
+/// Starts (or restarts) a client: a non-blocking connect, watched (an event of the client's
+/// color); `connected` goes on when the socket is writable, `on_timer` gives up at the timeout.
 pub(crate) fn start(client: Arc<Client>) {
     let _ = client.state.with(|st| {
-        if st.done || client.run.stopping(Instant::now()) {
+        let now = Instant::now();
+        if st.done || client.run.stopping(now) {
             st.done = true;
             return;
         }
-        match TcpStream::connect_timeout(&client.run.target.addr, client.run.timeout) {
-            Ok(stream) => {
-                if stream.set_nonblocking(true).is_err() {
-                    return retry_later(&client, st, ErrorKind::Connect);
-                }
-                let _ = stream.set_nodelay(true);
-                let conn = Arc::new(Conn { stream });
-                let (c, k) = (client.clone(), conn.clone());
-                match io::watch(&conn.stream, Interest::READ, client.color, move |ev| {
-                    on_ready(&c, &k, ev)
-                }) {
-                    Ok(w) => {
-                        st.watch = Some(w);
-                        st.conn = Some(conn);
-                        st.on_conn = 0;
-                        st.buf.clear();
-                        st.reader.reset();
-                        if let Pacing::Session { .. } = client.run.pacing {
-                            client.tally(Instant::now(), |t| t.sessions += 1);
-                            // A session's first request goes at once.
-                            send_request(&client, st);
-                        } else {
-                            next_send(&client, st);
-                        }
-                    }
-                    Err(_) => retry_later(&client, st, ErrorKind::Connect),
+        let Ok(stream) = connect_nonblocking(client.run.target.addr) else {
+            return retry_later(&client, st, ErrorKind::Connect);
+        };
+        let conn = Arc::new(Conn { stream });
+        let (c, k) = (client.clone(), conn.clone());
+        match io::watch(&conn.stream, Interest::READ_WRITE, client.color, move |ev| {
+            on_ready(&c, &k, ev)
+        }) {
+            Ok(w) => {
+                st.watch = Some(w);
+                st.conn = Some(conn);
+                st.connecting = true;
+                st.on_conn = 0;
+                st.buf.clear();
+                st.reader.reset();
+                st.deadline = Some(now + client.run.timeout);
+                if st.timer.is_none() {
+                    arm_timer(&client, st, now + client.run.timeout);
                 }
             }
             Err(_) => retry_later(&client, st, ErrorKind::Connect),
         }
     });
+}
+
+/// A socket connecting to `addr` without blocking (the connect completes, or fails, later).
+fn connect_nonblocking(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
+    match rustix::net::connect(&fd, &addr) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let stream = TcpStream::from(fd);
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The socket of a connecting client is writable or in error: connected, or a connect error.
+fn connected(client: &Arc<Client>, st: &mut ClientState, conn: &Conn) {
+    match rustix::net::sockopt::socket_error(&conn.stream) {
+        Ok(Ok(())) => {}
+        _ => {
+            close(st);
+            return retry_later(client, st, ErrorKind::Connect);
+        }
+    }
+    st.connecting = false;
+    st.deadline = None;
+    if let Pacing::Session { .. } = client.run.pacing {
+        client.tally(Instant::now(), |t| t.sessions += 1);
+        // A session's first request goes at once.
+        send_request(client, st);
+    } else {
+        next_send(client, st);
+    }
 }
 
 fn retry_later(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
@@ -428,11 +463,16 @@ fn arm_timer(client: &Arc<Client>, st: &mut ClientState, at: Instant) {
 fn on_timer(client: &Arc<Client>) {
     let _ = client.state.with(|st| {
         st.timer = None;
-        let (Some(deadline), Some(_)) = (st.deadline, st.inflight) else { return };
-        if Instant::now() >= deadline {
-            reconnect(client, st, ErrorKind::Timeout);
-        } else {
+        let Some(deadline) = st.deadline.filter(|_| st.inflight.is_some() || st.connecting) else {
+            return;
+        };
+        if Instant::now() < deadline {
             arm_timer(client, st, deadline);
+        } else if st.connecting {
+            close(st);
+            retry_later(client, st, ErrorKind::Connect);
+        } else {
+            reconnect(client, st, ErrorKind::Timeout);
         }
     });
 }
@@ -442,6 +482,13 @@ fn on_ready(client: &Arc<Client>, conn: &Arc<Conn>, ev: &mut Event) {
         if !st.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             ev.cancel(); // A connection already given up.
             return;
+        }
+        if st.connecting {
+            let r = ev.ready();
+            if r.writable || r.error || r.hangup {
+                connected(client, st, conn);
+            }
+            return; // The request goes out now: no response can be waiting yet.
         }
         const READ: usize = 16 * 1024;
         let hangup = ev.ready().hangup;
@@ -548,6 +595,7 @@ fn close(st: &mut ClientState) {
     }
     st.inflight = None;
     st.deadline = None;
+    st.connecting = false;
     st.buf.clear();
     st.reader.reset();
     if let Some(c) = st.conn.take() {

@@ -43,13 +43,18 @@ fn read_request(s: &mut TcpStream) {
 /// within `WITHIN`. Where the server answers at once, the timeout is long, so that a hostile
 /// server thread starved of CPU for a moment on a busy machine is not counted a timeout.
 fn run_against(addr: SocketAddr, timeout: Duration) -> LoadReport {
+    run_with(addr, timeout, 2, 2)
+}
+
+/// `run_against` with `clients` clients on `workers` workers.
+fn run_with(addr: SocketAddr, timeout: Duration, clients: usize, workers: usize) -> LoadReport {
     let within = WITHIN;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+        let rt = Runtime::builder().workers(workers).pin(false).build().unwrap();
         let target =
             Target { addr, host: "test".into(), paths: vec!["/a".into()], mix: None, bodies: None };
-        let model = ClosedLoop { clients: 2, requests_per_connection: 10, think: Duration::ZERO };
+        let model = ClosedLoop { clients, requests_per_connection: 10, think: Duration::ZERO };
         let phases = Phases::new(Duration::ZERO, Duration::from_millis(600), timeout);
         let _ = tx.send(closed_loop(&rt, &target, &model, &phases));
     });
@@ -112,6 +117,21 @@ fn a_server_that_never_accepts_gives_connect_errors() {
     drop(listener);
     assert!(t0.elapsed() < WITHIN);
     only(&report, ErrorKind::Connect);
+}
+
+/// A client's connect waits on its own: others on the same worker go on. Six clients on one
+/// worker against a listener that never accepts, 150 ms per attempt over 600 ms: each client
+/// fails about four times (a blocking connect would make them wait in turn: four in all).
+#[test]
+fn a_stalled_connect_does_not_hold_up_the_other_clients() {
+    let listener = ochre::io::Listener::bind_with_backlog("127.0.0.1:0", 1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _fill: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let report = run_with(addr, Duration::from_millis(150), 6, 1);
+    drop(listener);
+    only(&report, ErrorKind::Connect);
+    let failed = report.errors[ErrorKind::Connect as usize];
+    assert!(failed >= 12, "{failed} connect errors: the clients waited for each other");
 }
 
 #[test]
