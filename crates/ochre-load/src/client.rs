@@ -19,7 +19,10 @@
 //! latency is counted from its intended time, so queueing at a stalled server shows in the
 //! percentiles instead of being hidden (coordinated omission).
 //!
-//! Everything is bounded in time: no request is sent after the measured phase ends, every
+//! Everything is bounded in time and memory: a client's buffer holds at most a response head
+//! (64 KiB), or about `RELEASE_AT` bytes of body.
+//!
+//! In time: no request is sent after the measured phase ends, every
 //! request and every connect has a timeout, so a dead or hung server ends the run with errors
 //! counted. Connects do not block: a client waits for its socket to become writable as an event
 //! (the request timer bounds the wait), so a server whose accept queue is full stalls only the
@@ -35,6 +38,11 @@ use ochre::{Color, ColorCell};
 
 use crate::report::{ErrorKind, Tally};
 use crate::response::{ResponseReader, Step};
+
+/// A buffer longer than this gives back the body bytes already read (`ResponseReader::release`):
+/// a large or endless body costs about this much memory, not its length. Large enough that
+/// ordinary responses never pay for the move of what follows.
+const RELEASE_AT: usize = 256 * 1024;
 
 /// What to load: an address, the `Host` header, the paths to request (in turn, or drawn from a
 /// request mix), and optionally the bodies they must answer with.
@@ -493,18 +501,32 @@ fn on_ready(client: &Arc<Client>, conn: &Arc<Conn>, ev: &mut Event) {
         const READ: usize = 16 * 1024;
         let hangup = ev.ready().hangup;
         let eof = loop {
-            match io::net::read_into(&conn.stream, &mut st.buf, READ) {
-                // A short read drained the socket: a later arrival is a new edge, so no need to
-                // pay a read that would only say WouldBlock. Unless the peer hung up: that edge
-                // is this one, and only reading on finds the end of file.
-                Ok(Progress::Done(n)) if n < READ && !hangup => break false,
-                Ok(Progress::Done(_)) => continue,
-                Ok(Progress::WouldBlock) => break false,
-                Ok(Progress::Closed) | Err(_) => break true,
+            // Read until the socket is drained, or until the buffer is worth releasing: a fast
+            // server could otherwise fill it with a whole large body within one event.
+            let (eof, more) = loop {
+                match io::net::read_into(&conn.stream, &mut st.buf, READ) {
+                    // A short read drained the socket: a later arrival is a new edge, so no need
+                    // to pay a read that would only say WouldBlock. Unless the peer hung up: that
+                    // edge is this one, and only reading on finds the end of file.
+                    Ok(Progress::Done(n)) if n < READ && !hangup => break (false, false),
+                    Ok(Progress::Done(_)) if st.buf.len() >= RELEASE_AT => break (false, true),
+                    Ok(Progress::Done(_)) => continue,
+                    Ok(Progress::WouldBlock) => break (false, false),
+                    Ok(Progress::Closed) | Err(_) => break (true, false),
+                }
+            };
+            // Everything complete in the buffer counts, even when the server closed.
+            while st.conn.is_some() && !st.buf.is_empty() && parse(client, st, eof) {}
+            if st.buf.len() >= RELEASE_AT {
+                // A large body: drop what the reader has framed and checked (module doc). A
+                // head this long was refused by the reader (and the connection closed).
+                let k = st.reader.release();
+                st.buf.drain(..k);
+            }
+            if !more || st.conn.is_none() {
+                break eof;
             }
         };
-        // Everything complete in the buffer counts, even when the server closed.
-        while st.conn.is_some() && !st.buf.is_empty() && parse(client, st, eof) {}
         if eof && st.conn.is_some() {
             let kind = if st.buf.is_empty() && st.inflight.is_none() {
                 None // closed between requests: reconnect quietly unless a request was out
@@ -538,7 +560,7 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
         }
         Step::Done(r) => r,
     };
-    st.buf.drain(..resp.bytes);
+    st.buf.drain(..resp.drain);
     st.reader.reset();
     let now = Instant::now();
     let Some(sent) = st.inflight.take() else {

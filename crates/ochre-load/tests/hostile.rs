@@ -182,3 +182,37 @@ fn a_head_without_end_is_malformed_and_given_up_at_once() {
     let longest = longest.load(Ordering::Relaxed);
     assert!(longest < 500, "a connection lasted {longest} ms: the client read on");
 }
+
+/// The test process's peak resident memory, in kB.
+fn peak_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn an_endless_body_times_out_in_a_bounded_buffer() {
+    // Announces 64 GiB, streams up to 256 MiB per connection, then holds it: the client frames
+    // and drops the body as it comes instead of keeping it until the (400 ms) timeout.
+    let mut held = Vec::new();
+    let addr = hostile(move |mut s| {
+        read_request(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 68719476736\r\n\r\n");
+        let piece = vec![b'b'; 64 * 1024];
+        let mut sent = 0;
+        while sent < 256 << 20 && s.write_all(&piece).is_ok() {
+            sent += piece.len();
+        }
+        held.push(s);
+    });
+    let before = peak_kb();
+    let report = run_against(addr, Duration::from_millis(400));
+    let grown = peak_kb().saturating_sub(before);
+    eprintln!("endless body: peak resident memory grew by {grown} kB");
+    only(&report, ErrorKind::Timeout);
+    assert_eq!(report.bytes, 0, "bytes of unfinished responses are not counted");
+    assert!(grown < 64 * 1024, "the peak resident memory grew by {grown} kB");
+}
