@@ -317,6 +317,7 @@ fn slow_clients_time_out_and_the_connection_cap_answers_503() {
     // The cap is reached: a third connection gets 503.
     let busy = exchange(f.addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", &[false]);
     assert_eq!(busy[0].code, 503);
+    assert_eq!(busy[0].headers["retry-after"], "1");
     let mut got = Vec::new();
     loris.read_to_end(&mut got).unwrap();
     assert!(
