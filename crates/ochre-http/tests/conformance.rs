@@ -89,6 +89,13 @@ const TABLE: &[Row] = &[
         "GET /a.txt HTTP/1.0\r\n\r\n", 200, true),
     row("HTTP/1.0 with two Host fields: 400",
         "GET /a.txt HTTP/1.0\r\nHost: t\r\nHost: u\r\n\r\n", 400, true),
+    // Message parsing (§2.2)
+    row("an empty line before the request line is ignored",
+        "\r\nGET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n", 200, false),
+    row("whitespace between the request line and the first field: 400",
+        "GET /a.txt HTTP/1.1\r\n Host: t\r\n\r\n", 400, true),
+    row("two spaces in the request line: 400",
+        "GET  /a.txt HTTP/1.1\r\nHost: t\r\n\r\n", 400, true),
     // Field syntax (§5.1, §5.2; RFC 9110 §5.1, §5.5)
     row("obs-fold: 400",
         "GET /a.txt HTTP/1.1\r\nHost: t\r\nX-Long: a\r\n folded\r\n\r\n", 400, true),
