@@ -10,7 +10,10 @@
 //! (`accept_errors`) and makes the listener back off: it stops accepting and retries after a
 //! delay that doubles from 1 ms up to 1 s while the error persists and resets on success. So a
 //! server out of descriptors neither spins nor dies, and resumes by itself when descriptors are
-//! freed. Transient errors (`ECONNABORTED`, `EINTR`, `EPROTO`) are skipped.
+//! freed. Transient errors (`ECONNABORTED`, `EINTR`, `EPROTO`) are skipped. Linux reserves the
+//! new descriptor before it looks at the queue, so at the limit `accept` fails even with nobody
+//! waiting: the listener checks the queue (a zero-timeout `poll`) before it counts, sheds or
+//! backs off, so that draining the queue at the limit does not close a connection for nobody.
 //!
 //! A server can do better than wait at the descriptor limit ([`Listener::shed_with`], an
 //! [`Overload`]): new clients are not left in the accept queue while kept-alive connections hold
@@ -327,6 +330,16 @@ impl<F> Acceptor<F> {
     }
 }
 
+/// Whether a connection waits in `listener`'s accept queue (a listening socket is readable
+/// exactly then).
+fn pending(listener: &TcpListener) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(listener, PollFlags::IN)];
+    let now = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    // On an error, assume a client waits: the caller then sheds or backs off, as before.
+    poll(&mut fds, Some(&now)).map_or(true, |n| n > 0)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -363,6 +376,10 @@ where
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if is_transient(&e) => continue,
+            // Linux takes the descriptor before it looks at the queue: at the limit, accept
+            // fails even when nobody waits. Then there is nothing to shed or back off for; the
+            // next client raises a readiness event.
+            Err(e) if is_exhaustion(&e) && !pending(&a.listener) => return,
             Err(e) => {
                 with_current(|ctx| ctx.core.borrow_mut().counters.add(Counter::AcceptErrors, 1));
                 let mut delay = a.delay;
