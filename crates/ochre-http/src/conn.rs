@@ -29,7 +29,8 @@
 //!
 //! At the descriptor limit (`shed`), the accept color asks the oldest idle connections to close:
 //! each connection publishes since when it is idle in `Conn::idle_since` (two relaxed stores per
-//! request, on its own line), and the accept color keeps the admitted connections in
+//! request to its own connection's memory, read by the accept color only at the limit: no
+//! allocation, no shared counter on the request path), and the accept color keeps the admitted connections in
 //! `AcceptState::live`, added by `accept` and removed by `dec_accepted_clients`, which it already
 //! runs. `shed_if_idle` closes a connection only if it is still idle when asked.
 

@@ -213,6 +213,7 @@ impl Listener {
     ) -> io::Result<Listener> {
         bind_socket(addr, true, backlog)
     }
+
     /// Wraps a listening socket made elsewhere (made non-blocking here).
     pub fn from_std(inner: TcpListener) -> io::Result<Listener> {
         inner.set_nonblocking(true)?;
