@@ -585,6 +585,12 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
     } else {
         st.unrecorded_sends = sends;
     }
+    if !st.buf.is_empty() {
+        // One request is out at a time, and the next is sent only now: bytes that came after
+        // this response (in the same reads) answer no request.
+        reconnect(client, st, ErrorKind::Malformed);
+        return false;
+    }
     if let Pacing::Session { leave, .. } = run.pacing {
         if uniform(&mut st.rng) < leave || resp.closes || run.stopping(now) {
             // The session ends: it does not come back.

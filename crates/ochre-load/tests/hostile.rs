@@ -144,6 +144,21 @@ fn garbage_gives_malformed_errors() {
 }
 
 #[test]
+fn an_answer_to_nothing_gives_malformed_errors() {
+    // Two responses for one request: the second answers no request.
+    let addr = hostile(|mut s| {
+        read_request(&mut s);
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        let _ = s.write_all(&[&ok[..], &ok[..]].concat());
+        std::thread::sleep(Duration::from_millis(20)); // both arrive before the next request
+    });
+    let report = run_against(addr, LONG);
+    assert!(report.errors[ErrorKind::Malformed as usize] > 0, "{}", report.table());
+    let others = report.errors.iter().sum::<u64>() - report.errors[ErrorKind::Malformed as usize];
+    assert_eq!(others, 0, "{:?}", report.errors);
+}
+
+#[test]
 fn closing_mid_head_or_mid_body_gives_short_body_errors() {
     for answer in [
         &b"HTTP/1.1 200 OK\r\nContent-Le"[..],
