@@ -64,6 +64,10 @@ enum Command {
         /// Concurrent connections; beyond, new ones get 503 (default 10000).
         #[arg(long)]
         max_connections: Option<usize>,
+        /// Listen backlog: connections the kernel queues before they are accepted (default: the
+        /// system's maximum, net.core.somaxconn).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        backlog: Option<u32>,
         /// Seconds a client has to send a whole request head (default 10).
         #[arg(long, allow_negative_numbers = true)]
         read_timeout: Option<f64>,
@@ -148,6 +152,7 @@ fn main() -> ExitCode {
             workers,
             config,
             max_connections,
+            backlog,
             read_timeout,
             keepalive_timeout,
             access_log,
@@ -167,6 +172,7 @@ fn main() -> ExitCode {
             let flags = ServeFlags {
                 root: dir.or(root),
                 max_connections,
+                backlog,
                 read_timeout,
                 keepalive_timeout,
                 access_log,
@@ -319,6 +325,7 @@ fn fileset(
 struct ServeFlags {
     root: Option<PathBuf>,
     max_connections: Option<usize>,
+    backlog: Option<u32>,
     read_timeout: Option<f64>,
     keepalive_timeout: Option<f64>,
     access_log: Option<PathBuf>,
@@ -345,6 +352,9 @@ fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::Server
     if let Some(n) = f.max_connections {
         c.max_connections = n;
     }
+    if f.backlog.is_some() {
+        c.backlog = f.backlog;
+    }
     if let Some(t) = f.read_timeout {
         c.read_timeout = seconds("read-timeout", t)?;
     }
@@ -363,6 +373,7 @@ fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::Server
 fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Result<(), String> {
     use ochre::io::{signal, Listener};
     let root = config.root.clone();
+    let backlog = config.backlog.unwrap_or_else(ochre::io::net::max_backlog);
     let workers = place.workers;
     let server = ochre_http::Server::new(config, ochre::Color(1))
         .map_err(|e| format!("cannot serve {}: {e}", root.display()))?;
@@ -371,9 +382,12 @@ fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Re
         builder = builder.workers(w as usize);
     }
     let rt = builder.build().map_err(|e| e.to_string())?;
-    let listener =
-        if place.copies > 1 { Listener::bind_reuseport(listen) } else { Listener::bind(listen) }
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = if place.copies > 1 {
+        Listener::bind_reuseport_with_backlog(listen, backlog)
+    } else {
+        Listener::bind_with_backlog(listen, backlog)
+    }
+    .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let handle = rt.handle();
     let watch = server.serve_with(&handle, listener).map_err(|e| e.to_string())?;

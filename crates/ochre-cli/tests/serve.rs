@@ -64,6 +64,42 @@ fn serve_answers_and_stops_gracefully_on_sigterm() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// `--backlog` sets the listen queue; without it the queue is the system's maximum (`ss` shows a
+/// listening socket's queue size as its Send-Q).
+#[test]
+fn the_listen_backlog_is_the_flag_or_the_systems_maximum() {
+    let root = site("backlog");
+    let send_q = |port: u16| -> u32 {
+        let out = Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .nth(2)
+            .and_then(|q| q.parse().ok())
+            .unwrap_or_else(|| panic!("{text}"))
+    };
+    let somaxconn: u32 =
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap().trim().parse().unwrap();
+    for (flag, expected) in [(Some("77"), 77), (None, somaxconn)] {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ochre"));
+        cmd.args(["serve", "--root", root.to_str().unwrap(), "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--workers", "1"])
+            .stderr(Stdio::null());
+        if let Some(b) = flag {
+            cmd.args(["--backlog", b]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        wait_ready(port, &mut child);
+        assert_eq!(send_q(port), expected, "--backlog {flag:?}");
+        assert!(stop(child).success());
+    }
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 /// The printed configuration is a file `--config` takes, edited as a user would.
 #[test]
 fn the_printed_configuration_is_a_working_config_file() {

@@ -6,7 +6,9 @@
 //! directories of the paths it holds, and a lookup reads the pending events (one `read`, which
 //! answers "nothing" while nothing changed) instead of a `stat` of the path; any event makes
 //! every entry revalidate once by `stat` (see `notify` for the invariants and why this is fresh
-//! at once). With `stat`, or where inotify is unavailable, every lookup `stat`s the path. Either
+//! at once). With `stat`, or where inotify is unavailable, every lookup `stat`s the path; a cache
+//! whose inotify instance could not be made (out of descriptors when the worker's cache was
+//! created, say) tries again every few seconds and takes it as soon as it can. Either
 //! way, an entry whose device, inode, size, modification or change time differs is rebuilt, so a
 //! changed, replaced, deleted or re-permissioned file is served fresh at once.
 //!
@@ -23,7 +25,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 
@@ -105,6 +107,11 @@ impl Entry {
     }
 }
 
+/// Delays between attempts to make the inotify instance after a failure: doubling from the first
+/// to the last. Short enough to regain inotify soon after a descriptor shortage; an attempt is
+/// one system call, so a system without inotify pays little.
+const WATCHER_RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(64));
+
 /// Descriptors of large files a worker's cache keeps open at most.
 pub const MAX_OPEN_FILES: usize = 256;
 
@@ -119,6 +126,8 @@ pub struct FileCache {
     open_files: usize,
     /// `None` with `Revalidate::Stat`, or when inotify was refused.
     watcher: Option<DirWatcher>,
+    /// Refused inotify: when to try again, and the delay after that.
+    watcher_retry: Option<(Instant, Duration)>,
     /// Files a drain reported changed (kept for its allocation).
     changed: Vec<PathBuf>,
     /// Entries with a `real` path.
@@ -142,16 +151,12 @@ fn content_type(path: &Path) -> String {
 impl FileCache {
     /// A cache for `root` (canonical).
     pub fn new(root: PathBuf, capacity: usize, small: u64, revalidate: Revalidate) -> FileCache {
-        let watcher = match revalidate {
-            Revalidate::Stat => None,
-            Revalidate::Inotify => DirWatcher::new()
-                .map_err(|e| {
-                    static ONCE: std::sync::Once = std::sync::Once::new();
-                    ONCE.call_once(|| {
-                        eprintln!("sws: no inotify ({e}): files are revalidated by stat instead")
-                    });
-                })
-                .ok(),
+        let (watcher, watcher_retry) = match revalidate {
+            Revalidate::Stat => (None, None),
+            Revalidate::Inotify => match make_watcher() {
+                Some(w) => (Some(w), None),
+                None => (None, Some((Instant::now() + WATCHER_RETRY.0, WATCHER_RETRY.0))),
+            },
         };
         FileCache {
             root,
@@ -161,6 +166,7 @@ impl FileCache {
             small,
             open_files: 0,
             watcher,
+            watcher_retry,
             changed: Vec::new(),
             aliased: 0,
             stats: 0,
@@ -169,6 +175,9 @@ impl FileCache {
 
     /// Looks `rel` up under the root.
     pub fn lookup(&mut self, rel: &Path) -> Lookup {
+        if self.watcher_retry.is_some() {
+            self.retry_watcher();
+        }
         let generation = self.watcher.as_mut().map(|w| w.drain(&mut self.changed));
         if let Some(Drained { lost: true, .. }) = generation {
             self.clear();
@@ -217,6 +226,27 @@ impl FileCache {
             }
             Ok(None) => Lookup::Forbidden,
             Err(e) => from_error(e),
+        }
+    }
+
+    /// Tries to make the inotify instance again, if it is time. Entries validated without it
+    /// are not valid at any generation: each is revalidated once by `stat`, then trusted.
+    #[cold]
+    fn retry_watcher(&mut self) {
+        let Some((at, delay)) = self.watcher_retry else { return };
+        let now = Instant::now();
+        if now < at {
+            return;
+        }
+        match make_watcher() {
+            Some(w) => {
+                self.watcher = Some(w);
+                self.watcher_retry = None;
+            }
+            None => {
+                let next = (delay * 2).min(WATCHER_RETRY.1);
+                self.watcher_retry = Some((now + next, next));
+            }
         }
     }
 
@@ -325,6 +355,21 @@ impl FileCache {
     fn open_files(&self) -> usize {
         self.open_files
     }
+}
+
+/// A new inotify instance, or `None` (said once per process: files are then revalidated by
+/// `stat` until an instance can be made).
+fn make_watcher() -> Option<DirWatcher> {
+    DirWatcher::new()
+        .map_err(|e| {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                eprintln!(
+                    "sws: no inotify ({e}): files are revalidated by stat until it can be made"
+                )
+            });
+        })
+        .ok()
 }
 
 fn from_error(e: io::Error) -> Lookup {
@@ -444,6 +489,55 @@ mod tests {
         // A large file changed in place is served fresh, from a new descriptor.
         fs::write(root.join("f3"), "changed, and longer").unwrap();
         assert_eq!(body(&c.lookup(Path::new("f3"))), b"changed, and longer");
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    /// A worker whose cache is made while the process is out of descriptors gets no inotify
+    /// instance; it must take one once descriptors are back, not revalidate by `stat` for the
+    /// life of the process. Runs in a child process (this test binary again, this test only),
+    /// which lowers its own descriptor limit.
+    #[test]
+    fn a_cache_made_out_of_descriptors_takes_inotify_when_they_come_back() {
+        const CHILD: &str = "OCHRE_CACHE_TEST_OUT_OF_DESCRIPTORS";
+        const NAME: &str =
+            "cache::tests::a_cache_made_out_of_descriptors_takes_inotify_when_they_come_back";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let said = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && stdout.contains("1 passed"), "{said}");
+            return;
+        }
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let root = tmpdir("exhausted");
+        fs::write(root.join("a.txt"), "a1").unwrap();
+        let a = Path::new("a.txt");
+        let open = fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+        let old = getrlimit(Resource::Nofile);
+        setrlimit(Resource::Nofile, Rlimit { current: Some(open + 16), maximum: old.maximum })
+            .unwrap();
+        let mut fillers: Vec<fs::File> =
+            std::iter::from_fn(|| fs::File::open("/dev/null").ok()).collect();
+        let mut c = FileCache::new(root.clone(), 1 << 20, 1024, Revalidate::Inotify);
+        assert!(c.watcher.is_none(), "no descriptor for inotify");
+        fillers.pop(); // One descriptor back: files can be read, revalidated by stat.
+        assert_eq!(text(&c.lookup(a)), "a1");
+        assert_eq!(text(&c.lookup(a)), "a1");
+        assert_eq!(c.stats, 2, "without inotify, a stat per lookup");
+        drop(fillers);
+        setrlimit(Resource::Nofile, old).unwrap();
+        std::thread::sleep(WATCHER_RETRY.0 + Duration::from_millis(50));
+        assert_eq!(text(&c.lookup(a)), "a1");
+        assert!(c.watcher.is_some(), "inotify was taken once descriptors came back");
+        let stats = c.stats;
+        assert_eq!(text(&c.lookup(a)), "a1");
+        assert_eq!(c.stats, stats, "with inotify again, a hit costs no stat");
+        fs::write(root.join("a.txt"), "a2").unwrap();
+        assert_eq!(text(&c.lookup(a)), "a2", "and a change is seen at once");
         fs::remove_dir_all(root).unwrap();
     }
 

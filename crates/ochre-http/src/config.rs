@@ -42,6 +42,10 @@ pub struct ServerConfig {
     pub max_requests_per_connection: u32,
     /// Concurrent connections; beyond, new ones get 503 and are closed.
     pub max_connections: usize,
+    /// Connections the kernel queues for the server before it accepts them (the listen
+    /// backlog), for `ochre serve`. Unset: the system's maximum (net.core.somaxconn); a short
+    /// queue drops the connects of a burst, each then waiting a second to retry.
+    pub backlog: Option<u32>,
     /// Files up to this size are kept in memory; larger ones are sent with `sendfile`.
     pub small_file_bytes: u64,
     /// Memory for cached file contents, per worker.
@@ -72,6 +76,7 @@ impl Default for ServerConfig {
             write_timeout: Duration::from_secs(60),
             max_requests_per_connection: 10_000,
             max_connections: 10_000,
+            backlog: None,
             small_file_bytes: 256 * 1024,
             cache_bytes_per_worker: 64 * 1024 * 1024,
             revalidate: Revalidate::Inotify,
@@ -103,7 +108,11 @@ impl ServerConfig {
     /// (`ochre serve --print-config`). Settings without a default are commented out.
     pub fn sample_toml() -> String {
         let defaults = toml::Table::try_from(ServerConfig::default()).unwrap_or_default();
-        let examples = [("access_log", "\"access.log\""), ("status_path", "\"/.ochre/status\"")];
+        let examples = [
+            ("access_log", "\"access.log\""),
+            ("status_path", "\"/.ochre/status\""),
+            ("backlog", "4096"),
+        ];
         let mut out = String::from(
             "# SWS settings (ochre serve --config FILE). Absent settings keep the defaults shown;\n\
              # unknown ones are an error. Durations are in seconds.\n",
@@ -139,6 +148,7 @@ mod tests {
         let all = ServerConfig {
             access_log: Some("a".into()),
             status_path: Some("/s".into()),
+            backlog: Some(64),
             ..ServerConfig::default()
         };
         for key in table(&all).keys() {
@@ -162,13 +172,15 @@ mod tests {
         let good = dir.join("good.toml");
         std::fs::write(
             &good,
-            "root = \"/srv\"\nread_timeout = 2.5\nmax_connections = 7\nrevalidate = \"stat\"\n",
+            "root = \"/srv\"\nread_timeout = 2.5\nmax_connections = 7\nrevalidate = \"stat\"\n\
+             backlog = 300\n",
         )
         .unwrap();
         let c = ServerConfig::from_toml_file(&good).unwrap();
         assert_eq!(c.root, PathBuf::from("/srv"));
         assert_eq!(c.read_timeout, Duration::from_millis(2500));
         assert_eq!(c.max_connections, 7);
+        assert_eq!(c.backlog, Some(300));
         assert_eq!(c.revalidate, Revalidate::Stat);
         assert_eq!(c.index, "index.html", "absent fields keep their defaults");
         let bad = dir.join("bad.toml");

@@ -26,18 +26,27 @@
 //! `read_timeout` of its first byte (else 408: a slow-loris client holds a connection for that
 //! long at most); an idle keep-alive connection is closed after `keepalive_timeout`; a response
 //! that does not drain within `write_timeout` of its last progress closes the connection.
+//!
+//! At the descriptor limit (`shed`), the accept color asks the oldest idle connections to close:
+//! each connection publishes since when it is idle in `Conn::idle_since` (two relaxed stores per
+//! request to its own connection's memory, read by the accept color only at the limit: no
+//! allocation, no shared counter on the request path), and the accept color keeps the admitted connections in
+//! `AcceptState::live`, added by `accept` and removed by `dec_accepted_clients`, which it already
+//! runs. `shed_if_idle` closes a connection only if it is still idle when asked.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::IoSlice;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Instant, SystemTime};
 
 use ochre::io::{self, Event, Interest, Progress, Timer, Watch};
 use ochre::{Color, ColorCell};
 
 use crate::cache::{with_worker_cache, Body, FileCache, FileInfo, Lookup};
+use crate::framing;
 use crate::path::{decode_target, TargetError};
 use crate::response::{error_response, Head};
 use crate::ServerShared;
@@ -55,7 +64,14 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) struct AcceptState {
     pub(crate) active: usize,
     pub(crate) accepted: u64,
+    /// The admitted connections by id, for shedding idle ones at the descriptor limit.
+    pub(crate) live: rustc_hash::FxHashMap<u64, Weak<Conn>>,
 }
+
+/// `Conn::idle_since` of a connection with a request in progress.
+pub(crate) const BUSY: u64 = 0;
+/// `Conn::idle_since` of an idle connection already asked to close.
+pub(crate) const SHED_ASKED: u64 = u64::MAX;
 
 enum Chunk {
     Bytes {
@@ -104,6 +120,13 @@ struct ConnState {
 }
 
 pub(crate) struct Conn {
+    /// The accept count when it was accepted: its key in `AcceptState::live`.
+    id: u64,
+    /// Nanoseconds from the server's epoch, plus one, to when the connection last became idle
+    /// (between requests, or since accept); `BUSY` while a request is read or answered;
+    /// `SHED_ASKED` once the accept color asked it to close. Written by the connection's color,
+    /// read by the accept color: a hint, checked again by `shed_if_idle`.
+    pub(crate) idle_since: AtomicU64,
     stream: TcpStream,
     peer: SocketAddr,
     /// Admitted under the cap (false: it is only told 503), so `close` decrements the count.
@@ -111,6 +134,17 @@ pub(crate) struct Conn {
     color: Color,
     server: Arc<ServerShared>,
     state: ColorCell<ConnState>,
+}
+
+impl Conn {
+    pub(crate) fn color(&self) -> Color {
+        self.color
+    }
+
+    fn mark_idle(&self, now: Instant) {
+        let since = now.saturating_duration_since(self.server.epoch).as_nanos() as u64 + 1;
+        self.idle_since.store(since.min(SHED_ASKED - 1), Ordering::Relaxed);
+    }
 }
 
 /// A parsed request: what the rest of the graph needs of it.
@@ -144,6 +178,8 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
     let color = ochre::place(server.color_base + ((n & ((1 << 28) - 1)) << 12));
     let now = Instant::now();
     let conn = Arc::new(Conn {
+        id: n,
+        idle_since: AtomicU64::new(BUSY),
         stream,
         peer,
         counted,
@@ -167,6 +203,10 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
             },
         ),
     });
+    conn.mark_idle(now);
+    if counted {
+        let _ = server.accept_state.with(|a| a.live.insert(n, Arc::downgrade(&conn)));
+    }
     ochre::post(color, move || register_fd(conn));
 }
 
@@ -256,6 +296,7 @@ fn read_request(conn: &Arc<Conn>, st: &mut ConnState) {
             Ok(Progress::Done(n)) => {
                 if st.phase == Phase::Idle && n > 0 {
                     st.phase = Phase::Reading;
+                    conn.idle_since.store(BUSY, Ordering::Relaxed);
                     st.deadline = Instant::now() + conn.server.config.read_timeout;
                 }
                 parse_request(conn, st);
@@ -333,19 +374,8 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
                 if target.len() > cfg.max_target_len {
                     return fail(conn, st, 414);
                 }
-                if !http10 && header(&req, "host").is_none() {
+                let Ok(body) = framing::check(req.headers, http10) else {
                     return fail(conn, st, 400);
-                }
-                if header(&req, "transfer-encoding").is_some() {
-                    // A body we would have to de-chunk to find the next request: refuse.
-                    return fail(conn, st, 400);
-                }
-                let body = match header(&req, "content-length") {
-                    None => 0,
-                    Some(v) => match v.parse::<u64>() {
-                        Ok(n) => n,
-                        Err(_) => return fail(conn, st, 400),
-                    },
                 };
                 if body > cfg.max_body_bytes {
                     return fail(conn, st, 413);
@@ -534,7 +564,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
     if matches!(lookup, Lookup::Directory) {
         if !target.dir {
             let head = Head::new(301)
-                .header("Location", format!("{}/", target.decoded))
+                .header("Location", target.directory_location())
                 .header("Content-Length", 0)
                 .finish(r.keep_alive, r.http10);
             respond(conn, st, 301, head, 0, &r.line);
@@ -552,7 +582,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
         Lookup::NotFound => return error(st, 404),
         Lookup::Forbidden | Lookup::Directory => return error(st, 403),
         Lookup::Error(e) => {
-            eprintln!("sws: {}: {e}", target.decoded);
+            eprintln!("sws: {:?}: {e}", target.decoded); // Debug: control bytes escaped
             return error(st, 500);
         }
     };
@@ -704,6 +734,7 @@ fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
         linger(conn, st);
     } else if progressed && st.phase == Phase::Idle {
         st.deadline = now + conn.server.config.keepalive_timeout;
+        conn.mark_idle(now);
     }
 }
 
@@ -750,11 +781,27 @@ fn close(conn: &Arc<Conn>, st: &mut ConnState) {
     let _ = conn.stream.shutdown(std::net::Shutdown::Both);
     if conn.counted {
         let server = conn.server.clone();
-        ochre::post(server.accept_color, move || dec_accepted_clients(&server));
+        let id = conn.id;
+        ochre::post(server.accept_color, move || dec_accepted_clients(&server, id));
     }
 }
 
 /// DecAcceptedClients (accept color): one connection fewer.
-fn dec_accepted_clients(server: &Arc<ServerShared>) {
-    let _ = server.accept_state.with(|a| a.active = a.active.saturating_sub(1));
+fn dec_accepted_clients(server: &Arc<ServerShared>, id: u64) {
+    let _ = server.accept_state.with(|a| {
+        a.active = a.active.saturating_sub(1);
+        a.live.remove(&id);
+    });
+}
+
+/// Asked by the accept color at the descriptor limit (connection color): closes the connection
+/// if it is still idle (no request begun, nothing to send); a keep-alive client may see its
+/// idle connection closed at any time (RFC 9112 §9.5).
+pub(crate) fn shed_if_idle(conn: &Arc<Conn>) {
+    let _ = conn.state.with(|st| {
+        let idle = st.phase == Phase::Idle && st.out.is_empty() && st.inbuf.is_empty();
+        if idle && !st.closed && !st.lingering && !st.close_after_write {
+            close(conn, st);
+        }
+    });
 }

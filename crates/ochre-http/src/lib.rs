@@ -8,20 +8,25 @@
 //! file up in the worker's cache (`get_from_cache`) and queues the response, which
 //! `write_response` sends (`writev` for heads and cached bodies, `sendfile` for large files).
 //! `close` ends the connection and posts `dec_accepted_clients` to the accept color. The handler
-//! graph and its timeouts are in `conn`; the path checks in `path`; the cache in `cache`, its change notification in `notify`.
+//! graph and its timeouts are in `conn`; framing and header rules (RFC 9112) in `framing`; what
+//! the server does at the descriptor limit in `shed`; the path checks in `path`; the cache in
+//! `cache`, its change notification in `notify`.
 //!
 //! HTTP/1.1 (RFC 9110/9112) for static content: GET and HEAD, keep-alive and pipelining,
 //! `Content-Type` from the extension, `Date`, `Last-Modified`, `ETag`, conditional requests
 //! (`If-None-Match`, `If-Modified-Since` -> 304), one byte range (206, 416, `If-Range`), `index.html`
 //! for directories (no listings), HTTP/1.0 clients. Errors are answered, never crash the server:
-//! 400, 403, 404, 405 (with `Allow`), 408, 413, 414, 431, 500, 503 (connection cap), 505.
+//! 400, 403, 404, 405 (with `Allow`), 408, 413, 414, 431, 500, 503 (connection cap or descriptor
+//! limit, with `Retry-After`), 505.
 
 mod cache;
 pub mod config;
 mod conn;
+mod framing;
 mod notify;
 pub mod path;
 mod response;
+mod shed;
 mod stats;
 
 use std::path::PathBuf;
@@ -44,6 +49,8 @@ pub(crate) struct ServerShared {
     /// Connection colors are `color_base` plus less than 2^40 (`conn::accept`).
     color_base: u64,
     accept_state: ColorCell<conn::AcceptState>,
+    /// Origin of `Conn::idle_since`.
+    epoch: Instant,
     counters: stats::Counters,
     access_log: Option<std::fs::File>,
 }
@@ -86,10 +93,11 @@ impl Server {
                 color_base: CONNECTION_COLORS + (id << 40),
                 accept_state: ColorCell::new(
                     accept_color,
-                    conn::AcceptState { active: 0, accepted: 0 },
+                    conn::AcceptState { active: 0, accepted: 0, live: Default::default() },
                 ),
                 counters: stats::Counters::new(stats::BLOCKS),
                 access_log,
+                epoch: Instant::now(),
             }),
         })
     }
@@ -111,6 +119,7 @@ impl Server {
             self.shared.counters.show_workers(n);
         }
         let shared = self.shared.clone();
+        let listener = listener.shed_with(shed::Shedder::new(shared.clone()));
         listener.serve(self.shared.accept_color, move |s, peer| conn::accept(&shared, s, peer))
     }
 
@@ -126,6 +135,7 @@ impl Server {
     pub fn serve_with(&self, handle: &Handle, listener: Listener) -> Result<Watch, ochre::Error> {
         self.shared.counters.show_workers(handle.workers());
         let shared = self.shared.clone();
+        let listener = listener.shed_with(shed::Shedder::new(shared.clone()));
         handle.serve(listener, self.shared.accept_color, move |s, peer| {
             conn::accept(&shared, s, peer)
         })

@@ -26,7 +26,7 @@ pub struct Target {
     pub path: PathBuf,
     /// The target ended with `/`.
     pub dir: bool,
-    /// The decoded path as sent, for redirects and logs (always starts with `/`).
+    /// The decoded path as sent, for logs (always starts with `/`; may hold any byte but NUL).
     pub decoded: String,
 }
 
@@ -36,6 +36,33 @@ fn hex(b: u8) -> Option<u8> {
         b'a'..=b'f' => Some(b - b'a' + 10),
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
+    }
+}
+
+impl Target {
+    /// Where a directory named without its trailing slash is redirected (`301 Location`): the
+    /// normalized path re-encoded, with a `/` at the end. Built from the decoded segments, so
+    /// it starts with exactly one `/` (never `//host/`, a protocol-relative address: an open
+    /// redirect) and every byte outside RFC 3986's `pchar` (`%`, `?`, `#`, space, CR, LF,
+    /// non-ASCII) is percent-encoded: nothing in it can end the header or change its meaning.
+    pub fn directory_location(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let pchar = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b);
+        let mut out = String::with_capacity(self.decoded.len() + 2);
+        for segment in self.path.iter() {
+            out.push('/');
+            for &b in segment.as_bytes() {
+                if pchar(b) {
+                    out.push(char::from(b));
+                } else {
+                    out.push('%');
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 15)]));
+                }
+            }
+        }
+        out.push('/');
+        out
     }
 }
 
@@ -111,6 +138,24 @@ mod tests {
         for t in ["/a%00b", "/%zz", "/%4", "relative", "*", ""] {
             assert_eq!(decode_target(t), Err(TargetError::Malformed), "{t}");
         }
+    }
+
+    #[test]
+    fn directory_redirects_are_local_and_encoded() {
+        let loc = |t: &str| decode_target(t).unwrap().directory_location();
+        assert_eq!(loc("/dir"), "/dir/");
+        assert_eq!(loc("//sub"), "/sub/", "never protocol-relative");
+        assert_eq!(loc("///evil.com//x"), "/evil.com/x/");
+        assert_eq!(loc("/%2F%2Fevil.com"), "/evil.com/", "an encoded slash too");
+        assert_eq!(loc("http://h//sub"), "/sub/");
+        assert_eq!(loc("/a/./b"), "/a/b/");
+        assert_eq!(loc("/with%20space"), "/with%20space/");
+        assert_eq!(loc("/100%25"), "/100%25/");
+        assert_eq!(loc("/q%3Fx=1"), "/q%3Fx=1/", "an encoded '?' stays in the path");
+        assert_eq!(loc("/f%23frag"), "/f%23frag/");
+        assert_eq!(loc("/x%0D%0ASet-Cookie:%20a"), "/x%0D%0ASet-Cookie:%20a/");
+        assert_eq!(loc("/caf%C3%A9?q"), "/caf%C3%A9/", "non-ASCII bytes, and no query");
+        assert_eq!(loc("/"), "/");
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub fn error_response(code: u16, keep_alive: bool, http10: bool, head_only: bool
     if code == 405 {
         h = h.header("Allow", "GET, HEAD");
     }
+    if code == 503 {
+        // Overloaded (connection cap, descriptor limit): a moment is enough to try again.
+        h = h.header("Retry-After", 1);
+    }
     let mut out = h.finish(keep_alive, http10);
     if !head_only {
         out.extend_from_slice(&body);

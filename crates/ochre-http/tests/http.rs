@@ -40,6 +40,7 @@ fn root(tag: &str) -> PathBuf {
     let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(d.join("big.bin"), big).unwrap();
     std::fs::write(d.join("with space.txt"), "spaced\n").unwrap();
+    std::fs::create_dir_all(d.join("odd %?#\r\nSet-Cookie: x")).unwrap();
     d
 }
 
@@ -127,6 +128,14 @@ fn files_directories_and_metadata() {
     assert_eq!(get(f.addr, "/dir/", "").body, b"dir index\n");
     let moved = get(f.addr, "/dir", "");
     assert_eq!((moved.code, moved.headers["location"].as_str()), (301, "/dir/"));
+    // Never a protocol-relative address (an open redirect to a host named like a directory).
+    let slashes = get(f.addr, "//dir", "");
+    assert_eq!((slashes.code, slashes.headers["location"].as_str()), (301, "/dir/"));
+    // Built from the encoded path: '%', '?', '#', space, CR and LF cannot break the header.
+    let odd = get(f.addr, "/odd%20%25%3F%23%0D%0ASet-Cookie:%20x", "");
+    assert_eq!(odd.code, 301);
+    assert_eq!(odd.headers["location"], "/odd%20%25%3F%23%0D%0ASet-Cookie:%20x/");
+    assert!(!odd.headers.contains_key("set-cookie"), "{:?}", odd.headers);
     assert_eq!(get(f.addr, "/dir/sub/", "").code, 403, "no listing");
     assert_eq!(
         get(f.addr, "/dir/sub/file.css", "").headers["content-type"],
@@ -308,6 +317,7 @@ fn slow_clients_time_out_and_the_connection_cap_answers_503() {
     // The cap is reached: a third connection gets 503.
     let busy = exchange(f.addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", &[false]);
     assert_eq!(busy[0].code, 503);
+    assert_eq!(busy[0].headers["retry-after"], "1");
     let mut got = Vec::new();
     loris.read_to_end(&mut got).unwrap();
     assert!(

@@ -19,8 +19,14 @@
 //! latency is counted from its intended time, so queueing at a stalled server shows in the
 //! percentiles instead of being hidden (coordinated omission).
 //!
-//! Everything is bounded in time: no request is sent after the measured phase ends, every
-//! request has a timeout, so a dead or hung server ends the run with errors counted.
+//! Everything is bounded in time and memory: a client's buffer holds at most a response head
+//! (64 KiB), or about `RELEASE_AT` bytes of body.
+//!
+//! In time: no request is sent after the measured phase ends, every
+//! request and every connect has a timeout, so a dead or hung server ends the run with errors
+//! counted. Connects do not block: a client waits for its socket to become writable as an event
+//! (the request timer bounds the wait), so a server whose accept queue is full stalls only the
+//! clients connecting to it, one timeout each, never the other clients of their worker.
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +38,11 @@ use ochre::{Color, ColorCell};
 
 use crate::report::{ErrorKind, Tally};
 use crate::response::{ResponseReader, Step};
+
+/// A buffer longer than this gives back the body bytes already read (`ResponseReader::release`):
+/// a large or endless body costs about this much memory, not its length. Large enough that
+/// ordinary responses never pay for the move of what follows.
+const RELEASE_AT: usize = 256 * 1024;
 
 /// What to load: an address, the `Host` header, the paths to request (in turn, or drawn from a
 /// request mix), and optionally the bodies they must answer with.
@@ -182,6 +193,8 @@ struct Conn {
 
 struct ClientState {
     conn: Option<Arc<Conn>>,
+    /// The connection's connect is under way (its deadline is `deadline`).
+    connecting: bool,
     watch: Option<Watch>,
     /// The lazy request timer (see the module doc).
     timer: Option<Timer>,
@@ -221,6 +234,7 @@ impl Client {
                 color,
                 ClientState {
                     conn: None,
+                    connecting: false,
                     watch: None,
                     timer: None,
                     deadline: None,
@@ -264,44 +278,73 @@ impl Client {
     }
 }
 
-/// Starts (or restarts) a client: connect, watch, send (an event of the client's color).
+/// Starts (or restarts) a client: a non-blocking connect, watched (an event of the client's
+/// color); `connected` goes on when the socket is writable, `on_timer` gives up at the timeout.
 pub(crate) fn start(client: Arc<Client>) {
     let _ = client.state.with(|st| {
-        if st.done || client.run.stopping(Instant::now()) {
+        let now = Instant::now();
+        if st.done || client.run.stopping(now) {
             st.done = true;
             return;
         }
-        match TcpStream::connect_timeout(&client.run.target.addr, client.run.timeout) {
-            Ok(stream) => {
-                if stream.set_nonblocking(true).is_err() {
-                    return retry_later(&client, st, ErrorKind::Connect);
-                }
-                let _ = stream.set_nodelay(true);
-                let conn = Arc::new(Conn { stream });
-                let (c, k) = (client.clone(), conn.clone());
-                match io::watch(&conn.stream, Interest::READ, client.color, move |ev| {
-                    on_ready(&c, &k, ev)
-                }) {
-                    Ok(w) => {
-                        st.watch = Some(w);
-                        st.conn = Some(conn);
-                        st.on_conn = 0;
-                        st.buf.clear();
-                        st.reader.reset();
-                        if let Pacing::Session { .. } = client.run.pacing {
-                            client.tally(Instant::now(), |t| t.sessions += 1);
-                            // A session's first request goes at once.
-                            send_request(&client, st);
-                        } else {
-                            next_send(&client, st);
-                        }
-                    }
-                    Err(_) => retry_later(&client, st, ErrorKind::Connect),
+        let Ok(stream) = connect_nonblocking(client.run.target.addr) else {
+            return retry_later(&client, st, ErrorKind::Connect);
+        };
+        let conn = Arc::new(Conn { stream });
+        let (c, k) = (client.clone(), conn.clone());
+        match io::watch(&conn.stream, Interest::READ_WRITE, client.color, move |ev| {
+            on_ready(&c, &k, ev)
+        }) {
+            Ok(w) => {
+                st.watch = Some(w);
+                st.conn = Some(conn);
+                st.connecting = true;
+                st.on_conn = 0;
+                st.buf.clear();
+                st.reader.reset();
+                st.deadline = Some(now + client.run.timeout);
+                if st.timer.is_none() {
+                    arm_timer(&client, st, now + client.run.timeout);
                 }
             }
             Err(_) => retry_later(&client, st, ErrorKind::Connect),
         }
     });
+}
+
+/// A socket connecting to `addr` without blocking (the connect completes, or fails, later).
+fn connect_nonblocking(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
+    match rustix::net::connect(&fd, &addr) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let stream = TcpStream::from(fd);
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The socket of a connecting client is writable or in error: connected, or a connect error.
+fn connected(client: &Arc<Client>, st: &mut ClientState, conn: &Conn) {
+    match rustix::net::sockopt::socket_error(&conn.stream) {
+        Ok(Ok(())) => {}
+        _ => {
+            close(st);
+            return retry_later(client, st, ErrorKind::Connect);
+        }
+    }
+    st.connecting = false;
+    st.deadline = None;
+    if let Pacing::Session { .. } = client.run.pacing {
+        client.tally(Instant::now(), |t| t.sessions += 1);
+        // A session's first request goes at once.
+        send_request(client, st);
+    } else {
+        next_send(client, st);
+    }
 }
 
 fn retry_later(client: &Arc<Client>, st: &mut ClientState, kind: ErrorKind) {
@@ -428,11 +471,16 @@ fn arm_timer(client: &Arc<Client>, st: &mut ClientState, at: Instant) {
 fn on_timer(client: &Arc<Client>) {
     let _ = client.state.with(|st| {
         st.timer = None;
-        let (Some(deadline), Some(_)) = (st.deadline, st.inflight) else { return };
-        if Instant::now() >= deadline {
-            reconnect(client, st, ErrorKind::Timeout);
-        } else {
+        let Some(deadline) = st.deadline.filter(|_| st.inflight.is_some() || st.connecting) else {
+            return;
+        };
+        if Instant::now() < deadline {
             arm_timer(client, st, deadline);
+        } else if st.connecting {
+            close(st);
+            retry_later(client, st, ErrorKind::Connect);
+        } else {
+            reconnect(client, st, ErrorKind::Timeout);
         }
     });
 }
@@ -443,21 +491,42 @@ fn on_ready(client: &Arc<Client>, conn: &Arc<Conn>, ev: &mut Event) {
             ev.cancel(); // A connection already given up.
             return;
         }
+        if st.connecting {
+            let r = ev.ready();
+            if r.writable || r.error || r.hangup {
+                connected(client, st, conn);
+            }
+            return; // The request goes out now: no response can be waiting yet.
+        }
         const READ: usize = 16 * 1024;
         let hangup = ev.ready().hangup;
         let eof = loop {
-            match io::net::read_into(&conn.stream, &mut st.buf, READ) {
-                // A short read drained the socket: a later arrival is a new edge, so no need to
-                // pay a read that would only say WouldBlock. Unless the peer hung up: that edge
-                // is this one, and only reading on finds the end of file.
-                Ok(Progress::Done(n)) if n < READ && !hangup => break false,
-                Ok(Progress::Done(_)) => continue,
-                Ok(Progress::WouldBlock) => break false,
-                Ok(Progress::Closed) | Err(_) => break true,
+            // Read until the socket is drained, or until the buffer is worth releasing: a fast
+            // server could otherwise fill it with a whole large body within one event.
+            let (eof, more) = loop {
+                match io::net::read_into(&conn.stream, &mut st.buf, READ) {
+                    // A short read drained the socket: a later arrival is a new edge, so no need
+                    // to pay a read that would only say WouldBlock. Unless the peer hung up: that
+                    // edge is this one, and only reading on finds the end of file.
+                    Ok(Progress::Done(n)) if n < READ && !hangup => break (false, false),
+                    Ok(Progress::Done(_)) if st.buf.len() >= RELEASE_AT => break (false, true),
+                    Ok(Progress::Done(_)) => continue,
+                    Ok(Progress::WouldBlock) => break (false, false),
+                    Ok(Progress::Closed) | Err(_) => break (true, false),
+                }
+            };
+            // Everything complete in the buffer counts, even when the server closed.
+            while st.conn.is_some() && !st.buf.is_empty() && parse(client, st, eof) {}
+            if st.buf.len() >= RELEASE_AT {
+                // A large body: drop what the reader has framed and checked (module doc). A
+                // head this long was refused by the reader (and the connection closed).
+                let k = st.reader.release();
+                st.buf.drain(..k);
+            }
+            if !more || st.conn.is_none() {
+                break eof;
             }
         };
-        // Everything complete in the buffer counts, even when the server closed.
-        while st.conn.is_some() && !st.buf.is_empty() && parse(client, st, eof) {}
         if eof && st.conn.is_some() {
             let kind = if st.buf.is_empty() && st.inflight.is_none() {
                 None // closed between requests: reconnect quietly unless a request was out
@@ -491,7 +560,7 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
         }
         Step::Done(r) => r,
     };
-    st.buf.drain(..resp.bytes);
+    st.buf.drain(..resp.drain);
     st.reader.reset();
     let now = Instant::now();
     let Some(sent) = st.inflight.take() else {
@@ -516,6 +585,12 @@ fn parse(client: &Arc<Client>, st: &mut ClientState, eof: bool) -> bool {
         });
     } else {
         st.unrecorded_sends = sends;
+    }
+    if !st.buf.is_empty() {
+        // One request is out at a time, and the next is sent only now: bytes that came after
+        // this response (in the same reads) answer no request.
+        reconnect(client, st, ErrorKind::Malformed);
+        return false;
     }
     if let Pacing::Session { leave, .. } = run.pacing {
         if uniform(&mut st.rng) < leave || resp.closes || run.stopping(now) {
@@ -549,6 +624,7 @@ fn close(st: &mut ClientState) {
     }
     st.inflight = None;
     st.deadline = None;
+    st.connecting = false;
     st.buf.clear();
     st.reader.reset();
     if let Some(c) = st.conn.take() {

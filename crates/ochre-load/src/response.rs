@@ -12,16 +12,30 @@
 //! bytes of the next response: [`Response::bytes`] is exactly the length of this response, which
 //! the caller drains. When asked to verify, each body piece is compared with the expected bytes
 //! at its offset as it is decoded; a body of the wrong length or content is a mismatch.
+//!
+//! Bounded: a head, a chunk-size line or a trailer line still incomplete after [`MAX_HEAD`]
+//! bytes is malformed, so a server that streams a head without end cannot grow the client's
+//! buffer (nor its parsing time: the head is parsed again from its start at each read) past
+//! that. A body need not stay in the buffer either: [`ResponseReader::release`] gives back the
+//! bytes already framed and checked, which the caller drains, so a large (or endless) body costs
+//! the client a bounded buffer; positions are buffer indices, shifted by each release.
 
 use crate::report::ErrorKind;
+
+/// The longest response head (and chunk-size or trailer line) read before it is called
+/// malformed: eight times the 8 KiB that common servers' heads stay under (nginx refuses request
+/// heads over 4 x 8 KiB; SWS's are a few hundred bytes).
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 
 /// A complete response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Response {
     /// Status code.
     pub(crate) code: u16,
-    /// Bytes of the buffer it took (head and framed body).
+    /// Bytes it took on the wire (head and framed body), released ones included.
     pub(crate) bytes: usize,
+    /// Bytes of it still at the front of the buffer, for the caller to drain.
+    pub(crate) drain: usize,
     /// Bytes of the decoded body.
     pub(crate) body_len: usize,
     /// The server said it closes the connection after it.
@@ -72,6 +86,11 @@ pub(crate) struct ResponseReader {
     trailers: bool,
     /// Decoded body bytes so far.
     body: usize,
+    /// Body bytes released (Content-Length and close-delimited framing): the body byte `j` is at
+    /// buffer index `head + j - released`.
+    released: usize,
+    /// Bytes of this response released in all (head, body, chunk framing).
+    dropped: usize,
     mismatch: bool,
 }
 
@@ -83,8 +102,34 @@ impl ResponseReader {
             in_chunk: 0,
             trailers: false,
             body: 0,
+            released: 0,
+            dropped: 0,
             mismatch: false,
         }
+    }
+
+    /// Gives back the bytes at the front of the buffer that the response being read no longer
+    /// needs (its head and the body bytes framed and checked so far; for chunked framing, all
+    /// but the two bytes before the decoding position, which the end-of-chunk check reads). The
+    /// caller drains that many bytes. Nothing is released while the head is read.
+    pub(crate) fn release(&mut self) -> usize {
+        let State::Body { head, framing, .. } = &mut self.state else { return 0 };
+        let k = match framing {
+            Framing::Length(_) | Framing::UntilClose => {
+                let k = *head + self.body - self.released;
+                *head = 0;
+                self.released = self.body;
+                k
+            }
+            Framing::Chunked => {
+                let k = self.pos.saturating_sub(2);
+                self.pos -= k;
+                *head = head.saturating_sub(k);
+                k
+            }
+        };
+        self.dropped += k;
+        k
     }
 
     /// Forgets the response read (after the caller drained it) or a broken one.
@@ -115,17 +160,21 @@ impl ResponseReader {
             let expected = if code == 200 { expected } else { None };
             let end = match framing {
                 Framing::Length(n) => {
-                    let have = (buf.len() - head).min(n);
-                    self.check(&buf[head + self.body..head + have], expected);
+                    // Body byte j (j >= released) is at buffer index at(j).
+                    let released = self.released;
+                    let at = |j: usize| head + j - released;
+                    let have = (buf.len() + self.released - head).min(n);
+                    self.check(&buf[at(self.body)..at(have)], expected);
                     self.body = have;
                     if have < n {
                         return if eof { Step::Bad(ErrorKind::ShortBody) } else { Step::Need };
                     }
-                    head + n
+                    at(n)
                 }
                 Framing::UntilClose => {
-                    self.check(&buf[head + self.body..], expected);
-                    self.body = buf.len() - head;
+                    let from = head + self.body - self.released;
+                    self.check(&buf[from..], expected);
+                    self.body = buf.len() + self.released - head;
                     if !eof {
                         return Step::Need;
                     }
@@ -142,7 +191,8 @@ impl ResponseReader {
             let mismatch = self.mismatch || expected.is_some_and(|e| e.len() != self.body);
             return Step::Done(Response {
                 code,
-                bytes: end,
+                bytes: end + self.dropped,
+                drain: end,
                 body_len: self.body,
                 closes: closes || matches!(framing, Framing::UntilClose),
                 mismatch,
@@ -158,6 +208,9 @@ impl ResponseReader {
         let start = self.pos;
         let n = match resp.parse(&buf[start..]) {
             Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if buf.len() - start > MAX_HEAD => {
+                return Err(ErrorKind::Malformed)
+            }
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(_) => return Err(ErrorKind::Malformed),
         };
@@ -207,7 +260,11 @@ impl ResponseReader {
                 // Trailer lines up to an empty line.
                 let rest = &buf[self.pos..];
                 let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
-                    return Ok(None);
+                    return if rest.len() > MAX_HEAD {
+                        Err(ErrorKind::Malformed)
+                    } else {
+                        Ok(None)
+                    };
                 };
                 self.pos += eol + 2;
                 if eol == 0 {
@@ -240,6 +297,9 @@ impl ResponseReader {
                         let size = usize::try_from(size).map_err(|_| ErrorKind::Malformed)?;
                         self.in_chunk = size.checked_add(2).ok_or(ErrorKind::Malformed)?;
                     }
+                }
+                Ok(httparse::Status::Partial) if buf.len() - self.pos > MAX_HEAD => {
+                    return Err(ErrorKind::Malformed)
                 }
                 Ok(httparse::Status::Partial) => return Ok(None),
                 Err(_) => return Err(ErrorKind::Malformed),
@@ -282,6 +342,112 @@ mod tests {
             Step::Done(r) => r,
             other => panic!("not done: {other:?}"),
         }
+    }
+
+    /// Feeds `wire` in pieces of `step` bytes, releasing after each read as the client does
+    /// (every time, here); returns the outcome and the longest the buffer grew.
+    fn read_releasing(wire: &[u8], step: usize, expected: Option<&[u8]>) -> (Step, usize) {
+        let mut r = ResponseReader::new();
+        let mut buf = Vec::new();
+        let mut longest = 0;
+        for (i, piece) in wire.chunks(step).enumerate() {
+            buf.extend_from_slice(piece);
+            longest = longest.max(buf.len());
+            let last = (i + 1) * step >= wire.len();
+            match r.advance(&buf, last, expected) {
+                Step::Need => {
+                    let k = r.release();
+                    buf.drain(..k);
+                }
+                Step::Done(resp) => {
+                    assert_eq!(resp.drain, buf.len().min(resp.drain), "drain within the buffer");
+                    return (Step::Done(resp), longest);
+                }
+                bad => return (bad, longest),
+            }
+        }
+        (Step::Need, longest)
+    }
+
+    #[test]
+    fn released_bodies_are_framed_and_checked_in_a_bounded_buffer() {
+        let body: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut length =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        let head = length.len();
+        length.extend_from_slice(&body);
+        let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for piece in body.chunks(70_000) {
+            chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            chunked.extend_from_slice(piece);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let mut until_close = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        until_close.extend_from_slice(&body);
+        for wire in [&length, &chunked, &until_close] {
+            for step in [1000, 4096, 65536] {
+                let (outcome, longest) = read_releasing(wire, step, Some(&body));
+                let r = done(outcome);
+                assert_eq!((r.code, r.body_len, r.mismatch), (200, body.len(), false), "{step}");
+                assert_eq!(r.bytes, wire.len(), "every byte counted, released or not");
+                assert!(longest <= 2 * step + head, "the buffer grew to {longest} ({step})");
+            }
+        }
+        // A wrong byte far into a released body is still a mismatch.
+        let mut wrong = body.clone();
+        wrong[900_000] ^= 1;
+        let r = done(read_releasing(&length, 4096, Some(&wrong)).0);
+        assert!(r.mismatch);
+        // The next response after a released one is untouched.
+        let mut two = length.clone();
+        two.extend_from_slice(b"HTTP/1.1 204 No Content\r\n\r\n");
+        let mut r = ResponseReader::new();
+        let mut buf = Vec::new();
+        let mut first = None;
+        for piece in two.chunks(3000) {
+            buf.extend_from_slice(piece);
+            match r.advance(&buf, false, None) {
+                Step::Need => {
+                    let k = r.release();
+                    buf.drain(..k);
+                }
+                Step::Done(resp) => {
+                    first = Some(resp);
+                    buf.drain(..resp.drain);
+                    r.reset();
+                }
+                bad => panic!("{bad:?}"),
+            }
+        }
+        assert_eq!(first.unwrap().bytes, length.len());
+        assert_eq!(done(r.advance(&buf, false, None)).code, 204);
+    }
+
+    #[test]
+    fn a_head_or_chunk_line_without_end_is_malformed_past_the_limit() {
+        let line = |prefix: &[u8], n: usize| {
+            let mut w = prefix.to_vec();
+            w.resize(prefix.len() + n, b'a');
+            w
+        };
+        let head = b"HTTP/1.1 200 OK\r\nX: ";
+        assert_eq!(read_all(&line(head, MAX_HEAD - 100), 4096, false, None), Step::Need);
+        assert_eq!(
+            read_all(&line(head, MAX_HEAD + 1), 4096, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=";
+        assert_eq!(read_all(&line(chunked, MAX_HEAD / 2), 4096, false, None), Step::Need);
+        assert_eq!(
+            read_all(&line(chunked, MAX_HEAD + 1), 4096, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
+        let trailer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ";
+        assert_eq!(
+            read_all(&line(trailer, MAX_HEAD + 1), 4096, false, None),
+            Step::Bad(ErrorKind::Malformed)
+        );
     }
 
     #[test]

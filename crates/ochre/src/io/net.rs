@@ -10,7 +10,20 @@
 //! (`accept_errors`) and makes the listener back off: it stops accepting and retries after a
 //! delay that doubles from 1 ms up to 1 s while the error persists and resets on success. So a
 //! server out of descriptors neither spins nor dies, and resumes by itself when descriptors are
-//! freed. Transient errors (`ECONNABORTED`, `EINTR`, `EPROTO`) are skipped.
+//! freed. Transient errors (`ECONNABORTED`, `EINTR`, `EPROTO`) are skipped. Linux reserves the
+//! new descriptor before it looks at the queue, so at the limit `accept` fails even with nobody
+//! waiting: the listener checks the queue (a zero-timeout `poll`) before it counts, sheds or
+//! backs off, so that draining the queue at the limit does not close a connection for nobody.
+//!
+//! A server can do better than wait at the descriptor limit ([`Listener::shed_with`], an
+//! [`Overload`]): new clients are not left in the accept queue while kept-alive connections hold
+//! every descriptor. On exhaustion the listener first asks the server to free descriptors
+//! ([`Overload::shed`]: close idle connections) and retries after the shortest delay; when nothing
+//! can be shed, it answers the queued clients itself with the classic reserve descriptor (as
+//! libev and Node.js do): it closes a descriptor held for this purpose, accepts one connection
+//! into it, hands it to [`Overload::refuse`] (a short answer such as 503, then the connection is
+//! dropped), reopens the reserve, and repeats until the queue is empty. So a client arriving at
+//! the limit gets an answer at once instead of a timeout.
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -110,10 +123,37 @@ pub fn abort(stream: TcpStream) -> io::Result<()> {
     Ok(())
 }
 
+/// What a listener does when accepting fails for lack of descriptors (module doc). Both calls
+/// run as events of the accept color.
+pub trait Overload: Send + 'static {
+    /// Start freeing descriptors (for instance close the oldest idle connections) and say how
+    /// many are being freed; 0 when there is nothing to free, and the queued clients are then
+    /// refused.
+    fn shed(&mut self) -> usize;
+    /// A connection accepted on the reserve descriptor when nothing could be shed: answer it
+    /// briefly without blocking (it is non-blocking), then drop it: its descriptor becomes the
+    /// reserve again.
+    fn refuse(&mut self, stream: TcpStream, peer: SocketAddr);
+}
+
 /// A non-blocking TCP listener.
-#[derive(Debug)]
 pub struct Listener {
     inner: TcpListener,
+    overload: Option<Box<dyn Overload>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("inner", &self.inner)
+            .field("sheds", &self.overload.is_some())
+            .finish()
+    }
+}
+
+/// The descriptor kept in reserve for refusing clients at the limit.
+fn open_reserve() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }
 
 /// Delay bounds of the accept back-off.
@@ -127,51 +167,64 @@ struct Acceptor<F> {
     delay: Duration,
     /// A retry timer is pending: readiness events do not accept meanwhile.
     waiting: bool,
+    overload: Option<Box<dyn Overload>>,
+    /// Held to be closed and accepted into when out of descriptors (with `overload` only).
+    reserve: Option<std::fs::File>,
     color: Color,
     shared: std::sync::Weak<Shared>,
 }
 
+/// The longest accept queue the system allows (`/proc/sys/net/core/somaxconn`; 4096, the Linux
+/// default since 5.4, if it cannot be read): the default backlog of [`Listener::bind`]. The
+/// standard library's 128 overflows under a burst of connects (a 3000-connect burst on loopback
+/// stalled 3 to 13 of them for the 1 s SYN retransmission), and the kernel caps any larger
+/// request at this value anyway.
+pub fn max_backlog() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(4096)
+}
+
 impl Listener {
-    /// Binds (with `SO_REUSEADDR`, as the standard library does) and makes the socket
-    /// non-blocking.
+    /// Binds (with `SO_REUSEADDR`, as the standard library does) with the system's longest
+    /// accept queue ([`max_backlog`]) and makes the socket non-blocking.
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<Listener> {
-        let inner = TcpListener::bind(addr)?;
-        inner.set_nonblocking(true)?;
-        Ok(Listener { inner })
+        Listener::bind_with_backlog(addr, max_backlog())
+    }
+
+    /// [`bind`](Listener::bind) with an accept queue of `backlog` connections (the kernel caps
+    /// it at [`max_backlog`]).
+    pub fn bind_with_backlog(addr: impl ToSocketAddrs, backlog: u32) -> io::Result<Listener> {
+        bind_socket(addr, false, backlog)
     }
 
     /// Binds with `SO_REUSEPORT` too, so that several processes (N-COPY) share the port and the
-    /// kernel spreads connections over them.
+    /// kernel spreads connections over them; accept queue as [`bind`](Listener::bind).
     pub fn bind_reuseport(addr: impl ToSocketAddrs) -> io::Result<Listener> {
-        use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
-        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
-        for a in addr.to_socket_addrs()? {
-            let family = if a.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-            let attempt = (|| -> io::Result<TcpListener> {
-                let fd = rustix::net::socket_with(
-                    family,
-                    SocketType::STREAM,
-                    SocketFlags::CLOEXEC,
-                    None,
-                )?;
-                sockopt::set_socket_reuseaddr(&fd, true)?;
-                sockopt::set_socket_reuseport(&fd, true)?;
-                rustix::net::bind(&fd, &a)?;
-                rustix::net::listen(&fd, 1024)?;
-                Ok(TcpListener::from(fd))
-            })();
-            match attempt {
-                Ok(l) => return Listener::from_std(l),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+        Listener::bind_reuseport_with_backlog(addr, max_backlog())
+    }
+
+    /// [`bind_reuseport`](Listener::bind_reuseport) with an accept queue of `backlog`.
+    pub fn bind_reuseport_with_backlog(
+        addr: impl ToSocketAddrs,
+        backlog: u32,
+    ) -> io::Result<Listener> {
+        bind_socket(addr, true, backlog)
     }
 
     /// Wraps a listening socket made elsewhere (made non-blocking here).
     pub fn from_std(inner: TcpListener) -> io::Result<Listener> {
         inner.set_nonblocking(true)?;
-        Ok(Listener { inner })
+        Ok(Listener { inner, overload: None })
+    }
+
+    /// At the descriptor limit, sheds and refuses with `overload` instead of only waiting
+    /// (module doc). Keeps one descriptor open in reserve.
+    pub fn shed_with(mut self, overload: impl Overload) -> Listener {
+        self.overload = Some(Box::new(overload));
+        self
     }
 
     /// The bound address.
@@ -199,11 +252,14 @@ impl Listener {
     where
         F: FnMut(TcpStream, SocketAddr) + Send + 'static,
     {
+        let reserve = self.overload.as_ref().and_then(|_| open_reserve());
         let acceptor = Arc::new(Mutex::new(Acceptor {
             listener: self.inner,
             on_accept,
             delay: BACKOFF_MIN,
             waiting: false,
+            overload: self.overload,
+            reserve,
             color,
             shared: Arc::downgrade(shared),
         }));
@@ -215,6 +271,74 @@ impl Listener {
         let guard = lock(&acceptor);
         watch_on(shared, guard.listener.as_fd(), Interest::READ, color, handler)
     }
+}
+
+/// Binds a listening socket to the first of `addr` that works: `SO_REUSEADDR`, `SO_REUSEPORT` if
+/// asked, an accept queue of `backlog`, close-on-exec, non-blocking.
+fn bind_socket(addr: impl ToSocketAddrs, reuseport: bool, backlog: u32) -> io::Result<Listener> {
+    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
+    for a in addr.to_socket_addrs()? {
+        let family = if a.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+        let attempt = (|| -> io::Result<TcpListener> {
+            let fd =
+                rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+            sockopt::set_socket_reuseaddr(&fd, true)?;
+            if reuseport {
+                sockopt::set_socket_reuseport(&fd, true)?;
+            }
+            rustix::net::bind(&fd, &a)?;
+            rustix::net::listen(&fd, i32::try_from(backlog).unwrap_or(i32::MAX))?;
+            Ok(TcpListener::from(fd))
+        })();
+        match attempt {
+            Ok(l) => return Listener::from_std(l),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+impl<F> Acceptor<F> {
+    /// Out of descriptors with nothing to shed: accepts each queued client into the reserve
+    /// descriptor and refuses it (module doc). True once the queue is empty; false without a
+    /// reserve, or if the reserve's descriptor was taken meanwhile (by another thread).
+    #[cold]
+    fn refuse_queued(&mut self) -> bool {
+        let Some(overload) = self.overload.as_mut() else { return false };
+        loop {
+            let Some(reserve) = self.reserve.take() else { return false };
+            drop(reserve);
+            let accepted = self.listener.accept();
+            match accepted {
+                Ok((stream, peer)) => {
+                    if stream.set_nonblocking(true).is_ok() {
+                        overload.refuse(stream, peer);
+                    }
+                    self.reserve = open_reserve();
+                }
+                Err(e) => {
+                    self.reserve = open_reserve();
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        return true;
+                    }
+                    if !is_transient(&e) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a connection waits in `listener`'s accept queue (a listening socket is readable
+/// exactly then).
+fn pending(listener: &TcpListener) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(listener, PollFlags::IN)];
+    let now = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    // On an error, assume a client waits: the caller then sheds or backs off, as before.
+    poll(&mut fds, Some(&now)).map_or(true, |n| n > 0)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -242,6 +366,9 @@ where
         match a.listener.accept() {
             Ok((stream, peer)) => {
                 a.delay = BACKOFF_MIN;
+                if a.overload.is_some() && a.reserve.is_none() {
+                    a.reserve = open_reserve(); // Lost while exhausted; descriptors are back.
+                }
                 if stream.set_nonblocking(true).is_err() {
                     continue; // The connection is unusable; dropping it closes it.
                 }
@@ -250,13 +377,23 @@ where
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if is_transient(&e) => continue,
+            // Linux takes the descriptor before it looks at the queue: at the limit, accept
+            // fails even when nobody waits. Then there is nothing to shed or back off for; the
+            // next client raises a readiness event.
+            Err(e) if is_exhaustion(&e) && !pending(&a.listener) => return,
             Err(e) => {
                 with_current(|ctx| ctx.core.borrow_mut().counters.add(Counter::AcceptErrors, 1));
+                let mut delay = a.delay;
                 if !is_exhaustion(&e) {
                     eprintln!("ochre: accept failed, backing off: {e}");
+                    a.delay = (delay * 2).min(BACKOFF_MAX);
+                } else if a.overload.as_mut().is_some_and(|o| o.shed() > 0) {
+                    delay = BACKOFF_MIN; // Descriptors are being freed: retry at once.
+                } else if a.refuse_queued() {
+                    return; // The queue is empty: the next client raises a readiness event.
+                } else {
+                    a.delay = (delay * 2).min(BACKOFF_MAX);
                 }
-                let delay = a.delay;
-                a.delay = (delay * 2).min(BACKOFF_MAX);
                 a.waiting = true;
                 let (color, shared) = (a.color, a.shared.upgrade());
                 drop(a);
@@ -301,6 +438,49 @@ mod tests {
         assert_eq!(&buf[..7], b", world");
         drop(b);
         assert_eq!(read(&a, &mut buf).unwrap(), Progress::Closed);
+    }
+
+    /// How many of `n` non-blocking connects to a listener that never accepts complete within
+    /// 300 ms (a connect the full accept queue drops waits 1 s for its SYN retry).
+    fn connects_queued(listener: &Listener, n: usize) -> usize {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let addr = listener.local_addr().unwrap();
+        let sockets: Vec<_> = (0..n)
+            .map(|_| {
+                let fd = rustix::net::socket_with(
+                    AddressFamily::INET,
+                    SocketType::STREAM,
+                    SocketFlags::NONBLOCK,
+                    None,
+                )
+                .unwrap();
+                let _ = rustix::net::connect(&fd, &addr);
+                fd
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        sockets
+            .iter()
+            .filter(|fd| {
+                let mut p = [rustix::event::PollFd::new(*fd, rustix::event::PollFlags::OUT)];
+                let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+                rustix::event::poll(&mut p, Some(&zero)).unwrap() == 1
+                    && !p[0].revents().contains(rustix::event::PollFlags::HUP)
+            })
+            .count()
+    }
+
+    #[test]
+    fn the_backlog_is_the_systems_maximum_unless_given() {
+        // Linux queues backlog + 1 connections and drops the SYNs beyond.
+        let short = Listener::bind_with_backlog("127.0.0.1:0", 4).unwrap();
+        assert_eq!(connects_queued(&short, 12), 5);
+        // The standard library's 128 would stop at 129.
+        assert!(max_backlog() >= 200, "this test needs net.core.somaxconn >= 200");
+        let default = Listener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(connects_queued(&default, 200), 200);
+        let reuse = Listener::bind_reuseport_with_backlog("127.0.0.1:0", 2).unwrap();
+        assert_eq!(connects_queued(&reuse, 6), 3);
     }
 
     #[test]

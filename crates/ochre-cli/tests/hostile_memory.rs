@@ -1,0 +1,121 @@
+//! `ochre serve`'s memory under hostile clients, all at once: idle connections, slow-loris heads,
+//! heads at the size limit, and pipelined floods of requests for a large file from clients that
+//! never read. Every buffer of a connection is bounded (the head limit, the output high-water
+//! mark that stops reading), so the server's peak resident memory stays bounded too; the test
+//! prints it (VmHWM) and checks a generous bound, then that the server still serves.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const IDLE: usize = 2000;
+const LORIS: usize = 1000;
+const BIG_HEADS: usize = 200;
+const FLOODS: usize = 20;
+/// Bytes of pipelined requests each flooding client writes (or fewer, once the server stops
+/// reading it).
+const FLOOD_BYTES: usize = 16 << 20;
+/// The bound checked: the server's own peak, far above what it needs (the figure is printed),
+/// and below what reading the floods whole would take (320 MB).
+const MAX_PEAK_KB: u64 = 128 * 1024;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    Some(String::from_utf8_lossy(&out[..out.len().min(200)]).into_owned())
+}
+
+/// A field of /proc/PID/status, in kB.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+}
+
+#[test]
+fn memory_stays_bounded_under_hostile_clients() {
+    let root = std::env::temp_dir().join(format!("ochre-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "hello\n").unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 600_000]).unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--root", root.to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--workers", "2"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(port, "/").is_none() {
+        assert!(Instant::now() < deadline, "the server did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id();
+    let before = status_kb(pid, "VmRSS:");
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    };
+    let mut held = Vec::new();
+    for _ in 0..IDLE {
+        held.push(connect());
+    }
+    for _ in 0..LORIS {
+        let mut s = connect();
+        let _ = s.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\nX-Slow: ");
+        held.push(s);
+    }
+    let big_head = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}", "b".repeat(15_000));
+    for _ in 0..BIG_HEADS {
+        let mut s = connect();
+        let _ = s.write_all(big_head.as_bytes());
+        held.push(s);
+    }
+    let request = b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(256);
+    let mut flooded = 0;
+    for _ in 0..FLOODS {
+        let mut s = connect();
+        let mut sent = 0;
+        let until = Instant::now() + Duration::from_millis(300);
+        while sent < FLOOD_BYTES && Instant::now() < until {
+            match s.write(&request) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(_) => break,
+            }
+        }
+        flooded += sent;
+        held.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let during = status_kb(pid, "VmRSS:");
+    let peak = status_kb(pid, "VmHWM:");
+    // Still serving, with every hostile connection open.
+    let page = get(port, "/");
+    drop(held);
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    std::fs::remove_dir_all(root).unwrap();
+    eprintln!(
+        "ochre serve RSS: {before} kB idle; {during} kB with {IDLE} idle, {LORIS} slow-loris, \
+         {BIG_HEADS} 15 KB heads and {FLOODS} floods ({} MB of pipelined requests written); peak \
+         {peak} kB",
+        flooded >> 20
+    );
+    assert!(page.is_some_and(|p| p.starts_with("HTTP/1.1 200")), "not serving under the load");
+    assert!(peak < MAX_PEAK_KB, "peak RSS {peak} kB");
+}
