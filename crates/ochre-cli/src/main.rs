@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod duration;
 mod load;
+mod logger;
 mod machine;
 #[cfg(feature = "bench")]
 mod study;
@@ -121,6 +122,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    logger::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info(json),
