@@ -50,8 +50,11 @@ pub(crate) struct LoadArgs {
     #[arg(long)]
     poisson: bool,
     /// Rate search: the highest open-loop rate (up to --rate, default 100000) whose p99
-    /// stays under this many milliseconds, in 8 probes of --duration each.
-    #[arg(long, conflicts_with_all = ["sessions", "remote"])]
+    /// stays under this latency (e.g. 5ms), in 8 probes of --duration each.
+    #[arg(long, value_parser = duration::parse, conflicts_with_all = ["sessions", "remote", "search_p99_ms"])]
+    search_p99: Option<Duration>,
+    /// The same in milliseconds (the older spelling of --search-p99).
+    #[arg(long, hide = true, conflicts_with_all = ["sessions", "remote"])]
     search_p99_ms: Option<f64>,
     /// Measured load.
     #[arg(short, long, default_value = "10s", value_parser = duration::parse)]
@@ -209,8 +212,13 @@ pub(crate) fn run(args: &LoadArgs) -> Result<(), String> {
     }
     let job = args.job()?;
     let phases = args.phases(&job);
-    if let Some(slo) = args.search_p99_ms {
-        return search(args, &job, seconds("search-p99-ms", slo / 1000.0)?, &phases);
+    let slo = match (args.search_p99, args.search_p99_ms) {
+        (Some(d), _) => Some(d),
+        (None, Some(ms)) => Some(seconds("search-p99-ms", ms / 1000.0)?),
+        (None, None) => None,
+    };
+    if let Some(slo) = slo {
+        return search(args, &job, slo, &phases);
     }
     let rt = args.runtime().map_err(text)?;
     let cpu = CpuClock::start(rt.workers());

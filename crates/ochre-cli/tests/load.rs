@@ -170,6 +170,7 @@ fn bad_input_gets_a_clear_error() {
         (vec!["load", &url, "--remote", "127.0.0.1:1", "--duration", "0.1"], "127.0.0.1:1"),
         (vec!["load"], "URLS"),
         (vec!["load", &url, "-d", "10x"], "unknown unit `x`"),
+        (vec!["load", &url, "--search-p99", "fast"], "not a duration"),
         (vec!["load", &url, "--warmup=-1s"], "not a duration"),
         (vec!["load", &url, "--think", "1ms", "--think-ms", "3"], "cannot be used with"),
         (vec!["load", "http://[::1/"], "invalid IPv6"),
