@@ -29,7 +29,7 @@ pub(crate) fn drive(rt: &Runtime, target: &Target, secs: f64) -> Result<LoadRepo
         Duration::from_secs_f64(secs),
         Duration::from_secs(5),
     );
-    let r = ochre_load::closed_loop(rt, target, &model, &phases)?;
+    let r = ochre_load::closed_loop(rt, target, &model, &phases).map_err(|e| e.to_string())?;
     let errors: u64 = r.errors.iter().sum();
     if errors > 0 {
         return Err(format!("ochre load saw {errors} errors: {}", r.table()));
@@ -39,7 +39,8 @@ pub(crate) fn drive(rt: &Runtime, target: &Target, secs: f64) -> Result<LoadRepo
 
 /// One `ochre load` measurement of `url` on `rt`: requests/s.
 fn ochre_load(rt: &Runtime, url: &str, secs: u64) -> Result<f64, String> {
-    Ok(drive(rt, &ochre_load::parse_url(url)?, secs as f64)?.throughput)
+    let target = ochre_load::parse_url(url).map_err(|e| e.to_string())?;
+    Ok(drive(rt, &target, secs as f64)?.throughput)
 }
 
 /// One wrk measurement: requests/s, or why it failed.

@@ -224,7 +224,7 @@ pub(crate) fn server_cpus(cpus: &[usize], injector: usize, w: usize) -> Vec<usiz
 
 /// The target of one workload on the server at `url` (whose path is the 1 KiB file).
 pub(crate) fn target_of(url: &str, mix: Option<&FileSet>) -> Result<Target, String> {
-    let mut t = ochre_load::parse_url(url)?;
+    let mut t = ochre_load::parse_url(url).map_err(|e| e.to_string())?;
     if let Some(set) = mix {
         t.paths = set.paths.clone();
         t.mix = Some(Mix::new(&set.weights));

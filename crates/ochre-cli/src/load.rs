@@ -50,8 +50,11 @@ pub(crate) struct LoadArgs {
     #[arg(long)]
     poisson: bool,
     /// Rate search: the highest open-loop rate (up to --rate, default 100000) whose p99
-    /// stays under this many milliseconds, in 8 probes of --duration each.
-    #[arg(long, conflicts_with_all = ["sessions", "remote"])]
+    /// stays under this latency (e.g. 5ms), in 8 probes of --duration each.
+    #[arg(long, value_parser = duration::parse, conflicts_with_all = ["sessions", "remote", "search_p99_ms"])]
+    search_p99: Option<Duration>,
+    /// The same in milliseconds (the older spelling of --search-p99).
+    #[arg(long, hide = true, conflicts_with_all = ["sessions", "remote"])]
     search_p99_ms: Option<f64>,
     /// Measured load.
     #[arg(short, long, default_value = "10s", value_parser = duration::parse)]
@@ -109,12 +112,12 @@ pub(crate) struct LoadArgs {
 }
 
 impl LoadArgs {
-    fn runtime(&self) -> Result<ochre::Runtime, String> {
+    fn runtime(&self) -> Result<ochre::Runtime, ochre::Error> {
         let mut builder = ochre::Runtime::builder();
         if let Some(w) = self.workers {
             builder = builder.workers(w as usize);
         }
-        builder.build().map_err(|e| e.to_string())
+        builder.build()
     }
 
     fn model(&self) -> Result<Model, String> {
@@ -145,7 +148,7 @@ impl LoadArgs {
 
     /// The job as a worker would run it: target, model, phases.
     fn job(&self) -> Result<Job, String> {
-        let first = ochre_load::parse_url(&self.urls[0])?;
+        let first = ochre_load::parse_url(&self.urls[0]).map_err(text)?;
         let mut job = Job {
             addr: first.addr,
             host: first.host,
@@ -163,12 +166,12 @@ impl LoadArgs {
             if self.urls.len() > 1 {
                 return Err("with --mix, give one URL (the server)".into());
             }
-            let set = ochre_load::fileset::FileSet::read_mix(m)?;
+            let set = ochre_load::fileset::FileSet::read_mix(m).map_err(text)?;
             job.paths = set.paths;
             job.weights = Some(set.weights);
         }
         for u in &self.urls[1..] {
-            let t = ochre_load::parse_url(u)?;
+            let t = ochre_load::parse_url(u).map_err(text)?;
             if t.addr != job.addr {
                 return Err(format!("{u}: all URLs must name the same server"));
             }
@@ -205,20 +208,26 @@ pub(crate) fn run(args: &LoadArgs) -> Result<(), String> {
         let listener = std::net::TcpListener::bind(args.listen)
             .map_err(|e| format!("--listen {}: {e}", args.listen))?;
         eprintln!("ochre load --worker: waiting for a master on {}", args.listen);
-        return remote::serve_worker(listener, args.jobs, || args.runtime());
+        return remote::serve_worker(listener, args.jobs, || args.runtime()).map_err(text);
     }
     let job = args.job()?;
     let phases = args.phases(&job);
-    if let Some(slo) = args.search_p99_ms {
-        return search(args, &job, seconds("search-p99-ms", slo / 1000.0)?, &phases);
+    let slo = match (args.search_p99, args.search_p99_ms) {
+        (Some(d), _) => Some(d),
+        (None, Some(ms)) => Some(seconds("search-p99-ms", ms / 1000.0)?),
+        (None, None) => None,
+    };
+    if let Some(slo) = slo {
+        return search(args, &job, slo, &phases);
     }
-    let rt = args.runtime()?;
+    let rt = args.runtime().map_err(text)?;
     let cpu = CpuClock::start(rt.workers());
     let mut report = if args.remote.is_empty() {
-        job.run(&rt, &phases)?
+        job.run(&rt, &phases)
     } else {
-        remote::run_distributed(&job, &args.remote, &rt, &phases)?
-    };
+        remote::run_distributed(&job, &args.remote, &rt, &phases)
+    }
+    .map_err(text)?;
     if args.remote.is_empty() {
         // Only this process's figure is known; workers report their own warnings.
         report.injector_cpu = cpu.share();
@@ -233,17 +242,23 @@ pub(crate) fn run(args: &LoadArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The message of a library error, as the command's errors are.
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
 fn write_csv(path: &Path, report: &LoadReport) -> Result<(), String> {
     std::fs::write(path, report.csv()).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 fn search(args: &LoadArgs, job: &Job, slo: Duration, phases: &Phases) -> Result<(), String> {
-    let target = job.target()?;
-    let rt = args.runtime()?;
+    let target = job.target().map_err(text)?;
+    let rt = args.runtime().map_err(text)?;
     let high = args.rate.unwrap_or(100_000.0);
     let connections = args.clients as usize;
     let s =
-        ochre_load::rate_search(&rt, &target, connections, slo, (high / 1000.0, high), 8, phases)?;
+        ochre_load::rate_search(&rt, &target, connections, slo, (high / 1000.0, high), 8, phases)
+            .map_err(text)?;
     for (rate, r) in &s.probes {
         println!(
             "{rate:>10.0} req/s: delivered {:>10.0}, p99 {:>8}",

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod duration;
 mod load;
+mod logger;
 mod machine;
 mod mr;
 #[cfg(feature = "bench")]
@@ -127,6 +128,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    logger::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info(json),

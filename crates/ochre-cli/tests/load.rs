@@ -130,6 +130,34 @@ fn load_takes_short_flags_and_units_and_counts_responses_by_status() {
     std::fs::remove_file(&json).unwrap();
 }
 
+/// A worker reports what it cannot serve through the `log` facade, one `ochre: module:` line
+/// each (silenced with OCHRE_LOG=off), and goes on.
+#[test]
+fn a_worker_logs_a_connection_that_brings_no_job() {
+    use std::io::{Read, Write};
+    for (setting, shown) in [(None, true), (Some("off"), false)] {
+        let port = free_port();
+        let mut command = ochre();
+        command.args(["load", "--worker", "--listen", &format!("127.0.0.1:{port}")]);
+        if let Some(s) = setting {
+            command.env("OCHRE_LOG", s);
+        }
+        let mut worker = Killed(command.stderr(Stdio::piped()).spawn().unwrap());
+        wait_listening(port);
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"not a job\n").unwrap();
+        drop(s);
+        // The worker is still there for the next master.
+        std::thread::sleep(Duration::from_millis(300));
+        wait_listening(port);
+        let _ = worker.0.kill();
+        let mut err = String::new();
+        worker.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let line = "ochre: ochre_load::remote: 127.0.0.1:";
+        assert_eq!(err.contains(line) && err.contains("bad message"), shown, "{setting:?}: {err}");
+    }
+}
+
 #[test]
 fn bad_input_gets_a_clear_error() {
     let port = free_port(); // nothing listens there
@@ -142,6 +170,7 @@ fn bad_input_gets_a_clear_error() {
         (vec!["load", &url, "--remote", "127.0.0.1:1", "--duration", "0.1"], "127.0.0.1:1"),
         (vec!["load"], "URLS"),
         (vec!["load", &url, "-d", "10x"], "unknown unit `x`"),
+        (vec!["load", &url, "--search-p99", "fast"], "not a duration"),
         (vec!["load", &url, "--warmup=-1s"], "not a duration"),
         (vec!["load", &url, "--think", "1ms", "--think-ms", "3"], "cannot be used with"),
         (vec!["load", "http://[::1/"], "invalid IPv6"),

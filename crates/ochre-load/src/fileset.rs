@@ -11,6 +11,8 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use crate::Error;
+
 /// SPECweb99's class mix.
 pub const CLASS_WEIGHTS: [f64; 4] = [0.35, 0.50, 0.14, 0.01];
 /// Files per class in a directory.
@@ -97,25 +99,28 @@ impl FileSet {
     }
 
     /// Reads a `mix.txt` (sizes unknown: 0).
-    pub fn read_mix(path: &Path) -> Result<FileSet, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn read_mix(path: &Path) -> Result<FileSet, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| Error::File { path: path.into(), source })?;
+        let bad =
+            |line: Option<usize>, reason: String| Error::Mix { path: path.into(), line, reason };
         let mut set = FileSet { paths: Vec::new(), sizes: Vec::new(), weights: Vec::new() };
         for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let mut it = line.split_whitespace();
             let (Some(p), Some(w), None) = (it.next(), it.next(), it.next()) else {
-                return Err(format!("{}:{}: expected `path weight`", path.display(), n + 1));
+                return Err(bad(Some(n + 1), "expected `path weight`".into()));
             };
             let w: f64 = w
                 .parse()
                 .ok()
                 .filter(|w: &f64| w.is_finite() && *w >= 0.0)
-                .ok_or_else(|| format!("{}:{}: bad weight `{w}`", path.display(), n + 1))?;
+                .ok_or_else(|| bad(Some(n + 1), format!("bad weight `{w}`")))?;
             set.paths.push(p.to_string());
             set.sizes.push(0);
             set.weights.push(w);
         }
         if set.paths.is_empty() || set.weights.iter().sum::<f64>() <= 0.0 {
-            return Err(format!("{}: no request with a positive weight", path.display()));
+            return Err(bad(None, "no request with a positive weight".into()));
         }
         Ok(set)
     }
@@ -198,8 +203,15 @@ mod tests {
         assert_eq!(back.paths, set.paths);
         assert!((back.weights.iter().sum::<f64>() - 1.0).abs() < 1e-9);
         assert!(FileSet::dirs_for(100 << 20) >= 20);
-        std::fs::write(root.join("bad.txt"), "/x one\n").unwrap();
-        assert!(FileSet::read_mix(&root.join("bad.txt")).is_err());
+        std::fs::write(root.join("bad.txt"), "/a 1\n\n/x one\n").unwrap();
+        let e = FileSet::read_mix(&root.join("bad.txt")).unwrap_err();
+        assert!(matches!(e, Error::Mix { line: Some(3), .. }), "{e:?}");
+        assert!(e.to_string().ends_with("bad.txt:3: bad weight `one`"), "{e}");
+        std::fs::write(root.join("zero.txt"), "/a 0\n").unwrap();
+        let e = FileSet::read_mix(&root.join("zero.txt")).unwrap_err();
+        assert!(e.to_string().ends_with("zero.txt: no request with a positive weight"), "{e}");
+        let e = FileSet::read_mix(&root.join("none.txt")).unwrap_err();
+        assert!(matches!(&e, Error::File { path, .. } if path.ends_with("none.txt")), "{e:?}");
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -15,8 +15,13 @@
 //! [`rate_search`] finds the highest open-loop rate under a p99 objective. `remote` spreads a
 //! run over several injectors (a master and `ochre load --worker` processes) and merges their
 //! histograms. A run can report its progress once per second ([`Phases::progress`]).
+//!
+//! Every fallible public function returns an [`Error`] whose variant says what failed (a URL, a
+//! model, a file, a worker) and whose message says what to fix. The library prints nothing: what
+//! a worker cannot serve goes to the `log` facade as a warning (the `ochre` command prints it).
 
 mod client;
+mod error;
 pub mod fileset;
 pub mod remote;
 pub mod report;
@@ -30,6 +35,7 @@ use ochre::{Color, Runtime};
 
 use client::Pacing;
 pub use client::Target;
+pub use error::Error;
 pub use report::{ErrorKind, Interval, LoadReport, Tally};
 
 /// Colors of the clients start here (below SWS's connection colors and grouped colors).
@@ -138,25 +144,29 @@ impl std::fmt::Debug for Progress {
 /// Parses `http://host[:port]/path?query` into a target (only `http`), with the `url` crate:
 /// names are resolved (the first address is used), IPv6 literals are written in brackets
 /// (`http://[::1]:8080/`), the port defaults to 80, the fragment is not sent.
-pub fn parse_url(text: &str) -> Result<Target, String> {
-    let url = url::Url::parse(text).map_err(|e| format!("{text}: {e}"))?;
+pub fn parse_url(text: &str) -> Result<Target, Error> {
+    let bad = |reason: &dyn std::fmt::Display| Error::Url {
+        url: text.into(),
+        reason: reason.to_string(),
+    };
+    let url = url::Url::parse(text).map_err(|e| bad(&e))?;
     if url.scheme() != "http" {
-        return Err(format!("{text}: only http:// URLs"));
+        return Err(bad(&"only http:// URLs"));
     }
     // WHATWG parsing reads `http:///x` as host `x`: a URL written without a host is refused.
     if text.trim_start().get(7..).is_some_and(|rest| rest.starts_with('/')) {
-        return Err(format!("{text}: no host"));
+        return Err(bad(&"no host"));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!("{text}: credentials in URLs are not supported"));
+        return Err(bad(&"credentials in URLs are not supported"));
     }
-    let host = url.host_str().ok_or_else(|| format!("{text}: no host"))?;
+    let host = url.host_str().ok_or_else(|| bad(&"no host"))?;
     let addr = url
         .socket_addrs(|| Some(80))
-        .map_err(|e| format!("{text}: {e}"))?
+        .map_err(|e| bad(&e))?
         .into_iter()
         .next()
-        .ok_or_else(|| format!("{text}: no address"))?;
+        .ok_or_else(|| bad(&"no address"))?;
     let authority = match url.port() {
         Some(port) => format!("{host}:{port}"),
         None => host.to_string(),
@@ -174,9 +184,9 @@ pub fn closed_loop(
     target: &Target,
     model: &ClosedLoop,
     phases: &Phases,
-) -> Result<LoadReport, String> {
+) -> Result<LoadReport, Error> {
     if model.requests_per_connection == 0 {
-        return Err("requests per connection must not be zero".into());
+        return Err(Error::Invalid("requests per connection must not be zero".into()));
     }
     let name = Model::Closed(model.clone()).describe();
     let pacing = Pacing::Closed { think: model.think };
@@ -189,9 +199,9 @@ pub fn open_loop(
     target: &Target,
     model: &OpenLoop,
     phases: &Phases,
-) -> Result<LoadReport, String> {
+) -> Result<LoadReport, Error> {
     if !(model.rate.is_finite() && model.rate > 0.0) {
-        return Err("the rate must be a positive number".into());
+        return Err(Error::Invalid("the rate must be a positive number".into()));
     }
     let gap = Duration::from_secs_f64(model.connections as f64 / model.rate);
     let name = Model::Open(model.clone()).describe();
@@ -205,15 +215,15 @@ pub fn semi_open_loop(
     target: &Target,
     model: &SemiOpenLoop,
     phases: &Phases,
-) -> Result<LoadReport, String> {
+) -> Result<LoadReport, Error> {
     if !(model.arrival_rate.is_finite() && model.arrival_rate > 0.0) {
-        return Err("the arrival rate must be a positive number".into());
+        return Err(Error::Invalid("the arrival rate must be a positive number".into()));
     }
     if !(model.leave > 0.0 && model.leave <= 1.0) {
-        return Err("the leave probability must be in (0, 1]".into());
+        return Err(Error::Invalid("the leave probability must be in (0, 1]".into()));
     }
     if target.paths.is_empty() {
-        return Err("no path to request".into());
+        return Err(Error::Invalid("no path to request".into()));
     }
     let pacing = Pacing::Session { leave: model.leave, think: model.think };
     let run = Arc::new(client::Run::new(target, pacing, u32::MAX, phases, TALLY_SLOTS));
@@ -232,13 +242,13 @@ fn execute(
     run: &Arc<client::Run>,
     phases: &Phases,
     start: impl FnOnce() + Send + 'static,
-) -> Result<(Tally, Duration), String> {
+) -> Result<(Tally, Duration), Error> {
     let (stop, stopped) = mpsc::channel::<()>();
     let reporter = phases.progress.clone().map(|p| {
         let run = run.clone();
         std::thread::spawn(move || report_progress(&run, &p, &stopped))
     });
-    let result = rt.run(Color(CLIENT_COLORS), start).map_err(|e| e.to_string());
+    let result = rt.run(Color(CLIENT_COLORS), start);
     drop(stop);
     if let Some(r) = reporter {
         let _ = r.join();
@@ -246,7 +256,7 @@ fn execute(
     result?;
     let mut total = Tally::new();
     for t in &run.tallies {
-        let t = t.lock().map_err(|_| "a client's tally was poisoned".to_string())?;
+        let t = t.lock().map_err(|_| Error::Poisoned)?;
         total.merge(&t);
     }
     Ok((total, run.measured()))
@@ -316,12 +326,7 @@ impl Model {
     }
 
     /// Runs this model against `target` on `rt`.
-    pub fn run(
-        &self,
-        rt: &Runtime,
-        target: &Target,
-        phases: &Phases,
-    ) -> Result<LoadReport, String> {
+    pub fn run(&self, rt: &Runtime, target: &Target, phases: &Phases) -> Result<LoadReport, Error> {
         match self {
             Model::Closed(m) => closed_loop(rt, target, m, phases),
             Model::Open(m) => open_loop(rt, target, m, phases),
@@ -331,24 +336,24 @@ impl Model {
 
     /// Share `i` of `n` of this load, for one of `n` injectors running at once: clients,
     /// connections and rates divided so that the shares add up to the whole.
-    pub fn share(&self, i: usize, n: usize) -> Result<Model, String> {
+    pub fn share(&self, i: usize, n: usize) -> Result<Model, Error> {
         let part = |total: usize| total * (i + 1) / n - total * i / n;
         Ok(match self {
             Model::Closed(m) => {
                 if m.clients < n {
-                    return Err(format!(
+                    return Err(Error::Invalid(format!(
                         "{} clients cannot be spread over {n} injectors",
                         m.clients
-                    ));
+                    )));
                 }
                 Model::Closed(ClosedLoop { clients: part(m.clients), ..m.clone() })
             }
             Model::Open(m) => {
                 if m.connections < n {
-                    return Err(format!(
+                    return Err(Error::Invalid(format!(
                         "{} connections cannot be spread over {n} injectors",
                         m.connections
-                    ));
+                    )));
                 }
                 let connections = part(m.connections);
                 let rate = m.rate * connections as f64 / m.connections as f64;
@@ -381,9 +386,9 @@ pub fn rate_search(
     (mut low, mut high): (f64, f64),
     probes: usize,
     phases: &Phases,
-) -> Result<RateSearch, String> {
+) -> Result<RateSearch, Error> {
     if !(low > 0.0 && high > low && high.is_finite()) {
-        return Err("the rate range must be 0 < low < high".into());
+        return Err(Error::Invalid("the rate range must be 0 < low < high".into()));
     }
     let mut out = RateSearch { best_rate: 0.0, probes: Vec::new() };
     for i in 0..probes.max(1) {
@@ -433,9 +438,9 @@ fn drive(
     pacing: Pacing,
     phases: &Phases,
     name: String,
-) -> Result<LoadReport, String> {
+) -> Result<LoadReport, Error> {
     if clients == 0 || target.paths.is_empty() {
-        return Err("clients (connections) and paths must not be zero".into());
+        return Err(Error::Invalid("clients (connections) and paths must not be zero".into()));
     }
     let run = Arc::new(client::Run::new(target, pacing, per_connection, phases, clients));
     let r = run.clone();
@@ -460,8 +465,10 @@ mod tests {
         assert_eq!(t.paths, vec!["/a/b?c"]);
         assert_eq!(t.host, "127.0.0.1:8080");
         assert_eq!(parse_url("http://127.0.0.1:9").unwrap().paths, vec!["/"]);
-        assert!(parse_url("https://x/").unwrap_err().contains("only http://"));
-        assert!(parse_url("http:///x").unwrap_err().contains("no host"));
+        assert!(parse_url("https://x/").unwrap_err().to_string().contains("only http://"));
+        assert!(
+            matches!(parse_url("http:///x"), Err(Error::Url { reason, .. }) if reason == "no host")
+        );
     }
 
     #[test]
@@ -485,7 +492,7 @@ mod tests {
             ("http://u:p@127.0.0.1/", "credentials"),
             ("http://", "empty host"),
         ] {
-            let e = parse_url(bad).unwrap_err();
+            let e = parse_url(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
     }

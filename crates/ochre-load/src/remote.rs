@@ -13,7 +13,9 @@
 //! Everything is bounded: connecting, waiting for `Ready` and waiting for a report all have
 //! deadlines derived from the phases, so a dead or hung worker is reported by address and the
 //! others' results are kept (the merged report's notes say who is missing). A worker serves
-//! jobs one after another, each on a fresh runtime; with `jobs` it stops after that many.
+//! jobs one after another, each on a fresh runtime; with `jobs` it stops after that many. What
+//! a worker cannot serve (a connection that brings no job, a failed job) goes to the `log`
+//! facade as a warning, and the worker goes on.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -24,7 +26,7 @@ use ochre::Runtime;
 use serde::{Deserialize, Serialize};
 
 use crate::fileset::Mix;
-use crate::{LoadReport, Model, Phases, Target};
+use crate::{Error, LoadReport, Model, Phases, Target};
 
 /// What one injector runs: the target, the model (its share), the phases.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -57,12 +59,12 @@ pub struct Job {
 
 impl Job {
     /// The target this job loads (bodies loaded if it verifies).
-    pub fn target(&self) -> Result<Target, String> {
+    pub fn target(&self) -> Result<Target, Error> {
         if self.paths.is_empty() {
-            return Err("no path to request".into());
+            return Err(Error::Invalid("no path to request".into()));
         }
         if self.weights.as_ref().is_some_and(|w| w.len() != self.paths.len()) {
-            return Err("the mix has not one weight per path".into());
+            return Err(Error::Invalid("the mix has not one weight per path".into()));
         }
         let mut t = Target {
             addr: self.addr,
@@ -72,7 +74,7 @@ impl Job {
             bodies: None,
         };
         if let Some(dir) = &self.verify {
-            t.verify_against(dir)?;
+            t.verify_against(dir).map_err(Error::Verify)?;
         }
         Ok(t)
     }
@@ -87,12 +89,12 @@ impl Job {
     }
 
     /// Runs it here.
-    pub fn run(&self, rt: &Runtime, phases: &Phases) -> Result<LoadReport, String> {
+    pub fn run(&self, rt: &Runtime, phases: &Phases) -> Result<LoadReport, Error> {
         self.model.run(rt, &self.target()?, phases)
     }
 
     /// Share `i` of `n` of this job: the model's share and the request limit's.
-    pub fn share(&self, i: usize, n: usize) -> Result<Job, String> {
+    pub fn share(&self, i: usize, n: usize) -> Result<Job, Error> {
         let requests =
             self.requests.map(|r| r * (i as u64 + 1) / n as u64 - r * i as u64 / n as u64);
         Ok(Job { model: self.model.share(i, n)?, requests, ..self.clone() })
@@ -113,27 +115,34 @@ enum Message {
     Error(String),
 }
 
-fn send(stream: &mut TcpStream, m: &Message) -> Result<(), String> {
-    let mut line = serde_json::to_vec(m).map_err(|e| e.to_string())?;
-    line.push(b'\n');
-    stream.write_all(&line).map_err(|e| format!("sending: {e}"))
+/// A failed exchange with the other side, said in a few words.
+fn protocol(what: impl std::fmt::Display) -> Error {
+    Error::Protocol(what.to_string())
 }
 
-fn receive(reader: &mut BufReader<TcpStream>, within: Duration) -> Result<Message, String> {
-    reader.get_ref().set_read_timeout(Some(within)).map_err(|e| e.to_string())?;
+fn send(stream: &mut TcpStream, m: &Message) -> Result<(), Error> {
+    let mut line = serde_json::to_vec(m).map_err(protocol)?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(|e| protocol(format_args!("sending: {e}")))
+}
+
+fn receive(reader: &mut BufReader<TcpStream>, within: Duration) -> Result<Message, Error> {
+    reader.get_ref().set_read_timeout(Some(within)).map_err(protocol)?;
     let mut line = String::new();
     match reader.read_line(&mut line) {
-        Ok(0) => Err("connection closed".into()),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| format!("bad message: {e}")),
+        Ok(0) => Err(protocol("connection closed")),
+        Ok(_) => {
+            serde_json::from_str(&line).map_err(|e| protocol(format_args!("bad message: {e}")))
+        }
         Err(e)
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) =>
         {
-            Err(format!("no answer within {within:?}"))
+            Err(protocol(format_args!("no answer within {within:?}")))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(protocol(e)),
     }
 }
 
@@ -143,27 +152,28 @@ fn receive(reader: &mut BufReader<TcpStream>, within: Duration) -> Result<Messag
 pub fn serve_worker(
     listener: TcpListener,
     jobs: Option<usize>,
-    runtime: impl Fn() -> Result<Runtime, String>,
-) -> Result<(), String> {
+    runtime: impl Fn() -> Result<Runtime, ochre::Error>,
+) -> Result<(), Error> {
     let mut served = 0;
     while jobs.is_none_or(|n| served < n) {
-        let (stream, peer) = listener.accept().map_err(|e| format!("accepting: {e}"))?;
-        let mut out = stream.try_clone().map_err(|e| e.to_string())?;
+        let (stream, peer) =
+            listener.accept().map_err(|e| protocol(format_args!("accepting: {e}")))?;
+        let mut out = stream.try_clone().map_err(protocol)?;
         let mut reader = BufReader::new(stream);
         let job = match receive(&mut reader, Duration::from_secs(30)) {
             Ok(Message::Job(job)) => job,
             Ok(other) => {
-                eprintln!("ochre load --worker: {peer}: expected a job, got {other:?}");
+                log::warn!("{peer}: expected a job, got {other:?}");
                 continue;
             }
             Err(e) => {
-                eprintln!("ochre load --worker: {peer}: {e}");
+                log::warn!("{peer}: {e}");
                 continue;
             }
         };
         served += 1;
         if let Err(e) = serve_one(&job, &mut reader, &mut out, &runtime) {
-            eprintln!("ochre load --worker: job from {peer}: {e}");
+            log::warn!("job from {peer}: {e}");
         }
     }
     Ok(())
@@ -173,24 +183,24 @@ fn serve_one(
     job: &Job,
     reader: &mut BufReader<TcpStream>,
     out: &mut TcpStream,
-    runtime: &impl Fn() -> Result<Runtime, String>,
-) -> Result<(), String> {
+    runtime: &impl Fn() -> Result<Runtime, ochre::Error>,
+) -> Result<(), Error> {
     let prepared = job.target().and_then(|t| Ok((t, runtime()?)));
     let (target, rt) = match prepared {
         Ok(p) => p,
         Err(e) => {
-            let _ = send(out, &Message::Error(e.clone()));
+            let _ = send(out, &Message::Error(e.to_string()));
             return Err(e);
         }
     };
     send(out, &Message::Ready)?;
     match receive(reader, Duration::from_secs(60))? {
         Message::Start => {}
-        other => return Err(format!("expected start, got {other:?}")),
+        other => return Err(protocol(format_args!("expected start, got {other:?}"))),
     }
     let answer = match job.model.run(&rt, &target, &job.phases()) {
         Ok(r) => Message::Report(Box::new(r)),
-        Err(e) => Message::Error(e),
+        Err(e) => Message::Error(e.to_string()),
     };
     send(out, &answer)
 }
@@ -203,25 +213,27 @@ pub fn run_distributed(
     remotes: &[SocketAddr],
     rt: &Runtime,
     phases: &Phases,
-) -> Result<LoadReport, String> {
+) -> Result<LoadReport, Error> {
     let n = remotes.len() + 1;
     let mut links = Vec::with_capacity(remotes.len());
     for (i, &addr) in remotes.iter().enumerate() {
+        let worker =
+            |reason: &dyn std::fmt::Display| Error::Worker { addr, reason: reason.to_string() };
         let share = job.share(i + 1, n)?;
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-            .map_err(|e| format!("worker {addr}: {e}"))?;
+        let stream =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| worker(&e))?;
         let _ = stream.set_nodelay(true);
-        let mut out = stream.try_clone().map_err(|e| e.to_string())?;
-        send(&mut out, &Message::Job(Box::new(share)))
-            .map_err(|e| format!("worker {addr}: {e}"))?;
+        let mut out = stream.try_clone().map_err(|e| worker(&e))?;
+        send(&mut out, &Message::Job(Box::new(share))).map_err(|e| worker(&e))?;
         links.push((addr, out, BufReader::new(stream)));
     }
     for (addr, _, reader) in &mut links {
+        let worker = |reason: String| Error::Worker { addr: *addr, reason };
         match receive(reader, Duration::from_secs(60)) {
             Ok(Message::Ready) => {}
-            Ok(Message::Error(e)) => return Err(format!("worker {addr}: {e}")),
-            Ok(other) => return Err(format!("worker {addr}: unexpected {other:?}")),
-            Err(e) => return Err(format!("worker {addr}: {e}")),
+            Ok(Message::Error(e)) => return Err(worker(e)),
+            Ok(other) => return Err(worker(format!("unexpected {other:?}"))),
+            Err(e) => return Err(worker(e.to_string())),
         }
     }
     let mut notes = Vec::new();

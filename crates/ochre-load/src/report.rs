@@ -12,6 +12,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::Error;
+
 /// Error kinds counted separately.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[repr(usize)]
@@ -310,13 +312,13 @@ impl LoadReport {
 
     /// Merges the reports of injectors that ran the same phases at the same time (a master
     /// and its workers): counts add, histograms add, percentiles are those of the sum.
-    pub fn merge(model: String, parts: &[LoadReport]) -> Result<LoadReport, String> {
-        let first = parts.first().ok_or("no report to merge")?;
+    pub fn merge(model: String, parts: &[LoadReport]) -> Result<LoadReport, Error> {
+        let first = parts.first().ok_or_else(|| Error::Merge("no report to merge".into()))?;
         let mut total = Tally::new();
         let mut cpu: Vec<f64> = Vec::new();
         for p in parts {
             if p.histogram.is_empty() && p.ok > 0 {
-                return Err("a report without its histogram cannot be merged".into());
+                return Err(Error::Merge("a report without its histogram cannot be merged".into()));
             }
             total.merge(&p.to_tally());
             cpu.extend(p.injector_cpu);
