@@ -375,7 +375,7 @@ impl SpinBarrier {
                 // Yield now and then: with more threads than CPUs (`--workers` above the CPU
                 // count) a waiter may be spinning on the CPU of the thread it waits for.
                 spins = spins.wrapping_add(1);
-                if spins % 1024 == 0 {
+                if spins.is_multiple_of(1024) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

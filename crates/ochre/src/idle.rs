@@ -194,7 +194,7 @@ fn spin(
             break;
         }
         round = round.wrapping_add(1);
-        if round % 64 == 0 {
+        if round.is_multiple_of(64) {
             if start.elapsed() >= budget {
                 break;
             }
@@ -202,10 +202,10 @@ fn spin(
                 found = true;
                 break;
             }
-            if try_steal && round % 1024 == 0 {
+            if try_steal && round.is_multiple_of(1024) {
                 steal::request(&mut ctx.core.borrow_mut(), shared);
             }
-            if round % YIELD_EVERY == 0 {
+            if round.is_multiple_of(YIELD_EVERY) {
                 // Give the CPU to whatever else is runnable on it (another process, another
                 // runtime's worker): spinning pays for a wake-up only when the CPU is free.
                 // With nothing else runnable this returns at once; if it took long, another

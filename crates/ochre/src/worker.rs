@@ -658,9 +658,10 @@ impl WorkerCtx {
                 let first = core.queue.pop(key);
                 core.turns = core.turns.wrapping_add(1);
                 let sample = if shared.config.steal_min_work.is_some() {
-                    core.turns % TURN_SAMPLE == 0
+                    core.turns.is_multiple_of(TURN_SAMPLE)
                 } else {
-                    shared.config.steal == crate::Steal::Backlog && core.turns % BACKLOG_SAMPLE == 0
+                    shared.config.steal == crate::Steal::Backlog
+                        && core.turns.is_multiple_of(BACKLOG_SAMPLE)
                 };
                 (key, color, first, sample.then(std::time::Instant::now))
             };

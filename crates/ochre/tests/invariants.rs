@@ -131,7 +131,7 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
             3..=4 => (ev.color + 1) % o.colors, // a neighbour
             _ => (rng >> 8) % o.colors,         // anywhere: mostly another worker
         };
-        let urgent = (rng >> 40) % 8 == 0;
+        let urgent = (rng >> 40).is_multiple_of(8);
         let seq = seqs.entry((color, urgent)).or_insert(0);
         *seq += 1;
         let child = Ev { id: o.new_id(), color, poster: ev.id, seq: *seq, urgent };
@@ -144,7 +144,7 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
         }
     }
     // Sometimes give the CPU away mid-event, so that other workers interleave with this one.
-    if rng % 64 == 0 {
+    if rng.is_multiple_of(64) {
         std::thread::yield_now();
     }
     let n = o.ran.fetch_add(1, Ordering::Relaxed) + 1;
@@ -162,7 +162,7 @@ fn outside_poster(o: Arc<Oracle>, handle: Handle, t: u64, count: u64) {
     for _ in 0..count {
         rng = splitmix(rng);
         let color = rng % o.colors;
-        let urgent = (rng >> 40) % 8 == 0;
+        let urgent = (rng >> 40).is_multiple_of(8);
         let seq = seqs.entry((color, urgent)).or_insert(0);
         *seq += 1;
         let ev = Ev { id: o.new_id(), color, poster, seq: *seq, urgent };
@@ -174,7 +174,7 @@ fn outside_poster(o: Arc<Oracle>, handle: Handle, t: u64, count: u64) {
             handle.try_post(Color(color), f)
         };
         r.expect("runtime open");
-        if rng % 16 == 0 {
+        if rng.is_multiple_of(16) {
             std::thread::yield_now();
         }
     }

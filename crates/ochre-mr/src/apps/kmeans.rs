@@ -186,7 +186,8 @@ impl Kmeans {
         if dim == 0 || dim > MAX_DIM {
             return Err(AppError::Input(format!("dimension {dim} is not in 1..={MAX_DIM}")));
         }
-        if means.is_empty() || points.len() % dim != 0 || means.len() % dim != 0 {
+        if means.is_empty() || !points.len().is_multiple_of(dim) || !means.len().is_multiple_of(dim)
+        {
             return Err(AppError::Input("points and means must be whole vectors".into()));
         }
         Ok(Kmeans { dim, points: Arc::new(points), means })
