@@ -524,7 +524,13 @@ impl ColorQueue {
     /// queued events measured to hold at least `floor_ns` of work.
     fn backlogged(&self, key: usize, floor_ns: u64) -> bool {
         let s = &self.slots[key];
-        let per_event = if s.event_ns > 0 { s.event_ns } else { self.event_ns };
+        // A color not timed yet is judged by the worker's average only with several events
+        // queued: one event of unknown cost is no backlog (on a worker of heavy colors, the
+        // average made every light newcomer look heavy: the simulator's test found it).
+        let per_event = match (s.event_ns, s.events.len()) {
+            (0, n) if n >= 2 => self.event_ns,
+            (ns, _) => ns,
+        };
         s.lease == Lease::Local
             && !s.pinned
             && per_event > 0

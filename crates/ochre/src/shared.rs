@@ -196,13 +196,7 @@ impl Shared {
         topology: &crate::topology::Topology,
     ) -> std::io::Result<Shared> {
         let victims: Box<[Vec<Vec<usize>>]> = (0..workers)
-            .map(|w| {
-                if config.steal_locality {
-                    topology.victim_tiers(w, workers)
-                } else {
-                    vec![(0..workers).filter(|&v| v != w).collect()]
-                }
-            })
+            .map(|w| crate::steal::victim_tiers(topology, w, workers, config.steal_locality))
             .collect();
         let tier = victims
             .iter()

@@ -1,23 +1,18 @@
-//! A deterministic simulation of the stealing policies: the real run queues (`queue`), the real
-//! lending (`lend_many`), the real victim order (`Topology::victim_tiers`), driven by a seeded
-//! scheduler instead of threads, on synthetic topologies. It replays a policy exactly, so tests
-//! can assert where colors end up and how far they move.
+//! A deterministic simulation of the stealing policies: the real run queues (`queue`) and the
+//! real policy functions of `steal` (victim order, which victim is worth asking, what a victim
+//! lends) read from a real `Config`, driven by a seeded scheduler instead of threads, on
+//! synthetic topologies. No policy is copied here: a change in `steal` changes what this
+//! replays. It replays a schedule exactly, so tests can assert where colors end up and how far
+//! they move.
 
 use std::collections::HashMap;
 
 use crate::color::{home_of, Placement};
 use crate::message::{Loan, Task};
 use crate::queue::{ColorQueue, Route};
+use crate::steal::{self, Candidate};
 use crate::topology::Topology;
-use crate::Color;
-
-/// A policy to simulate (the stealing switches of `Config`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Policy {
-    pub(crate) batch: bool,
-    pub(crate) locality: bool,
-    pub(crate) min_weight_ns: u64,
-}
+use crate::{Color, Config};
 
 /// One color moved by a steal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,13 +35,13 @@ fn noop() -> Task {
     Task::new(|| {})
 }
 
-/// Runs `chains` on `workers` workers of `topology` under `policy`, with `seed` choosing victims
+/// Runs `chains` on `workers` workers of `topology` under `config`'s stealing, with `seed` choosing victims
 /// within a tier. `pinned` colors are pinned. Returns every move and the worker each color ended
 /// its last event on.
 pub(crate) fn simulate(
     topology: &Topology,
     workers: usize,
-    policy: Policy,
+    config: &Config,
     seed: u64,
     chains: &[Chain],
     pinned: &[Color],
@@ -54,13 +49,7 @@ pub(crate) fn simulate(
     let placement = Placement { workers, domain: topology.domain_size(workers) };
     let mut qs: Vec<ColorQueue> = (0..workers).map(|w| ColorQueue::new(w, placement)).collect();
     let tiers: Vec<Vec<Vec<usize>>> = (0..workers)
-        .map(|w| {
-            if policy.locality {
-                topology.victim_tiers(w, workers)
-            } else {
-                vec![(0..workers).filter(|&v| v != w).collect()]
-            }
-        })
+        .map(|w| steal::victim_tiers(topology, w, workers, config.steal_locality))
         .collect();
     let tier_of = |thief: usize, victim: usize| {
         tiers[thief].iter().position(|g| g.contains(&victim)).map_or(0, |t| t + 1)
@@ -103,19 +92,22 @@ pub(crate) fn simulate(
                     qs[ret.home].returned(ret.color, ret.ran);
                 }
             } else {
-                // Idle: ask the first loaded worker in victim order (random start per tier).
+                // Idle: ask the first worker worth asking in victim order (random start per
+                // tier); every simulated CPU is whole, and a victim answers at once.
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                let victim = tiers[w].iter().find_map(|group| {
-                    let start = (rng % group.len().max(1) as u64) as usize;
-                    (0..group.len())
-                        .map(|i| group[(start + i) % group.len()])
-                        .find(|&v| qs[v].ready_len() > 0)
+                let full = crate::cpu_share::FULL;
+                let victim = steal::candidates(&tiers[w], rng).find(|&v| {
+                    let seen = Candidate {
+                        ready: qs[v].ready_len(),
+                        backlog: qs[v].has_backlog(steal::BACKLOG_FLOOR),
+                        share: full,
+                    };
+                    steal::worth_asking(config.steal, full, &seen)
                 });
                 let Some(v) = victim else { continue };
-                let max = if policy.batch { 8 } else { 1 };
-                let loans: Vec<Loan> = qs[v].lend_many(w, max, policy.batch, policy.min_weight_ns);
+                let loans: Vec<Loan> = steal::lend(&mut qs[v], w, config);
                 for loan in loans {
                     moves.push(Move {
                         step,
@@ -155,14 +147,19 @@ mod tests {
         Placement { workers: 16, domain: machine().domain_size(16) }
     }
 
-    const PLAIN: Policy = Policy { batch: false, locality: false, min_weight_ns: 0 };
-    const LOCAL: Policy = Policy { batch: false, locality: true, min_weight_ns: 0 };
+    fn plain() -> Config {
+        Config::default().steal(crate::Steal::Plain)
+    }
+
+    fn local() -> Config {
+        plain().steal_locality(true)
+    }
 
     #[test]
     fn a_seeded_schedule_replays_exactly() {
         let chains = imbalanced(placement());
-        let a = simulate(&machine(), 16, LOCAL, 42, &chains, &[]);
-        let b = simulate(&machine(), 16, LOCAL, 42, &chains, &[]);
+        let a = simulate(&machine(), 16, &local(), 42, &chains, &[]);
+        let b = simulate(&machine(), 16, &local(), 42, &chains, &[]);
         assert_eq!(a.0, b.0);
         assert!(!a.0.is_empty(), "idle workers stole");
     }
@@ -170,8 +167,8 @@ mod tests {
     #[test]
     fn locality_keeps_steals_near() {
         let chains = imbalanced(placement());
-        let (near, _) = simulate(&machine(), 16, LOCAL, 7, &chains, &[]);
-        let (any, _) = simulate(&machine(), 16, PLAIN, 7, &chains, &[]);
+        let (near, _) = simulate(&machine(), 16, &local(), 7, &chains, &[]);
+        let (any, _) = simulate(&machine(), 16, &plain(), 7, &chains, &[]);
         // Tiers with locality: 1 = L2 mate, 2 = same node, 3 = other node.
         let far = |m: &[Move], node: fn(usize) -> usize| {
             m.iter().filter(|x| node(x.from) != node(x.to)).count()
@@ -197,8 +194,9 @@ mod tests {
             ch.cost_ns = 100; // eight light chains
         }
         let light: Vec<Color> = chains.iter().skip(40).map(|c| c.color).collect();
-        let policy = Policy { batch: true, locality: true, min_weight_ns: 20_000 };
-        let (moves, last) = simulate(&machine(), 16, policy, 3, &chains, &pinned);
+        let config =
+            local().steal_batch(true).steal_min_work(Some(std::time::Duration::from_micros(20)));
+        let (moves, last) = simulate(&machine(), 16, &config, 3, &chains, &pinned);
         for c in &pinned {
             assert!(moves.iter().all(|m| m.color != *c), "pinned {c:?} moved");
             assert_eq!(last[c], home_of(*c, p));
@@ -207,6 +205,29 @@ mod tests {
             assert!(moves.iter().all(|m| m.color != *c), "light {c:?} moved");
         }
         assert!(moves.len() >= 10, "heavy colors were spread: {} moves", moves.len());
+    }
+
+    #[test]
+    fn backlog_stealing_runs_here_unchanged_and_spreads_only_backlogs() {
+        // Steal::Backlog, simulated with the same functions the workers call: heavy chains
+        // (40 events of 50 us queued at once) are spread; a light chain (one event queued at a
+        // time, 100 ns) never moves, whatever the imbalance.
+        let p = placement();
+        let mut chains = imbalanced(p);
+        for ch in chains.iter_mut().skip(40) {
+            ch.cost_ns = 100;
+        }
+        let light: Vec<Color> = chains.iter().skip(40).map(|c| c.color).collect();
+        let config = Config::default().steal(crate::Steal::Backlog);
+        let (moves, _) = simulate(&machine(), 16, &config, 5, &chains, &[]);
+        for c in &light {
+            assert!(moves.iter().all(|m| m.color != *c), "light {c:?} moved");
+        }
+        // The simulated chain posts its next event only as it runs, so a heavy color's backlog
+        // is one event of 50 us: above the 20 us floor.
+        assert!(moves.len() >= 10, "heavy colors were spread: {} moves", moves.len());
+        let (none, _) = simulate(&machine(), 16, &Config::default(), 5, &chains, &[]);
+        assert!(none.is_empty(), "stealing off (the default) moves nothing");
     }
 
     #[test]
@@ -228,8 +249,7 @@ mod tests {
             let g = ch.color.group().unwrap() as usize;
             assert_eq!(h / 2, g % 8, "group {g} in its domain");
         }
-        let policy = Policy { batch: false, locality: true, min_weight_ns: 0 };
-        let (moves, _) = simulate(&machine(), 16, policy, 11, &chains, &[]);
+        let (moves, _) = simulate(&machine(), 16, &local(), 11, &chains, &[]);
         // Every steal of a grouped color takes the victim's other waiting members of its group.
         let mut by_steal: HashMap<(usize, usize, usize), Vec<Color>> = HashMap::new();
         for m in &moves {

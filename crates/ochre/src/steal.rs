@@ -14,6 +14,12 @@
 //! at the end of a round so that stealing can start at all (a sleeper does not poll).
 //!
 //! The heuristics of the seeds' stealing work (batch, locality, pinning, cost) build on this.
+//!
+//! Policy and mechanism are apart: which victims a thief tries and in what order
+//! ([`victim_tiers`], [`candidates`]), whether one is worth asking ([`worth_asking`]) and what a
+//! victim lends ([`lend`]) are functions of the configuration and of what the thief sees, called
+//! by the workers here and by the deterministic simulator (`sim`) alike; the request slot, the
+//! messages and the wake-ups are this module's mechanism around them.
 
 use crate::config::Steal;
 use crate::message::Msg;
@@ -27,56 +33,102 @@ use crate::worker::Core;
 /// half, and a few percent is noise.
 const SHARED_BY: u32 = crate::cpu_share::FULL / 5;
 
+/// The order in which worker `w` of `workers` asks victims: tiers nearest first in `topology`
+/// with locality-aware stealing, else one tier of all the others. The policy's part of victim
+/// choice, shared by the workers (`Shared::new`) and the simulator (`sim`).
+pub(crate) fn victim_tiers(
+    topology: &crate::topology::Topology,
+    w: usize,
+    workers: usize,
+    locality: bool,
+) -> Vec<Vec<usize>> {
+    if locality {
+        topology.victim_tiers(w, workers)
+    } else {
+        vec![(0..workers).filter(|&v| v != w).collect()]
+    }
+}
+
+/// The victims in the order a thief tries them: tiers nearest first, a start chosen by `random`
+/// within each tier.
+pub(crate) fn candidates(tiers: &[Vec<usize>], random: u64) -> impl Iterator<Item = usize> + '_ {
+    tiers.iter().flat_map(move |group| {
+        let start = (random % group.len().max(1) as u64) as usize;
+        (0..group.len()).map(move |i| group[(start + i) % group.len()])
+    })
+}
+
+/// What a thief knows of a candidate victim: the hints it publishes (`shared::Status`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidate {
+    /// Colors waiting there.
+    pub(crate) ready: usize,
+    /// It advertises a backlog (`Steal::Backlog`).
+    pub(crate) backlog: bool,
+    /// Its CPU share, thousandths.
+    pub(crate) share: u32,
+}
+
+/// Whether a thief whose CPU share is `mine` asks victim `c` under `steal`: the policy, without
+/// the mechanism (the request slot, the message), so that the simulator decides the same way.
+pub(crate) fn worth_asking(steal: Steal, mine: u32, c: &Candidate) -> bool {
+    match steal {
+        Steal::Off => false,
+        Steal::Plain => c.ready > 0,
+        // Only victims whose CPU this worker beats by `SHARED_BY`; none at all while this
+        // worker's own CPU is not clearly better than a shared one.
+        Steal::FromSharedCpus => {
+            mine >= crate::cpu_share::FULL / 2 + SHARED_BY
+                && c.ready > 0
+                && c.share + SHARED_BY <= mine
+        }
+        // A backlog never moves to a CPU clearly slower than the one it waits on (this worker
+        // shares its CPU with another process): it would wait longer here.
+        Steal::Backlog => c.backlog && c.share <= mine + SHARED_BY,
+    }
+}
+
+/// What a victim lends `thief` from `queue` under `config` (the policy: batch or one,
+/// cost-aware floor, backlog), shared by `answer` and the simulator.
+pub(crate) fn lend(
+    queue: &mut crate::queue::ColorQueue,
+    thief: usize,
+    config: &crate::Config,
+) -> Vec<crate::message::Loan> {
+    let floor = min_work_ns(config);
+    if config.steal == Steal::Backlog {
+        queue.lend_backlog(thief, config.steal_batch_max, BACKLOG_FLOOR)
+    } else if config.steal_batch {
+        queue.lend_many(thief, config.steal_batch_max, true, floor)
+    } else {
+        queue.lend_many(thief, 1, false, floor)
+    }
+}
+
 /// An idle worker asks a loaded one for a color, if stealing is on and no request is pending.
 pub(crate) fn request(core: &mut Core, shared: &Shared) {
     if shared.config.steal == Steal::Off || core.steal_pending || shared.workers < 2 {
         return;
     }
-    // With `FromSharedCpus`, only victims whose CPU this worker beats by `SHARED_BY`; none at
-    // all while this worker's own CPU is not clearly better than a shared one.
-    let floor = match shared.config.steal {
-        Steal::FromSharedCpus => {
-            let mine = core.cpu_share.share();
-            if mine < crate::cpu_share::FULL / 2 + SHARED_BY {
-                return;
-            }
-            Some(mine - SHARED_BY)
-        }
-        _ => None,
-    };
     // After empty answers, ask less often: a victim answers every request, and on balanced
     // work each answer is a message it did not need to send.
     if core.steal_backoff > 0 {
         core.steal_backoff -= 1;
         return;
     }
-    let random = core.next_random();
-    let tiers = &shared.victims[core.id];
-    let candidates = tiers.iter().flat_map(|group| {
-        // Random start within each tier, tiers nearest first.
-        let start = (random % group.len().max(1) as u64) as usize;
-        (0..group.len()).map(move |i| group[(start + i) % group.len()])
-    });
-    for victim in candidates {
-        let remote = &shared.remotes[victim];
-        let has_work = if shared.config.steal == Steal::Backlog {
-            remote.status.backlog.load(Ordering::Relaxed)
-        } else {
-            remote.status.ready.load(Ordering::Relaxed) > 0
+    let (mine, random) = (core.cpu_share.share(), core.next_random());
+    for victim in candidates(&shared.victims[core.id], random) {
+        let status = &shared.remotes[victim].status;
+        // Relaxed: hints; a stale one costs a wasted or a missed request.
+        let seen = Candidate {
+            ready: status.ready.load(Ordering::Relaxed),
+            backlog: status.backlog.load(Ordering::Relaxed),
+            share: status.cpu_share.load(Ordering::Relaxed) as u32,
         };
-        if !has_work {
+        if !worth_asking(shared.config.steal, mine, &seen) {
             continue;
         }
-        let share = remote.status.cpu_share.load(Ordering::Relaxed) as u32;
-        if floor.is_some_and(|f| share > f) {
-            continue;
-        }
-        // A backlog never moves to a CPU clearly slower than the one it waits on (this worker
-        // shares its CPU with another process): it would wait longer here.
-        if shared.config.steal == Steal::Backlog && share > core.cpu_share.share() + SHARED_BY {
-            continue;
-        }
-        if remote
+        if shared.remotes[victim]
             .poke
             .steal_request
             .compare_exchange(0, core.id + 1, Ordering::AcqRel, Ordering::Relaxed)
@@ -101,8 +153,8 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
 pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 
 /// The cost-aware floor in ns (0 when cost-aware stealing is off).
-fn min_work_ns(shared: &Shared) -> u64 {
-    shared.config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+fn min_work_ns(config: &crate::Config) -> u64 {
+    config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
 
 /// A worker answers a steal request left in its slot, if any: lends a color or says no.
@@ -117,15 +169,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
         return;
     }
     let thief = thief - 1;
-    let config = &shared.config;
-    let floor = min_work_ns(shared);
-    let loans = if config.steal == Steal::Backlog {
-        core.queue.lend_backlog(thief, config.steal_batch_max, BACKLOG_FLOOR)
-    } else if config.steal_batch {
-        core.queue.lend_many(thief, config.steal_batch_max, true, floor)
-    } else {
-        core.queue.lend_many(thief, 1, false, floor)
-    };
+    let loans = lend(&mut core.queue, thief, &shared.config);
     core.counters.add(Counter::StealsOut, loans.len() as u64);
     let from = crate::message::worker_id(core.id);
     core.send(shared, thief, Msg::Grant { from, loans });
@@ -175,7 +219,7 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         || core.queue.ready_len() < 2
         || shared.control.parked.load(Ordering::Relaxed) == 0
         || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
-        || !core.queue.has_lendable(min_work_ns(shared), 2)
+        || !core.queue.has_lendable(min_work_ns(&shared.config), 2)
     {
         // Nothing a thief could take (pinned, borrowed or too light): waking it would only cost
         // a system call here and a wasted request there.
@@ -358,6 +402,32 @@ mod tests {
         assert_eq!(s.stolen_events, 100);
         victim.publish(&shared);
         assert!(!shared.remotes[1].status.backlog.load(Ordering::Relaxed), "none left");
+    }
+
+    #[test]
+    fn which_victims_each_policy_asks() {
+        use crate::cpu_share::FULL;
+        let c = |ready, backlog, share| Candidate { ready, backlog, share };
+        let (free, half) = (FULL, FULL / 2);
+        for steal in [Steal::Off, Steal::Plain, Steal::FromSharedCpus, Steal::Backlog] {
+            let asks = |mine, v: Candidate| worth_asking(steal, mine, &v);
+            assert!(!asks(free, c(0, false, half)), "{steal:?}: nothing waits there");
+            match steal {
+                Steal::Off => assert!(!asks(free, c(9, true, half))),
+                Steal::Plain => assert!(asks(half, c(1, false, free)), "any waiting color"),
+                Steal::FromSharedCpus => {
+                    assert!(asks(free, c(1, false, half)), "a shared CPU's work");
+                    assert!(!asks(free, c(9, false, free)), "never from a free CPU");
+                    assert!(!asks(half, c(9, false, half / 2)), "never from a shared thief");
+                }
+                Steal::Backlog => {
+                    assert!(!asks(free, c(9, false, free)), "waiting colors are not a backlog");
+                    assert!(asks(free, c(2, true, free)));
+                    assert!(asks(free, c(2, true, half)));
+                    assert!(!asks(half, c(2, true, free)), "not onto a slower CPU");
+                }
+            }
+        }
     }
 
     #[test]
