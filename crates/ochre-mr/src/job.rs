@@ -14,6 +14,15 @@
 //!   the root's run, the whole output, is published once.
 //! - A lane's container lives in a [`ColorCell`] of the lane's color: only that color's events
 //!   open it, and they never run at the same time.
+//! - The event that publishes the output is the job's last: it ends the run
+//!   ([`ochre::shutdown`]) instead of letting the workers find quiescence after their spinning
+//!   (milliseconds on a loaded machine). So a job's run is the job's alone: events posted to the
+//!   runtime from other threads during it may be left for the next run.
+//!
+//! Intermediate runs are plain `Vec`s from the global allocator. Placing them by EMA for the
+//! reduce color that reads them (`ochre::ColorBox`, as the thesis did for Phoenix's buffers)
+//! needs collections with a custom allocator (`allocator_api`, unstable), or runs of
+//! fixed-size values in `ColorBytes`: not done yet.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -55,7 +64,7 @@ pub struct Phases {
     /// From there to the merged output (merging overlaps reduce; this is what is left).
     #[serde(serialize_with = "seconds")]
     pub merge: Duration,
-    /// The whole run, start of the runtime to quiescence.
+    /// The whole run: from `Runtime::run` to the end the merge event puts to it.
     #[serde(serialize_with = "seconds")]
     pub total: Duration,
     /// Map tasks (splits).
