@@ -52,7 +52,7 @@ pub enum Error {
 /// How long each phase took, as Phoenix reports it, and how much work there was.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Phases {
-    /// Cutting the input into map tasks.
+    /// Starting the run (waking the workers) and cutting the input into map tasks.
     #[serde(serialize_with = "seconds")]
     pub split: Duration,
     /// From the first map task to the last lane's partitioned runs.
@@ -273,7 +273,9 @@ impl<P: MapReduce> Job<P> {
             Container::Dense(_) => workers,
             Container::Fixed => 1,
         });
-        let base = (1u64 << 48) + (JOBS.fetch_add(1, Ordering::Relaxed) << 24);
+        // 2^14 jobs' worth of fresh colors, then again: far below the grouped colors' top bit.
+        let job = JOBS.fetch_add(1, Ordering::Relaxed) % (1 << 14);
+        let base = (1u64 << 48) + (job << 24);
         let lane_colors = spread_colors(rt, base, workers);
         let reduce_colors = spread_colors(rt, base + (1 << 23), reduce_tasks);
         let state = Arc::new(State::new(
