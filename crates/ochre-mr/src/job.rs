@@ -19,17 +19,17 @@
 //!   (milliseconds on a loaded machine). So a job's run is the job's alone: events posted to the
 //!   runtime from other threads during it may be left for the next run.
 //!
-//! Intermediate runs are plain `Vec`s from the global allocator. Placing them by EMA for the
-//! reduce color that reads them (`ochre::ColorBox`, as the thesis did for Phoenix's buffers)
-//! needs collections with a custom allocator (`allocator_api`, unstable), or runs of
-//! fixed-size values in `ColorBytes`: not done yet.
+//! Memory: each lane's state (its container's header) is a [`ColorBox`] made by the split
+//! event, so EMA places it for the lane's worker, as the thesis placed Phoenix's intermediate
+//! buffers. The runs handed to reduce are plain `Vec`s from the global allocator: placing
+//! their contents for the reduce color needs collections with a custom allocator
+//! (`allocator_api`, unstable) or fixed-size values in `ColorBytes`; not done yet.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
-use ochre::{Color, ColorCell, Config, Runtime};
+use ochre::{Color, ColorBox, ColorCell, Config, Runtime};
 use serde::Serialize;
 
 use crate::store::{hash_of, Container, Emitter, Store};
@@ -71,6 +71,8 @@ pub struct Phases {
     pub map_tasks: usize,
     /// Map lanes (one per worker).
     pub lanes: usize,
+    /// Lanes whose state EMA placed for their worker (0 with EMA off: the global allocator).
+    pub lanes_placed: usize,
     /// Reduce partitions.
     pub reduce_tasks: usize,
     /// Pairs emitted by map.
@@ -94,6 +96,7 @@ impl Phases {
         self.total += other.total;
         self.map_tasks += other.map_tasks;
         self.lanes = self.lanes.max(other.lanes);
+        self.lanes_placed = self.lanes_placed.max(other.lanes_placed);
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
         self.emitted += other.emitted;
         self.intermediate += other.intermediate;
@@ -103,8 +106,8 @@ impl Phases {
     pub fn line(&self) -> String {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
         format!(
-            "split {}, map {}, reduce {}, merge {} (total {}); {} map tasks on {} lanes, {} \
-             reduce tasks, {} pairs emitted, {} after combining",
+            "split {}, map {}, reduce {}, merge {} (total {}); {} map tasks on {} lanes ({} \
+             placed by EMA), {} reduce tasks, {} pairs emitted, {} after combining",
             ms(self.split),
             ms(self.map),
             ms(self.reduce),
@@ -112,6 +115,7 @@ impl Phases {
             ms(self.total),
             self.map_tasks,
             self.lanes,
+            self.lanes_placed,
             self.reduce_tasks,
             self.emitted,
             self.intermediate
@@ -310,6 +314,7 @@ impl<P: MapReduce> Job<P> {
             total: report.elapsed,
             map_tasks: state.splits.get().map_or(0, Vec::len),
             lanes: workers,
+            lanes_placed: state.lanes_placed.load(Ordering::Relaxed),
             reduce_tasks,
             emitted: state.emitted.load(Ordering::Relaxed),
             intermediate: state.intermediate.load(Ordering::Relaxed),
@@ -365,6 +370,27 @@ struct Lane<P: MapReduce> {
     emitted: u64,
 }
 
+/// Where a lane's state lives (see `State::lanes`).
+type LaneBox<P> = ColorBox<Lined<Lane<P>>>;
+
+/// A value on cache lines of its own (64 bytes: the largest alignment EMA's classes serve;
+/// `CachePadded`'s 128 would send the value to the global allocator).
+#[repr(align(64))]
+struct Lined<T>(T);
+
+impl<T> std::ops::Deref for Lined<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Lined<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
 /// Everything the events of one job share.
 struct State<P: MapReduce> {
     app: Arc<P>,
@@ -377,10 +403,13 @@ struct State<P: MapReduce> {
     /// Set once by the split event, before any lane runs.
     splits: OnceLock<Vec<P::Split>>,
     next_task: AtomicUsize,
-    /// Padded: a lane's container header (its length, written at each new key) must not
-    /// share a cache line with another lane's.
-    lanes: Vec<CachePadded<ColorCell<Lane<P>>>>,
+    /// Set once by the split event: each lane's state in a [`ColorBox`] placed by EMA for the
+    /// lane's worker (the thesis's Phoenix kept its intermediate buffers in EMA this way), and
+    /// padded, so that a lane's container header (written at each new key) never shares a
+    /// cache line with another lane's, EMA on or off.
+    lanes: OnceLock<Vec<ColorCell<LaneBox<P>>>>,
     lanes_left: AtomicUsize,
+    lanes_placed: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
     runs: Vec<Mutex<Vec<Run<P>>>>,
     reduce_left: AtomicUsize,
@@ -415,11 +444,9 @@ impl<P: MapReduce> State<P> {
             container,
             sorted,
             start: Instant::now(),
-            lanes: lane_colors
-                .iter()
-                .map(|&c| CachePadded::new(ColorCell::new(c, Lane { store: None, emitted: 0 })))
-                .collect(),
+            lanes: OnceLock::new(),
             lanes_left: AtomicUsize::new(lane_colors.len()),
+            lanes_placed: AtomicUsize::new(0),
             runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
             reduce_left: AtomicUsize::new(reduce_colors.len()),
             lane_colors,
@@ -472,6 +499,18 @@ fn split<P: MapReduce>(s: Arc<State<P>>) {
     if s.splits.set(splits).is_err() {
         return s.fail("the job was split twice".into());
     }
+    // Made here, on a worker, so that EMA places each lane's state for the lane's worker.
+    let boxes: Vec<LaneBox<P>> = s
+        .lane_colors
+        .iter()
+        .map(|&c| ColorBox::new(c, Lined(Lane { store: None, emitted: 0 })))
+        .collect();
+    let placed = boxes.iter().filter(|b| ColorBox::is_placed(b)).count();
+    s.lanes_placed.store(placed, Ordering::Relaxed);
+    let lanes = s.lane_colors.iter().zip(boxes).map(|(&c, b)| ColorCell::new(c, b));
+    if s.lanes.set(lanes.collect()).is_err() {
+        return s.fail("the lanes were made twice".into());
+    }
     s.mark(SPLIT);
     for lane in 0..s.lane_colors.len() {
         let s2 = s.clone();
@@ -482,7 +521,7 @@ fn split<P: MapReduce>(s: Arc<State<P>>) {
 /// Phase 2, events of a lane's color: claim a map task, map it, post the next step; with no
 /// task left, partition.
 fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let Some(splits) = s.splits.get() else {
+    let (Some(splits), Some(lanes)) = (s.splits.get(), s.lanes.get()) else {
         return s.fail("a lane ran before the split".into());
     };
     let task = s.next_task.fetch_add(1, Ordering::Relaxed);
@@ -490,7 +529,8 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
         return finish_lane(s, lane);
     };
     let (app, container) = (&*s.app, s.container);
-    let opened = s.lanes[lane].with(|l| {
+    let opened = lanes[lane].with(|l| {
+        let l: &mut Lane<P> = l;
         let store = l.store.get_or_insert_with(|| Store::new(container));
         let mut out = Emitter::new(app, store);
         app.map(split, &mut out);
@@ -506,7 +546,10 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
 /// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
 /// posts the reduce events.
 fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let taken = s.lanes[lane].with(|l| (l.store.take(), l.emitted));
+    let Some(lanes) = s.lanes.get() else {
+        return s.fail("a lane ran before the split".into());
+    };
+    let taken = lanes[lane].with(|l| (l.store.take(), l.emitted));
     let (store, emitted) = match taken {
         Ok(t) => t,
         Err(e) => return s.fail(format!("lane {lane}: {e}")),

@@ -49,7 +49,9 @@
 //!    posts itself again; a worker that is slowed (its CPU shared with another process) claims
 //!    fewer tasks, so the lanes finish together without stealing. The container ([`Container`]:
 //!    hash, dense array, fixed slots) lives in a [`ochre::ColorCell`] of the lane's color: the
-//!    lane's events are serialized, so it needs no lock. Map combines eagerly
+//!    lane's events are serialized, so it needs no lock; the lane's state is an
+//!    [`ochre::ColorBox`] that EMA places for the lane's worker (the thesis kept Phoenix's
+//!    intermediate buffers in EMA). Map combines eagerly
 //!    ([`MapReduce::combine`]): a lane holds one value per distinct key.
 //! 3. **Partition**: when no task is left, each lane cuts its container into the reduce
 //!    partitions (by key index for a dense container, else by FxHash) and hands each partition

@@ -116,6 +116,15 @@ fn one_worker_and_many_workers_agree() {
 }
 
 #[test]
+fn lane_state_is_placed_by_ema_when_the_runtime_has_it() {
+    for (config, placed) in [(ochre::Config::default(), 2), (ochre::Config::baseline(), 0)] {
+        let out = Job::new(app(5_000, 10)).workers(2).pin(false).config(config).run().unwrap();
+        assert_eq!(out.phases.lanes_placed, placed, "{}", out.phases.line());
+        assert_eq!(out.pairs, expected(&app(5_000, 10)));
+    }
+}
+
+#[test]
 fn an_empty_input_gives_an_empty_output() {
     let out = Job::new(app(0, 10)).workers(2).pin(false).run().unwrap();
     assert!(out.pairs.is_empty());
