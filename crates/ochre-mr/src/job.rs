@@ -25,7 +25,7 @@
 //! their contents for the reduce color needs collections with a custom allocator
 //! (`allocator_api`, unstable) or fixed-size values in `ColorBytes`; not done yet.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -52,10 +52,10 @@ pub enum Error {
 /// How long each phase took, as Phoenix reports it, and how much work there was.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Phases {
-    /// Starting the run (waking the workers) and cutting the input into map tasks.
+    /// Cutting the input into map tasks (on the calling thread, before the run).
     #[serde(serialize_with = "seconds")]
     pub split: Duration,
-    /// From the first map task to the last lane's partitioned runs.
+    /// From the start of the run (waking the workers) to the last lane's partitioned runs.
     #[serde(serialize_with = "seconds")]
     pub map: Duration,
     /// From there to the last partition reduced.
@@ -284,15 +284,32 @@ impl<P: MapReduce> Job<P> {
         let reduce_colors = spread_colors(rt, base + (1 << 23), reduce_tasks);
         let state = Arc::new(State::new(
             self.app.clone(),
-            chunk,
             self.container,
             self.sorted,
             lane_colors,
             reduce_colors,
         ));
+        if ochre::current_worker().is_some() {
+            return Err(Error::Runtime(ochre::Error::AlreadyRunning));
+        }
+        // Phase 1, here: split, then start every lane but the first from this thread, into its
+        // worker's inbox, so that each worker starts its lane as the run starts. (Posted by an
+        // event instead, they would wait in that worker's outgoing batch until the end of its
+        // round: with batching, after a whole turn of the first lane's tasks, up to 64.)
+        let _ = state.splits.set(self.app.split(chunk));
+        state.mark(SPLIT);
+        let handle = rt.handle();
+        for lane in 1..workers {
+            let s = state.clone();
+            handle.try_post(state.lane_colors[lane], move || lane_step(s, lane))?;
+        }
         let s = state.clone();
-        let first = state.lane_colors[0];
-        let report = rt.run(first, move || split(s))?;
+        let run = rt.run(state.lane_colors[0], move || lane_step(s, 0));
+        if run.is_err() {
+            // The lanes posted above may run in a later run: make them do nothing.
+            state.cancelled.store(true, Ordering::Release);
+        }
+        let report = run?;
         if let Some(p) = report.panics.first() {
             return Err(Error::Panicked(p.message.clone()));
         }
@@ -394,7 +411,6 @@ impl<T> std::ops::DerefMut for Lined<T> {
 /// Everything the events of one job share.
 struct State<P: MapReduce> {
     app: Arc<P>,
-    chunk: usize,
     container: Container,
     sorted: bool,
     start: Instant,
@@ -403,11 +419,13 @@ struct State<P: MapReduce> {
     /// Set once by the split event, before any lane runs.
     splits: OnceLock<Vec<P::Split>>,
     next_task: AtomicUsize,
-    /// Set once by the split event: each lane's state in a [`ColorBox`] placed by EMA for the
+    /// Each lane's state, made by the lane's first event: a [`ColorBox`] placed by EMA for the
     /// lane's worker (the thesis's Phoenix kept its intermediate buffers in EMA this way), and
-    /// padded, so that a lane's container header (written at each new key) never shares a
-    /// cache line with another lane's, EMA on or off.
-    lanes: OnceLock<Vec<ColorCell<LaneBox<P>>>>,
+    /// on lines of its own, so that a lane's container header (written at each new key) never
+    /// shares a cache line with another lane's, EMA on or off.
+    lanes: Vec<ColorCell<Option<LaneBox<P>>>>,
+    /// Set when the run could not start: lanes already posted then do nothing.
+    cancelled: AtomicBool,
     lanes_left: AtomicUsize,
     lanes_placed: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
@@ -427,7 +445,6 @@ struct State<P: MapReduce> {
 impl<P: MapReduce> State<P> {
     fn new(
         app: Arc<P>,
-        chunk: usize,
         container: Container,
         sorted: bool,
         lane_colors: Vec<Color>,
@@ -440,11 +457,11 @@ impl<P: MapReduce> State<P> {
         let slots =
             widths[1..].iter().map(|&w| (0..w).map(|_| Mutex::new(None)).collect()).collect();
         State {
-            chunk,
             container,
             sorted,
             start: Instant::now(),
-            lanes: OnceLock::new(),
+            lanes: lane_colors.iter().map(|&c| ColorCell::new(c, None)).collect(),
+            cancelled: AtomicBool::new(false),
             lanes_left: AtomicUsize::new(lane_colors.len()),
             lanes_placed: AtomicUsize::new(0),
             runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
@@ -493,63 +510,48 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Phase 1, one event: split, then start a lane per worker.
-fn split<P: MapReduce>(s: Arc<State<P>>) {
-    let splits = s.app.split(s.chunk);
-    if s.splits.set(splits).is_err() {
-        return s.fail("the job was split twice".into());
-    }
-    // Made here, on a worker, so that EMA places each lane's state for the lane's worker.
-    let boxes: Vec<LaneBox<P>> = s
-        .lane_colors
-        .iter()
-        .map(|&c| ColorBox::new(c, Lined(Lane { store: None, emitted: 0 })))
-        .collect();
-    let placed = boxes.iter().filter(|b| ColorBox::is_placed(b)).count();
-    s.lanes_placed.store(placed, Ordering::Relaxed);
-    let lanes = s.lane_colors.iter().zip(boxes).map(|(&c, b)| ColorCell::new(c, b));
-    if s.lanes.set(lanes.collect()).is_err() {
-        return s.fail("the lanes were made twice".into());
-    }
-    s.mark(SPLIT);
-    for lane in 0..s.lane_colors.len() {
-        let s2 = s.clone();
-        ochre::post(s.lane_colors[lane], move || lane_step(s2, lane));
-    }
-}
-
 /// Phase 2, events of a lane's color: claim a map task, map it, post the next step; with no
 /// task left, partition.
 fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let (Some(splits), Some(lanes)) = (s.splits.get(), s.lanes.get()) else {
+    if s.cancelled.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(splits) = s.splits.get() else {
         return s.fail("a lane ran before the split".into());
     };
-    let task = s.next_task.fetch_add(1, Ordering::Relaxed);
-    let Some(split) = splits.get(task) else {
-        return finish_lane(s, lane);
-    };
+    let split = splits.get(s.next_task.fetch_add(1, Ordering::Relaxed));
     let (app, container) = (&*s.app, s.container);
-    let opened = lanes[lane].with(|l| {
-        let l: &mut Lane<P> = l;
-        let store = l.store.get_or_insert_with(|| Store::new(container));
-        let mut out = Emitter::new(app, store);
-        app.map(split, &mut out);
-        l.emitted += out.emitted();
+    let color = s.lane_colors[lane];
+    let opened = s.lanes[lane].with(|boxed| {
+        // Made on the lane's worker, in its first event: EMA places it for this worker.
+        let l: &mut Lane<P> = boxed.get_or_insert_with(|| {
+            let b = ColorBox::new(color, Lined(Lane { store: None, emitted: 0 }));
+            if ColorBox::is_placed(&b) {
+                s.lanes_placed.fetch_add(1, Ordering::Relaxed);
+            }
+            b
+        });
+        if let Some(split) = split {
+            let store = l.store.get_or_insert_with(|| Store::new(container));
+            let mut out = Emitter::new(app, store);
+            app.map(split, &mut out);
+            l.emitted += out.emitted();
+        }
     });
     if let Err(e) = opened {
         return s.fail(format!("lane {lane}: {e}"));
     }
-    let color = s.lane_colors[lane];
-    ochre::post(color, move || lane_step(s, lane));
+    match split {
+        Some(_) => ochre::post(color, move || lane_step(s, lane)),
+        None => finish_lane(s, lane),
+    }
 }
 
 /// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
 /// posts the reduce events.
 fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let Some(lanes) = s.lanes.get() else {
-        return s.fail("a lane ran before the split".into());
-    };
-    let taken = lanes[lane].with(|l| (l.store.take(), l.emitted));
+    let taken =
+        s.lanes[lane].with(|l| l.as_mut().map_or((None, 0), |l| (l.store.take(), l.emitted)));
     let (store, emitted) = match taken {
         Ok(t) => t,
         Err(e) => return s.fail(format!("lane {lane}: {e}")),
