@@ -310,6 +310,22 @@ impl<P: MapReduce> Job<P> {
             state.cancelled.store(true, Ordering::Release);
         }
         let report = run?;
+        let result = Self::output(&state, report, workers, reduce_tasks);
+        if result.is_err() {
+            // Events of this job left queued (a run aborted by a panic) would finish it in a
+            // later run, and end that run: make them do nothing.
+            state.cancelled.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// The job's output after its run, or why there is none.
+    fn output(
+        state: &State<P>,
+        report: ochre::RunReport,
+        workers: usize,
+        reduce_tasks: usize,
+    ) -> Result<Output<P::Key, P::Value>, Error> {
         if let Some(p) = report.panics.first() {
             return Err(Error::Panicked(p.message.clone()));
         }
@@ -424,7 +440,8 @@ struct State<P: MapReduce> {
     /// on lines of its own, so that a lane's container header (written at each new key) never
     /// shares a cache line with another lane's, EMA on or off.
     lanes: Vec<ColorCell<Option<LaneBox<P>>>>,
-    /// Set when the run could not start: lanes already posted then do nothing.
+    /// Set when the run could not start or ended without the output: the job's events still
+    /// queued (posted lanes, reduce events of a run aborted by a panic) then do nothing.
     cancelled: AtomicBool,
     lanes_left: AtomicUsize,
     lanes_placed: AtomicUsize,
@@ -581,6 +598,9 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
 /// Phase 4, one event per partition: combine the lanes' runs, reduce each key, sort, and send
 /// the run up the merge tree.
 fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
+    if s.cancelled.load(Ordering::Acquire) {
+        return;
+    }
     let runs = std::mem::take(&mut *lock(&s.runs[part]));
     let app = &*s.app;
     let combined: Run<P> = if s.sorted {
