@@ -7,6 +7,9 @@
 //! - `ochre`: the application's MapReduce jobs on a runtime with the default (optimized)
 //!   configuration, built once per case;
 //! - `ochre-baseline`: the same on [`Config::baseline`] (the libasync-smp runtime);
+//! - `ochre 2 +futex` ... `ochre 5 +EMA`: the baseline with the ablation's optimizations added
+//!   one at a time up to EMA (`ablation::steps`), the thesis's Table 5.7 for MapReduce (padding
+//!   is a build-time switch: `scripts/padding-ablation.sh`);
 //! - `rayon`: the same computation written as a rayon user would (`par_iter` / `par_chunks`
 //!   with `fold` and `reduce`, the same per-record functions and FxHash tables), on a pool of
 //!   the same pinned threads;
@@ -115,16 +118,24 @@ fn measure<A: Application>(
         Runtime::builder().workers(workers).config(config).abort_on_panic(true).build()
     };
     let (optimized, baseline) = (ochre_on(Config::default()), ochre_on(Config::baseline()));
+    let steps: Vec<(String, Result<Runtime, ochre::Error>)> = crate::ablation::steps()
+        .into_iter()
+        .filter(|(name, _)| STEPS.contains(name))
+        .map(|(name, config)| (format!("ochre {name}"), ochre_on(config)))
+        .collect();
     let pool = peers::rayon_pool(workers);
     let mut systems = vec![
-        ochre_system("ochre", &optimized, &app, &check),
-        ochre_system("ochre-baseline", &baseline, &app, &check),
+        ochre_system("ochre".into(), &optimized, &app, &check),
+        ochre_system("ochre-baseline".into(), &baseline, &app, &check),
         System::new("rayon", || {
             let pool = pool.as_ref().map_err(|e| e.clone())?;
             rate(|| Ok(pool.install(|| rayon_version(&app))), |g| check(g, "rayon"))
         }),
         System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(g, "sequential"))),
     ];
+    for (name, rt) in &steps {
+        systems.push(ochre_system(name.clone(), rt, &app, &check));
+    }
     if let Some(cmd) = phoenix_command(A::NAME, &input) {
         for (name, preload) in PHOENIX_ALLOCATORS {
             let cmd = cmd.clone();
@@ -133,6 +144,9 @@ fn measure<A: Application>(
     }
     measure_case(report, A::NAME, workers, "jobs/s", opts.reps, systems);
 }
+
+/// The ablation steps measured besides the baseline and the default (Table 5.7's).
+const STEPS: &[&str] = &["2 +futex", "3 +spinning", "4 +batching", "5 +EMA"];
 
 /// Phoenix systems: name and the allocator library preloaded (none: glibc's malloc).
 const PHOENIX_ALLOCATORS: &[(&str, Option<&str>)] = &[
@@ -235,14 +249,14 @@ type Check<'a, A> = dyn Fn(&<A as Application>::Result, &str) -> Result<(), Stri
 
 /// `A` run as MapReduce jobs on `rt`, as a system called `name`.
 fn ochre_system<'a, A: Application>(
-    name: &'static str,
+    name: String,
     rt: &'a Result<Runtime, ochre::Error>,
     app: &'a Arc<A>,
     check: &'a Check<'a, A>,
 ) -> System<'a> {
-    System::new(name, move || {
+    System::new(name.clone(), move || {
         let rt = rt.as_ref().map_err(|e| e.to_string())?;
-        rate(|| A::run(app, rt).map(|r| r.0).map_err(|e| e.to_string()), |g| check(g, name))
+        rate(|| A::run(app, rt).map(|r| r.0).map_err(|e| e.to_string()), |g| check(g, &name))
     })
 }
 
@@ -299,6 +313,21 @@ fn checks(report: &mut BenchReport) {
     if !baseline.is_empty() {
         let g = geomean(&values(&baseline));
         report.check("geometric mean of ochre / ochre-baseline (paired) >= 1.15", g, g >= 1.15);
+    }
+    // Table 5.7: each step over the baseline, geometric mean over the applications.
+    let mut steps = Vec::new();
+    for step in STEPS.iter().map(|s| format!("ochre {s}")).chain(["ochre".to_string()]) {
+        let r: Vec<f64> =
+            cases.iter().filter_map(|c| report.paired_ratio(&step, "ochre-baseline", c)).collect();
+        if !r.is_empty() {
+            steps.push(format!("{step} {:.2}x", geomean(&r)));
+        }
+    }
+    if !steps.is_empty() {
+        report.notes.push(format!(
+            "over ochre-baseline (geometric means of paired ratios): {}",
+            steps.join(", ")
+        ));
     }
     let workers = report.rows.first().map_or(1, |r| r.workers) as f64;
     for (case, r) in sequential.iter().filter(|(c, _)| MAP_HEAVY.contains(&c.as_str())) {

@@ -14,13 +14,22 @@
 //!   the root's run, the whole output, is published once.
 //! - A lane's container lives in a [`ColorCell`] of the lane's color: only that color's events
 //!   open it, and they never run at the same time.
+//! - The event that publishes the output is the job's last: it ends the run
+//!   ([`ochre::shutdown`]) instead of letting the workers find quiescence after their spinning
+//!   (milliseconds on a loaded machine). So a job's run is the job's alone: events posted to the
+//!   runtime from other threads during it may be left for the next run.
+//!
+//! Memory: each lane's state (its container's header) is a [`ColorBox`] made by the split
+//! event, so EMA places it for the lane's worker, as the thesis placed Phoenix's intermediate
+//! buffers. The runs handed to reduce are plain `Vec`s from the global allocator: placing
+//! their contents for the reduce color needs collections with a custom allocator
+//! (`allocator_api`, unstable) or fixed-size values in `ColorBytes`; not done yet.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
-use ochre::{Color, ColorCell, Config, Runtime};
+use ochre::{Color, ColorBox, ColorCell, Config, Runtime};
 use serde::Serialize;
 
 use crate::store::{hash_of, Container, Emitter, Store};
@@ -43,10 +52,10 @@ pub enum Error {
 /// How long each phase took, as Phoenix reports it, and how much work there was.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Phases {
-    /// Cutting the input into map tasks.
+    /// Cutting the input into map tasks (on the calling thread, before the run).
     #[serde(serialize_with = "seconds")]
     pub split: Duration,
-    /// From the first map task to the last lane's partitioned runs.
+    /// From the start of the run (waking the workers) to the last lane's partitioned runs.
     #[serde(serialize_with = "seconds")]
     pub map: Duration,
     /// From there to the last partition reduced.
@@ -55,13 +64,15 @@ pub struct Phases {
     /// From there to the merged output (merging overlaps reduce; this is what is left).
     #[serde(serialize_with = "seconds")]
     pub merge: Duration,
-    /// The whole run, start of the runtime to quiescence.
+    /// The whole run: from `Runtime::run` to the end the merge event puts to it.
     #[serde(serialize_with = "seconds")]
     pub total: Duration,
     /// Map tasks (splits).
     pub map_tasks: usize,
     /// Map lanes (one per worker).
     pub lanes: usize,
+    /// Lanes whose state EMA placed for their worker (0 with EMA off: the global allocator).
+    pub lanes_placed: usize,
     /// Reduce partitions.
     pub reduce_tasks: usize,
     /// Pairs emitted by map.
@@ -85,6 +96,7 @@ impl Phases {
         self.total += other.total;
         self.map_tasks += other.map_tasks;
         self.lanes = self.lanes.max(other.lanes);
+        self.lanes_placed = self.lanes_placed.max(other.lanes_placed);
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
         self.emitted += other.emitted;
         self.intermediate += other.intermediate;
@@ -94,8 +106,8 @@ impl Phases {
     pub fn line(&self) -> String {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
         format!(
-            "split {}, map {}, reduce {}, merge {} (total {}); {} map tasks on {} lanes, {} \
-             reduce tasks, {} pairs emitted, {} after combining",
+            "split {}, map {}, reduce {}, merge {} (total {}); {} map tasks on {} lanes ({} \
+             placed by EMA), {} reduce tasks, {} pairs emitted, {} after combining",
             ms(self.split),
             ms(self.map),
             ms(self.reduce),
@@ -103,6 +115,7 @@ impl Phases {
             ms(self.total),
             self.map_tasks,
             self.lanes,
+            self.lanes_placed,
             self.reduce_tasks,
             self.emitted,
             self.intermediate
@@ -264,20 +277,55 @@ impl<P: MapReduce> Job<P> {
             Container::Dense(_) => workers,
             Container::Fixed => 1,
         });
-        let base = (1u64 << 48) + (JOBS.fetch_add(1, Ordering::Relaxed) << 24);
+        // 2^14 jobs' worth of fresh colors, then again: far below the grouped colors' top bit.
+        let job = JOBS.fetch_add(1, Ordering::Relaxed) % (1 << 14);
+        let base = (1u64 << 48) + (job << 24);
         let lane_colors = spread_colors(rt, base, workers);
         let reduce_colors = spread_colors(rt, base + (1 << 23), reduce_tasks);
         let state = Arc::new(State::new(
             self.app.clone(),
-            chunk,
             self.container,
             self.sorted,
             lane_colors,
             reduce_colors,
         ));
+        if ochre::current_worker().is_some() {
+            return Err(Error::Runtime(ochre::Error::AlreadyRunning));
+        }
+        // Phase 1, here: split, then start every lane but the first from this thread, into its
+        // worker's inbox, so that each worker starts its lane as the run starts. (Posted by an
+        // event instead, they would wait in that worker's outgoing batch until the end of its
+        // round: with batching, after a whole turn of the first lane's tasks, up to 64.)
+        let _ = state.splits.set(self.app.split(chunk));
+        state.mark(SPLIT);
+        let handle = rt.handle();
+        for lane in 1..workers {
+            let s = state.clone();
+            handle.try_post(state.lane_colors[lane], move || lane_step(s, lane))?;
+        }
         let s = state.clone();
-        let first = state.lane_colors[0];
-        let report = rt.run(first, move || split(s))?;
+        let run = rt.run(state.lane_colors[0], move || lane_step(s, 0));
+        if run.is_err() {
+            // The lanes posted above may run in a later run: make them do nothing.
+            state.cancelled.store(true, Ordering::Release);
+        }
+        let report = run?;
+        let result = Self::output(&state, report, workers, reduce_tasks);
+        if result.is_err() {
+            // Events of this job left queued (a run aborted by a panic) would finish it in a
+            // later run, and end that run: make them do nothing.
+            state.cancelled.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// The job's output after its run, or why there is none.
+    fn output(
+        state: &State<P>,
+        report: ochre::RunReport,
+        workers: usize,
+        reduce_tasks: usize,
+    ) -> Result<Output<P::Key, P::Value>, Error> {
         if let Some(p) = report.panics.first() {
             return Err(Error::Panicked(p.message.clone()));
         }
@@ -299,6 +347,7 @@ impl<P: MapReduce> Job<P> {
             total: report.elapsed,
             map_tasks: state.splits.get().map_or(0, Vec::len),
             lanes: workers,
+            lanes_placed: state.lanes_placed.load(Ordering::Relaxed),
             reduce_tasks,
             emitted: state.emitted.load(Ordering::Relaxed),
             intermediate: state.intermediate.load(Ordering::Relaxed),
@@ -354,10 +403,30 @@ struct Lane<P: MapReduce> {
     emitted: u64,
 }
 
+/// Where a lane's state lives (see `State::lanes`).
+type LaneBox<P> = ColorBox<Lined<Lane<P>>>;
+
+/// A value on cache lines of its own (64 bytes: the largest alignment EMA's classes serve;
+/// `CachePadded`'s 128 would send the value to the global allocator).
+#[repr(align(64))]
+struct Lined<T>(T);
+
+impl<T> std::ops::Deref for Lined<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Lined<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
 /// Everything the events of one job share.
 struct State<P: MapReduce> {
     app: Arc<P>,
-    chunk: usize,
     container: Container,
     sorted: bool,
     start: Instant,
@@ -366,10 +435,16 @@ struct State<P: MapReduce> {
     /// Set once by the split event, before any lane runs.
     splits: OnceLock<Vec<P::Split>>,
     next_task: AtomicUsize,
-    /// Padded: a lane's container header (its length, written at each new key) must not
-    /// share a cache line with another lane's.
-    lanes: Vec<CachePadded<ColorCell<Lane<P>>>>,
+    /// Each lane's state, made by the lane's first event: a [`ColorBox`] placed by EMA for the
+    /// lane's worker (the thesis's Phoenix kept its intermediate buffers in EMA this way), and
+    /// on lines of its own, so that a lane's container header (written at each new key) never
+    /// shares a cache line with another lane's, EMA on or off.
+    lanes: Vec<ColorCell<Option<LaneBox<P>>>>,
+    /// Set when the run could not start or ended without the output: the job's events still
+    /// queued (posted lanes, reduce events of a run aborted by a panic) then do nothing.
+    cancelled: AtomicBool,
     lanes_left: AtomicUsize,
+    lanes_placed: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
     runs: Vec<Mutex<Vec<Run<P>>>>,
     reduce_left: AtomicUsize,
@@ -387,7 +462,6 @@ struct State<P: MapReduce> {
 impl<P: MapReduce> State<P> {
     fn new(
         app: Arc<P>,
-        chunk: usize,
         container: Container,
         sorted: bool,
         lane_colors: Vec<Color>,
@@ -400,15 +474,13 @@ impl<P: MapReduce> State<P> {
         let slots =
             widths[1..].iter().map(|&w| (0..w).map(|_| Mutex::new(None)).collect()).collect();
         State {
-            chunk,
             container,
             sorted,
             start: Instant::now(),
-            lanes: lane_colors
-                .iter()
-                .map(|&c| CachePadded::new(ColorCell::new(c, Lane { store: None, emitted: 0 })))
-                .collect(),
+            lanes: lane_colors.iter().map(|&c| ColorCell::new(c, None)).collect(),
+            cancelled: AtomicBool::new(false),
             lanes_left: AtomicUsize::new(lane_colors.len()),
+            lanes_placed: AtomicUsize::new(0),
             runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
             reduce_left: AtomicUsize::new(reduce_colors.len()),
             lane_colors,
@@ -455,47 +527,48 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Phase 1, one event: split, then start a lane per worker.
-fn split<P: MapReduce>(s: Arc<State<P>>) {
-    let splits = s.app.split(s.chunk);
-    if s.splits.set(splits).is_err() {
-        return s.fail("the job was split twice".into());
-    }
-    s.mark(SPLIT);
-    for lane in 0..s.lane_colors.len() {
-        let s2 = s.clone();
-        ochre::post(s.lane_colors[lane], move || lane_step(s2, lane));
-    }
-}
-
 /// Phase 2, events of a lane's color: claim a map task, map it, post the next step; with no
 /// task left, partition.
 fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
+    if s.cancelled.load(Ordering::Acquire) {
+        return;
+    }
     let Some(splits) = s.splits.get() else {
         return s.fail("a lane ran before the split".into());
     };
-    let task = s.next_task.fetch_add(1, Ordering::Relaxed);
-    let Some(split) = splits.get(task) else {
-        return finish_lane(s, lane);
-    };
+    let split = splits.get(s.next_task.fetch_add(1, Ordering::Relaxed));
     let (app, container) = (&*s.app, s.container);
-    let opened = s.lanes[lane].with(|l| {
-        let store = l.store.get_or_insert_with(|| Store::new(container));
-        let mut out = Emitter::new(app, store);
-        app.map(split, &mut out);
-        l.emitted += out.emitted();
+    let color = s.lane_colors[lane];
+    let opened = s.lanes[lane].with(|boxed| {
+        // Made on the lane's worker, in its first event: EMA places it for this worker.
+        let l: &mut Lane<P> = boxed.get_or_insert_with(|| {
+            let b = ColorBox::new(color, Lined(Lane { store: None, emitted: 0 }));
+            if ColorBox::is_placed(&b) {
+                s.lanes_placed.fetch_add(1, Ordering::Relaxed);
+            }
+            b
+        });
+        if let Some(split) = split {
+            let store = l.store.get_or_insert_with(|| Store::new(container));
+            let mut out = Emitter::new(app, store);
+            app.map(split, &mut out);
+            l.emitted += out.emitted();
+        }
     });
     if let Err(e) = opened {
         return s.fail(format!("lane {lane}: {e}"));
     }
-    let color = s.lane_colors[lane];
-    ochre::post(color, move || lane_step(s, lane));
+    match split {
+        Some(_) => ochre::post(color, move || lane_step(s, lane)),
+        None => finish_lane(s, lane),
+    }
 }
 
 /// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
 /// posts the reduce events.
 fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let taken = s.lanes[lane].with(|l| (l.store.take(), l.emitted));
+    let taken =
+        s.lanes[lane].with(|l| l.as_mut().map_or((None, 0), |l| (l.store.take(), l.emitted)));
     let (store, emitted) = match taken {
         Ok(t) => t,
         Err(e) => return s.fail(format!("lane {lane}: {e}")),
@@ -525,6 +598,9 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
 /// Phase 4, one event per partition: combine the lanes' runs, reduce each key, sort, and send
 /// the run up the merge tree.
 fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
+    if s.cancelled.load(Ordering::Acquire) {
+        return;
+    }
     let runs = std::mem::take(&mut *lock(&s.runs[part]));
     let app = &*s.app;
     let combined: Run<P> = if s.sorted {

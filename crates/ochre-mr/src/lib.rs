@@ -38,18 +38,25 @@
 //!
 //! ## How a job flows
 //!
-//! Every phase is colored events; no thread waits at a barrier. The last event of a phase to
-//! finish, told so by a counter every event of the phase decrements, posts the next phase.
+//! Every phase after the split is colored events; no thread waits at a barrier. The last event
+//! of a phase to finish, told so by a counter every event of the phase decrements, posts the
+//! next phase.
 //!
-//! 1. **Split** (one event): [`MapReduce::split`] cuts the input into map tasks of about
-//!    [`Job::chunk_bytes`] (default: a few hundred KiB, fewer when the input is small, so that
-//!    each worker gets at least 16 tasks to balance), then posts one *lane* event per worker.
+//! 1. **Split**, on the calling thread: [`MapReduce::split`] cuts the input into map tasks of
+//!    about [`Job::chunk_bytes`] (default: a few hundred KiB, fewer when the input is small, so
+//!    that each worker gets at least 16 tasks to balance); then one *lane* event per worker is
+//!    posted into that worker's inbox ([`ochre::Handle`]), and the run starts with the first.
+//!    (Posted by an event, a lane's start would wait in the posting worker's outgoing batch
+//!    until the end of its round: with batching, after a turn of up to 64 of the first lane's
+//!    tasks.)
 //! 2. **Map** (one color per lane, each lane's color homed on its own worker): a lane event
 //!    claims the next map task with one atomic increment, maps it into the lane's container, and
 //!    posts itself again; a worker that is slowed (its CPU shared with another process) claims
 //!    fewer tasks, so the lanes finish together without stealing. The container ([`Container`]:
 //!    hash, dense array, fixed slots) lives in a [`ochre::ColorCell`] of the lane's color: the
-//!    lane's events are serialized, so it needs no lock. Map combines eagerly
+//!    lane's events are serialized, so it needs no lock; the lane's state is an
+//!    [`ochre::ColorBox`] that EMA places for the lane's worker (the thesis kept Phoenix's
+//!    intermediate buffers in EMA). Map combines eagerly
 //!    ([`MapReduce::combine`]): a lane holds one value per distinct key.
 //! 3. **Partition**: when no task is left, each lane cuts its container into the reduce
 //!    partitions (by key index for a dense container, else by FxHash) and hands each partition

@@ -116,6 +116,15 @@ fn one_worker_and_many_workers_agree() {
 }
 
 #[test]
+fn lane_state_is_placed_by_ema_when_the_runtime_has_it() {
+    for (config, placed) in [(ochre::Config::default(), 2), (ochre::Config::baseline(), 0)] {
+        let out = Job::new(app(5_000, 10)).workers(2).pin(false).config(config).run().unwrap();
+        assert_eq!(out.phases.lanes_placed, placed, "{}", out.phases.line());
+        assert_eq!(out.pairs, expected(&app(5_000, 10)));
+    }
+}
+
+#[test]
 fn an_empty_input_gives_an_empty_output() {
     let out = Job::new(app(0, 10)).workers(2).pin(false).run().unwrap();
     assert!(out.pairs.is_empty());
@@ -136,4 +145,36 @@ fn a_panicking_map_is_an_error_not_a_hang() {
     a.panic_at = Some(a.numbers[10]);
     let err = Job::new(a).chunk_bytes(800).run_on(&rt).map(|o| o.pairs.len()).unwrap_err();
     assert!(err.to_string().contains("bad record"), "{err}");
+    // On a runtime that aborts its run at a panic, the failed job's events left queued must
+    // not disturb the next job on it.
+    let rt = Runtime::builder().workers(2).pin(false).abort_on_panic(true).build().unwrap();
+    for _ in 0..3 {
+        let mut a = app(10_000, 10);
+        a.panic_at = Some(a.numbers[100]);
+        assert!(Job::new(a).chunk_bytes(800).run_on(&rt).is_err());
+        let good = app(10_000, 10);
+        let want = expected(&good);
+        let out = Job::new(good).chunk_bytes(800).run_on(&rt).unwrap();
+        assert_eq!(out.pairs, want);
+    }
+}
+
+#[test]
+fn a_job_run_from_inside_a_handler_is_refused_and_leaves_nothing_behind() {
+    use std::sync::{Arc, Mutex};
+    let rt = Arc::new(Runtime::builder().workers(2).pin(false).build().unwrap());
+    let refused = Arc::new(Mutex::new(None));
+    let (inner, r) = (rt.clone(), refused.clone());
+    rt.run(ochre::Color(1), move || {
+        let err = Job::new(app(1000, 10)).run_on(&inner).err().map(|e| e.to_string());
+        *r.lock().unwrap() = err;
+    })
+    .unwrap();
+    assert!(refused.lock().unwrap().is_some(), "run_on inside a handler must fail");
+    // The next job runs whole on the same runtime.
+    let a = app(1000, 10);
+    let want = expected(&a);
+    let out = Job::new(a).chunk_bytes(800).run_on(&rt).unwrap();
+    assert_eq!(out.pairs, want);
+    assert_eq!(out.phases.emitted, 1000);
 }
