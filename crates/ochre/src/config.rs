@@ -70,10 +70,11 @@ pub enum Steal {
     /// by `follow` instead) and a lone stream's receiver (one waiting color). A thief asks only a
     /// worker that advertises a backlog, and never moves one to a CPU clearly slower than its
     /// victim's. Not the default: against the default in `bench actors` (2 workers, paired
-    /// ratios, median of 11) it gave fork-join with 1 µs items +23% (busy +10%), bank +22% and
-    /// fork-join empty +5%, but cost the single chains 6-10% (ping-pong 0.94, one-token ring
-    /// 0.90: the turn sampling and the checks every few turns) and `big` with a busy CPU 16%;
-    /// geometric mean 0.98 over the 18 cases.
+    /// ratios, medians of 5 to 11 over three runs) it gave fork-join with 1 µs items +22-23%
+    /// (busy +10-21%), bank +22-27% and fork-join empty +5-19%, but cost the single chains
+    /// 4-10% (ping-pong 0.94-0.96, one-token ring 0.90-0.93: the turn sampling and the checks
+    /// every few turns) and `big` with a busy CPU 16%; geometric mean 0.98-1.04 over the 18
+    /// cases.
     Backlog,
     /// Stealing: an idle worker takes colors, with all their pending events, from a loaded
     /// worker. Alone, libasync-smp's plain stealing (one color from a random loaded worker); the
