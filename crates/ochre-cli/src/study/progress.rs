@@ -2,7 +2,7 @@
 //! far and an estimate of the time left, on stderr.
 //!
 //! The estimate: each benchmark has a fixed expected duration ([`QUICK_SECONDS`], measured on
-//! the project's 2-CPU machine with every peer installed, scaled for the run's sizes,
+//! the project's 2-CPU machine with nginx and wrk installed, scaled for the run's sizes,
 //! repetitions and worker counts). Before anything has run, the time left is the sum of those.
 //! Once benchmarks have run, the expected durations of those left are scaled by how much longer
 //! (or shorter) the benchmarks already run took than expected: a slower machine, or a machine
@@ -12,20 +12,21 @@ use std::time::Duration;
 
 use ochre_bench::Options;
 
-/// Seconds each benchmark of `study --quick` took on the project's 2-CPU machine with nginx and
-/// wrk installed. An unknown benchmark counts as [`UNKNOWN_SECONDS`].
+/// Seconds each benchmark of `study --quick` took on the project's 2-CPU virtual machine,
+/// shared with other builds (load about 5), nginx and wrk installed (a study of 531 s). An
+/// unknown benchmark counts as [`UNKNOWN_SECONDS`].
 const QUICK_SECONDS: &[(&str, f64)] = &[
-    ("pingpong", 12.0),
-    ("prodcons", 70.0),
-    ("wakeup", 8.0),
-    ("steal", 15.0),
-    ("alloc", 8.0),
-    ("costs", 15.0),
-    ("ablation", 35.0),
-    ("sws", 45.0),
-    ("loadgen", 15.0),
-    ("actors", 40.0),
-    ("mr", 30.0),
+    ("pingpong", 87.0),
+    ("prodcons", 94.0),
+    ("wakeup", 7.0),
+    ("steal", 4.0),
+    ("alloc", 30.0),
+    ("costs", 4.0),
+    ("ablation", 67.0),
+    ("sws", 102.0),
+    ("loadgen", 26.0),
+    ("actors", 111.0),
+    ("mr", 1.0),
 ];
 
 /// Expected seconds of a benchmark missing from [`QUICK_SECONDS`].
@@ -139,7 +140,7 @@ mod tests {
     #[test]
     fn expected_durations_grow_with_sizes_repetitions_and_workers() {
         let quick = expected_seconds("prodcons", &opts(true, 5, vec![1, 2]));
-        assert_eq!(quick, 70.0);
+        assert_eq!(quick, 94.0);
         assert_eq!(expected_seconds("prodcons", &opts(false, 5, vec![1, 2])), 4.0 * quick);
         assert_eq!(expected_seconds("prodcons", &opts(true, 11, vec![1, 2])), 2.0 * quick);
         assert_eq!(expected_seconds("prodcons", &opts(true, 5, vec![1, 2, 4, 8])), 2.0 * quick);
@@ -156,14 +157,14 @@ mod tests {
         let first = p.line(Duration::ZERO);
         assert_eq!(
             first,
-            "study [1/2] pingpong: 0 s so far, about 20 s left (fixed estimates until a \
+            "study [1/2] pingpong: 0 s so far, about 1 min 34 s left (fixed estimates until a \
              benchmark has run)"
         );
-        // pingpong (12 s expected) took 24 s: wakeup (8 s expected) should take 16.
-        p.finished(Duration::from_secs(24));
+        // pingpong (87 s expected) took 174 s: wakeup (7 s expected) should take 14.
+        p.finished(Duration::from_secs(174));
         assert_eq!(
-            p.line(Duration::from_secs(24)),
-            "study [2/2] wakeup: 24 s so far, about 16 s left"
+            p.line(Duration::from_secs(175)),
+            "study [2/2] wakeup: 2 min 55 s so far, about 14 s left"
         );
     }
 
