@@ -6,7 +6,7 @@
 //! per client for the whole run). An injector that is slower than wrk shows here as a ratio
 //! below 1: the server is the same, only the injector differs.
 //!
-//! A missing peer leaves out only what needs it ([`plan`]): without nginx the injectors drive
+//! A missing peer leaves out only what needs it (`plan`): without nginx the injectors drive
 //! SWS (one worker, default configuration) instead; without wrk (or taskset, which pins it)
 //! `ochre load` is measured alone. Each omission is a note naming what was skipped and why.
 
