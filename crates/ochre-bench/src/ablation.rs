@@ -79,7 +79,16 @@ pub fn run(opts: &Options) -> BenchReport {
             })
         })
         .collect();
-    measure_case(&mut report, &format!("pingpong {w}w"), w, "ev/s/worker", opts.reps, systems);
+    let case = format!("pingpong {w}w");
+    measure_case(&mut report, &case, w, "ev/s/worker", opts.reps, systems);
+    report.notes.push(format!(
+        "[{case}] not the figure of the pingpong table's {w}-worker case, by setup: here \
+         {epw} events per worker per sample on each step's runtime, built once, its samples \
+         between the other steps' runs with no warm-up of their own; pingpong builds a runtime \
+         per sample, warms it with an eighth of its events just before and runs {} per worker, \
+         so waking the workers weighs less. Read this table as ratios between its steps",
+        pingpong::events_per_worker(opts)
+    ));
     for cost in [0u64, 1_000] {
         let case = format!(
             "prodcons {w}w {}",
@@ -162,7 +171,15 @@ fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
             })
         })
         .collect();
-    measure_case(report, &format!("sws 1 KiB {w}w"), w, "req/s", opts.reps, systems);
+    let case = format!("sws 1 KiB {w}w");
+    measure_case(report, &case, w, "req/s", opts.reps, systems);
+    report.notes.push(format!(
+        "[{case}] the sws table's \"1 KiB, {w}w\" case is the same server and injector with \
+         {} s samples (here {secs} s) and 3 or 4 servers running (here {}): close figures, not \
+         the same ones",
+        crate::sws::sample_seconds(opts),
+        servers.len()
+    ));
     report.notes.push(
         "[sws] a request is read, parsed, looked up and answered within one event of its \
          connection's color, on that connection's worker: cross-core posting (batching), remote \

@@ -262,6 +262,16 @@ pub(crate) fn target_of(url: &str, mix: Option<&FileSet>) -> Result<Target, Stri
     Ok(t)
 }
 
+/// Seconds of one sample. Quick: 0.75 s keeps `ochre study --quick` short (four servers, four
+/// cases, five samples each).
+pub(crate) fn sample_seconds(opts: &Options) -> f64 {
+    if opts.quick {
+        0.75
+    } else {
+        5.0
+    }
+}
+
 /// Runs the SWS benchmark.
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
@@ -272,9 +282,7 @@ pub fn run(opts: &Options) -> BenchReport {
     let Some(setup) = setup(&mut report, "sws") else { return report };
     let load = setup.load_runtime();
     let Setup { cpus, injector, dir, root } = setup;
-    // Quick: 0.75 s samples keep `ochre study --quick` under its 5 minutes (four servers, four
-    // cases, five samples each).
-    let secs = if opts.quick { 0.75 } else { 5.0 };
+    let secs = sample_seconds(opts);
     let set = match specweb(&root, if opts.quick { 4 } else { 20 }) {
         Ok(set) => Some(set),
         Err(e) => {
