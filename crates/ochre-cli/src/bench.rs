@@ -94,7 +94,7 @@ pub(crate) struct StudyArgs {
     out: PathBuf,
     /// Run nothing: make report.md, report.html and the plots again from the JSON that a
     /// study left in --out.
-    #[arg(long, conflicts_with_all = ["quick", "full", "reps", "workers"])]
+    #[arg(long, conflicts_with_all = ["quick", "full", "reps", "workers", "no_install_peers"])]
     rerender: bool,
 }
 
