@@ -79,7 +79,16 @@ pub fn run(opts: &Options) -> BenchReport {
             })
         })
         .collect();
-    measure_case(&mut report, &format!("pingpong {w}w"), w, "ev/s/worker", opts.reps, systems);
+    let case = format!("pingpong {w}w");
+    measure_case(&mut report, &case, w, "ev/s/worker", opts.reps, systems);
+    report.notes.push(format!(
+        "[{case}] not the figure of the pingpong table's {w}-worker case, by setup: here \
+         {epw} events per worker per sample on each step's runtime, built once, its samples \
+         between the other steps' runs with no warm-up of their own; pingpong builds a runtime \
+         per sample, warms it with an eighth of its events just before and runs {} per worker, \
+         so waking the workers weighs less. Read this table as ratios between its steps",
+        pingpong::events_per_worker(opts)
+    ));
     for cost in [0u64, 1_000] {
         let case = format!(
             "prodcons {w}w {}",
@@ -101,6 +110,7 @@ pub fn run(opts: &Options) -> BenchReport {
             .collect();
         measure_case(&mut report, &case, w, "ev/s", opts.reps, systems);
         if cost == 0 {
+            report.notes.push(setup_difference(&case, rounds));
             if let (Some(o), Some(b)) =
                 (report.median_of("ochre", &case), report.median_of("1 baseline", &case))
             {
@@ -119,6 +129,21 @@ pub fn run(opts: &Options) -> BenchReport {
             .into(),
     );
     report
+}
+
+/// Why the producer-consumer rows here differ from `bench prodcons`'s for the same case (the
+/// default configuration's "2w empty" read 9.8 M events/s here and 30.5 M there in one study).
+fn setup_difference(case: &str, rounds: u64) -> String {
+    format!(
+        "[{case}] not the figure of the same case in the prodcons table, by setup: here each \
+         step's runtime is built once and its samples ({rounds} rounds, no warm-up of their own) \
+         come between the runs of the ten other steps' runtimes, so each starts with its workers \
+         parked and caches cold; prodcons builds a runtime per sample and warms it with an eighth \
+         of the rounds just before. On short events this moves the rate by more than the steps \
+         do (examples/prodcons_setup.rs, 2w empty, on the shared 2-CPU machine: 21.5-21.9 M \
+         events/s run back to back, 7.2-17.4 M interleaved with the other steps). Read this \
+         table as ratios between its steps, run alike, not as rates to set against prodcons's"
+    )
 }
 
 /// The web server under each configuration: every step's server runs at once (idle ones
@@ -146,7 +171,15 @@ fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
             })
         })
         .collect();
-    measure_case(report, &format!("sws 1 KiB {w}w"), w, "req/s", opts.reps, systems);
+    let case = format!("sws 1 KiB {w}w");
+    measure_case(report, &case, w, "req/s", opts.reps, systems);
+    report.notes.push(format!(
+        "[{case}] the sws table's \"1 KiB, {w}w\" case is the same server and injector with \
+         {} s samples (here {secs} s) and 3 or 4 servers running (here {}): close figures, not \
+         the same ones",
+        crate::sws::sample_seconds(opts),
+        servers.len()
+    ));
     report.notes.push(
         "[sws] a request is read, parsed, looked up and answered within one event of its \
          connection's color, on that connection's worker: cross-core posting (batching), remote \
@@ -162,6 +195,13 @@ fn sws_case(report: &mut BenchReport, opts: &Options, w: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prodcons_rows_say_how_their_setup_differs_from_bench_prodcons() {
+        let note = setup_difference("prodcons 2w empty", 2000);
+        assert!(note.starts_with("[prodcons 2w empty] not the figure of the same case"));
+        assert!(note.contains("(2000 rounds, no warm-up of their own)"), "{note}");
+    }
 
     #[test]
     fn the_steps_go_from_the_baseline_to_the_default_configuration() {

@@ -28,7 +28,7 @@ pub const CHAINS: usize = 4;
 /// is 6% of a 400 000-event run (8 ms) and under 1.5% of a 2 000 000-event one. Steady-state
 /// throughput is what this benchmark is about; `bench wakeup` and `bench costs` measure the
 /// rest.
-fn events_per_worker(opts: &Options) -> u64 {
+pub(crate) fn events_per_worker(opts: &Options) -> u64 {
     if opts.quick {
         2_000_000
     } else {

@@ -27,12 +27,41 @@ use crate::loadgen::drive;
 /// Connections the injector keeps open.
 pub const CONNECTIONS: usize = 50;
 
+/// Whether the command `cmd` can be started (it is on the PATH).
 fn have(cmd: &str) -> bool {
     Command::new(cmd).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
 pub(crate) fn nginx_path() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// The peer programs the HTTP benchmarks use, as found on this machine. `scripts/install-peers.sh`
+/// installs nginx and wrk; taskset (util-linux) pins wrk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerPrograms {
+    /// nginx, the web-server peer of `sws` and the server `loadgen` drives.
+    pub nginx: Option<PathBuf>,
+    /// wrk, the reference injector of `loadgen`.
+    pub wrk: bool,
+    /// taskset, which pins wrk to the injector's CPU.
+    pub taskset: bool,
+}
+
+impl PeerPrograms {
+    /// What this machine has.
+    pub fn detect() -> Self {
+        PeerPrograms { nginx: nginx_path(), wrk: have("wrk"), taskset: have("taskset") }
+    }
+
+    /// The peers missing, by the name of their command.
+    pub fn missing(&self) -> Vec<&'static str> {
+        [("nginx", self.nginx.is_some()), ("wrk", self.wrk), ("taskset", self.taskset)]
+            .into_iter()
+            .filter(|p| !p.1)
+            .map(|p| p.0)
+            .collect()
+    }
 }
 
 /// An SWS instance in this process, on `cpus`.
@@ -156,7 +185,9 @@ impl Drop for Nginx {
     }
 }
 
-/// What an HTTP benchmark needs: wrk and taskset, two CPUs, a directory with `www/1k.bin`.
+/// What an HTTP benchmark needs: a CPU for the injector (shared with the servers on a machine of
+/// one CPU), a directory with `www/1k.bin`. No peer program: SWS and `ochre load` are in this
+/// process.
 pub(crate) struct Setup {
     /// The CPUs allowed.
     pub(crate) cpus: Vec<usize>,
@@ -168,20 +199,19 @@ pub(crate) struct Setup {
     pub(crate) root: PathBuf,
 }
 
-/// Checks the tools and CPUs and makes the file set, or says in `report` why not.
+/// Finds the CPUs and makes the file set, or says in `report` why not.
 pub(crate) fn setup(report: &mut BenchReport, tag: &str) -> Option<Setup> {
-    if !have("wrk") || !have("taskset") {
-        report.notes.push(
-            "wrk (or taskset) is not installed: scripts/install-peers.sh installs it; skipped"
-                .into(),
-        );
-        return None;
-    }
-    let cpus = ochre::topology::allowed_cpus().unwrap_or_default();
-    if cpus.len() < 2 {
-        report.notes.push("needs 2 CPUs (one for the injector): skipped".into());
-        return None;
-    }
+    let cpus = match ochre::topology::allowed_cpus() {
+        Ok(cpus) if !cpus.is_empty() => cpus,
+        Ok(_) => {
+            report.notes.push("no CPU allowed to this process: skipped".into());
+            return None;
+        }
+        Err(e) => {
+            report.notes.push(format!("cannot read this process's CPUs ({e}): skipped"));
+            return None;
+        }
+    };
     let dir = std::env::temp_dir().join(format!("ochre-bench-{tag}-{}", std::process::id()));
     let root = dir.join("www");
     if let Err(e) = std::fs::create_dir_all(&root)
@@ -232,6 +262,16 @@ pub(crate) fn target_of(url: &str, mix: Option<&FileSet>) -> Result<Target, Stri
     Ok(t)
 }
 
+/// Seconds of one sample. Quick: 0.75 s keeps `ochre study --quick` short (four servers, four
+/// cases, five samples each).
+pub(crate) fn sample_seconds(opts: &Options) -> f64 {
+    if opts.quick {
+        0.75
+    } else {
+        5.0
+    }
+}
+
 /// Runs the SWS benchmark.
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
@@ -242,9 +282,7 @@ pub fn run(opts: &Options) -> BenchReport {
     let Some(setup) = setup(&mut report, "sws") else { return report };
     let load = setup.load_runtime();
     let Setup { cpus, injector, dir, root } = setup;
-    // Quick: 0.75 s samples keep `ochre study --quick` under its 5 minutes (four servers, four
-    // cases, five samples each).
-    let secs = if opts.quick { 0.75 } else { 5.0 };
+    let secs = sample_seconds(opts);
     let set = match specweb(&root, if opts.quick { 4 } else { 20 }) {
         Ok(set) => Some(set),
         Err(e) => {
@@ -255,7 +293,9 @@ pub fn run(opts: &Options) -> BenchReport {
     let nginx = nginx_path();
     if nginx.is_none() {
         report.notes.push(
-            "nginx is not installed: scripts/install-peers.sh installs it; nginx skipped".into(),
+            "nginx is not installed (scripts/install-peers.sh installs it): the nginx rows and \
+             the SWS >= nginx checks are skipped; SWS's own configurations are measured"
+                .into(),
         );
     }
     for w in opts.workers.iter().copied().filter(|&w| w <= cpus.len()) {
@@ -376,5 +416,39 @@ fn latency_notes(report: &mut BenchReport, case: &str, mut samples: Vec<(String,
             p(99.0),
             p(99.9)
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_http_setup_needs_no_peer_program() {
+        // Whatever this machine has installed (wrk, nginx or neither), SWS and `ochre load` run
+        // in this process: the setup is made, with its file, and nothing is skipped.
+        let mut report = BenchReport::new("t", "t");
+        let setup = setup(&mut report, "setup-test").expect("a setup without peers");
+        assert!(report.notes.is_empty(), "{:?}", report.notes);
+        assert_eq!(std::fs::read(setup.root.join("1k.bin")).unwrap().len(), 1024);
+        assert_eq!(setup.injector, *setup.cpus.last().unwrap());
+        std::fs::remove_dir_all(&setup.dir).unwrap();
+    }
+
+    #[test]
+    fn missing_peers_are_named_by_their_command() {
+        let none = PeerPrograms { nginx: None, wrk: false, taskset: false };
+        assert_eq!(none.missing(), ["nginx", "wrk", "taskset"]);
+        let all = PeerPrograms { nginx: Some("/usr/sbin/nginx".into()), wrk: true, taskset: true };
+        assert!(all.missing().is_empty());
+    }
+
+    #[test]
+    fn servers_leave_the_injector_its_cpu_when_they_can() {
+        assert_eq!(server_cpus(&[0, 1, 2], 2, 2), [0, 1]);
+        // As many workers as CPUs: they share the injector's.
+        assert_eq!(server_cpus(&[0, 1], 1, 2), [0, 1]);
+        // One CPU: server and injector share it.
+        assert_eq!(server_cpus(&[0], 0, 1), [0]);
     }
 }

@@ -84,12 +84,17 @@ pub(crate) struct StudyArgs {
     full: bool,
     #[command(flatten)]
     measure: MeasureArgs,
+    /// Do not install missing peers (nginx, wrk). By default a study run as root with apt-get
+    /// installs them with scripts/install-peers.sh; either way the rows that need a missing
+    /// peer are skipped and every other row is measured.
+    #[arg(long)]
+    no_install_peers: bool,
     /// Where to write the report.
     #[arg(long, default_value = "target/ochre-report")]
     out: PathBuf,
     /// Run nothing: make report.md, report.html and the plots again from the JSON that a
     /// study left in --out.
-    #[arg(long, conflicts_with_all = ["quick", "full", "reps", "workers"])]
+    #[arg(long, conflicts_with_all = ["quick", "full", "reps", "workers", "no_install_peers"])]
     rerender: bool,
 }
 
@@ -136,7 +141,7 @@ pub(crate) fn study(args: &StudyArgs) -> Result<(), String> {
         return study::rerender(&args.out);
     }
     let opts = args.measure.options(args.quick, args.full)?;
-    study::study(opts, &args.out)
+    study::study(opts, &args.out, !args.no_install_peers)
 }
 
 #[cfg(test)]

@@ -2,11 +2,14 @@
 //!
 //! How the report is made: each benchmark's [`BenchReport`] is written as JSON as soon as it
 //! is measured (so a failure later loses nothing), then [`write_report`] turns the list into
-//! `report.md`, `report.html` and one SVG plot per benchmark under `plots/` (plotters): the
-//! ratio of each system's median to ochre's, case by case, with the min-max spread as error
-//! bars, and for producer-consumer the thesis's Fig 5.16 (share of the ideal rate against the
-//! handler's cost). The report is a function of the JSON alone: a fixture in the tests makes
-//! every file.
+//! `report.md`, `report.html` and SVG plots under `plots/` (plotters), one per question a
+//! benchmark asks (see [`charts`]): mostly the ratio of each system's median to ochre's, case by
+//! case, with the min-max spread as error bars; for producer-consumer, four charts (runtimes,
+//! the thesis's Fig 5.16, event allocators, shared cache lines). The report is a function of
+//! the JSON alone: a fixture in the tests makes every file.
+//!
+//! While a study runs, a progress line per benchmark with the time left goes to stderr
+//! ([`progress`]); before it, missing peers are installed when possible ([`peers`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -19,21 +22,32 @@ use plotters::prelude::*;
 use crate::machine::{machine_info, MachineInfo};
 use crate::write_json;
 
-/// Runs every benchmark and writes the report under `out`.
-pub(crate) fn study(opts: Options, out: &Path) -> Result<(), String> {
+mod peers;
+mod progress;
+
+/// Runs every benchmark and writes the report under `out`, after installing the peer programs
+/// when `install_peers` allows it and this process can (see [`peers::prepare`]).
+pub(crate) fn study(opts: Options, out: &Path, install_peers: bool) -> Result<(), String> {
+    peers::prepare(install_peers);
     let started = std::time::Instant::now();
     std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let machine = machine_info()?;
     write_json(&out.join("machine.json"), &machine)?;
     let mut reports: Vec<BenchReport> = Vec::new();
+    let mut progress = progress::Progress::new(ochre_bench::BENCHES, &opts);
+    let mut bench_seconds = Vec::new();
     for name in ochre_bench::BENCHES {
-        eprintln!("study: running {name} ...");
+        eprintln!("{}", progress.line(started.elapsed()));
+        let began = std::time::Instant::now();
         let report = ochre_bench::run(name, &opts).ok_or(format!("no benchmark {name}"))?;
+        progress.finished(began.elapsed());
+        bench_seconds.push((name.to_string(), began.elapsed().as_secs_f64()));
         println!("{}", report.table());
         write_json(&out.join(format!("{name}.json")), &report)?;
         reports.push(report);
     }
-    let run = StudyRun { options: opts.clone(), seconds: started.elapsed().as_secs_f64() };
+    let run =
+        StudyRun { options: opts.clone(), seconds: started.elapsed().as_secs_f64(), bench_seconds };
     write_json(&out.join("study.json"), &run)?;
     write_report(out, &machine, &opts, &reports, started.elapsed())?;
     eprintln!(
@@ -49,6 +63,9 @@ pub(crate) fn study(opts: Options, out: &Path) -> Result<(), String> {
 struct StudyRun {
     options: Options,
     seconds: f64,
+    /// Seconds each benchmark took, in order (what the progress line's estimates come from).
+    #[serde(default)]
+    bench_seconds: Vec<(String, f64)>,
 }
 
 /// Makes the report again from the JSON a study left in `out` (no benchmark is run): after
@@ -94,16 +111,9 @@ pub(crate) fn write_report(
     let mut figures: Vec<(String, Vec<String>)> = Vec::new();
     for r in reports {
         let mut names = Vec::new();
-        if let Some(svg) = ratio_plot(r)? {
-            let name = format!("{}.svg", r.bench);
+        for (name, svg) in charts(r)? {
             write(&plots.join(&name), &svg)?;
             names.push(name);
-        }
-        if r.bench == "prodcons" {
-            if let Some(svg) = cost_plot(r)? {
-                write(&plots.join("prodcons-costs.svg"), &svg)?;
-                names.push("prodcons-costs.svg".into());
-            }
         }
         figures.push((r.bench.clone(), names));
     }
@@ -282,13 +292,87 @@ fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
         .map_err(plot_error)
 }
 
+/// A benchmark's charts, each as (file name, SVG): one per question. Most benchmarks ask one
+/// (how each system compares with ochre: `<bench>.svg`); producer-consumer asks four, each its
+/// own chart, as one axis with every case of all four could not be read:
+/// - `prodcons-runtimes.svg`: ochre against the other runtimes, case by case (handler cost and
+///   workers);
+/// - `prodcons-costs.svg`: the share of the ideal rate each runtime reaches, against the handler
+///   cost (the thesis's Fig 5.16);
+/// - `prodcons-allocators.svg`: EMA against general allocators as ochre's event allocator, on
+///   the allocator workload and its per-worker scaling;
+/// - `prodcons-shared-lines.svg`: the cache lines holding arrays bound for two workers, per
+///   allocator and worker count (absolute: EMA's 0 has no ratio).
+fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut add = |name: String, svg: Option<String>| {
+        if let Some(svg) = svg {
+            out.push((name, svg));
+        }
+    };
+    if r.bench != "prodcons" {
+        add(format!("{}.svg", r.bench), ratio_plot(r)?);
+        return Ok(out);
+    }
+    let runtimes = ["ochre", "ochre-baseline", "rayon", "tokio-mt", "channels", "one-core"];
+    add(
+        "prodcons-runtimes.svg".into(),
+        ratio_plot_of(
+            r,
+            "producer-consumer: each runtime against ochre, by handler cost (above 1: faster)",
+            |row| {
+                row.unit == "ev/s"
+                    && runtimes.contains(&row.system.as_str())
+                    && !row.case.contains("sort")
+            },
+        )?,
+    );
+    add("prodcons-costs.svg".into(), cost_plot(r, &runtimes)?);
+    let allocators: Vec<&str> = std::iter::once("ochre")
+        .chain(ochre_bench::peers::GENERAL_ALLOCATORS)
+        .chain(["all-cores"])
+        .collect();
+    add(
+        "prodcons-allocators.svg".into(),
+        ratio_plot_of(
+            r,
+            "event allocators: each against EMA (ochre), sort workload and 2w/1w scaling",
+            |row| {
+                allocators.contains(&row.system.as_str())
+                    && (row.case.contains("sort") && row.unit == "ev/s"
+                        || row.unit == "x per worker")
+            },
+        )?,
+    );
+    add(
+        "prodcons-shared-lines.svg".into(),
+        value_plot(
+            r,
+            "cache lines holding arrays bound for two workers or more (lower is better)",
+            "% of the round's lines",
+            |row| row.unit == "% of lines",
+        )?,
+    );
+    Ok(out)
+}
+
 /// Each system's median over ochre's, case by case, with min-max bars: the figure that means
 /// something on a shared machine. None when the benchmark has no ochre row to compare with.
 fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
-    let cases = distinct(r.rows.iter().map(|row| row.case.as_str()));
-    let systems = distinct(r.rows.iter().map(|row| row.system.as_str()));
-    let points: Vec<(usize, usize, f64, f64, f64)> = r
-        .rows
+    let title = format!("{}: each system against ochre (above 1: faster)", r.bench);
+    ratio_plot_of(r, &title, |_| true)
+}
+
+/// [`ratio_plot`] of the rows `keep` keeps, under `title`.
+fn ratio_plot_of(
+    r: &BenchReport,
+    title: &str,
+    keep: impl Fn(&Row) -> bool,
+) -> Result<Option<String>, String> {
+    let rows: Vec<&Row> = r.rows.iter().filter(|row| keep(row)).collect();
+    let cases = distinct(rows.iter().map(|row| row.case.as_str()));
+    let systems = distinct(rows.iter().map(|row| row.system.as_str()));
+    let points: Vec<(usize, usize, f64, f64, f64)> = rows
         .iter()
         .filter_map(|row| {
             let ochre = r.median_of("ochre", &row.case).filter(|&o| o > 0.0)?;
@@ -317,10 +401,7 @@ fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
         area.fill(&WHITE).map_err(plot_error)?;
         let n = cases.len() as f64;
         let mut chart = ChartBuilder::on(&area)
-            .caption(
-                format!("{}: each system against ochre (above 1: faster)", r.bench),
-                ("sans-serif", 18),
-            )
+            .caption(title, ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(60)
@@ -394,9 +475,96 @@ fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
     Ok(Some(svg))
 }
 
+/// The medians themselves (linear axis from 0), case by case, one bar per system with its
+/// min-max: for figures where a ratio to ochre means nothing (ochre's is 0). None when `keep`
+/// keeps no row.
+fn value_plot(
+    r: &BenchReport,
+    title: &str,
+    y_desc: &str,
+    keep: impl Fn(&Row) -> bool,
+) -> Result<Option<String>, String> {
+    let rows: Vec<&Row> = r.rows.iter().filter(|row| keep(row)).collect();
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let cases = distinct(rows.iter().map(|row| row.case.as_str()));
+    let systems = distinct(rows.iter().map(|row| row.system.as_str()));
+    let top =
+        rows.iter().map(|row| row.max.max(row.median)).fold(0.0f64, f64::max).max(1e-9) * 1.25;
+    let mut svg = String::new();
+    {
+        let area = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
+        area.fill(&WHITE).map_err(plot_error)?;
+        let n = cases.len() as f64;
+        let mut chart = ChartBuilder::on(&area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..top)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_labels(cases.len().max(2))
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    cases.get(i as usize).map(|c| c.to_string()).unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(y_desc)
+            .draw()
+            .map_err(plot_error)?;
+        let width = 0.8 / systems.len().max(1) as f64;
+        for (s, name) in systems.iter().enumerate() {
+            let color = Palette99::pick(s).to_rgba();
+            let mine: Vec<(f64, &Row)> = rows
+                .iter()
+                .filter(|row| row.system == *name)
+                .filter_map(|row| {
+                    let c = cases.iter().position(|&c| c == row.case)?;
+                    Some((c as f64 - 0.4 + width * (s as f64 + 0.5), *row))
+                })
+                .collect();
+            chart
+                .draw_series(mine.iter().map(|(x, row)| {
+                    Rectangle::new(
+                        [(x - width * 0.4, 0.0), (x + width * 0.4, row.median)],
+                        color.filled(),
+                    )
+                }))
+                .map_err(plot_error)?
+                .label(name.to_string())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
+            chart
+                .draw_series(mine.iter().map(|(x, row)| {
+                    PathElement::new(vec![(*x, row.min), (*x, row.max)], BLACK.stroke_width(1))
+                }))
+                .map_err(plot_error)?;
+            chart
+                .draw_series(mine.iter().map(|(x, row)| {
+                    Text::new(
+                        format!("{:.0}", row.median),
+                        (x - width * 0.4, row.median),
+                        ("sans-serif", 11),
+                    )
+                }))
+                .map_err(plot_error)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        area.present().map_err(plot_error)?;
+    }
+    Ok(Some(svg))
+}
+
 /// Producer-consumer as the thesis's Fig 5.16: share of the ideal rate (workers / cost) that
-/// each system reaches, against the handler cost, one line per system and worker count.
-fn cost_plot(r: &BenchReport) -> Result<Option<String>, String> {
+/// each of `systems` reaches, against the handler cost, one line per system and worker count.
+fn cost_plot(r: &BenchReport, systems: &[&str]) -> Result<Option<String>, String> {
     // Cases read "2w 10 us" (cost in µs) or "2w 100 ns".
     let parse = |case: &str| -> Option<(usize, f64)> {
         let mut it = case.split_whitespace();
@@ -414,7 +582,7 @@ fn cost_plot(r: &BenchReport) -> Result<Option<String>, String> {
     // The most workers measured: the multicore case the figure is about.
     let most = r.rows.iter().filter_map(|row| parse(&row.case)).map(|(w, _)| w).max();
     let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for row in &r.rows {
+    for row in r.rows.iter().filter(|row| systems.contains(&row.system.as_str())) {
         let Some((w, us)) = parse(&row.case).filter(|&(w, _)| Some(w) == most) else { continue };
         let share = row.median * us * 1e-6 / w as f64;
         let key = format!("{} {}w", row.system, w);
@@ -526,6 +694,22 @@ mod tests {
             }
         }
         prodcons.rows.push(row("prodcons", "ochre", "2w empty", "ev/s", 8e6));
+        for (system, v) in [("ochre", 4e4), ("ochre-jemalloc", 3e4), ("rayon", 2e4)] {
+            prodcons.rows.push(row("prodcons", system, "2w 22 B sort x50", "ev/s", v));
+        }
+        for (system, v) in [("ochre", 0.98), ("ochre-jemalloc", 0.9), ("all-cores", 0.99)] {
+            prodcons.rows.push(row("prodcons", system, "22 B sort x50 2w/1w", "x per worker", v));
+        }
+        for (system, v) in [("ochre", 0.0), ("ochre-jemalloc", 60.0)] {
+            for w in [2, 4] {
+                let case = format!("shared lines {w}w");
+                prodcons.rows.push(row("prodcons", system, &case, "% of lines", v));
+            }
+        }
+        // An allocator variant on the cost sweep (its own chart, not the runtimes').
+        for case in ["2w 1 us", "2w 10 us"] {
+            prodcons.rows.push(row("prodcons", "ochre-jemalloc", case, "ev/s", 9e4));
+        }
         let alloc = BenchReport {
             bench: "alloc".into(),
             rows: vec![
@@ -553,6 +737,11 @@ mod tests {
         assert!(md.contains("System: kernel 6.1. Versions: tokio 1.0."), "{md}");
         assert!(md.contains("![pingpong.svg](plots/pingpong.svg)"));
         assert!(md.contains("![prodcons-costs.svg](plots/prodcons-costs.svg)"));
+        // Producer-consumer: a chart per question, none with every case on one axis.
+        assert!(md.contains("![prodcons-runtimes.svg](plots/prodcons-runtimes.svg)"));
+        assert!(md.contains("![prodcons-allocators.svg](plots/prodcons-allocators.svg)"));
+        assert!(md.contains("![prodcons-shared-lines.svg](plots/prodcons-shared-lines.svg)"));
+        assert!(!md.contains("plots/prodcons.svg"), "{md}");
 
         let html = read("report.html");
         assert!(html.contains("<h2 id=\"pingpong\">pingpong</h2>"));
@@ -568,6 +757,15 @@ mod tests {
         let costs = read("plots/prodcons-costs.svg");
         assert!(costs.contains("ochre 2w") && costs.contains("rayon 2w"), "{costs}");
         assert!(!costs.contains("empty"), "the empty case has no cost to plot");
+        assert!(!costs.contains("ochre-jemalloc"), "allocators have their own chart");
+        let runtimes = read("plots/prodcons-runtimes.svg");
+        assert!(runtimes.contains("rayon") && !runtimes.contains("ochre-jemalloc"), "{runtimes}");
+        assert!(!runtimes.contains("sort"), "the allocator workload is in its own chart");
+        let allocators = read("plots/prodcons-allocators.svg");
+        assert!(allocators.contains("ochre-jemalloc") && !allocators.contains("rayon"));
+        assert!(allocators.contains("2w/1w") && allocators.contains("2w 22 B sort x50"));
+        let lines = read("plots/prodcons-shared-lines.svg");
+        assert!(lines.contains("shared lines 4w") && lines.contains("ochre-jemalloc"), "{lines}");
         std::fs::remove_dir_all(&out).unwrap();
     }
 
@@ -579,6 +777,7 @@ mod tests {
             ..BenchReport::default()
         };
         assert!(ratio_plot(&r).unwrap().is_none());
-        assert!(cost_plot(&r).unwrap().is_none());
+        assert!(cost_plot(&r, &["tokio"]).unwrap().is_none());
+        assert_eq!(charts(&r).unwrap(), vec![], "no chart without an ochre row");
     }
 }
