@@ -336,7 +336,7 @@ struct ServeFlags {
 
 fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::ServerConfig, String> {
     let mut c = match file {
-        Some(p) => ochre_http::ServerConfig::from_toml_file(p)?,
+        Some(p) => ochre_http::ServerConfig::from_toml_file(p).map_err(|e| e.to_string())?,
         None => {
             if f.root.is_none() {
                 return Err(

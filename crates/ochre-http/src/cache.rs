@@ -364,9 +364,7 @@ fn make_watcher() -> Option<DirWatcher> {
         .map_err(|e| {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| {
-                eprintln!(
-                    "sws: no inotify ({e}): files are revalidated by stat until it can be made"
-                )
+                log::warn!("no inotify ({e}): files are revalidated by stat until it can be made")
             });
         })
         .ok()

@@ -96,12 +96,35 @@ pub enum Revalidate {
     Stat,
 }
 
+/// Why a configuration file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// The file is not a valid configuration (TOML syntax, a wrong type, an unknown setting).
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Where and why.
+        source: toml::de::Error,
+    },
+}
+
 impl ServerConfig {
     /// Reads a configuration file (TOML, the fields of this struct; absent ones keep their
     /// defaults, unknown ones are an error). Durations are in seconds.
-    pub fn from_toml_file(path: &std::path::Path) -> Result<ServerConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn from_toml_file(path: &std::path::Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: path.to_path_buf(), source })
     }
 
     /// Every setting with its default value and meaning, as a TOML file to start from
@@ -186,8 +209,10 @@ mod tests {
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "rot = \"/srv\"\n").unwrap();
         let e = ServerConfig::from_toml_file(&bad).unwrap_err();
-        assert!(e.contains("rot"), "{e}");
-        assert!(ServerConfig::from_toml_file(&dir.join("missing.toml")).is_err());
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e:?}");
+        assert!(e.to_string().contains("rot") && e.to_string().contains("bad.toml"), "{e}");
+        let missing = ServerConfig::from_toml_file(&dir.join("missing.toml")).unwrap_err();
+        assert!(matches!(missing, ConfigError::Read { .. }), "{missing:?}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -582,7 +582,7 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
         Lookup::NotFound => return error(st, 404),
         Lookup::Forbidden | Lookup::Directory => return error(st, 403),
         Lookup::Error(e) => {
-            eprintln!("sws: {:?}: {e}", target.decoded); // Debug: control bytes escaped
+            log::warn!("{:?}: {e}", target.decoded); // Debug: control bytes escaped
             return error(st, 500);
         }
     };

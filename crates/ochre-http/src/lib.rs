@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use ochre::io::{Listener, Watch};
 use ochre::{Color, ColorCell, Handle};
 
-pub use config::{Revalidate, ServerConfig};
+pub use config::{ConfigError, Revalidate, ServerConfig};
 
 /// What every handler of a server shares.
 pub(crate) struct ServerShared {

@@ -65,7 +65,7 @@ impl Target {
     /// Loads the expected body of every path from the files under `root` (the server's
     /// document root, or the directory `ochre fileset` wrote): `/a/b?q` is `root/a/b`, a path
     /// ending in `/` is its `index.html`.
-    pub fn verify_against(&mut self, root: &std::path::Path) -> Result<(), String> {
+    pub fn verify_against(&mut self, root: &std::path::Path) -> Result<(), crate::Error> {
         let mut bodies = Vec::with_capacity(self.paths.len());
         for p in &self.paths {
             let path = p.split(['?', '#']).next().unwrap_or("");
@@ -73,10 +73,12 @@ impl Target {
             if path.ends_with('/') || path.is_empty() {
                 file = file.join("index.html");
             }
-            bodies.push(
-                std::fs::read(&file)
-                    .map_err(|e| format!("--verify: {p}: {}: {e}", file.display()))?,
-            );
+            let body = std::fs::read(&file).map_err(|source| crate::Error::Verify {
+                request: p.clone(),
+                path: file.clone(),
+                source,
+            })?;
+            bodies.push(body);
         }
         self.bodies = Some(Arc::new(bodies));
         Ok(())

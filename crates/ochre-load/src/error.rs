@@ -39,9 +39,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// The bodies to verify against could not be loaded (`--verify`).
-    #[error("{0}")]
-    Verify(String),
+    /// The body to verify a path's responses against could not be loaded (`--verify`).
+    #[error("--verify: {request}: {}: {source}", path.display())]
+    Verify {
+        /// The requested path.
+        request: String,
+        /// The file that should hold its body.
+        path: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
     /// The runtime could not be built or run.
     #[error("the runtime: {0}")]
     Runtime(#[from] ochre::Error),

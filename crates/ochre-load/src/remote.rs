@@ -74,7 +74,7 @@ impl Job {
             bodies: None,
         };
         if let Some(dir) = &self.verify {
-            t.verify_against(dir).map_err(Error::Verify)?;
+            t.verify_against(dir)?;
         }
         Ok(t)
     }

@@ -324,7 +324,8 @@ fn chunked_bodies_are_read_and_verified_against_the_files() {
     });
     let mut t = target(addr);
     t.paths = vec!["/a".into(), "/b".into(), "/c".into()];
-    assert!(t.clone().verify_against(&root.join("missing")).is_err(), "missing files are an error");
+    let missing = t.clone().verify_against(&root.join("missing"));
+    assert!(matches!(missing, Err(ochre_load::Error::Verify { .. })), "missing files: {missing:?}");
     t.verify_against(&root).unwrap();
     let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
     let model = ClosedLoop { clients: 3, requests_per_connection: 7, think: Duration::ZERO };
