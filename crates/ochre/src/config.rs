@@ -131,7 +131,7 @@ pub struct Config {
     /// Cost-aware stealing (the team's Mely idea): a color whose turns are measured to take less
     /// than this is not lent, since moving it costs more than running it where it is (a steal
     /// round trip is a few microseconds, and a moved color's data follows it into another
-    /// cache). Turns are timed on a sample (one in `TURN_SAMPLE`). `None`: off.
+    /// cache). Turns are timed on a sample (one in `steal::TURN_SAMPLE`). `None`: off.
     pub steal_min_work: Option<Duration>,
     /// Events of one color run back to back before the worker moves to the next ready color.
     /// Bounds how long one busy color can delay the others (a guess: long enough to keep the

@@ -546,15 +546,16 @@ impl ColorQueue {
     }
 
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
-    /// last here first, at most `max` and at most half of the waiting colors: this worker keeps
-    /// at least one waiting color (lending a lone color would move work, not share it).
+    /// last here first, never the first, at most `max` and at most half of the waiting colors:
+    /// this worker keeps at least one waiting color (lending a lone color would move work, not
+    /// share it).
     pub(crate) fn lend_backlog(&mut self, thief: usize, max: usize, floor_ns: u64) -> Vec<Loan> {
         let n = (self.ready.len() / 2).min(max);
         let mut loans = Vec::new();
         while loans.len() < n {
-            let Some(pos) = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns)) else {
-                break;
-            };
+            // Never the first to run here: it runs soon anyway (as `has_backlog` judges).
+            let pos = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns));
+            let Some(pos) = pos.filter(|&p| p > 0) else { break };
             loans.extend(self.lend_at(thief, pos));
         }
         loans

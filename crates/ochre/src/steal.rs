@@ -183,20 +183,33 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
 /// the check itself (a shared load, a scan of the ready list) is rare on short turns. A guess.
 const NUDGE_EVERY_ROUNDS: u32 = 16;
 
-/// `Steal::Backlog`, after a turn: every [`NUDGE_EVERY_ROUNDS`] turns, looks for a backlog a
-/// thief could take, publishes whether there is one, and if so wakes a sleeping worker to take
-/// it. A worker whose colors pass single events (a ring, a ping-pong, a mall) never finds one,
-/// so no thief ever asks it and it wakes nobody: stealing costs such programs a counter.
-pub(crate) fn advertise(core: &mut Core, shared: &Shared) {
+/// A loaded worker wakes one sleeping worker so that it may steal (called after every turn
+/// while stealing is on; acts every [`NUDGE_EVERY_ROUNDS`] turns). With `Steal::Backlog` it
+/// also refreshes the backlog it advertises to thieves, which ask no one else: a worker whose
+/// colors pass single events (a ring, a ping-pong, a mall) never has one, so no thief asks it
+/// and it wakes nobody.
+pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
     if core.nudge_cooldown > 0 {
         core.nudge_cooldown -= 1;
         return;
     }
+    // Whether one is woken or none sleeps (parked workers may be spinning: they ask by
+    // themselves), look again only after the cooldown: a scan touches every worker's inbox.
     core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
-    if !core.publish_backlog(shared)
+    let steal = shared.config.steal;
+    // Published whatever follows, so that thieves never ask on a stale advertisement.
+    let backlog = steal == Steal::Backlog && core.publish_backlog(shared);
+    let unshared = core.cpu_share.share() + SHARED_BY > crate::cpu_share::FULL;
+    if steal == Steal::Off
+        || (steal == Steal::FromSharedCpus && unshared)
+        || core.queue.ready_len() < 2
         || shared.control.parked.load(Ordering::Relaxed) == 0
         || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
+        || !(backlog
+            || steal != Steal::Backlog && core.queue.has_lendable(min_work_ns(&shared.config), 2))
     {
+        // Nothing a thief could take (pinned, borrowed, too light, no backlog): waking it would
+        // only cost a system call here and a wasted request there.
         return;
     }
     for (i, r) in shared.remotes.iter().enumerate() {
@@ -207,33 +220,20 @@ pub(crate) fn advertise(core: &mut Core, shared: &Shared) {
     }
 }
 
-/// A loaded worker wakes one sleeping worker so that it may steal.
-pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
-    if core.nudge_cooldown > 0 {
-        core.nudge_cooldown -= 1;
-        return;
-    }
-    let unshared = core.cpu_share.share() + SHARED_BY > crate::cpu_share::FULL;
-    if shared.config.steal == Steal::Off
-        || (shared.config.steal == Steal::FromSharedCpus && unshared)
-        || core.queue.ready_len() < 2
-        || shared.control.parked.load(Ordering::Relaxed) == 0
-        || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
-        || !core.queue.has_lendable(min_work_ns(&shared.config), 2)
-    {
-        // Nothing a thief could take (pinned, borrowed or too light): waking it would only cost
-        // a system call here and a wasted request there.
-        core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
-        return;
-    }
-    // Whether one was woken or none slept (parked workers may be spinning: they ask by
-    // themselves), look again only after the cooldown: a scan touches every worker's inbox.
-    core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
-    for (i, r) in shared.remotes.iter().enumerate() {
-        if i != core.id && r.rouse(!shared.config.batching) {
-            core.counters.add(Counter::WakeupsSent, 1);
-            return;
-        }
+/// One turn in this many is timed for cost-aware stealing (`ColorQueue::record_turn`): two
+/// clock reads per sampled turn, nothing on the others.
+const TURN_SAMPLE: u32 = 8;
+/// One turn in this many is timed for `Steal::Backlog`, which needs only the order of a color's
+/// cost per event (and falls back on the worker's average for colors not sampled yet): one in 8
+/// cost single-event turns (a ping-pong, a ring) 5-10% of their rate in two clock reads.
+const BACKLOG_SAMPLE: u32 = 64;
+
+/// How often a worker times a turn for the stealing policy in `config` (`None`: never).
+pub(crate) fn turn_sample(config: &crate::Config) -> Option<u32> {
+    if config.steal_min_work.is_some() {
+        Some(TURN_SAMPLE)
+    } else {
+        (config.steal == Steal::Backlog).then_some(BACKLOG_SAMPLE)
     }
 }
 

@@ -45,13 +45,6 @@ const SAFETY_CHECK_EVERY: u32 = 16;
 /// them walks the heap's bins, and a gauge read by a person need not move every round. Exact
 /// whenever the worker idles and at the end of the run.
 const HEAP_GAUGES_EVERY: u32 = 64;
-/// One turn in this many is timed, for cost-aware stealing (`queue::ColorQueue::record_turn`):
-/// two clock reads per sampled turn, nothing on the others.
-pub(crate) const TURN_SAMPLE: u32 = 8;
-/// One turn in this many is timed for `Steal::Backlog`, which needs only the order of a color's
-/// cost per event (and falls back on the worker's average for colors not sampled yet): one in 8
-/// cost single-event turns (a ping-pong, a ring) 5-10% of their rate in two clock reads.
-pub(crate) const BACKLOG_SAMPLE: u32 = 64;
 
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {
@@ -657,12 +650,8 @@ impl WorkerCtx {
                 };
                 let first = core.queue.pop(key);
                 core.turns = core.turns.wrapping_add(1);
-                let sample = if shared.config.steal_min_work.is_some() {
-                    core.turns.is_multiple_of(TURN_SAMPLE)
-                } else {
-                    shared.config.steal == crate::Steal::Backlog
-                        && core.turns.is_multiple_of(BACKLOG_SAMPLE)
-                };
+                let sample = steal::turn_sample(&shared.config)
+                    .is_some_and(|n| core.turns.is_multiple_of(n));
                 (key, color, first, sample.then(std::time::Instant::now))
             };
             self.current.set(Some(color));
@@ -718,12 +707,13 @@ impl WorkerCtx {
                 None => {}
             }
             core.end_of_turn_flush(shared);
-            if shared.config.steal == crate::Steal::Backlog {
-                steal::advertise(&mut core, shared);
-            } else if shared.config.steal != crate::Steal::Off {
-                // Thieves judge victims by the ready count, and a sleeper is woken to steal:
+            if shared.config.steal != crate::Steal::Off {
+                // Thieves judge victims by the ready count (by the advertised backlog with
+                // `Steal::Backlog`, refreshed by the nudge), and a sleeper is woken to steal:
                 // after every turn, so both hold through a long round, not only at its end.
-                core.publish_ready(shared);
+                if shared.config.steal != crate::Steal::Backlog {
+                    core.publish_ready(shared);
+                }
                 steal::nudge_sleepers(&mut core, shared);
             }
             steal::answer(&mut core, shared);
