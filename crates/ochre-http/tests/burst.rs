@@ -4,14 +4,12 @@
 //! connects of a second or more; with the system's maximum (the default) none takes 100 ms.
 //! Its own test binary: it raises this process's descriptor limit.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ochre::io::Listener;
-use ochre::{Color, Runtime};
-use ochre_http::{Server, ServerConfig};
 use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
@@ -77,13 +75,8 @@ fn a_burst_of_3000_connects_has_no_connect_slower_than_100_ms() {
     let root = std::env::temp_dir().join(format!("sws-burst-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "hi\n").unwrap();
-    let rt = Arc::new(Runtime::builder().workers(2).pin(false).build().unwrap());
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cfg = ServerConfig { root: root.clone(), ..ServerConfig::default() };
-    Server::new(cfg, Color(1)).unwrap().serve_with(&rt.handle(), listener).unwrap();
-    let r = rt.clone();
-    let run = std::thread::spawn(move || r.run(Color(2), || {}).unwrap());
+    let live = common::serve(&root);
+    let addr = live.addr;
 
     let (took, sockets) = storm(addr);
     let unfinished = took.iter().filter(|t| t.is_none()).count();
@@ -91,8 +84,7 @@ fn a_burst_of_3000_connects_has_no_connect_slower_than_100_ms() {
     let max = took.iter().flatten().max().copied().unwrap_or_default();
     eprintln!("slowest of {CONNECTS} connects: {max:?}");
     drop(sockets);
-    rt.handle().shutdown();
-    run.join().unwrap();
+    live.stop();
     std::fs::remove_dir_all(root).unwrap();
     assert_eq!(
         (unfinished, slow),

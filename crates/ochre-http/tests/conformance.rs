@@ -6,14 +6,11 @@
 //! the second the probe's 200; a row answered with a close gets one answer only: whatever follows
 //! it (a body hiding a request, the probe) is never served.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::Arc;
 use std::time::Duration;
-
-use ochre::io::Listener;
-use ochre::{Color, Runtime};
-use ochre_http::{Server, ServerConfig};
 
 /// One rule: what is sent, the status expected, whether the server closes after it.
 struct Row {
@@ -159,13 +156,8 @@ fn every_framing_and_header_rule_is_enforced() {
     std::fs::write(root.join("a.txt"), "aaaa\n").unwrap();
     std::fs::write(root.join("probe.txt"), "probe\n").unwrap();
     std::fs::write(root.join("secret.txt"), "smuggled\n").unwrap();
-    let rt = Arc::new(Runtime::builder().workers(2).pin(false).build().unwrap());
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cfg = ServerConfig { root: root.clone(), ..ServerConfig::default() };
-    Server::new(cfg, Color(1)).unwrap().serve_with(&rt.handle(), listener).unwrap();
-    let r = rt.clone();
-    let run = std::thread::spawn(move || r.run(Color(2), || {}).unwrap());
+    let live = common::serve(&root);
+    let addr = live.addr;
 
     let mut failures = Vec::new();
     for row in TABLE {
@@ -184,8 +176,7 @@ fn every_framing_and_header_rule_is_enforced() {
             ));
         }
     }
-    rt.handle().shutdown();
-    let report = run.join().unwrap();
+    let report = live.stop();
     std::fs::remove_dir_all(root).unwrap();
     assert!(
         failures.is_empty(),

@@ -1,12 +1,9 @@
 //! SWS against a real client: curl (installed by `scripts/install-peers.sh`; skipped, with a
 //! message, where it is missing).
 
-use std::process::Command;
-use std::sync::Arc;
+mod common;
 
-use ochre::io::Listener;
-use ochre::{Color, Runtime};
-use ochre_http::{Server, ServerConfig};
+use std::process::Command;
 
 fn curl(args: &[&str]) -> Option<(String, String)> {
     let out = Command::new("curl").args(["-s", "--max-time", "10"]).args(args).output().ok()?;
@@ -26,13 +23,8 @@ fn curl_gets_files_ranges_heads_and_reuses_connections() {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("a.txt"), "0123456789\n").unwrap();
     std::fs::write(root.join("b.json"), "{}\n").unwrap();
-    let rt = Arc::new(Runtime::builder().workers(2).pin(false).build().unwrap());
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let cfg = ServerConfig { root: root.clone(), ..ServerConfig::default() };
-    Server::new(cfg, Color(1)).unwrap().serve_with(&rt.handle(), listener).unwrap();
-    let r = rt.clone();
-    let run = std::thread::spawn(move || r.run(Color(2), || {}).unwrap());
+    let live = common::serve(&root);
+    let base = format!("http://{}", live.addr);
 
     let (body, _) = curl(&[&format!("{base}/a.txt")]).unwrap();
     assert_eq!(body, "0123456789\n");
@@ -58,8 +50,7 @@ fn curl_gets_files_ranges_heads_and_reuses_connections() {
         "{log}"
     );
 
-    rt.handle().shutdown();
-    let report = run.join().unwrap();
+    let report = live.stop();
     assert_eq!(report.total().panics, 0);
     std::fs::remove_dir_all(root).unwrap();
 }
