@@ -4,10 +4,13 @@
 //! mark that stops reading), so the server's peak resident memory stays bounded too; the test
 //! prints it (VmHWM) and checks a generous bound, then that the server still serves.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{free_port, get, stop, wait_ready};
 
 const IDLE: usize = 2000;
 const LORIS: usize = 1000;
@@ -19,19 +22,6 @@ const FLOOD_BYTES: usize = 16 << 20;
 /// The bound checked: the server's own peak, far above what it needs (the figure is printed),
 /// and below what reading the floods whole would take (320 MB).
 const MAX_PEAK_KB: u64 = 128 * 1024;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).ok()?;
-    Some(String::from_utf8_lossy(&out[..out.len().min(200)]).into_owned())
-}
 
 /// A field of /proc/PID/status, in kB.
 fn status_kb(pid: u32, field: &str) -> u64 {
@@ -55,11 +45,7 @@ fn memory_stays_bounded_under_hostile_clients() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while get(port, "/").is_none() {
-        assert!(Instant::now() < deadline, "the server did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_ready(port, &mut child);
     let pid = child.id();
     let before = status_kb(pid, "VmRSS:");
     let connect = || {
@@ -106,9 +92,7 @@ fn memory_stays_bounded_under_hostile_clients() {
     // Still serving, with every hostile connection open.
     let page = get(port, "/");
     drop(held);
-    // SAFETY: sending SIGTERM to our own child process.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let _ = child.wait();
+    let _ = stop(child);
     std::fs::remove_dir_all(root).unwrap();
     eprintln!(
         "ochre serve RSS: {before} kB idle; {during} kB with {IDLE} idle, {LORIS} slow-loris, \

@@ -1,44 +1,9 @@
 //! `ochre serve` as a user runs it: one process, and N-COPY (several processes on one port).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-fn wait_ready(port: u16, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while get(port, "/").is_none() {
-        assert!(child.try_wait().unwrap().is_none(), "the server exited early");
-        assert!(Instant::now() < deadline, "the server did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stop(mut child: Child) -> std::process::ExitStatus {
-    // SAFETY: sending SIGTERM to our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the server did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{free_port, get, stop, wait_ready};
 
 fn site(tag: &str) -> std::path::PathBuf {
     let root = std::env::temp_dir().join(format!("ochre-serve-{tag}-{}", std::process::id()));
