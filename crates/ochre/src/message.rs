@@ -204,9 +204,6 @@ pub(crate) enum Msg {
     /// far (64 bytes against 40), it made every message, and so every slot of a batch buffer,
     /// a whole cache line, on the path of every cross-worker post.
     Io(Box<crate::io::IoMsg>),
-    /// An emptied batch buffer given back to the worker that allocated it (`outbox`): carried at
-    /// the end of a batch the receiver sends anyway, never sent on its own.
-    Spare(Vec<Msg>),
 }
 
 /// A worker's index in a message: 32 bits keep every `Msg` at 32 bytes, two per cache line in a

@@ -14,12 +14,14 @@
 //! whole batch ([`Outbox::offers_early`]).
 //!
 //! Buffers of received batches are kept (a few) and reused for outgoing ones; past that, they go
-//! back to the worker that sent them, as [`Msg::Spare`] messages at the end of a batch sent to it
-//! anyway (no synchronization of their own). So a batch costs no allocation where messages flow
-//! both ways, nor where they flow mostly one way (a producer's fan-out, answered by a completion
-//! now and then): the buffers circulate between the two workers instead of being allocated by
-//! one and freed by the other, batch after batch. A worker keeps at most `MAX_SPARES` spares and
-//! owes at most as many in all, whatever the number of workers.
+//! back to the worker that sent them, into its [`Returns`] queue (one push per buffer, a batch of
+//! messages), where it looks before it allocates. So a batch costs no allocation where messages
+//! flow both ways, nor where they flow one way (a producer streaming to a counter, a fan-out):
+//! the buffers circulate between the two workers instead of being allocated by one and freed by
+//! the other, batch after batch: with glibc, a free on another thread than the allocation's takes
+//! the arena's lock that the allocating thread holds, and the two threads then meet in futex
+//! waits (measured: a sixth of a one-way stream's time). A worker keeps at most `MAX_SPARES`
+//! spares, and its returns queue holds at most as many, whatever the number of workers.
 //!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
@@ -44,9 +46,16 @@ struct OutSlot {
     mean_interval: Duration,
     /// The turn in which this buffer last offered an early batch ([`Outbox::offers_early`]).
     early_turn: u64,
-    /// Emptied buffers of batches this destination sent us, owed back to it: they leave at the
-    /// end of our next batch to it that has room ([`Outbox::take`]).
-    owed: Vec<Vec<Msg>>,
+}
+
+/// Emptied batch buffers given back to a worker by those it sent them to, taken by the worker
+/// when it has no spare of its own (`Remote::returns`): the one piece of an outbox that other
+/// workers touch, a bounded lock-free queue.
+pub(crate) type Returns = crossbeam_queue::ArrayQueue<Vec<Msg>>;
+
+/// An empty [`Returns`] queue.
+pub(crate) fn returns() -> Returns {
+    Returns::new(MAX_SPARES)
 }
 
 /// Outgoing buffers of one worker, indexed by destination.
@@ -64,9 +73,6 @@ pub(crate) struct Outbox {
     spares: Vec<Vec<Msg>>,
     /// Buffers allocated since the last [`Outbox::take_allocated`] (a statistic).
     allocated: u64,
-    /// Buffers owed, all destinations together (at most `MAX_SPARES`: a worker holds at most
-    /// twice that many idle buffers, whatever the number of workers).
-    owed_total: usize,
     /// Size of a turn's early batch to a destination ([`Outbox::offers_early`]).
     early_at: usize,
     /// Turns ended so far (starts at 1 so that no slot has offered in the current turn).
@@ -90,7 +96,6 @@ impl Outbox {
                     last_natural: None,
                     mean_interval: INITIAL_INTERVAL,
                     early_turn: 0,
-                    owed: Vec::new(),
                 })
                 .collect(),
             batch_size,
@@ -98,7 +103,6 @@ impl Outbox {
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
             allocated: 0,
-            owed_total: 0,
             early_at: (batch_size / EARLY_FRACTION).max(1),
             turn: 1,
         }
@@ -110,14 +114,16 @@ impl Outbox {
         !self.pending.is_empty()
     }
 
-    /// Appends a message for `dest`; returns the buffer to deliver if that filled it.
+    /// Appends a message for `dest`; returns the buffer to deliver if that filled it. A new
+    /// buffer is a spare, else one given back to this worker (`returned`, its own queue), else
+    /// a new allocation.
     #[inline]
-    pub(crate) fn push(&mut self, dest: usize, msg: Msg) -> Option<Vec<Msg>> {
+    pub(crate) fn push(&mut self, dest: usize, msg: Msg, returned: &Returns) -> Option<Vec<Msg>> {
         let slot = &mut self.slots[dest];
         if slot.msgs.is_empty() {
             self.pending.push(dest);
             if slot.msgs.capacity() == 0 {
-                slot.msgs = self.spares.pop().unwrap_or_else(|| {
+                slot.msgs = self.spares.pop().or_else(|| returned.pop()).unwrap_or_else(|| {
                     self.allocated += 1;
                     Vec::with_capacity(self.batch_size)
                 });
@@ -166,37 +172,28 @@ impl Outbox {
         self.turn += 1;
     }
 
-    /// Keeps an emptied buffer for a later outgoing batch, or, with spares enough here, owes it
-    /// back to `from`, the worker whose batch it carried (`None`: a buffer given back to us,
-    /// dropped if not needed). A worker that mostly receives would otherwise free, batch after
-    /// batch, the buffers that its sender allocates anew.
-    pub(crate) fn recycle(&mut self, buf: Vec<Msg>, from: Option<usize>) {
+    /// Keeps an emptied buffer for a later outgoing batch, or, with spares enough here, gives
+    /// it back to `sender`, the [`Returns`] queue of the worker whose batch it carried (dropped
+    /// if that is full, or if there is none). A worker that mostly receives would otherwise
+    /// free, batch after batch, the buffers that its sender allocates anew.
+    pub(crate) fn recycle(&mut self, buf: Vec<Msg>, sender: Option<&Returns>) {
         debug_assert!(buf.is_empty());
         if buf.capacity() < self.batch_size {
             return;
         }
         if self.spares.len() < MAX_SPARES {
             self.spares.push(buf);
-        } else if let Some(slot) = from.and_then(|d| self.slots.get_mut(d)) {
-            if self.owed_total < MAX_SPARES {
-                self.owed_total += 1;
-                slot.owed.push(buf);
-            }
+        } else if let Some(queue) = sender {
+            let _ = queue.push(buf);
         }
     }
 
-    /// Takes the buffer for `dest` (possibly empty). A non-empty one leaves with the buffers
-    /// owed to `dest` appended, as many as it has room for without growing.
+    /// Takes the buffer for `dest` (possibly empty).
     pub(crate) fn take(&mut self, dest: usize) -> Vec<Msg> {
         let slot = &mut self.slots[dest];
         if !slot.msgs.is_empty() {
             if let Some(i) = self.pending.iter().position(|&d| d == dest) {
                 self.pending.swap_remove(i);
-            }
-            while slot.msgs.len() < slot.msgs.capacity() {
-                let Some(buf) = slot.owed.pop() else { break };
-                self.owed_total -= 1;
-                slot.msgs.push(Msg::Spare(buf));
             }
         }
         slot.seen_pending = None;
@@ -254,11 +251,11 @@ mod tests {
     fn full_buffer_is_returned_for_delivery() {
         let mut o = Outbox::new(3, 4, 1.1);
         for _ in 0..3 {
-            assert!(o.push(2, msg()).is_none());
+            assert!(o.push(2, msg(), &returns()).is_none());
         }
         assert!(o.has_pending());
         assert_eq!(o.pending_dests(), &[2]);
-        let full = o.push(2, msg()).expect("fourth message fills the batch");
+        let full = o.push(2, msg(), &returns()).expect("fourth message fills the batch");
         assert_eq!(full.len(), 4);
         assert!(!o.has_pending());
     }
@@ -268,7 +265,9 @@ mod tests {
         let mut o = Outbox::new(3, 32, 1.1);
         let early = 32 / EARLY_FRACTION;
         let offers = |o: &mut Outbox, dest: usize, n: usize| {
-            (0..n).filter(|_| o.push(dest, msg()).is_none() && o.offers_early(dest)).count()
+            (0..n)
+                .filter(|_| o.push(dest, msg(), &returns()).is_none() && o.offers_early(dest))
+                .count()
         };
         // Offered when the buffer reaches the early size, not before, not after.
         assert_eq!(offers(&mut o, 1, early - 1), 0);
@@ -288,13 +287,13 @@ mod tests {
     #[test]
     fn received_buffers_serve_later_batches() {
         let mut o = Outbox::new(2, 4, 1.1);
-        o.push(1, msg());
+        o.push(1, msg(), &returns());
         let mut received = o.take(1);
         let addr = received.as_ptr();
         received.clear();
         o.recycle(received, None);
         // The next batch, to any destination, is written into the recycled buffer.
-        o.push(0, msg());
+        o.push(0, msg(), &returns());
         let again = o.take(0);
         assert_eq!(again.as_ptr(), addr);
         // Too small a buffer is not kept, and at most MAX_SPARES are.
@@ -303,81 +302,40 @@ mod tests {
             o.recycle(Vec::with_capacity(4), None);
         }
         assert_eq!(o.spares.len(), MAX_SPARES);
-    }
-
-    /// The buffers' addresses among the spares given back at the end of `batch`.
-    fn spares_in(batch: &[Msg]) -> Vec<*const Msg> {
-        batch
-            .iter()
-            .filter_map(|m| if let Msg::Spare(b) = m { Some(b.as_ptr()) } else { None })
-            .collect()
+        assert_eq!(o.take_allocated(), 1);
     }
 
     #[test]
-    fn surplus_buffers_go_back_to_their_sender_with_the_next_batch_to_it() {
-        let mut o = Outbox::new(3, 4, 1.1);
-        for _ in 0..MAX_SPARES {
-            o.recycle(Vec::with_capacity(4), Some(1));
+    fn a_one_way_stream_circulates_its_buffers_instead_of_allocating() {
+        // Worker 0 streams to worker 1, which never sends back.
+        let (back0, back1) = (returns(), returns());
+        let (mut producer, mut consumer) = (Outbox::new(2, 4, 1.1), Outbox::new(2, 4, 1.1));
+        let mut addrs = std::collections::HashSet::new();
+        for _ in 0..100 {
+            let batch = (0..4).find_map(|_| producer.push(1, msg(), &back0)).expect("full");
+            addrs.insert(batch.as_ptr());
+            let mut batch = batch;
+            batch.clear();
+            consumer.recycle(batch, Some(&back0));
         }
-        // Spares full: the next buffers from worker 1 are owed to it, at most MAX_SPARES.
-        let owed: Vec<Vec<Msg>> = (0..MAX_SPARES + 2).map(|_| Vec::with_capacity(4)).collect();
-        let addrs: Vec<*const Msg> = owed.iter().map(|b| b.as_ptr()).collect();
-        for b in owed {
-            o.recycle(b, Some(1));
+        // The consumer kept MAX_SPARES for batches of its own and gave the rest back; the
+        // producer allocated only until the first came back.
+        assert_eq!(consumer.spares.len(), MAX_SPARES);
+        assert_eq!(producer.take_allocated() as usize, MAX_SPARES + 1);
+        assert_eq!(addrs.len(), MAX_SPARES + 1);
+        assert!(back1.is_empty());
+        // A full returns queue drops what does not fit: a worker holds a bounded number.
+        for _ in 0..MAX_SPARES + 3 {
+            consumer.recycle(Vec::with_capacity(4), Some(&back0));
         }
-        // A batch to another worker carries none; an empty take carries none.
-        o.push(2, msg());
-        assert!(spares_in(&o.take(2)).is_empty());
-        assert!(o.take(1).is_empty());
-        // A batch to worker 1 carries them behind its message, as many as fit (capacity 4).
-        o.push(1, msg());
-        let batch = o.take(1);
-        assert_eq!(batch.len(), 4);
-        assert!(matches!(batch[0], Msg::Post { .. }));
-        assert_eq!(batch.capacity(), 4, "no growth to make room");
-        let back = spares_in(&batch);
-        assert_eq!(back.len(), 3);
-        // The rest follows with the next batches; owed beyond MAX_SPARES were dropped.
-        let mut all = back;
-        for _ in 0..3 {
-            o.push(1, msg());
-            all.extend(spares_in(&o.take(1)));
-        }
-        assert_eq!(all.len(), MAX_SPARES);
-        assert!(all.iter().all(|a| addrs[..MAX_SPARES].contains(a)));
-        // Given back to us, a buffer is kept as a spare only while spares are short.
-        let mut again = Outbox::new(2, 4, 1.1);
-        again.recycle(Vec::with_capacity(4), None);
-        assert_eq!(again.spares.len(), 1);
-    }
-
-    #[test]
-    fn buffers_owed_are_bounded_over_all_destinations() {
-        let mut o = Outbox::new(3, 4, 1.1);
-        for from in [1, 1, 2] {
-            for _ in 0..MAX_SPARES {
-                o.recycle(Vec::with_capacity(4), Some(from));
-            }
-        }
-        // The first MAX_SPARES filled the spares, the next MAX_SPARES are owed to worker 1, and
-        // worker 2's were dropped: at most 2 * MAX_SPARES idle buffers, however many workers.
-        assert_eq!((o.spares.len(), o.owed_total), (MAX_SPARES, MAX_SPARES));
-        let mut back = [0, 0];
-        for _ in 0..MAX_SPARES {
-            for (k, dest) in [1, 2].into_iter().enumerate() {
-                o.push(dest, msg());
-                back[k] += spares_in(&o.take(dest)).len();
-            }
-        }
-        assert_eq!(back, [MAX_SPARES, 0]);
-        assert_eq!(o.owed_total, 0);
+        assert_eq!(back0.len(), MAX_SPARES);
     }
 
     #[test]
     fn take_empties_and_counts() {
         let mut o = Outbox::new(2, 8, 1.1);
-        let _ = o.push(0, msg());
-        let _ = o.push(1, msg());
+        let _ = o.push(0, msg(), &returns());
+        let _ = o.push(1, msg(), &returns());
         assert_eq!(o.take(0).len(), 1);
         assert!(o.has_pending());
         assert_eq!(o.take(1).len(), 1);
@@ -389,7 +347,7 @@ mod tests {
     #[test]
     fn safety_flush_after_factor_times_mean_interval() {
         let mut o = Outbox::new(1, 1000, 1.1);
-        let _ = o.push(0, msg());
+        let _ = o.push(0, msg(), &returns());
         let t0 = Instant::now();
         let mut due = vec![];
         o.overdue(t0, &mut due);
@@ -403,9 +361,9 @@ mod tests {
     #[test]
     fn mean_interval_follows_natural_flushes() {
         let mut o = Outbox::new(1, 1, 1.1);
-        let _ = o.push(0, msg());
+        let _ = o.push(0, msg(), &returns());
         std::thread::sleep(Duration::from_millis(2));
-        let _ = o.push(0, msg());
+        let _ = o.push(0, msg(), &returns());
         assert!(o.mean_interval(0) > INITIAL_INTERVAL, "a 2 ms gap raises the mean");
     }
 }

@@ -70,6 +70,8 @@ pub(crate) struct Remote {
     pub(crate) poller: Padded<PollerHandle>,
     pub(crate) status: Padded<Status>,
     pub(crate) stats: Padded<Published>,
+    /// Emptied batch buffers given back to this worker by the workers it sent them to.
+    pub(crate) returns: Padded<crate::outbox::Returns>,
 }
 
 impl Remote {
@@ -90,6 +92,7 @@ impl Remote {
                 backlog: AtomicBool::new(false),
             }),
             stats: Padded::new(Published::new()),
+            returns: Padded::new(crate::outbox::returns()),
         }
     }
 

@@ -222,7 +222,7 @@ impl Core {
     pub(crate) fn send(&mut self, shared: &Shared, dest: usize, msg: Msg) {
         if shared.config.batching {
             self.turn_sends += 1;
-            if let Some(batch) = self.outbox.push(dest, msg) {
+            if let Some(batch) = self.outbox.push(dest, msg, &shared.remotes[self.id].returns) {
                 self.deliver(shared, dest, batch);
             } else if self.outbox.offers_early(dest)
                 && shared.remotes[dest].status.idle.load(Ordering::Relaxed)
@@ -242,11 +242,9 @@ impl Core {
         if batch.is_empty() {
             return;
         }
-        // Buffers given back are messages for the quiescence count, not for the statistics.
-        let spares = spares_at_end(&batch);
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
-        self.counters.add(Counter::BatchedMsgs, (batch.len() - spares) as u64);
+        self.counters.add(Counter::BatchedMsgs, batch.len() as u64);
         // Quiet: nothing else to run here, so the receiver may move colors here (`follow`).
         let from = Sender { id: self.id, quiet: self.queue.is_quiet() };
         if shared.remotes[dest].deliver_batch(batch, from) {
@@ -348,12 +346,10 @@ impl Core {
     pub(crate) fn take_inbox(&mut self, shared: &Shared) -> u64 {
         let remote = &shared.remotes[self.id];
         let mut taken = 0u64;
-        let mut spares = 0u64;
         if shared.config.batching {
             let mut batches = remote.poke.inbox.take_batches();
             while let Some((from, mut batch)) = batches.next_with_sender() {
                 taken += batch.len() as u64;
-                spares += spares_at_end(&batch) as u64;
                 // One color per batch may move, as tokio's LIFO slot holds one task: the poster
                 // takes its partner, not every receiver of a fan-out.
                 let mut may_move = true;
@@ -361,7 +357,7 @@ impl Core {
                     self.receive(shared, msg, from, &mut may_move);
                 }
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
-                self.outbox.recycle(batch, Some(from.id));
+                self.outbox.recycle(batch, shared.remotes.get(from.id).map(|r| &*r.returns));
             }
         }
         // The locked transport (libasync-smp): one lock per message.
@@ -374,7 +370,7 @@ impl Core {
         }
         if taken > 0 {
             self.received += taken;
-            self.counters.add(Counter::MsgsReceived, taken - spares);
+            self.counters.add(Counter::MsgsReceived, taken);
             // After routing (SeqCst, read by the quiescence detector): never counted received
             // before the events are in the queue.
             remote.status.received.store(self.received, Ordering::SeqCst);
@@ -450,7 +446,6 @@ impl Core {
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
-            Msg::Spare(buf) => self.outbox.recycle(buf, None),
         }
     }
 
@@ -742,11 +737,6 @@ impl WorkerCtx {
         }
         shared.record_panic(PanicRecord { color, worker: self.id, message });
     }
-}
-
-/// How many buffers given back ride at the end of `batch` (`Outbox::take` appends them there).
-fn spares_at_end(batch: &[Msg]) -> usize {
-    batch.iter().rev().take_while(|m| matches!(m, Msg::Spare(_))).count()
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
