@@ -431,7 +431,7 @@ impl ColorQueue {
     /// an emptied guest (a resident only if its traffic moved on).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn end_turn(&mut self, key: usize) -> Option<Returned> {
-        match self.end_turn_shedding(key, |_, _| None) {
+        match self.end_turn_shedding(key, |_, _, _| None) {
             Some(TurnEnd::Return(r)) => Some(r),
             _ => None,
         }
@@ -445,9 +445,10 @@ impl ColorQueue {
     pub(crate) fn end_turn_shedding(
         &mut self,
         key: usize,
-        shed: impl FnOnce(Option<usize>, usize) -> Option<usize>,
+        shed: impl FnOnce(Option<usize>, usize, u64) -> Option<usize>,
     ) -> Option<TurnEnd> {
         self.running = None;
+        let cost = self.event_cost(key);
         let slot = &mut self.slots[key];
         if !slot.events.is_empty() {
             slot.queued = true;
@@ -458,7 +459,8 @@ impl ColorQueue {
         let ready = self.ready.len();
         match lease {
             Lease::Guest { home, received, resident } => {
-                if resident && !self.gives_back(key) && shed(Some(home), ready) != Some(home) {
+                if resident && !self.gives_back(key) && shed(Some(home), ready, cost) != Some(home)
+                {
                     return None;
                 }
                 let color = self.slots.remove(key).color;
@@ -466,7 +468,7 @@ impl ColorQueue {
                 self.guests.remove(color);
                 Some(TurnEnd::Return(Returned { home, color, ran: received, resident }))
             }
-            Lease::Local => match shed(None, ready) {
+            Lease::Local => match shed(None, ready, cost) {
                 Some(to) if to != self.me && !pinned => {
                     let slot = &mut self.slots[key];
                     slot.traffic.reset();
@@ -517,6 +519,15 @@ impl ColorQueue {
             slot.weight_ns = average(slot.weight_ns, ns);
             slot.event_ns = average(slot.event_ns, per_event);
             self.event_ns = average(self.event_ns, per_event);
+        }
+    }
+
+    /// The measured cost of an event of the color in `key`, ns: its own sampled turns', else
+    /// (not timed yet, or just arrived) this worker's average; 0 when nothing was timed.
+    pub(crate) fn event_cost(&self, key: usize) -> u64 {
+        match self.slots[key].event_ns {
+            0 => self.event_ns,
+            ns => ns,
         }
     }
 

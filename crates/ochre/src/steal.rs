@@ -228,12 +228,13 @@ const TURN_SAMPLE: u32 = 8;
 /// cost single-event turns (a ping-pong, a ring) 5-10% of their rate in two clock reads.
 const BACKLOG_SAMPLE: u32 = 64;
 
-/// How often a worker times a turn for the stealing policy in `config` (`None`: never).
+/// How often a worker times a turn for the stealing policy in `config`, or for colors that
+/// follow their messages, which need to know the cheap ones (`follow::cheap`) (`None`: never).
 pub(crate) fn turn_sample(config: &crate::Config) -> Option<u32> {
     if config.steal_min_work.is_some() {
         Some(TURN_SAMPLE)
     } else {
-        (config.steal == Steal::Backlog).then_some(BACKLOG_SAMPLE)
+        (config.steal == Steal::Backlog || config.follow).then_some(BACKLOG_SAMPLE)
     }
 }
 

@@ -667,7 +667,7 @@ impl WorkerCtx {
                 core.queue.record_turn(key, ns, n);
             }
             let (me, mine) = (core.id, core.cpu_share.share());
-            let shed = |home: Option<usize>, ready| {
+            let shed = |home: Option<usize>, ready, cost| {
                 if !shared.config.follow {
                     return None;
                 }
@@ -681,7 +681,9 @@ impl WorkerCtx {
                     }
                 };
                 match home {
-                    Some(h) => follow::sheds(ready, mine, || peer(h)).then_some(h),
+                    Some(h) => {
+                        follow::sheds(ready, mine, follow::cheap(cost), || peer(h)).then_some(h)
+                    }
                     None => {
                         follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(peer))
                     }
