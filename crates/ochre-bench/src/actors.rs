@@ -28,6 +28,8 @@
 //! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-static` (the
 //! same with `follow(false)`: colors stay where their hash puts them), `ochre-backlog` (the
 //! default with `Steal::Backlog`: the stealing candidate for the default, measured beside it),
+//! `ochre-unpinned` (the default with `Builder::pin(false)`: the system scheduler places the
+//! workers, measured beside pinned ones because a shared machine may favour it),
 //! `ochre-hand` (colors
 //! chosen with `Runtime::home_of` so that each actor lands on the worker its program's
 //! [`Program::hand_worker`] gives: ring neighbours in contiguous blocks, the ping-pong pair and
@@ -958,6 +960,12 @@ fn measure<P: Program>(
                 ochre(Some(Config::default().steal(Steal::Backlog)), false),
             ),
             System::new("ochre-hand", ochre(None, true)),
+            System::new("ochre-unpinned", move || {
+                let build = move || Runtime::builder().workers(workers).pin(false).build();
+                with_busy_cpu(spin, || {
+                    peers::on_fresh_runtime(&build, size, |rt, n| on_ochre(rt, &make(n), false))
+                })
+            }),
             System::new("tokio-mt", move || {
                 let rt = tmt.as_ref().map_err(|e| e.clone())?;
                 with_busy_cpu(spin, || run_tokio(&make(size), &[rt.handle().clone()], |_| 0))
@@ -1034,8 +1042,11 @@ fn checks(report: &mut BenchReport) {
     let quiet = by_system("ochre", "tokio-mt", "");
     let busy = by_system("ochre", "tokio-mt", BUSY);
     let hand = by_system("ochre", "ochre-hand", "");
-    let static_quiet = by_system("ochre-static", "tokio-mt", "");
-    let static_busy = by_system("ochre-static", "tokio-mt", BUSY);
+    let mean = |v: &[(String, f64)]| geomean(&v.iter().map(|(_, r)| *r).collect::<Vec<_>>());
+    let variants = ["ochre-static", "ochre-backlog", "ochre-unpinned"].map(|v| {
+        let (q, b) = (by_system(v, "tokio-mt", ""), by_system(v, "tokio-mt", BUSY));
+        format!("{v} {:.3} quiet, {:.3} busy", mean(&q), mean(&b))
+    });
     for (case, r) in &quiet {
         report.check(format!("[{case}] ochre / tokio-mt >= 1.0 (paired)"), *r, *r >= 1.0);
     }
@@ -1045,7 +1056,6 @@ fn checks(report: &mut BenchReport) {
     for (case, r) in &hand {
         report.check(format!("[{case}] ochre / ochre-hand >= 0.7 (paired)"), *r, *r >= 0.7);
     }
-    let mean = |v: &[(String, f64)]| geomean(&v.iter().map(|(_, r)| *r).collect::<Vec<_>>());
     let (q, b) = (mean(&quiet), mean(&busy));
     if !quiet.is_empty() {
         let goal = format!(
@@ -1062,10 +1072,8 @@ fn checks(report: &mut BenchReport) {
         report.check(goal, b, b >= 1.0);
     }
     report.notes.push(format!(
-        "geometric means of paired ratios to tokio-mt: ochre {q:.3} quiet, {b:.3} busy; \
-         ochre-static {:.3} quiet, {:.3} busy",
-        mean(&static_quiet),
-        mean(&static_busy)
+        "geometric means of paired ratios to tokio-mt: ochre {q:.3} quiet, {b:.3} busy; {}",
+        variants.join("; ")
     ));
 }
 
