@@ -85,7 +85,7 @@ mod store;
 
 use std::hash::Hash;
 
-pub use job::{byte_ranges, Error, Job, Output, Phases};
+pub use job::{byte_ranges, run_flow, Error, Flow, Job, Output, Phases, Stage};
 pub use store::{Container, Emitter};
 
 /// A MapReduce application: its input, how it is split, mapped, combined and reduced.
