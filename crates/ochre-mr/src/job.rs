@@ -72,6 +72,10 @@ pub struct Phases {
     pub total: Duration,
     /// Map tasks (splits).
     pub map_tasks: usize,
+    /// The most map tasks one lane mapped (summed over a flow's jobs): with `lanes` lanes,
+    /// `map_tasks / lanes` when the workers shared the map phase evenly, `map_tasks` when one
+    /// lane did it all.
+    pub busiest_lane_tasks: usize,
     /// MapReduce jobs run (K-means: one per iteration, in one run of the runtime).
     pub jobs: usize,
     /// Map lanes (one per worker).
@@ -101,6 +105,7 @@ impl Phases {
         self.total += other.total;
         self.map_tasks += other.map_tasks;
         self.jobs += other.jobs;
+        self.busiest_lane_tasks += other.busiest_lane_tasks;
         self.lanes = self.lanes.max(other.lanes);
         self.lanes_placed = self.lanes_placed.max(other.lanes_placed);
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
@@ -113,7 +118,8 @@ impl Phases {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
         format!(
             "split {}, map {}, reduce {}, merge {} (total {}); {} job(s), {} map tasks on {} \
-             lanes ({} placed by EMA), {} reduce tasks, {} pairs emitted, {} after combining",
+             lanes ({} placed by EMA; the busiest mapped {}), {} reduce tasks, {} pairs \
+             emitted, {} after combining",
             ms(self.split),
             ms(self.map),
             ms(self.reduce),
@@ -123,6 +129,7 @@ impl Phases {
             self.map_tasks,
             self.lanes,
             self.lanes_placed,
+            self.busiest_lane_tasks,
             self.reduce_tasks,
             self.emitted,
             self.intermediate
@@ -183,6 +190,12 @@ const MIN_CHUNK: usize = 16 << 10;
 /// Map tasks per lane the default chunk size aims for, so that a slowed worker can be
 /// compensated by the others (dynamic claiming balances in units of one task).
 const TASKS_PER_LANE: usize = 16;
+
+/// At most this many intermediate pairs (over all lanes), the last lane reduces every
+/// partition itself instead of posting them: reducing a few thousand small pairs takes tens of
+/// microseconds, about what waking another worker for them costs, and jobs this small are
+/// the ones run many times (K-means' iterations).
+const INLINE_REDUCE_PAIRS: u64 = 2048;
 
 /// Source of job numbers: each job uses colors of its own, so that no color carries history
 /// (follow's counters) from an earlier job into this one.
@@ -543,6 +556,8 @@ type Run<P> = Vec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
 struct Lane<P: MapReduce> {
     store: Option<Store<P::Key, P::Value>>,
     emitted: u64,
+    /// Map tasks this lane claimed and mapped.
+    tasks: u64,
 }
 
 /// Where a lane's state lives (see `State::lanes`).
@@ -596,6 +611,8 @@ struct State<P: MapReduce> {
     marks: [AtomicU64; 4],
     emitted: AtomicU64,
     intermediate: AtomicU64,
+    /// The most map tasks one lane mapped.
+    busiest: AtomicU64,
     /// What the event that merges the root does with the output: the stage's step (start the
     /// next job of the run, or end the run with the result). Taken once.
     then: Mutex<Option<Then<P>>>,
@@ -649,6 +666,7 @@ impl<P: MapReduce> State<P> {
             marks: Default::default(),
             emitted: AtomicU64::new(0),
             intermediate: AtomicU64::new(0),
+            busiest: AtomicU64::new(0),
             then: Mutex::new(Some(then)),
             app,
         }
@@ -678,6 +696,7 @@ impl<P: MapReduce> State<P> {
             lanes_placed: self.lanes_placed.load(Ordering::Relaxed),
             reduce_tasks: self.reduce_colors.len(),
             jobs: 1,
+            busiest_lane_tasks: self.busiest.load(Ordering::Relaxed) as usize,
             emitted: self.emitted.load(Ordering::Relaxed),
             intermediate: self.intermediate.load(Ordering::Relaxed),
         }
@@ -717,7 +736,7 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     let opened = s.lanes[lane].with(|boxed| {
         // Made on the lane's worker, in its first event: EMA places it for this worker.
         let l: &mut Lane<P> = boxed.get_or_insert_with(|| {
-            let b = ColorBox::new(color, Lined(Lane { store: None, emitted: 0 }));
+            let b = ColorBox::new(color, Lined(Lane { store: None, emitted: 0, tasks: 0 }));
             if ColorBox::is_placed(&b) {
                 s.lanes_placed.fetch_add(1, Ordering::Relaxed);
             }
@@ -728,6 +747,7 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
             let mut out = Emitter::new(app, store);
             app.map(split, &mut out);
             l.emitted += out.emitted();
+            l.tasks += 1;
         }
     });
     if let Err(e) = opened {
@@ -742,13 +762,14 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
 /// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
 /// posts the reduce events.
 fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let taken =
-        s.lanes[lane].with(|l| l.as_mut().map_or((None, 0), |l| (l.store.take(), l.emitted)));
-    let (store, emitted) = match taken {
+    let taken = s.lanes[lane]
+        .with(|l| l.as_mut().map_or((None, 0, 0), |l| (l.store.take(), l.emitted, l.tasks)));
+    let (store, emitted, tasks) = match taken {
         Ok(t) => t,
         Err(e) => return s.fail(format!("lane {lane}: {e}")),
     };
     s.emitted.fetch_add(emitted, Ordering::Relaxed);
+    s.busiest.fetch_max(tasks, Ordering::Relaxed);
     let mut parts: Vec<Run<P>> = (0..s.reduce_colors.len()).map(|_| Vec::new()).collect();
     if let Some(store) = store {
         store.partition_into(&mut parts, |k| s.partition(k));
@@ -763,6 +784,14 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     // AcqRel: the last lane sees every other lane's runs (also published under the locks).
     if s.lanes_left.fetch_sub(1, Ordering::AcqRel) == 1 {
         s.mark(MAP);
+        if s.intermediate.load(Ordering::Relaxed) <= INLINE_REDUCE_PAIRS {
+            // Few pairs (K-means' sums, a histogram): reducing them all here costs less than
+            // handing partitions to other workers, which may have gone to sleep meanwhile.
+            for p in 0..s.reduce_colors.len() {
+                reduce(s.clone(), p);
+            }
+            return;
+        }
         for p in 0..s.reduce_colors.len() {
             let s2 = s.clone();
             ochre::post(s.reduce_colors[p], move || reduce(s2, p));
