@@ -201,6 +201,24 @@ impl Kmeans {
         Ok(Clusters { dim, means, iterations: MAX_ITERATIONS })
     }
 
+    /// The same job as [`Application::run`], but each iteration in a run of its own (a runtime
+    /// start and stop per iteration, the calling thread computing the next means): what a
+    /// flow saves, for measurements.
+    pub fn run_per_iteration(
+        app: &Arc<Self>,
+        rt: &Runtime,
+    ) -> Result<(Clusters, Phases), crate::Error> {
+        let mut phases = Phases::default();
+        let clusters = app.lloyd::<crate::Error>(|means| {
+            let job = Assign { dim: app.dim, points: app.points.clone(), means: means.to_vec() };
+            let k = means.len() / app.dim;
+            let out = Job::new(job).container(Container::Dense(k)).sorted(false).run_on(rt)?;
+            phases.add(&out.phases);
+            Ok(out.pairs.into_iter().map(|(k, s)| (k as usize, s)).collect())
+        })?;
+        Ok((clusters, phases))
+    }
+
     /// Points (`dim` coordinates each) and initial means.
     pub fn new(dim: usize, points: Vec<i32>, means: Vec<i32>) -> Result<Self, AppError> {
         if dim == 0 || dim > MAX_DIM {
@@ -296,6 +314,19 @@ mod tests {
     fn mapreduce_matches_the_reference() {
         let c = testing::check::<Kmeans>(17);
         assert!(c.iterations > 1 && c.iterations < MAX_ITERATIONS, "{c:?}");
+    }
+
+    #[test]
+    fn a_run_per_iteration_gives_the_flow_s_result() {
+        let points: Vec<i32> = (0..3000).map(|i| i * 7919 % 1000).collect();
+        let app =
+            Arc::new(Kmeans::new(3, points, vec![1, 2, 3, 500, 500, 500, 900, 1, 9]).unwrap());
+        let rt = testing::runtime();
+        let (flow, phases) = Kmeans::run(&app, &rt).unwrap();
+        let (separate, _) = Kmeans::run_per_iteration(&app, &rt).unwrap();
+        assert_eq!(flow, separate);
+        assert_eq!(flow, app.sequential());
+        assert_eq!(phases.jobs, flow.iterations);
     }
 
     #[test]
