@@ -1,5 +1,6 @@
 //! [`Job`]: runs a [`MapReduce`] application as chained colored events (the crate doc draws the
-//! flow), and [`Output`]: its pairs and [`Phases`].
+//! flow), and [`Output`]: its pairs and [`Phases`]; [`run_flow`]: jobs chained one after
+//! another ([`Job::then`]) in one run of the runtime.
 //!
 //! Invariants, and why each phase starts exactly once, after everything it needs:
 //! - Every map task is claimed exactly once: a lane takes index `next_task.fetch_add(1)`, and
