@@ -8,7 +8,14 @@
 #   what the benchmark reads: like ochre's figure, it leaves out reading the input and printing.
 # - word_count prints only its final sort's library time; one line is added after its
 #   map_reduce call to print that job's time as `mapreduce: MICROSECONDS`.
-# - The tarball's reverse_index is Phoenix 1's sample (Solaris-only scheduler); it is not built.
+# - kmeans and pca generate their data from rand(); scripts/phoenix-inputs.patch gives each a
+#   `-f FILE` option that reads the file `ochre mr gen` writes (same points, same matrix), and
+#   makes pca's covariance loop over the columns, as the comment in its source says it should
+#   (and as ochre's does), so that both systems compute the same thing.
+# - The tarball's reverse_index is Phoenix 1's sample (sample_apps/, for Phoenix 1's Solaris
+#   scheduler); the patch adds it to tests/ ported to Phoenix 2.0's interface (map_reduce_init,
+#   map_reduce, an iterator in reduce, its library time printed like the others), its
+#   link-finding map unchanged.
 #
 # A missing tarball, compiler or package manager is reported; the benchmark then skips the
 # Phoenix systems with a note. Run again to rebuild from scratch.
@@ -36,11 +43,16 @@ grep -q 'mapreduce: %u' "$wc" || {
     echo "build-phoenix: could not patch $wc" >&2
     exit 1
 }
+patch -s -d "$src" -p1 <"$root/scripts/phoenix-inputs.patch" || {
+    echo "build-phoenix: could not apply scripts/phoenix-inputs.patch" >&2
+    exit 1
+}
 (cd "$src" && make -j1 DEBUG=-DTIMING >"$out/build.log" 2>&1) || {
     echo "build-phoenix: make failed; see $out/build.log" >&2
     exit 1
 }
-for app in word_count histogram linear_regression kmeans pca string_match matrix_multiply; do
+for app in word_count histogram linear_regression kmeans pca string_match matrix_multiply \
+    reverse_index; do
     [[ -x $src/tests/$app/$app ]] || echo "build-phoenix: $app was not built" >&2
 done
 

@@ -13,7 +13,9 @@
 //! - `rayon`: the same computation written as a rayon user would (`par_iter` / `par_chunks`
 //!   with `fold` and `reduce`, the same per-record functions and FxHash tables), on a pool of
 //!   the same pinned threads;
-//! - `sequential`: the reference, on the calling thread.
+//! - `sequential`: the reference, on the calling thread;
+//! - `ochre 1 worker`: the optimized runtime with one worker, for the speed-up from 1 to
+//!   `workers` workers and the parallel efficiency (a note under the table).
 //!
 //! `OCHRE_MR=histogram,pca` (names, comma-separated) measures only those applications: a
 //! developer's shortcut; the checks then judge what ran.
@@ -29,8 +31,12 @@
 //!   Phoenix's results are not checked (it prints them in its own format). Word Count's figure is
 //!   its `map_reduce` call only (Phoenix then sorts by count in a second job, which ochre's
 //!   result, sorted by word, does not do). Phoenix's K-means and PCA generate their own data
-//!   from `rand()` (and PCA's covariance loops over rows where it means columns), and the
-//!   tarball's Reverse Index is Phoenix 1's Solaris sample: those three have no Phoenix figure.
+//!   from `rand()`: `scripts/build-phoenix.sh` patches them to read ochre's input file instead
+//!   (`-f FILE`; and PCA's covariance to loop over columns, as ochre's), so that both compute
+//!   the same thing on the same data; K-means' figure is the sum of its iterations' library
+//!   times, as ochre's covers every iteration. The tarball's Reverse Index is Phoenix 1's
+//!   sample (for Phoenix 1's Solaris scheduler): the patch ports it to Phoenix 2.0's interface,
+//!   its map unchanged, and it runs on the directory ochre's generator wrote.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -72,8 +78,8 @@ pub fn run(opts: &Options) -> BenchReport {
     measure::<apps::matrix_multiply::MatrixMultiply>(r, opts, w, size, &dir, rayon_mm);
     let _ = std::fs::remove_dir_all(&dir);
     report.notes.push(format!(
-        "{w} workers, {} inputs (seed 1); Phoenix: library time it prints, no figure for \
-         kmeans, pca, reverse-index (module doc of ochre-bench's mr)",
+        "{w} workers, {} inputs (seed 1); Phoenix: the library time it prints (module doc of \
+         ochre-bench's mr)",
         if opts.quick { "small" } else { "medium" }
     ));
     checks(&mut report);
@@ -118,6 +124,10 @@ fn measure<A: Application>(
         Runtime::builder().workers(workers).config(config).abort_on_panic(true).build()
     };
     let (optimized, baseline) = (ochre_on(Config::default()), ochre_on(Config::baseline()));
+    // The optimized runtime on one worker: the speed-up from 1 to `workers` (efficiency).
+    let single = (workers > 1).then(|| {
+        Runtime::builder().workers(1).config(Config::default()).abort_on_panic(true).build()
+    });
     let steps: Vec<(String, Result<Runtime, ochre::Error>)> = crate::ablation::steps()
         .into_iter()
         .filter(|(name, _)| STEPS.contains(name))
@@ -133,6 +143,9 @@ fn measure<A: Application>(
         }),
         System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(g, "sequential"))),
     ];
+    if let Some(rt) = &single {
+        systems.push(ochre_system(ONE_WORKER.into(), rt, &app, &check));
+    }
     for (name, rt) in &steps {
         systems.push(ochre_system(name.clone(), rt, &app, &check));
     }
@@ -144,6 +157,9 @@ fn measure<A: Application>(
     }
     measure_case(report, A::NAME, workers, "jobs/s", opts.reps, systems);
 }
+
+/// The system name of the optimized runtime on one worker.
+const ONE_WORKER: &str = "ochre 1 worker";
 
 /// The ablation steps measured besides the baseline and the default (Table 5.7's).
 const STEPS: &[&str] = &["2 +futex", "3 +spinning", "4 +batching", "5 +EMA"];
@@ -186,6 +202,18 @@ fn phoenix_command(app: &str, input: &Path) -> Option<PhoenixCommand> {
         "histogram" => Some(file("histogram", "library")),
         "linear-regression" => Some(file("linear_regression", "library")),
         "string-match" => Some(file("string_match", "library")),
+        // Phoenix 1's sample, ported to Phoenix 2.0 by scripts/phoenix-inputs.patch.
+        "reverse-index" => Some(file("reverse_index", "library")),
+        // With scripts/phoenix-inputs.patch: `-f FILE` reads the file ochre's generator wrote.
+        "kmeans" | "pca" => {
+            let dir = if app == "kmeans" { "kmeans" } else { "pca" };
+            Some(PhoenixCommand {
+                program: tests.join(dir).join(dir),
+                args: vec!["-f".into(), input.display().to_string()],
+                dir: None,
+                key: "library",
+            })
+        }
         "matrix-multiply" => {
             // Phoenix reads matrix_file_A.txt and matrix_file_B.txt in its working directory.
             let bytes = std::fs::metadata(input.join("matrix_file_A.txt")).ok()?.len();
@@ -330,6 +358,18 @@ fn checks(report: &mut BenchReport) {
         ));
     }
     let workers = report.rows.first().map_or(1, |r| r.workers) as f64;
+    // Speed-up from one worker to `workers`, per application (paired), and the efficiency.
+    let scaling: Vec<String> = cases
+        .iter()
+        .filter_map(|c| report.paired_ratio("ochre", ONE_WORKER, c).map(|r| (c, r)))
+        .map(|(c, r)| format!("{c} x{r:.2} ({:.0}%)", 100.0 * r / workers))
+        .collect();
+    if !scaling.is_empty() {
+        report.notes.push(format!(
+            "speed-up of ochre from 1 to {workers} workers (paired; efficiency in brackets): {}",
+            scaling.join(", ")
+        ));
+    }
     for (case, r) in sequential.iter().filter(|(c, _)| MAP_HEAVY.contains(&c.as_str())) {
         let efficiency = r / workers;
         report.check(
@@ -506,7 +546,7 @@ mod tests {
         let opts = Options { reps: 1, quick: true, workers: vec![2] };
         let report = run(&opts);
         for app in apps::NAMES {
-            for system in ["ochre", "ochre-baseline", "rayon", "sequential"] {
+            for system in ["ochre", "ochre-baseline", "rayon", "sequential", ONE_WORKER] {
                 assert!(
                     report.median_of(system, app).is_some(),
                     "{system} on {app} missing: {:?}",

@@ -95,19 +95,27 @@ pub(crate) fn run(args: &MrArgs) -> Result<(), String> {
     }
     let input = args.input.as_deref().ok_or("--input is needed")?;
     let report = apps::run(app, input, &rt()?, args.verify).map_err(|e| e.to_string())?;
+    let mut text = String::new();
     if args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        println!("{json}");
+        text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";
     } else {
-        println!("{app}:");
+        text += &format!("{app}:\n");
         for line in &report.summary {
-            println!("  {line}");
+            text += &format!("  {line}\n");
         }
-        println!("phases: {}", report.phases.line());
+        text += &format!("phases: {}\n", report.phases.line());
         if let (Some(ok), Some(s)) = (report.verified, report.sequential_seconds) {
             let verdict = if ok { "equal to" } else { "DIFFERENT from" };
-            println!("verify: {verdict} the sequential reference ({:.1} ms)", s * 1e3);
+            text += &format!("verify: {verdict} the sequential reference ({:.1} ms)\n", s * 1e3);
         }
+    }
+    // A reader that stops early (`| head`) is not an error of the job: ignore a broken pipe.
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(format!("writing the report: {e}"));
+        }
+        _ => {}
     }
     match report.verified {
         Some(false) => Err(format!("{app}: the result differs from the sequential reference")),

@@ -1,5 +1,6 @@
 //! [`Job`]: runs a [`MapReduce`] application as chained colored events (the crate doc draws the
-//! flow), and [`Output`]: its pairs and [`Phases`].
+//! flow), and [`Output`]: its pairs and [`Phases`]; [`run_flow`]: jobs chained one after
+//! another ([`Job::then`]) in one run of the runtime.
 //!
 //! Invariants, and why each phase starts exactly once, after everything it needs:
 //! - Every map task is claimed exactly once: a lane takes index `next_task.fetch_add(1)`, and
@@ -14,10 +15,13 @@
 //!   the root's run, the whole output, is published once.
 //! - A lane's container lives in a [`ColorCell`] of the lane's color: only that color's events
 //!   open it, and they never run at the same time.
-//! - The event that publishes the output is the job's last: it ends the run
-//!   ([`ochre::shutdown`]) instead of letting the workers find quiescence after their spinning
-//!   (milliseconds on a loaded machine). So a job's run is the job's alone: events posted to the
-//!   runtime from other threads during it may be left for the next run.
+//! - The event that merges the root is the job's last: it hands the output to the job's stage
+//!   step ([`Job::then`]), which starts the next job of the flow from that event, or stores
+//!   the flow's result and ends the run ([`ochre::shutdown`]) instead of letting the workers
+//!   find quiescence after their spinning (milliseconds on a loaded machine). So a run is its
+//!   flow's alone: events posted to the runtime from other threads during it may be left for
+//!   the next run. A flow's jobs share one `FlowShared`: a failure or a cancellation of the
+//!   run reaches every job's events still queued.
 //!
 //! Memory: each lane's state (its container's header) is a [`ColorBox`] made by the split
 //! event, so EMA places it for the lane's worker, as the thesis placed Phoenix's intermediate
@@ -69,6 +73,12 @@ pub struct Phases {
     pub total: Duration,
     /// Map tasks (splits).
     pub map_tasks: usize,
+    /// The most map tasks one lane mapped (summed over a flow's jobs): with `lanes` lanes,
+    /// `map_tasks / lanes` when the workers shared the map phase evenly, `map_tasks` when one
+    /// lane did it all.
+    pub busiest_lane_tasks: usize,
+    /// MapReduce jobs run (K-means: one per iteration, in one run of the runtime).
+    pub jobs: usize,
     /// Map lanes (one per worker).
     pub lanes: usize,
     /// Lanes whose state EMA placed for their worker (0 with EMA off: the global allocator).
@@ -95,6 +105,8 @@ impl Phases {
         self.merge += other.merge;
         self.total += other.total;
         self.map_tasks += other.map_tasks;
+        self.jobs += other.jobs;
+        self.busiest_lane_tasks += other.busiest_lane_tasks;
         self.lanes = self.lanes.max(other.lanes);
         self.lanes_placed = self.lanes_placed.max(other.lanes_placed);
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
@@ -106,16 +118,19 @@ impl Phases {
     pub fn line(&self) -> String {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
         format!(
-            "split {}, map {}, reduce {}, merge {} (total {}); {} map tasks on {} lanes ({} \
-             placed by EMA), {} reduce tasks, {} pairs emitted, {} after combining",
+            "split {}, map {}, reduce {}, merge {} (total {}); {} job(s), {} map tasks on {} \
+             lanes ({} placed by EMA; the busiest mapped {}), {} reduce tasks, {} pairs \
+             emitted, {} after combining",
             ms(self.split),
             ms(self.map),
             ms(self.reduce),
             ms(self.merge),
             ms(self.total),
+            self.jobs,
             self.map_tasks,
             self.lanes,
             self.lanes_placed,
+            self.busiest_lane_tasks,
             self.reduce_tasks,
             self.emitted,
             self.intermediate
@@ -176,6 +191,12 @@ const MIN_CHUNK: usize = 16 << 10;
 /// Map tasks per lane the default chunk size aims for, so that a slowed worker can be
 /// compensated by the others (dynamic claiming balances in units of one task).
 const TASKS_PER_LANE: usize = 16;
+
+/// At most this many intermediate pairs (over all lanes), the last lane reduces every
+/// partition itself instead of posting them: reducing a few thousand small pairs takes tens of
+/// microseconds, about what waking another worker for them costs, and jobs this small are
+/// the ones run many times (K-means' iterations).
+const INLINE_REDUCE_PAIRS: u64 = 2048;
 
 /// Source of job numbers: each job uses colors of its own, so that no color carries history
 /// (follow's counters) from an earlier job into this one.
@@ -266,10 +287,46 @@ impl<P: MapReduce> Job<P> {
         self.run_on(&rt)
     }
 
-    /// Runs the job on `rt` (for jobs run many times, like K-means' iterations). The job's
-    /// worker count and configuration are those of `rt`.
+    /// Runs the job on `rt` (for jobs run many times). The job's worker count and
+    /// configuration are those of `rt`.
     pub fn run_on(&self, rt: &Runtime) -> Result<Output<P::Key, P::Value>, Error> {
-        let workers = rt.workers();
+        let (out, phases) = run_flow(rt, self.clone().then(Flow::Done))?;
+        Ok(Output { pairs: out.pairs, phases })
+    }
+
+    /// This job as the first stage of a flow ([`run_flow`]): `step` gets its output, in the
+    /// event that merged it, and says what follows: another stage, or the flow's result.
+    ///
+    /// ```
+    /// # use ochre_mr::{Flow, Job, run_flow, apps::word_count::WordCount};
+    /// # use ochre::Runtime;
+    /// let rt = Runtime::builder().workers(2).pin(false).build()?;
+    /// let words = |text: &str| Job::new(WordCount::new(text.as_bytes().to_vec()));
+    /// // Two jobs in one run: the second counts the first's most frequent word, written 3 times.
+    /// let flow = words("a rose is a rose is a rose").then(move |out| {
+    ///     let (top, _) = out.pairs.iter().max_by_key(|p| p.1).cloned().unwrap_or_default();
+    ///     let text = format!("{} ", String::from_utf8_lossy(&top)).repeat(3);
+    ///     Flow::Next(words(&text).then(|out| Flow::Done(out.pairs)))
+    /// });
+    /// let (pairs, phases) = run_flow(&rt, flow)?;
+    /// assert_eq!(pairs, vec![(b"ROSE".to_vec(), 3)]);
+    /// assert_eq!(phases.jobs, 2);
+    /// # Ok::<(), ochre_mr::Error>(())
+    /// ```
+    pub fn then<R, F>(self, step: F) -> Stage<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(Output<P::Key, P::Value>) -> Flow<R> + Send + 'static,
+    {
+        Stage { launch: Box::new(Chained { job: self, step }) }
+    }
+
+    /// Starts the job in the run of `flow`: splits it here (the calling thread, or the event
+    /// that merged the previous job), posts every lane but the first, and returns the first
+    /// lane's color and event for the caller to start.
+    fn start(&self, flow: &FlowCtx, then: Then<P>) -> Result<FirstLane, Error> {
+        let handle = &flow.handle;
+        let workers = handle.workers();
         let chunk =
             self.chunk_bytes.unwrap_or_else(|| default_chunk(self.app.input_bytes(), workers));
         let reduce_tasks = self.reduce_tasks.unwrap_or(match self.container {
@@ -280,80 +337,179 @@ impl<P: MapReduce> Job<P> {
         // 2^14 jobs' worth of fresh colors, then again: far below the grouped colors' top bit.
         let job = JOBS.fetch_add(1, Ordering::Relaxed) % (1 << 14);
         let base = (1u64 << 48) + (job << 24);
-        let lane_colors = spread_colors(rt, base, workers);
-        let reduce_colors = spread_colors(rt, base + (1 << 23), reduce_tasks);
+        let lane_colors = spread_colors(handle, base, workers);
+        let reduce_colors = spread_colors(handle, base + (1 << 23), reduce_tasks);
         let state = Arc::new(State::new(
             self.app.clone(),
             self.container,
             self.sorted,
             lane_colors,
             reduce_colors,
+            flow.shared.clone(),
+            then,
         ));
-        if ochre::current_worker().is_some() {
-            return Err(Error::Runtime(ochre::Error::AlreadyRunning));
-        }
-        // Phase 1, here: split, then start every lane but the first from this thread, into its
-        // worker's inbox, so that each worker starts its lane as the run starts. (Posted by an
-        // event instead, they would wait in that worker's outgoing batch until the end of its
-        // round: with batching, after a whole turn of the first lane's tasks, up to 64.)
+        // Phase 1, here: split, then start every lane but the first into its worker's inbox
+        // (from outside the run), or its outgoing buffer (from an event; the buffer goes to an
+        // idle worker at the end of this turn).
         let _ = state.splits.set(self.app.split(chunk));
         state.mark(SPLIT);
-        let handle = rt.handle();
         for lane in 1..workers {
             let s = state.clone();
             handle.try_post(state.lane_colors[lane], move || lane_step(s, lane))?;
         }
-        let s = state.clone();
-        let run = rt.run(state.lane_colors[0], move || lane_step(s, 0));
-        if run.is_err() {
-            // The lanes posted above may run in a later run: make them do nothing.
-            state.cancelled.store(true, Ordering::Release);
-        }
-        let report = run?;
-        let result = Self::output(&state, report, workers, reduce_tasks);
-        if result.is_err() {
-            // Events of this job left queued (a run aborted by a panic) would finish it in a
-            // later run, and end that run: make them do nothing.
-            state.cancelled.store(true, Ordering::Release);
-        }
-        result
+        let first = state.lane_colors[0];
+        Ok((first, Box::new(move || lane_step(state, 0))))
     }
+}
 
-    /// The job's output after its run, or why there is none.
-    fn output(
-        state: &State<P>,
-        report: ochre::RunReport,
-        workers: usize,
-        reduce_tasks: usize,
-    ) -> Result<Output<P::Key, P::Value>, Error> {
-        if let Some(p) = report.panics.first() {
-            return Err(Error::Panicked(p.message.clone()));
+impl<P: MapReduce> Clone for Job<P> {
+    fn clone(&self) -> Self {
+        Job {
+            app: self.app.clone(),
+            workers: self.workers,
+            pin: self.pin,
+            config: self.config.clone(),
+            container: self.container,
+            chunk_bytes: self.chunk_bytes,
+            reduce_tasks: self.reduce_tasks,
+            sorted: self.sorted,
         }
-        if let Some(f) = lock(&state.failure).take() {
-            return Err(Error::Incomplete(f));
-        }
-        let Some(pairs) = lock(&state.output).take() else {
-            return Err(Error::Incomplete(format!(
-                "the run ended ({:?}) without output",
-                report.end
-            )));
-        };
-        let t = |i: usize| Duration::from_nanos(state.marks[i].load(Ordering::Acquire));
-        let phases = Phases {
-            split: t(SPLIT),
-            map: t(MAP).saturating_sub(t(SPLIT)),
-            reduce: t(REDUCE).saturating_sub(t(MAP)),
-            merge: t(MERGE).saturating_sub(t(REDUCE)),
-            total: report.elapsed,
-            map_tasks: state.splits.get().map_or(0, Vec::len),
-            lanes: workers,
-            lanes_placed: state.lanes_placed.load(Ordering::Relaxed),
-            reduce_tasks,
-            emitted: state.emitted.load(Ordering::Relaxed),
-            intermediate: state.intermediate.load(Ordering::Relaxed),
-        };
-        Ok(Output { pairs, phases })
     }
+}
+
+/// A started job's first lane: its color and its first event, which the starter posts (or
+/// runs the run with).
+type FirstLane = (Color, Box<dyn FnOnce() + Send>);
+
+/// What follows a job of a flow: another stage, or the flow's result.
+pub enum Flow<R> {
+    /// Run this stage next, in the same run.
+    Next(Stage<R>),
+    /// The flow is done: end the run with this result.
+    Done(R),
+}
+
+/// A job and what to do with its output ([`Job::then`]): a step of a flow.
+pub struct Stage<R> {
+    launch: Box<dyn Launch<R>>,
+}
+
+/// A stage with its job's types hidden, so that a flow can chain jobs of different types.
+trait Launch<R>: Send {
+    /// Starts the stage's job; its last event runs the stage's step.
+    fn launch(
+        self: Box<Self>,
+        flow: &Arc<FlowCtx>,
+        result: &Arc<Mutex<Option<(R, Phases)>>>,
+    ) -> Result<FirstLane, Error>;
+}
+
+/// A job and its step.
+struct Chained<P: MapReduce, F> {
+    job: Job<P>,
+    step: F,
+}
+
+impl<P, R, F> Launch<R> for Chained<P, F>
+where
+    P: MapReduce,
+    R: Send + 'static,
+    F: FnOnce(Output<P::Key, P::Value>) -> Flow<R> + Send + 'static,
+{
+    fn launch(
+        self: Box<Self>,
+        flow: &Arc<FlowCtx>,
+        result: &Arc<Mutex<Option<(R, Phases)>>>,
+    ) -> Result<FirstLane, Error> {
+        let Chained { job, step } = *self;
+        let (flow2, result2) = (flow.clone(), result.clone());
+        let then: Then<P> = Box::new(move |out: Output<P::Key, P::Value>| {
+            lock(&flow2.phases).add(&out.phases);
+            match step(out) {
+                Flow::Next(stage) => match stage.launch.launch(&flow2, &result2) {
+                    Ok((color, first)) => ochre::post(color, first),
+                    Err(e) => {
+                        flow2.shared.fail(format!("starting the next job: {e}"));
+                        ochre::shutdown();
+                    }
+                },
+                Flow::Done(r) => {
+                    let phases = std::mem::take(&mut *lock(&flow2.phases));
+                    *lock(&result2) = Some((r, phases));
+                    // The flow's last event: end the run now rather than when the workers,
+                    // spinning before they sleep (up to the spin threshold, milliseconds on a
+                    // loaded machine), find the runtime quiescent.
+                    ochre::shutdown();
+                }
+            }
+        });
+        job.start(flow, then)
+    }
+}
+
+/// What the stages of a flow share besides [`FlowShared`]: where to post, and the phases so
+/// far.
+struct FlowCtx {
+    handle: ochre::Handle,
+    shared: Arc<FlowShared>,
+    phases: Mutex<Phases>,
+}
+
+impl FlowShared {
+    #[cold]
+    fn fail(&self, what: String) {
+        lock(&self.failure).get_or_insert(what);
+    }
+}
+
+/// Runs a flow of chained jobs ([`Job::then`]) in one run of `rt`: each job starts in the
+/// event that merged the previous one's output, so an iterative application (K-means) pays
+/// one runtime start, not one per iteration, and no thread waits between jobs. Returns the
+/// flow's result and the jobs' phases added up ([`Phases::add`]; `total` is the whole run).
+///
+/// The run is the flow's alone: events posted to `rt` from other threads during it may be
+/// left for the next run.
+pub fn run_flow<R: Send + 'static>(rt: &Runtime, first: Stage<R>) -> Result<(R, Phases), Error> {
+    if ochre::current_worker().is_some() {
+        return Err(Error::Runtime(ochre::Error::AlreadyRunning));
+    }
+    let shared = Arc::new(FlowShared::default());
+    let flow = Arc::new(FlowCtx {
+        handle: rt.handle(),
+        shared: shared.clone(),
+        phases: Mutex::new(Phases::default()),
+    });
+    let result = Arc::new(Mutex::new(None));
+    let started = first.launch.launch(&flow, &result);
+    let run = started.and_then(|(color, event)| rt.run(color, event).map_err(Error::from));
+    let outcome = match run {
+        Err(e) => Err(e),
+        Ok(report) => {
+            if let Some(p) = report.panics.first() {
+                Err(Error::Panicked(p.message.clone()))
+            } else if let Some(f) = lock(&shared.failure).take() {
+                Err(Error::Incomplete(f))
+            } else {
+                match lock(&result).take() {
+                    Some((r, mut phases)) => {
+                        phases.total = report.elapsed;
+                        Ok((r, phases))
+                    }
+                    None => Err(Error::Incomplete(format!(
+                        "the run ended ({:?}) without output",
+                        report.end
+                    ))),
+                }
+            }
+        }
+    };
+    if outcome.is_err() {
+        // Events of the flow left queued (lanes posted before a failed start, a run aborted
+        // by a panic) would finish a job in a later run, and end that run: make them do
+        // nothing.
+        shared.cancelled.store(true, Ordering::Release);
+    }
+    outcome
 }
 
 /// The default chunk size for `input` bytes over `workers` lanes (see [`Job::chunk_bytes`]).
@@ -366,7 +522,7 @@ fn default_chunk(input: usize, workers: usize) -> usize {
 
 /// `n` colors from `base` on, color `i` homed on worker `i % workers`, so that lanes and
 /// reduce partitions are spread evenly over the workers (homes are a hash of the color).
-fn spread_colors(rt: &Runtime, base: u64, n: usize) -> Vec<Color> {
+fn spread_colors(rt: &ochre::Handle, base: u64, n: usize) -> Vec<Color> {
     let workers = rt.workers();
     let need = n.div_ceil(workers);
     let mut by_home: Vec<Vec<Color>> = vec![Vec::with_capacity(need); workers];
@@ -401,6 +557,8 @@ type Run<P> = Vec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
 struct Lane<P: MapReduce> {
     store: Option<Store<P::Key, P::Value>>,
     emitted: u64,
+    /// Map tasks this lane claimed and mapped.
+    tasks: u64,
 }
 
 /// Where a lane's state lives (see `State::lanes`).
@@ -440,9 +598,8 @@ struct State<P: MapReduce> {
     /// on lines of its own, so that a lane's container header (written at each new key) never
     /// shares a cache line with another lane's, EMA on or off.
     lanes: Vec<ColorCell<Option<LaneBox<P>>>>,
-    /// Set when the run could not start or ended without the output: the job's events still
-    /// queued (posted lanes, reduce events of a run aborted by a panic) then do nothing.
-    cancelled: AtomicBool,
+    /// What every job of the run shares: cancellation and the first failure.
+    flow: Arc<FlowShared>,
     lanes_left: AtomicUsize,
     lanes_placed: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
@@ -455,7 +612,23 @@ struct State<P: MapReduce> {
     marks: [AtomicU64; 4],
     emitted: AtomicU64,
     intermediate: AtomicU64,
-    output: Mutex<Option<Run<P>>>,
+    /// The most map tasks one lane mapped.
+    busiest: AtomicU64,
+    /// What the event that merges the root does with the output: the stage's step (start the
+    /// next job of the run, or end the run with the result). Taken once.
+    then: Mutex<Option<Then<P>>>,
+}
+
+/// A job's continuation: gets the job's output in the event that merged it.
+type Then<P> = Box<dyn FnOnce(Output<<P as MapReduce>::Key, <P as MapReduce>::Value>) + Send>;
+
+/// What all the jobs of one run share (a flow of chained jobs, or one job).
+#[derive(Default)]
+struct FlowShared {
+    /// Set when the run could not start or ended without the result: the jobs' events still
+    /// queued (posted lanes, reduce events of a run aborted by a panic) then do nothing.
+    cancelled: AtomicBool,
+    /// The first internal failure; the run then ends without a result.
     failure: Mutex<Option<String>>,
 }
 
@@ -466,6 +639,8 @@ impl<P: MapReduce> State<P> {
         sorted: bool,
         lane_colors: Vec<Color>,
         reduce_colors: Vec<Color>,
+        flow: Arc<FlowShared>,
+        then: Then<P>,
     ) -> Self {
         let mut widths = vec![reduce_colors.len()];
         while let Some(&w) = widths.last().filter(|&&w| w > 1) {
@@ -478,7 +653,7 @@ impl<P: MapReduce> State<P> {
             sorted,
             start: Instant::now(),
             lanes: lane_colors.iter().map(|&c| ColorCell::new(c, None)).collect(),
-            cancelled: AtomicBool::new(false),
+            flow,
             lanes_left: AtomicUsize::new(lane_colors.len()),
             lanes_placed: AtomicUsize::new(0),
             runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
@@ -492,8 +667,8 @@ impl<P: MapReduce> State<P> {
             marks: Default::default(),
             emitted: AtomicU64::new(0),
             intermediate: AtomicU64::new(0),
-            output: Mutex::new(None),
-            failure: Mutex::new(None),
+            busiest: AtomicU64::new(0),
+            then: Mutex::new(Some(then)),
             app,
         }
     }
@@ -505,7 +680,27 @@ impl<P: MapReduce> State<P> {
     /// Records an internal failure; the job then ends without output and reports it.
     #[cold]
     fn fail(&self, what: String) {
-        lock(&self.failure).get_or_insert(what);
+        self.flow.fail(what);
+    }
+
+    /// The job's phases from its marks (`total`: from its creation to its merged output).
+    fn phases(&self) -> Phases {
+        let t = |i: usize| Duration::from_nanos(self.marks[i].load(Ordering::Acquire));
+        Phases {
+            split: t(SPLIT),
+            map: t(MAP).saturating_sub(t(SPLIT)),
+            reduce: t(REDUCE).saturating_sub(t(MAP)),
+            merge: t(MERGE).saturating_sub(t(REDUCE)),
+            total: t(MERGE),
+            map_tasks: self.splits.get().map_or(0, Vec::len),
+            lanes: self.lane_colors.len(),
+            lanes_placed: self.lanes_placed.load(Ordering::Relaxed),
+            reduce_tasks: self.reduce_colors.len(),
+            jobs: 1,
+            busiest_lane_tasks: self.busiest.load(Ordering::Relaxed) as usize,
+            emitted: self.emitted.load(Ordering::Relaxed),
+            intermediate: self.intermediate.load(Ordering::Relaxed),
+        }
     }
 
     /// The reduce partition of `key`: by its dense index when it has one (neighbouring keys
@@ -530,7 +725,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Phase 2, events of a lane's color: claim a map task, map it, post the next step; with no
 /// task left, partition.
 fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    if s.cancelled.load(Ordering::Acquire) {
+    if s.flow.cancelled.load(Ordering::Acquire) {
         return;
     }
     let Some(splits) = s.splits.get() else {
@@ -542,7 +737,7 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     let opened = s.lanes[lane].with(|boxed| {
         // Made on the lane's worker, in its first event: EMA places it for this worker.
         let l: &mut Lane<P> = boxed.get_or_insert_with(|| {
-            let b = ColorBox::new(color, Lined(Lane { store: None, emitted: 0 }));
+            let b = ColorBox::new(color, Lined(Lane { store: None, emitted: 0, tasks: 0 }));
             if ColorBox::is_placed(&b) {
                 s.lanes_placed.fetch_add(1, Ordering::Relaxed);
             }
@@ -553,6 +748,7 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
             let mut out = Emitter::new(app, store);
             app.map(split, &mut out);
             l.emitted += out.emitted();
+            l.tasks += 1;
         }
     });
     if let Err(e) = opened {
@@ -567,13 +763,14 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
 /// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
 /// posts the reduce events.
 fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
-    let taken =
-        s.lanes[lane].with(|l| l.as_mut().map_or((None, 0), |l| (l.store.take(), l.emitted)));
-    let (store, emitted) = match taken {
+    let taken = s.lanes[lane]
+        .with(|l| l.as_mut().map_or((None, 0, 0), |l| (l.store.take(), l.emitted, l.tasks)));
+    let (store, emitted, tasks) = match taken {
         Ok(t) => t,
         Err(e) => return s.fail(format!("lane {lane}: {e}")),
     };
     s.emitted.fetch_add(emitted, Ordering::Relaxed);
+    s.busiest.fetch_max(tasks, Ordering::Relaxed);
     let mut parts: Vec<Run<P>> = (0..s.reduce_colors.len()).map(|_| Vec::new()).collect();
     if let Some(store) = store {
         store.partition_into(&mut parts, |k| s.partition(k));
@@ -588,6 +785,14 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     // AcqRel: the last lane sees every other lane's runs (also published under the locks).
     if s.lanes_left.fetch_sub(1, Ordering::AcqRel) == 1 {
         s.mark(MAP);
+        if s.intermediate.load(Ordering::Relaxed) <= INLINE_REDUCE_PAIRS {
+            // Few pairs (K-means' sums, a histogram): reducing them all here costs less than
+            // handing partitions to other workers, which may have gone to sleep meanwhile.
+            for p in 0..s.reduce_colors.len() {
+                reduce(s.clone(), p);
+            }
+            return;
+        }
         for p in 0..s.reduce_colors.len() {
             let s2 = s.clone();
             ochre::post(s.reduce_colors[p], move || reduce(s2, p));
@@ -598,7 +803,7 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
 /// Phase 4, one event per partition: combine the lanes' runs, reduce each key, sort, and send
 /// the run up the merge tree.
 fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
-    if s.cancelled.load(Ordering::Acquire) {
+    if s.flow.cancelled.load(Ordering::Acquire) {
         return;
     }
     let runs = std::mem::take(&mut *lock(&s.runs[part]));
@@ -662,12 +867,13 @@ fn merge_up<P: MapReduce>(s: &State<P>, mut idx: usize, mut run: Run<P>) {
         level += 1;
         idx /= 2;
     }
-    *lock(&s.output) = Some(run);
     s.mark(MERGE);
-    // Every event of the job has run (this is the last): end the run now rather than when
-    // the workers, spinning before they sleep (up to the spin threshold, milliseconds on a
-    // loaded machine), find the runtime quiescent.
-    ochre::shutdown();
+    // Every other event of the job has run: this one hands the output to the stage's step,
+    // which starts the next job or ends the run.
+    match lock(&s.then).take() {
+        Some(then) => then(Output { pairs: run, phases: s.phases() }),
+        None => s.fail("the output was merged twice".into()),
+    }
 }
 
 /// Merges two runs sorted by key (keys of two partitions are distinct), or concatenates them.

@@ -63,10 +63,13 @@
 //!    its run; the last lane posts the reduce events.
 //! 4. **Reduce** (one color per partition, homed round robin over the workers): gathers its
 //!    runs from every lane, combines the values of equal keys, applies [`MapReduce::reduce`]
-//!    once per key, and sorts its pairs by key.
+//!    once per key, and sorts its pairs by key. When the lanes hand over only a few thousand
+//!    pairs in all, the last lane reduces every partition in its own event instead: cheaper
+//!    than waking other workers for them.
 //! 5. **Merge**: sorted runs meet in a binary tree; the second run to reach a node merges the
 //!    two in its event and goes on up, so merging starts while other partitions still reduce,
-//!    and the event that merges the root publishes the output.
+//!    and the event that merges the root publishes the output, or starts the next job of a
+//!    flow ([`Job::then`], [`run_flow`]: K-means' iterations run in one run of the runtime).
 //!
 //! The phase breakdown ([`Phases`]) is measured like Phoenix's: split, map (with partition),
 //! reduce (until the last partition is reduced) and merge (the rest).
@@ -85,7 +88,7 @@ mod store;
 
 use std::hash::Hash;
 
-pub use job::{byte_ranges, Error, Job, Output, Phases};
+pub use job::{byte_ranges, run_flow, Error, Flow, Job, Output, Phases, Stage};
 pub use store::{Container, Emitter};
 
 /// A MapReduce application: its input, how it is split, mapped, combined and reduced.

@@ -1,11 +1,11 @@
 //! The job engine on a toy application (numbers modulo a key count), across containers, chunk
 //! sizes, reduce counts and worker counts: the output equals a sequential fold, whatever the
-//! schedule; empty inputs and panicking maps end cleanly.
+//! schedule; empty inputs and panicking maps end cleanly; flows of chained jobs run in order in one run.
 
 use std::ops::Range;
 
 use ochre::Runtime;
-use ochre_mr::{Container, Emitter, Error, Job, MapReduce};
+use ochre_mr::{run_flow, Container, Emitter, Error, Flow, Job, MapReduce, Stage};
 
 /// Sums, per key `x % keys`, the numbers `x` of the input; keys `>= dense` have no index.
 struct ModSum {
@@ -177,4 +177,58 @@ fn a_job_run_from_inside_a_handler_is_refused_and_leaves_nothing_behind() {
     let out = Job::new(a).chunk_bytes(800).run_on(&rt).unwrap();
     assert_eq!(out.pairs, want);
     assert_eq!(out.phases.emitted, 1000);
+}
+
+/// Every output of a flow's jobs, in order.
+type Outputs = Vec<Vec<(u64, (u64, u64))>>;
+
+/// A flow of `left` more jobs after this one, each on the previous one's key count minus one;
+/// the result is every job's output.
+fn countdown(keys: u64, left: usize, mut seen: Outputs) -> Stage<Outputs> {
+    Job::new(app(5000, keys)).chunk_bytes(800).then(move |out| {
+        seen.push(out.pairs);
+        if left == 0 {
+            Flow::Done(seen)
+        } else {
+            Flow::Next(countdown(keys - 1, left - 1, seen))
+        }
+    })
+}
+
+#[test]
+fn a_flow_runs_its_jobs_in_order_in_one_run() {
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let (outputs, phases) = run_flow(&rt, countdown(20, 9, Vec::new())).unwrap();
+    assert_eq!(outputs.len(), 10);
+    for (i, got) in outputs.iter().enumerate() {
+        assert_eq!(*got, expected(&app(5000, 20 - i as u64)), "job {i}");
+    }
+    assert_eq!(phases.jobs, 10);
+    assert_eq!(phases.emitted, 10 * 5000);
+    // Jobs of different types chain too: a flow's stages hide their job's types.
+    let flow = Job::new(app(1000, 10)).then(|out| {
+        let total: u64 = out.pairs.iter().map(|(_, (s, _))| s).sum();
+        let words =
+            ochre_mr::apps::word_count::WordCount::new(format!("n{total} x x").into_bytes());
+        Flow::Next(Job::new(words).then(Flow::Done))
+    });
+    let (out, phases) = run_flow(&rt, flow).unwrap();
+    assert_eq!(out.pairs.len(), 2);
+    assert_eq!(phases.jobs, 2);
+}
+
+#[test]
+fn a_panic_in_a_later_job_of_a_flow_is_an_error_and_the_runtime_stays_usable() {
+    let rt = Runtime::builder().workers(2).pin(false).abort_on_panic(true).build().unwrap();
+    for _ in 0..3 {
+        let flow = Job::new(app(5000, 10)).chunk_bytes(800).then(|_| {
+            let mut bad = app(5000, 10);
+            bad.panic_at = Some(bad.numbers[2500]);
+            Flow::Next(Job::new(bad).chunk_bytes(800).then(|out| Flow::Done(out.pairs)))
+        });
+        assert!(matches!(run_flow(&rt, flow), Err(Error::Panicked(_) | Error::Runtime(_))));
+        let good = app(5000, 10);
+        let want = expected(&good);
+        assert_eq!(Job::new(good).chunk_bytes(800).run_on(&rt).unwrap().pairs, want);
+    }
 }

@@ -1,5 +1,6 @@
 //! K-means: groups integer points into clusters by Lloyd's iterations, one MapReduce job per
-//! iteration (Phoenix's `kmeans`).
+//! iteration, all in one run of the runtime ([`crate::run_flow`]: the event that merges an
+//! iteration's sums starts the next) (Phoenix's `kmeans`).
 //!
 //! Phoenix generates its points in memory from `rand()`; here the generator writes them to a
 //! file: `KMNS`, then little-endian u32 `dim` (1 to 8), `clusters`, `points`, then the points'
@@ -19,7 +20,7 @@ use ochre::Runtime;
 use serde::Serialize;
 
 use super::{i32_bytes, read, write, AppError, Application, Reader, Rng, Size};
-use crate::{Container, Emitter, Job, MapReduce, Phases};
+use crate::{run_flow, Container, Emitter, Flow, Job, MapReduce, Phases, Stage};
 
 /// Most coordinates a point may have (the value carried per point is fixed-size).
 pub const MAX_DIM: usize = 8;
@@ -119,6 +120,25 @@ fn new_means(
     means
 }
 
+/// Iteration `n` of Lloyd's loop from `means`, as a stage of a flow: its job's output gives
+/// the next means, and the stage after it is the next iteration, until no mean moves (the
+/// same stopping rule as [`Kmeans::lloyd`]). Every iteration runs in the same run of the
+/// runtime: the event that merges one iteration's sums starts the next.
+fn iteration(app: Arc<Kmeans>, means: Vec<i32>, n: usize) -> Stage<Clusters> {
+    let dim = app.dim;
+    let job = Assign { dim, points: app.points.clone(), means: means.clone() };
+    let k = means.len() / dim;
+    Job::new(job).container(Container::Dense(k)).sorted(false).then(move |out| {
+        let next = new_means(&means, dim, out.pairs.into_iter().map(|(k, s)| (k as usize, s)));
+        if next == means || n >= MAX_ITERATIONS {
+            let means = if next == means { means } else { next };
+            Flow::Done(Clusters { dim, means, iterations: n })
+        } else {
+            Flow::Next(iteration(app, next, n + 1))
+        }
+    })
+}
+
 /// The sums of the points of `points` nearest to each of `means`.
 pub fn sums_of(points: &[i32], means: &[i32], dim: usize) -> Vec<PointSum> {
     let mut sums = vec![PointSum::ZERO; means.len() / dim];
@@ -181,6 +201,24 @@ impl Kmeans {
         Ok(Clusters { dim, means, iterations: MAX_ITERATIONS })
     }
 
+    /// The same job as [`Application::run`], but each iteration in a run of its own (a runtime
+    /// start and stop per iteration, the calling thread computing the next means): what a
+    /// flow saves, for measurements.
+    pub fn run_per_iteration(
+        app: &Arc<Self>,
+        rt: &Runtime,
+    ) -> Result<(Clusters, Phases), crate::Error> {
+        let mut phases = Phases::default();
+        let clusters = app.lloyd::<crate::Error>(|means| {
+            let job = Assign { dim: app.dim, points: app.points.clone(), means: means.to_vec() };
+            let k = means.len() / app.dim;
+            let out = Job::new(job).container(Container::Dense(k)).sorted(false).run_on(rt)?;
+            phases.add(&out.phases);
+            Ok(out.pairs.into_iter().map(|(k, s)| (k as usize, s)).collect())
+        })?;
+        Ok((clusters, phases))
+    }
+
     /// Points (`dim` coordinates each) and initial means.
     pub fn new(dim: usize, points: Vec<i32>, means: Vec<i32>) -> Result<Self, AppError> {
         if dim == 0 || dim > MAX_DIM {
@@ -232,15 +270,7 @@ impl Application for Kmeans {
     }
 
     fn run(app: &Arc<Self>, rt: &Runtime) -> Result<(Clusters, Phases), crate::Error> {
-        let mut phases = Phases::default();
-        let clusters = app.lloyd::<crate::Error>(|means| {
-            let job = Assign { dim: app.dim, points: app.points.clone(), means: means.to_vec() };
-            let k = means.len() / app.dim;
-            let out = Job::new(job).container(Container::Dense(k)).sorted(false).run_on(rt)?;
-            phases.add(&out.phases);
-            Ok(out.pairs.into_iter().map(|(k, s)| (k as usize, s)).collect())
-        })?;
-        Ok((clusters, phases))
+        run_flow(rt, iteration(app.clone(), app.means.clone(), 1))
     }
 
     fn sequential(&self) -> Clusters {
@@ -284,6 +314,19 @@ mod tests {
     fn mapreduce_matches_the_reference() {
         let c = testing::check::<Kmeans>(17);
         assert!(c.iterations > 1 && c.iterations < MAX_ITERATIONS, "{c:?}");
+    }
+
+    #[test]
+    fn a_run_per_iteration_gives_the_flow_s_result() {
+        let points: Vec<i32> = (0..3000).map(|i| i * 7919 % 1000).collect();
+        let app =
+            Arc::new(Kmeans::new(3, points, vec![1, 2, 3, 500, 500, 500, 900, 1, 9]).unwrap());
+        let rt = testing::runtime();
+        let (flow, phases) = Kmeans::run(&app, &rt).unwrap();
+        let (separate, _) = Kmeans::run_per_iteration(&app, &rt).unwrap();
+        assert_eq!(flow, separate);
+        assert_eq!(flow, app.sequential());
+        assert_eq!(phases.jobs, flow.iterations);
     }
 
     #[test]

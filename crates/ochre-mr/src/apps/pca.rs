@@ -1,10 +1,12 @@
 //! PCA: the mean of each row of an integer matrix and the covariance of every pair of rows, the
-//! first step of a principal component analysis, in two MapReduce jobs (Phoenix's `pca`).
+//! first step of a principal component analysis, in two MapReduce jobs chained in one run of
+//! the runtime ([`crate::run_flow`]) (Phoenix's `pca`).
 //!
 //! Phoenix generates the matrix in memory; here the generator writes it: `PCAM`, then
 //! little-endian u32 `rows` and `cols`, then the values as i32, row after row. Job 1 maps blocks
 //! of rows to `(row, mean)` (integer division, as Phoenix) into a dense container. Job 2 maps
-//! runs of the upper triangle's pairs `(i, j)`, `i <= j`, to `(pair, covariance)` with
+//! runs of the upper triangle's pairs `(i, j)`, `i <= j`, to `(pair, covariance)`, into a dense
+//! container indexed by the pair's place in the triangle, with
 //! `cov = sum over columns of (a[i][c] - mean i) (a[j][c] - mean j) / (cols - 1)`; reduce is
 //! the identity in both. (Phoenix 2.0's covariance loops over `num_rows` where it means
 //! `num_cols`, which its own comment flags; this one uses the columns.) All integer, in i64:
@@ -18,7 +20,7 @@ use ochre::Runtime;
 use serde::Serialize;
 
 use super::{i32_bytes, read, write, AppError, Application, Reader, Rng, Size};
-use crate::{Container, Emitter, Job, MapReduce, Phases};
+use crate::{run_flow, Container, Emitter, Flow, Job, MapReduce, Phases};
 
 /// A matrix.
 pub struct Pca {
@@ -137,6 +139,12 @@ impl MapReduce for Covariance {
     }
 
     fn combine(&self, _acc: &mut i64, _value: i64) {}
+
+    fn key_index(&self, &(i, j): &(u32, u32)) -> Option<usize> {
+        let (i, j) = (i as usize, j as usize);
+        // Pairs before row i's: rows + (rows - 1) + ... + (rows - i + 1).
+        (i <= j && j < self.rows).then(|| i * self.rows - i * i.saturating_sub(1) / 2 + (j - i))
+    }
 }
 
 impl Pca {
@@ -194,15 +202,18 @@ impl Application for Pca {
 
     fn run(app: &Arc<Self>, rt: &Runtime) -> Result<(Stats, Phases), crate::Error> {
         let (rows, cols) = (app.rows, app.cols);
-        let means_job = RowMeans { rows, cols, m: app.m.clone() };
-        let out = Job::new(means_job).container(Container::Dense(rows)).run_on(rt)?;
-        let mut phases = out.phases;
-        let means: Vec<i64> = out.pairs.into_iter().map(|(_, m)| m).collect();
-        let cov_job = Covariance { rows, cols, m: app.m.clone(), means: means.clone() };
-        let out = Job::new(cov_job).run_on(rt)?;
-        phases.add(&out.phases);
-        let cov = out.pairs.into_iter().map(|(_, c)| c).collect();
-        Ok((Stats { rows, means, cov }, phases))
+        let (m, pairs) = (app.m.clone(), rows * (rows + 1) / 2);
+        let means_job = RowMeans { rows, cols, m: m.clone() };
+        // Both jobs in one run: the event that merges the means starts the covariance job.
+        let flow = Job::new(means_job).container(Container::Dense(rows)).then(move |out| {
+            let means: Vec<i64> = out.pairs.into_iter().map(|(_, m)| m).collect();
+            let cov_job = Covariance { rows, cols, m, means: means.clone() };
+            Flow::Next(Job::new(cov_job).container(Container::Dense(pairs)).then(move |out| {
+                let cov = out.pairs.into_iter().map(|(_, c)| c).collect();
+                Flow::Done(Stats { rows, means, cov })
+            }))
+        });
+        run_flow(rt, flow)
     }
 
     fn sequential(&self) -> Stats {
