@@ -81,12 +81,16 @@ const EARLY_FRACTION: usize = 8;
 /// every outgoing buffer leaves at once (a fan-out, whose receivers are about to run out of the
 /// part already sent, and whose batches are already large): a quarter of a batch, at least 2.
 /// The policy of the worker's end-of-turn flush, shared with the simulator (`sim`).
+// Until `worker` (the lead's file) calls it instead of its own copy, only `sim` does.
+#[cfg_attr(not(any(test, feature = "sim")), allow(dead_code))]
 pub(crate) fn is_burst(turn_sends: u32, batch_size: usize) -> bool {
     turn_sends as usize >= (batch_size / 4).max(2)
 }
 
 /// How many events run between two safety-flush checks (each check may read the clock). The
 /// simulator checks as often; the worker keeps its own copy of this constant for now.
+// Until `worker` (the lead's file) calls it instead of its own copy, only `sim` does.
+#[cfg_attr(not(any(test, feature = "sim")), allow(dead_code))]
 pub(crate) const SAFETY_CHECK_EVERY: u32 = 16;
 
 /// Spare buffers kept at most.

@@ -252,6 +252,8 @@ pub(crate) fn worth_nudging(steal: Steal, me: &Loaded, lendable: impl FnOnce() -
 /// and the next skip on a further empty answer, given `next`: empty answers double the skip, up
 /// to 64 (a victim answers every request, and on balanced work each answer is a message it did
 /// not need to send). The worker's grant handling and the simulator apply this.
+// Until `worker` (the lead's file) calls it instead of its own copy, only `sim` does.
+#[cfg_attr(not(any(test, feature = "sim")), allow(dead_code))]
 pub(crate) fn backoff_after(granted: bool, next: u32) -> (u32, u32) {
     if granted {
         (0, 1)
