@@ -43,6 +43,11 @@ pub struct CostModel {
     pub steal_answer_ns: f64,
     /// With batching off (libasync-smp's transport): one lock taken per posted event.
     pub lock_ns: f64,
+    /// A handler's work of `w` ns (as the workload gives it) costs `w * work_scale +
+    /// work_fixed_ns` (a busy loop's clock reads and overshoot), 0 for no work.
+    pub work_scale: f64,
+    /// See [`work_scale`](Self::work_scale).
+    pub work_fixed_ns: f64,
 }
 
 impl Default for CostModel {
@@ -64,11 +69,22 @@ impl Default for CostModel {
             spin_notice_ns: 80.0,
             steal_answer_ns: 200.0,
             lock_ns: 60.0,
+            work_scale: 1.0,
+            work_fixed_ns: 0.0,
         }
     }
 }
 
 impl CostModel {
+    /// What a handler's work of `ns` costs.
+    pub fn work(&self, ns: u64) -> f64 {
+        if ns == 0 {
+            0.0
+        } else {
+            ns as f64 * self.work_scale + self.work_fixed_ns
+        }
+    }
+
     /// Line latency at distance `d` (clamped to the table).
     pub fn line(&self, d: usize) -> f64 {
         self.line_ns[d.min(self.line_ns.len() - 1)]

@@ -671,7 +671,8 @@ impl<'w> Sim<'w> {
         let ev = Event { color, data: tag.data, core: k, now_ns: self.cores[k].now };
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
-        let cost = self.work.handle(&ev, &mut posts) as f64;
+        let work = self.work.handle(&ev, &mut posts);
+        let cost = self.setup.cost.work(work);
         let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
         self.cores[k].now += spent;
         self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);

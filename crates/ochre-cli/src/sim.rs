@@ -1,0 +1,728 @@
+//! `ochre sim`: the deterministic simulator of N-core machines (`ochre::sim`, issue 20) from the
+//! command line: its speed, its calibration on this machine, its validation against the
+//! measured benchmarks, and its predictions for 8 to 64 cores.
+//!
+//! * `speed`: simulated events per second of host time.
+//! * `calibrate [--from DIR] [--out FILE]`: fits the cost model's constants to this machine's
+//!   figures at 1 and 2 workers: read from a study's JSON files (`--from`, as `ochre study`
+//!   writes them), else measured here with `ochre-bench`'s functions (ping-pong,
+//!   producer-consumer, the stealing case; the actor programs only from a study).
+//! * `validate [--from DIR] [--calibration FILE] [--json FILE]`: one row per case and core
+//!   count: `case`, `cores`, `measured`, `simulated`, `error` (relative, signed).
+//! * `predict [--calibration FILE] [--json FILE]`: the seeds' many-core comparisons, simulated
+//!   on the thesis's 8-core Harpertown and 16-core Opteron and on a 2-socket 64-core machine.
+//!
+//! Invariants: a case's simulated figure is in the unit of its measured one; nothing here
+//! panics on a missing or malformed file (an error message instead); every table printed is also
+//! written as JSON when asked.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ochre::sim::workload::{Actors, Imbalanced, Measured, PingPong, ProdCons, Program};
+use ochre::sim::{simulate, CostModel, Setup};
+use ochre::topology::Topology;
+use ochre::{Config, Runtime, Spin, Steal};
+use ochre_bench::harness::{BenchReport, Row};
+use serde::{Deserialize, Serialize};
+
+/// Simulate N-core machines running ochre's own policies: speed, calibrate, validate, predict.
+#[derive(clap::Args)]
+pub(crate) struct SimArgs {
+    #[command(subcommand)]
+    command: SimCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum SimCommand {
+    /// Measure the simulator's speed: simulated events per second of host time.
+    Speed {
+        /// Simulated cores.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        cores: u32,
+    },
+    /// Fit the cost model to this machine's figures at 1 and 2 workers.
+    Calibrate {
+        /// A study's output directory to read the measured figures from (pingpong.json,
+        /// prodcons.json, steal.json, actors.json); default: measure here.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Where to write the calibration (JSON).
+        #[arg(long, default_value = "sim-calibration.json")]
+        out: PathBuf,
+    },
+    /// Compare simulated and measured figures at 1 and 2 cores, one row per case.
+    Validate {
+        /// A study's output directory to read the measured figures from; default: measure here.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// A calibration written by `ochre sim calibrate`; default: calibrate now.
+        #[arg(long)]
+        calibration: Option<PathBuf>,
+        /// Also write the table as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Predict the seeds' many-core comparisons (8 to 64 simulated cores).
+    Predict {
+        /// A calibration written by `ochre sim calibrate`; default: the model's defaults.
+        #[arg(long)]
+        calibration: Option<PathBuf>,
+        /// Also write the tables as JSON here (the benchmarks' report schema).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Smaller simulated runs.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
+    match &args.command {
+        SimCommand::Speed { cores } => speed(*cores as usize),
+        SimCommand::Calibrate { from, out } => {
+            let measured = measure(from.as_deref())?;
+            let cal = calibrate(&measured);
+            let text = serde_json::to_string_pretty(&cal).map_err(|e| e.to_string())?;
+            std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
+            print!("{}", table(&validation(&cal)));
+            println!("calibration written to {}", out.display());
+            Ok(())
+        }
+        SimCommand::Validate { from, calibration, json } => {
+            let cal = match calibration {
+                Some(p) => load(p)?,
+                None => calibrate(&measure(from.as_deref())?),
+            };
+            let rows = validation(&cal);
+            print!("{}", table(&rows));
+            if let Some(p) = json {
+                let doc = serde_json::json!({ "rows": rows, "cost": cal.cost,
+                    "actor_msg_ns": cal.actor_msg_ns, "source": cal.source });
+                write_json(p, &doc)?;
+            }
+            Ok(())
+        }
+        SimCommand::Predict { calibration, json, quick } => {
+            let cal = match calibration {
+                Some(p) => load(p)?,
+                None => Calibration::default(),
+            };
+            let report = predict(&cal, *quick);
+            print!("{}", report.table());
+            for n in &report.notes {
+                println!("note: {n}");
+            }
+            if let Some(p) = json {
+                write_json(p, &report)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn load(path: &Path) -> Result<Calibration, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let mut cal: Calibration =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The workloads and configurations are not stored: take them from the cases by name.
+    let specs = case_specs();
+    for m in &mut cal.measured {
+        if let Some(s) = specs.iter().find(|s| s.name == m.name && s.cores == m.cores) {
+            m.work = s.work;
+            m.config = s.config.clone();
+        }
+    }
+    Ok(cal)
+}
+
+/// A simulated run's figure in its benchmark's unit: events (or messages) per second, per core
+/// for ping-pong.
+fn rate(
+    cores: usize,
+    topology: &Topology,
+    config: &Config,
+    cost: &CostModel,
+    work: &mut dyn Measured,
+) -> f64 {
+    let mut setup = Setup::new(cores, topology.clone(), config.clone());
+    setup.cost = cost.clone();
+    let counted = work.counted();
+    let per_core = work.per_core();
+    let r = simulate(setup, work);
+    let secs = (r.makespan_ns.max(1)) as f64 * 1e-9;
+    let v = counted as f64 / secs;
+    if per_core {
+        v / cores as f64
+    } else {
+        v
+    }
+}
+
+fn speed(cores: usize) -> Result<(), String> {
+    let t = Topology::named("opteron16").ok_or("no topology")?;
+    println!(
+        "{:<34} {:>6} {:>12} {:>10} {:>14}",
+        "workload", "cores", "events", "host s", "sim events/s"
+    );
+    let mut rates = Vec::new();
+    for rep in 0..5 {
+        let cases: Vec<(&str, Box<dyn Measured>, Config)> = vec![
+            (
+                "ping-pong (local chains)",
+                Box::new(PingPong::new(cores, &t, 500_000, 0)),
+                Config::default(),
+            ),
+            (
+                "producer-consumer 1 us",
+                Box::new(ProdCons::new(cores, &t, 1_000, 5_000)),
+                Config::default(),
+            ),
+            (
+                "thread ring, 64 tokens",
+                Box::new(Actors::new(
+                    Program::Ring { actors: 1000, tokens: 64, hops: 2_000_000 },
+                    50,
+                )),
+                Config::default(),
+            ),
+        ];
+        for (name, mut work, config) in cases {
+            let setup = Setup::new(cores, t.clone(), config);
+            let start = Instant::now();
+            let r = simulate(setup, &mut *work);
+            let host = start.elapsed().as_secs_f64();
+            let v = r.events as f64 / host;
+            if rep == 4 {
+                println!("{name:<34} {cores:>6} {:>12} {host:>10.3} {v:>14.0}", r.events);
+            }
+            rates.push((name, v));
+        }
+    }
+    let mut all: Vec<f64> = rates.iter().map(|(_, v)| *v).collect();
+    all.sort_by(f64::total_cmp);
+    println!(
+        "median over 5 repetitions of the 3 workloads: {:.1} M simulated events/s",
+        all[all.len() / 2] / 1e6
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases: what is measured, and how it is simulated.
+
+/// The workload of a case.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+enum Work {
+    PingPong,
+    ProdCons { cost_ns: u64 },
+    Imbalanced,
+    Actor { program: &'static str },
+}
+
+/// A benchmark figure: where it comes from (bench, system, case), its configuration and value.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Measurement {
+    /// The validation table's case name.
+    name: String,
+    bench: String,
+    system: String,
+    case: String,
+    cores: usize,
+    unit: String,
+    #[serde(skip)]
+    work: Option<Work>,
+    #[serde(skip)]
+    config: Option<Config>,
+    measured: f64,
+}
+
+/// Every case the validation covers, without its measured value.
+fn case_specs() -> Vec<Measurement> {
+    let mut v = Vec::new();
+    let mut add = |name: String,
+                   bench: &str,
+                   system: &str,
+                   case: String,
+                   cores: usize,
+                   unit: &str,
+                   work: Work,
+                   config: Config| {
+        v.push(Measurement {
+            name,
+            bench: bench.into(),
+            system: system.into(),
+            case,
+            cores,
+            unit: unit.into(),
+            work: Some(work),
+            config: Some(config),
+            measured: 0.0,
+        })
+    };
+    for w in [1usize, 2] {
+        let case = if w == 1 { "1 worker".to_string() } else { format!("{w} workers") };
+        add(
+            "pingpong".into(),
+            "pingpong",
+            "ochre",
+            case,
+            w,
+            "ev/s/worker",
+            Work::PingPong,
+            Config::default(),
+        );
+    }
+    for w in [1usize, 2] {
+        for (label, cost_ns) in [("empty", 0u64), ("1 us", 1_000), ("10 us", 10_000)] {
+            add(
+                format!("prodcons {label}"),
+                "prodcons",
+                "ochre",
+                format!("{w}w {label}"),
+                w,
+                "ev/s",
+                Work::ProdCons { cost_ns },
+                Config::default(),
+            );
+        }
+    }
+    for (name, config) in ochre_bench::steal::policies() {
+        let system = if name == "all" { "ochre".to_string() } else { format!("steal-{name}") };
+        add(
+            format!("steal {name}"),
+            "steal",
+            &system,
+            "2w imbalanced".into(),
+            2,
+            "ev/s",
+            Work::Imbalanced,
+            config,
+        );
+    }
+    for (name, _) in Program::suite(true) {
+        add(
+            format!("actors {name}"),
+            "actors",
+            "ochre",
+            name.into(),
+            2,
+            "msg/s",
+            Work::Actor { program: name },
+            Config::default(),
+        );
+    }
+    v
+}
+
+/// The simulated figure of case `m` under `cost` (actor messages cost `actor_msg_ns` more).
+fn simulate_case(m: &Measurement, cost: &CostModel, actor_msg_ns: f64) -> f64 {
+    let (Some(work), Some(config)) = (m.work, m.config.as_ref()) else { return 0.0 };
+    let cores = m.cores;
+    let t = Topology::flat((0..cores).collect());
+    match work {
+        Work::PingPong => rate(cores, &t, config, cost, &mut PingPong::new(cores, &t, 200_000, 0)),
+        Work::ProdCons { cost_ns } => {
+            let rounds = (20_000_000 / (cost_ns + 200)).clamp(50, 1_000);
+            rate(cores, &t, config, cost, &mut ProdCons::new(cores, &t, cost_ns, rounds))
+        }
+        Work::Imbalanced => {
+            rate(cores, &t, config, cost, &mut Imbalanced::new(cores, &t, 4, 40, 400, 10_000))
+        }
+        Work::Actor { program } => {
+            let Some((_, p)) = Program::suite(true).into_iter().find(|(n, _)| *n == program) else {
+                return 0.0;
+            };
+            // About 100k messages: rates do not depend on the size beyond start-up.
+            let p = p.scaled((p.messages() / 100_000).max(1));
+            rate(cores, &t, config, cost, &mut Actors::new(p, actor_msg_ns.max(0.0) as u64))
+        }
+    }
+}
+
+/// The measured figures: from a study's JSON files, or measured here.
+fn measure(from: Option<&Path>) -> Result<Vec<Measurement>, String> {
+    let mut out = Vec::new();
+    match from {
+        Some(dir) => {
+            for mut m in case_specs() {
+                let path = dir.join(format!("{}.json", m.bench));
+                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                let report: BenchReport =
+                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                if let Some(row) = report
+                    .rows
+                    .iter()
+                    .find(|r| r.system == m.system && r.case == m.case && r.workers == m.cores)
+                {
+                    m.measured = row.median;
+                    out.push(m);
+                }
+            }
+        }
+        None => {
+            for mut m in case_specs() {
+                if let Some(v) = measure_here(&m)? {
+                    m.measured = v;
+                    out.push(m);
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no measured figure found (give a study's directory with --from)".into());
+    }
+    Ok(out)
+}
+
+/// Measures case `m` on this machine (5 repetitions, the median); `None` for the cases only a
+/// study measures (the actor programs).
+fn measure_here(m: &Measurement) -> Result<Option<f64>, String> {
+    let (Some(work), Some(config)) = (m.work, m.config.clone()) else { return Ok(None) };
+    if matches!(work, Work::Actor { .. }) {
+        return Ok(None);
+    }
+    let cpus = ochre::topology::allowed_cpus().map(|c| c.len()).unwrap_or(1);
+    if m.cores > cpus {
+        return Ok(None);
+    }
+    let rt =
+        Runtime::builder().workers(m.cores).config(config).build().map_err(|e| e.to_string())?;
+    let round = match work {
+        Work::ProdCons { cost_ns } => Some(ochre_bench::prodcons::Round::leak(&rt, cost_ns)),
+        _ => None,
+    };
+    let mut samples = Vec::new();
+    for rep in 0..6 {
+        let v = match (work, round) {
+            (Work::PingPong, _) => ochre_bench::pingpong::ochre_pingpong(&rt, 2_000_000)?,
+            (Work::ProdCons { cost_ns }, Some(r)) => {
+                let rounds = (50_000_000 / (cost_ns * 100 + 2_000)).clamp(20, 2_000);
+                ochre_bench::prodcons::ochre_prodcons(&rt, r, rounds)?
+            }
+            (Work::Imbalanced, _) => ochre_bench::steal::imbalanced(&rt, 4, 40, 400)?,
+            _ => return Ok(None),
+        };
+        if rep > 0 {
+            samples.push(v); // the first is a warm-up
+        }
+    }
+    Ok(Some(ochre_bench::harness::median(&samples)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calibration.
+
+/// A fitted cost model, with the figures it was fitted to.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Calibration {
+    cost: CostModel,
+    /// The actor layer's own cost per message (an `Arc` and a `ColorCell` per message).
+    actor_msg_ns: f64,
+    /// Where the measured figures came from.
+    source: String,
+    measured: Vec<Measurement>,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Calibration {
+            cost: CostModel::default(),
+            actor_msg_ns: 40.0,
+            source: "defaults (not calibrated)".into(),
+            measured: Vec::new(),
+        }
+    }
+}
+
+/// The knobs calibration turns: each a multiplier on one constant (or on the line table).
+const KNOBS: [&str; 12] = [
+    "event_ns",
+    "local_post_ns",
+    "turn_ns",
+    "remote_post_ns",
+    "receive_ns",
+    "deliver_ns",
+    "line_ns",
+    "work_scale",
+    "work_fixed_ns",
+    "wake_send_ns",
+    "sleep_ns",
+    "actor_msg_ns",
+];
+
+fn knob(c: &mut Calibration, k: &str, f: f64) {
+    let m = &mut c.cost;
+    match k {
+        "event_ns" => m.event_ns *= f,
+        "local_post_ns" => m.local_post_ns *= f,
+        "turn_ns" => m.turn_ns *= f,
+        "remote_post_ns" => m.remote_post_ns *= f,
+        "receive_ns" => m.receive_ns *= f,
+        "deliver_ns" => m.deliver_ns *= f,
+        "line_ns" => m.line_ns.iter_mut().for_each(|l| *l *= f),
+        "work_scale" => m.work_scale *= f,
+        "work_fixed_ns" => m.work_fixed_ns *= f,
+        "wake_send_ns" => m.wake_send_ns *= f,
+        "sleep_ns" => m.sleep_ns *= f,
+        "actor_msg_ns" => c.actor_msg_ns *= f,
+        _ => {}
+    }
+}
+
+/// Sum of squared log errors of `cal` over its cases.
+fn misfit(cal: &Calibration) -> f64 {
+    cal.measured
+        .iter()
+        .map(|m| {
+            let s = simulate_case(m, &cal.cost, cal.actor_msg_ns);
+            if s > 0.0 && m.measured > 0.0 {
+                (s / m.measured).ln().powi(2)
+            } else {
+                10.0
+            }
+        })
+        .sum()
+}
+
+/// Fits the cost model to `measured` by coordinate descent on multipliers of its constants,
+/// starting from the defaults with this machine's measured futex wake-up latency.
+fn calibrate(measured: &[Measurement]) -> Calibration {
+    let mut cal = Calibration { measured: measured.to_vec(), ..Calibration::default() };
+    cal.source = "this machine".into();
+    cal.cost.work_fixed_ns = 100.0;
+    if let Ok(lat) = ochre::measure_wakeup(ochre::Wakeup::Futex, 9) {
+        cal.cost.wakeup_ns = lat.as_nanos() as f64;
+    }
+    let mut best = misfit(&cal);
+    let mut step = 2.0f64;
+    let start = Instant::now();
+    while step > 1.05 && start.elapsed() < Duration::from_secs(240) {
+        let mut improved = false;
+        for k in KNOBS {
+            for f in [step, 1.0 / step] {
+                let mut c = cal.clone();
+                knob(&mut c, k, f);
+                let e = misfit(&c);
+                if e < best {
+                    best = e;
+                    cal = c;
+                    improved = true;
+                    break;
+                }
+            }
+        }
+        if !improved {
+            step = step.sqrt();
+        }
+    }
+    eprintln!("calibrated in {:.0} s: misfit {best:.3}", start.elapsed().as_secs_f64());
+    cal
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation.
+
+#[derive(Clone, Debug, Serialize)]
+struct ValidationRow {
+    case: String,
+    cores: usize,
+    unit: String,
+    measured: f64,
+    simulated: f64,
+    /// (simulated - measured) / measured.
+    error: f64,
+}
+
+fn validation(cal: &Calibration) -> Vec<ValidationRow> {
+    cal.measured
+        .iter()
+        .map(|m| {
+            let simulated = simulate_case(m, &cal.cost, cal.actor_msg_ns);
+            ValidationRow {
+                case: m.name.clone(),
+                cores: m.cores,
+                unit: m.unit.clone(),
+                measured: m.measured,
+                simulated,
+                error: (simulated - m.measured) / m.measured,
+            }
+        })
+        .collect()
+}
+
+fn table(rows: &[ValidationRow]) -> String {
+    let mut s = format!(
+        "{:<30} {:>5} {:>12} {:>12} {:>8}  {}\n",
+        "case", "cores", "measured", "simulated", "error", "unit"
+    );
+    for r in rows {
+        s += &format!(
+            "{:<30} {:>5} {:>12} {:>12} {:>+7.1}%  {}\n",
+            r.case,
+            r.cores,
+            ochre_bench::harness::si(r.measured),
+            ochre_bench::harness::si(r.simulated),
+            r.error * 100.0,
+            r.unit
+        );
+    }
+    let within = rows.iter().filter(|r| r.error.abs() <= 0.15).count();
+    s += &format!("{within} of {} cases within 15%\n", rows.len());
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// Predictions.
+
+fn row(bench: &str, system: &str, case: String, cores: usize, unit: &str, v: f64) -> Row {
+    Row {
+        bench: bench.into(),
+        system: system.into(),
+        case,
+        workers: cores,
+        unit: unit.into(),
+        samples: vec![v],
+        median: v,
+        min: v,
+        max: v,
+        vs_ochre: None,
+    }
+}
+
+/// The machine a core count is simulated on: the thesis's 8-core Harpertown up to 8, its
+/// 16-core Opteron up to 16, the 2-socket 64-core machine beyond.
+fn machine_for(cores: usize) -> (&'static str, Topology) {
+    let name = if cores <= 8 {
+        "harpertown8"
+    } else if cores <= 16 {
+        "opteron16"
+    } else {
+        "2socket64"
+    };
+    (name, Topology::named(name).unwrap_or_else(|| Topology::flat((0..cores).collect())))
+}
+
+fn predict(cal: &Calibration, quick: bool) -> BenchReport {
+    let mut r = BenchReport::new(
+        "sim-predict",
+        "Simulated many-core comparisons (ochre's own policies, calibrated cost model): \
+         figures are simulated, not measured",
+    );
+    let cost = &cal.cost;
+    let k = if quick { 4 } else { 1 };
+    let counts = [1usize, 2, 4, 8, 16, 32, 64];
+    // Ping-pong and producer-consumer scaling.
+    for &n in &counts {
+        let (m, t) = machine_for(n);
+        let v = rate(n, &t, &Config::default(), cost, &mut PingPong::new(n, &t, 400_000 / k, 0));
+        r.rows.push(row("pingpong", "ochre", format!("{n} cores ({m})"), n, "ev/s/core", v));
+        for cost_ns in [0u64, 1_000, 10_000] {
+            let rounds = (2_000_000 / (cost_ns + 1_000) / k as u64).clamp(20, 2_000);
+            let v =
+                rate(n, &t, &Config::default(), cost, &mut ProdCons::new(n, &t, cost_ns, rounds));
+            r.rows.push(row("prodcons", "ochre", format!("{n} cores {cost_ns} ns"), n, "ev/s", v));
+        }
+    }
+    // Batching's gain: producer-consumer with and without batched posting (thesis §5.3.2: x2).
+    for &n in &[8usize, 16, 32, 64] {
+        let (m, t) = machine_for(n);
+        for cost_ns in [0u64, 1_000] {
+            let rounds = (400 / k as u64).max(20);
+            let on =
+                rate(n, &t, &Config::default(), cost, &mut ProdCons::new(n, &t, cost_ns, rounds));
+            let off = rate(
+                n,
+                &t,
+                &Config::default().batching(false),
+                cost,
+                &mut ProdCons::new(n, &t, cost_ns, rounds),
+            );
+            let case = format!("{n} cores ({m}) {cost_ns} ns: batched/unbatched");
+            r.rows.push(row("batching", "ochre", case, n, "x", on / off));
+        }
+    }
+    // Reasoned spinning vs always sleeping (thesis §5.3.1): producer-consumer rounds and a
+    // ping-pong between cores pay a wake-up per idle spell.
+    for &n in &[8usize, 16, 32, 64] {
+        let (m, t) = machine_for(n);
+        let sleep = Config::default().spin(Spin::Never);
+        for (what, cost_ns) in [("prodcons 1 us", 1_000u64), ("prodcons 10 us", 10_000)] {
+            let rounds = (300 / k as u64).max(20);
+            let spin =
+                rate(n, &t, &Config::default(), cost, &mut ProdCons::new(n, &t, cost_ns, rounds));
+            let never = rate(n, &t, &sleep, cost, &mut ProdCons::new(n, &t, cost_ns, rounds));
+            r.rows.push(row(
+                "spinning",
+                "ochre",
+                format!("{n} cores ({m}) {what}: reasoned/never"),
+                n,
+                "x",
+                spin / never,
+            ));
+        }
+        let ring = Program::Ring { actors: 1000, tokens: 64, hops: 400_000 / k as u64 };
+        let spin = rate(
+            n,
+            &t,
+            &Config::default().follow(false),
+            cost,
+            &mut Actors::new(ring, cal.actor_msg_ns as u64),
+        );
+        let never = rate(
+            n,
+            &t,
+            &sleep.clone().follow(false),
+            cost,
+            &mut Actors::new(ring, cal.actor_msg_ns as u64),
+        );
+        r.rows.push(row(
+            "spinning",
+            "ochre",
+            format!("{n} cores ({m}) ring 64 tokens, static: reasoned/never"),
+            n,
+            "x",
+            spin / never,
+        ));
+    }
+    // Stealing heuristics (slides: batch +18%, locality +27%) on the imbalanced case.
+    for &n in &[8usize, 16, 32, 64] {
+        let (m, t) = machine_for(n);
+        let off = rate(
+            n,
+            &t,
+            &Config::default(),
+            cost,
+            &mut Imbalanced::new(n, &t, 4 * n / 2, 40, 400, 10_000),
+        );
+        for (name, config) in ochre_bench::steal::policies()
+            .into_iter()
+            .chain([("backlog", Config::default().steal(Steal::Backlog))])
+        {
+            let v =
+                rate(n, &t, &config, cost, &mut Imbalanced::new(n, &t, 4 * n / 2, 40, 400, 10_000));
+            r.rows.push(row(
+                "stealing",
+                name,
+                format!("{n} cores ({m}) imbalanced: vs off"),
+                n,
+                "x",
+                v / off,
+            ));
+        }
+    }
+    r.notes.push(format!("cost model: {} ({} measured cases)", cal.source, cal.measured.len()));
+    r.notes.push(
+        "thesis (seeds): batching x2 on producer-consumer (§5.3.2); slides: batch stealing +18%, \
+         locality-aware stealing +27%; reasoned spinning avoids the wake-up cost when idle \
+         spells are short (§5.3.1)"
+            .into(),
+    );
+    r
+}
