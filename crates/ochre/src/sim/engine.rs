@@ -335,6 +335,9 @@ pub struct Sim<'w> {
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
+    /// Reused buffers: arrivals taken from an inbox, destinations to flush.
+    arrived: Vec<Arrival>,
+    scratch: Vec<usize>,
 }
 
 impl<'w> Sim<'w> {
@@ -406,6 +409,8 @@ impl<'w> Sim<'w> {
             checks,
             report: Report::default(),
             posts: Vec::new(),
+            arrived: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -534,18 +539,22 @@ impl<'w> Sim<'w> {
         if self.net.inbox[k].iter().all(|a| a.at > now) {
             return;
         }
-        let mut arrived = Vec::new();
-        let mut later = Vec::new();
-        for a in std::mem::take(&mut self.net.inbox[k]) {
-            if a.at <= now {
-                arrived.push(a);
-            } else {
-                later.push(a);
+        let mut arrived = std::mem::take(&mut self.arrived);
+        let inbox = &mut self.net.inbox[k];
+        if inbox.iter().all(|a| a.at <= now) {
+            arrived.append(inbox);
+        } else {
+            let mut i = 0;
+            while i < inbox.len() {
+                if inbox[i].at <= now {
+                    arrived.push(inbox.remove(i));
+                } else {
+                    i += 1;
+                }
             }
         }
-        self.net.inbox[k] = later;
         let batching = self.setup.config.batching;
-        for a in arrived {
+        for a in arrived.drain(..) {
             let Arrival { from, quiet, mut msgs, .. } = a;
             let cost = &self.setup.cost;
             let lines = msgs.len() as f64 / cost.msgs_per_line;
@@ -560,6 +569,7 @@ impl<'w> Sim<'w> {
                 self.cores[k].outbox.recycle(msgs, Some(from));
             }
         }
+        self.arrived = arrived;
     }
 
     /// Routes one message (`worker::Core::receive`).
@@ -822,16 +832,20 @@ impl<'w> Sim<'w> {
             if burst && core.outbox.has_pending() {
                 self.flush_all(k);
             } else {
-                let idle: Vec<usize> = core
-                    .outbox
-                    .pending_dests()
-                    .iter()
-                    .copied()
-                    .filter(|&d| self.net.status[d].state != State::Busy)
-                    .collect();
-                for d in idle {
+                let mut idle = std::mem::take(&mut self.scratch);
+                idle.clear();
+                let status = &self.net.status;
+                idle.extend(
+                    core.outbox
+                        .pending_dests()
+                        .iter()
+                        .copied()
+                        .filter(|&d| status[d].state != State::Busy),
+                );
+                for &d in &idle {
                     self.flush_to(k, d);
                 }
+                self.scratch = idle;
             }
         }
         if self.setup.config.steal != Steal::Off {
