@@ -48,6 +48,11 @@ pub struct CostModel {
     pub work_scale: f64,
     /// See [`work_scale`](Self::work_scale).
     pub work_fixed_ns: f64,
+    /// How much longer a turn takes per other core running at the same time (shared caches
+    /// and memory bandwidth, SMT siblings; on a shared machine, other tenants): 0 on a machine
+    /// of one's own. Calibration fits it on this machine's 2-worker figures; predictions for
+    /// other machines leave it at 0 (it is this machine's, not theirs).
+    pub contention: f64,
 }
 
 impl Default for CostModel {
@@ -71,6 +76,7 @@ impl Default for CostModel {
             lock_ns: 60.0,
             work_scale: 1.0,
             work_fixed_ns: 0.0,
+            contention: 0.0,
         }
     }
 }

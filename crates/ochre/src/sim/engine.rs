@@ -230,9 +230,18 @@ struct Net {
     seq: u64,
     spinners: usize,
     sleeping: usize,
+    /// Cores in the `Busy` state (running or about to).
+    busy: usize,
 }
 
 impl Net {
+    fn set_state(&mut self, core: usize, state: State) {
+        let st = &mut self.status[core];
+        let (was, is) = (st.state == State::Busy, state == State::Busy);
+        st.state = state;
+        self.busy = self.busy + usize::from(is) - usize::from(was);
+    }
+
     fn schedule(&mut self, core: usize, at: u64) {
         let st = &mut self.status[core];
         st.gen += 1;
@@ -248,16 +257,15 @@ impl Net {
             State::Spin { .. } => {
                 self.spinners -= 1;
                 report.spin_wins += 1;
-                self.status[dest].state = State::Busy;
+                self.set_state(dest, State::Busy);
                 self.schedule(dest, at + cost.spin_notice_ns as u64);
                 false
             }
             State::Sleep { since } => {
                 self.sleeping -= 1;
                 let wake = at + cost.wakeup_ns as u64;
-                let st = &mut self.status[dest];
-                st.state = State::Busy;
-                st.slept = Some(wake.saturating_sub(since));
+                self.set_state(dest, State::Busy);
+                self.status[dest].slept = Some(wake.saturating_sub(since));
                 report.wakeups += 1;
                 self.schedule(dest, wake);
                 true
@@ -384,6 +392,7 @@ impl<'w> Sim<'w> {
             seq: 0,
             spinners: 0,
             sleeping: 0,
+            busy: n,
         };
         let threshold = setup.spin_threshold.unwrap_or_else(|| {
             crate::idle::threshold_for(Duration::from_nanos(setup.cost.wakeup_ns as u64))
@@ -493,7 +502,7 @@ impl<'w> Sim<'w> {
             State::Busy => self.round(k),
             State::Spin { until } if now >= until => {
                 self.net.spinners -= 1;
-                self.net.status[k].state = State::Busy;
+                self.net.set_state(k, State::Busy);
                 self.sleep(k);
             }
             State::Spin { until } => {
@@ -661,6 +670,13 @@ impl<'w> Sim<'w> {
             let tag = RAN.with(|c| c.get());
             n += 1;
             self.run_event(k, color, tag);
+        }
+        if self.setup.cost.contention > 0.0 && self.net.busy > 1 {
+            // Other cores running at the same time slow this one (shared caches, memory
+            // bandwidth, a shared host): the turn takes longer.
+            let others = (self.net.busy - 1) as f64;
+            let turn = (self.cores[k].now - start) as f64;
+            self.cores[k].now += (turn * self.setup.cost.contention * others) as u64;
         }
         let end = self.cores[k].now;
         if let Some(c) = self.checks.as_mut() {
@@ -951,13 +967,13 @@ impl<'w> Sim<'w> {
             let until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
             self.net.spinners += 1;
             self.report.spins += 1;
-            self.net.status[k].state = State::Spin { until };
+            self.net.set_state(k, State::Spin { until });
             // A message already on its way is noticed when it lands.
             let next = self.next_arrival(k).map_or(until, |a| a.min(until));
             if next < until {
                 self.net.spinners -= 1;
                 self.report.spin_wins += 1;
-                self.net.status[k].state = State::Busy;
+                self.net.set_state(k, State::Busy);
                 return self.net.schedule(k, next + self.setup.cost.spin_notice_ns as u64);
             }
             return self.net.schedule(k, until.min(now + SPIN_STEAL_EVERY_NS));
@@ -990,7 +1006,7 @@ impl<'w> Sim<'w> {
         }
         self.report.sleeps += 1;
         self.net.sleeping += 1;
-        self.net.status[k].state = State::Sleep { since: now };
+        self.net.set_state(k, State::Sleep { since: now });
         self.net.status[k].gen += 1; // no step until woken
         if let Some(at) = self.next_arrival(k) {
             self.net.arrive(k, at, &self.setup.cost, &mut self.report);

@@ -317,8 +317,8 @@ impl Program {
             Program::Ring { tokens, hops, .. } => hops / tokens as u64 * tokens as u64,
             Program::Big { actors, pings } => 2 * actors as u64 * pings,
             Program::ForkJoin { actors, per_actor, .. } => actors as u64 * per_actor,
-            Program::Chameneos { meetings, .. } => meetings,
-            Program::Bank { transactions, .. } => transactions,
+            Program::Chameneos { meetings, .. } => 4 * meetings,
+            Program::Bank { transactions, .. } => 3 * transactions,
         }
     }
 }
