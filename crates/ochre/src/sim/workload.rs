@@ -195,6 +195,30 @@ impl Imbalanced {
             (1_000..).map(Color).filter(|&c| home(c, cores, topology) == 0).take(heavy).collect();
         Imbalanced { heavy, light, length: length.max(1), cost_ns }
     }
+
+    /// The case with `per_home` heavy chains homed on each core of `homes` instead of all on
+    /// core 0: several victims, near and far, for locality-aware stealing to choose from.
+    pub fn spread(
+        cores: usize,
+        topology: &Topology,
+        homes: &[usize],
+        per_home: usize,
+        light: u64,
+        length: u64,
+        cost_ns: u64,
+    ) -> Self {
+        let mut heavy = Vec::new();
+        for &h in homes {
+            heavy.extend(
+                (1_000..)
+                    .map(Color)
+                    .filter(|&c| home(c, cores, topology) == h)
+                    .take(per_home)
+                    .take_while(|_| h < cores),
+            );
+        }
+        Imbalanced { heavy, light, length: length.max(1), cost_ns }
+    }
 }
 
 impl Workload for Imbalanced {
