@@ -540,9 +540,46 @@ fn misfit(cal: &Calibration) -> f64 {
         .sum()
 }
 
+/// The study's section (`ochre study`, issue 20): the simulator calibrated on the figures the
+/// study just wrote to `out` (for at most `budget`), its validation table and its predictions.
+pub(crate) fn study_reports(out: &Path, quick: bool, budget: Duration) -> Vec<BenchReport> {
+    let measured = match measure(Some(out)) {
+        Ok(m) => m,
+        Err(e) => {
+            let mut r = BenchReport::new("sim-validate", "The simulator against the benchmarks");
+            r.notes.push(format!("not calibrated: {e}"));
+            return vec![r];
+        }
+    };
+    let cal = calibrate_for(&measured, budget);
+    let rows = validation(&cal);
+    let mut v = BenchReport::new(
+        "sim-validate",
+        "The simulator (issue 20) calibrated on this study's figures at 1 and 2 workers: \
+         measured and simulated side by side (goal: within 15%)",
+    );
+    for x in &rows {
+        let case = format!("{} {}w", x.case, x.cores);
+        v.rows.push(row("sim-validate", "measured", case.clone(), x.cores, &x.unit, x.measured));
+        v.rows.push(row("sim-validate", "simulated", case.clone(), x.cores, &x.unit, x.simulated));
+        let goal = format!("[{case}] simulated within 15% ({:+.1}%)", x.error * 100.0);
+        v.check(goal, x.error, x.error.abs() <= 0.15);
+    }
+    v.notes.push(format!(
+        "fitted cost model: {}",
+        serde_json::to_string(&cal.cost).unwrap_or_default()
+    ));
+    vec![v, predict(&cal, quick)]
+}
+
 /// Fits the cost model to `measured` by coordinate descent on multipliers of its constants,
 /// starting from the defaults with this machine's measured futex wake-up latency.
 fn calibrate(measured: &[Measurement]) -> Calibration {
+    calibrate_for(measured, Duration::from_secs(300))
+}
+
+/// [`calibrate`], for at most `budget` of search.
+fn calibrate_for(measured: &[Measurement], budget: Duration) -> Calibration {
     let mut cal = Calibration { measured: measured.to_vec(), ..Calibration::default() };
     cal.source = "this machine".into();
     cal.cost.work_fixed_ns = 500.0;
@@ -555,7 +592,7 @@ fn calibrate(measured: &[Measurement]) -> Calibration {
     let start = Instant::now();
     // Coordinate descent: each knob in turn moves by the best of a few factors (or stays);
     // the factors shrink when a whole pass improved nothing.
-    while step > 1.04 && start.elapsed() < Duration::from_secs(300) {
+    while step > 1.04 && start.elapsed() < budget {
         let mut improved = false;
         for k in KNOBS {
             let mut pick = None;
