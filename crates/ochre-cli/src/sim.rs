@@ -835,3 +835,57 @@ fn agree(r: &mut BenchReport, case: &str, simulated: f64, thesis: f64, source: &
         held,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_study(dir: &Path) {
+        let mut r = BenchReport::new("pingpong", "fixture");
+        r.rows.push(row("pingpong", "ochre", "1 worker".into(), 1, "ev/s/worker", 20e6));
+        r.rows.push(row("pingpong", "ochre", "2 workers".into(), 2, "ev/s/worker", 15e6));
+        write_json(&dir.join("pingpong.json"), &r).unwrap();
+        std::fs::write(dir.join("steal.json"), "{ not json").unwrap();
+    }
+
+    #[test]
+    fn the_validation_table_has_the_fields_scripts_read() {
+        let dir = std::env::temp_dir().join(format!("ochre-sim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        fake_study(&dir);
+        // A malformed benchmark file is an error, not a panic.
+        assert!(measure(Some(&dir)).unwrap_err().contains("steal.json"));
+        std::fs::remove_file(dir.join("steal.json")).unwrap();
+        let measured = measure(Some(&dir)).unwrap();
+        assert_eq!(measured.len(), 2);
+        let cal = Calibration { measured, ..Calibration::default() };
+        let rows = validation(&cal);
+        let json = serde_json::to_value(&rows).unwrap();
+        for (r, cores) in json.as_array().unwrap().iter().zip([1, 2]) {
+            for field in ["case", "cores", "measured", "simulated", "error"] {
+                assert!(r.get(field).is_some(), "{field} in {r}");
+            }
+            assert_eq!(r["cores"], cores);
+            let (m, s, e) = (r["measured"].as_f64(), r["simulated"].as_f64(), r["error"].as_f64());
+            let (m, s, e) = (m.unwrap(), s.unwrap(), e.unwrap());
+            assert!(s > 0.0 && ((s - m) / m - e).abs() < 1e-9);
+        }
+        // A calibration written and read back simulates the same figures.
+        let path = dir.join("cal.json");
+        write_json(&path, &cal).unwrap();
+        let back = load(&path).unwrap();
+        let again = validation(&back);
+        assert_eq!(again[0].simulated, rows[0].simulated);
+        std::fs::write(&path, "[]").unwrap();
+        assert!(load(&path).is_err());
+        assert!(load(&dir.join("missing.json")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn predictions_compare_with_the_thesis() {
+        let r = predict(&Calibration::default(), true);
+        assert!(r.rows.iter().any(|x| x.bench == "batching" && x.workers == 64));
+        assert!(r.checks.len() >= 4 * 5, "five comparisons per machine size");
+    }
+}
