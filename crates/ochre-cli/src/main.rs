@@ -14,6 +14,8 @@ mod logger;
 mod machine;
 mod mr;
 #[cfg(feature = "bench")]
+mod sim;
+#[cfg(feature = "bench")]
 mod study;
 
 #[derive(Parser)]
@@ -125,6 +127,13 @@ enum Command {
     #[cfg(not(feature = "bench"))]
     #[command(hide = true, disable_help_flag = true)]
     Study(Lacking),
+    /// Simulate N-core machines running ochre's own policies (speed, calibrate, validate,
+    /// predict).
+    #[cfg(feature = "bench")]
+    Sim(sim::SimArgs),
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Sim(Lacking),
 }
 
 fn main() -> ExitCode {
@@ -140,6 +149,10 @@ fn main() -> ExitCode {
         Command::Bench(_) => Err(Lacking::message("bench")),
         #[cfg(not(feature = "bench"))]
         Command::Study(_) => Err(Lacking::message("study")),
+        #[cfg(feature = "bench")]
+        Command::Sim(args) => sim::run(&args),
+        #[cfg(not(feature = "bench"))]
+        Command::Sim(_) => Err(Lacking::message("sim")),
         Command::Fileset { dir, size_mib, zipf, seed, files, file_size } => {
             let uniform = files.zip(file_size);
             fileset(&dir, size_mib, zipf, seed, uniform)

@@ -46,6 +46,13 @@ pub(crate) fn study(opts: Options, out: &Path, install_peers: bool) -> Result<()
         write_json(&out.join(format!("{name}.json")), &report)?;
         reports.push(report);
     }
+    // The simulator (issue 20), calibrated on the figures just written: validation, predictions.
+    let budget = std::time::Duration::from_secs(if opts.quick { 60 } else { 240 });
+    for report in crate::sim::study_reports(out, opts.quick, budget) {
+        println!("{}", report.table());
+        write_json(&out.join(format!("{}.json", report.bench)), &report)?;
+        reports.push(report);
+    }
     let run =
         StudyRun { options: opts.clone(), seconds: started.elapsed().as_secs_f64(), bench_seconds };
     write_json(&out.join("study.json"), &run)?;

@@ -68,6 +68,20 @@ pub(crate) fn spin_budget(
     }
 }
 
+/// The reasoned-spinning threshold for a measured wake-up `latency`: 10x it (thesis §5.3.1),
+/// clamped to [50 µs, 5 ms] so that a noisy probe cannot disable spinning or make it burn a core
+/// (the thesis's 200K cycles is 70-100 µs at 2-3 GHz). The runtime and the simulator use it.
+pub(crate) fn threshold_for(latency: Duration) -> Duration {
+    (latency * 10).clamp(Duration::from_micros(50), Duration::from_millis(5))
+}
+
+/// How many workers may spin at once: `limit` if configured; else all `workers` when each has a
+/// CPU of its own among `cpus` (a pinned spinner takes nobody's CPU), else half the CPUs (at
+/// least 1; tokio bounds its searchers likewise).
+pub(crate) fn max_spinners(limit: Option<usize>, workers: usize, cpus: usize) -> usize {
+    limit.unwrap_or(if workers <= cpus { workers } else { (cpus / 2).max(1) })
+}
+
 /// Something for this worker to do (or the run is ending): what a spinner polls for.
 fn has_work(ctx: &WorkerCtx) -> bool {
     let shared = &*ctx.shared;

@@ -98,8 +98,9 @@ mod park;
 mod queue;
 mod runtime;
 mod shared;
-#[cfg(all(test, not(loom)))]
-mod sim;
+#[cfg(all(any(test, feature = "sim"), not(loom)))]
+#[doc(hidden)]
+pub mod sim;
 mod stats;
 mod steal;
 mod sync;

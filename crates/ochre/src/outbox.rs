@@ -83,6 +83,18 @@ pub(crate) struct Outbox {
 /// messages (see [`Outbox::offers_early`]).
 const EARLY_FRACTION: usize = 8;
 
+/// Whether a turn that sent `turn_sends` messages to other workers was a burst, after which
+/// every outgoing buffer leaves at once (a fan-out, whose receivers are about to run out of the
+/// part already sent, and whose batches are already large): a quarter of a batch, at least 2.
+/// The policy of the worker's end-of-turn flush, shared with the simulator (`sim`).
+pub(crate) fn is_burst(turn_sends: u32, batch_size: usize) -> bool {
+    turn_sends as usize >= (batch_size / 4).max(2)
+}
+
+/// How many events run between two safety-flush checks (each check may read the clock). The
+/// worker and the simulator check as often.
+pub(crate) const SAFETY_CHECK_EVERY: u32 = 16;
+
 /// Spare buffers kept at most.
 const MAX_SPARES: usize = 8;
 
@@ -119,6 +131,19 @@ impl Outbox {
     /// a new allocation.
     #[inline]
     pub(crate) fn push(&mut self, dest: usize, msg: Msg, returned: &Returns) -> Option<Vec<Msg>> {
+        self.push_at(dest, msg, returned, Instant::now)
+    }
+
+    /// [`push`](Self::push) with the clock given: `now` is read only when the buffer fills (the
+    /// simulator passes its virtual clock).
+    #[inline]
+    pub(crate) fn push_at(
+        &mut self,
+        dest: usize,
+        msg: Msg,
+        returned: &Returns,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Vec<Msg>> {
         let slot = &mut self.slots[dest];
         if slot.msgs.is_empty() {
             self.pending.push(dest);
@@ -133,7 +158,7 @@ impl Outbox {
         if slot.msgs.len() < self.batch_size {
             return None;
         }
-        let now = Instant::now();
+        let now = now();
         if let Some(last) = slot.last_natural {
             let gap = now.saturating_duration_since(last).clamp(MIN_INTERVAL, MAX_INTERVAL);
             slot.mean_interval = (slot.mean_interval * 7 + gap) / 8;

@@ -172,11 +172,8 @@ impl Builder {
         };
         // Pinned workers that each have a CPU of their own take nobody's CPU by spinning; with
         // more workers than CPUs, at most half the CPUs spin (tokio bounds searchers likewise).
-        let max_spinners = self.config.max_spinners.unwrap_or(if workers <= allowed.len() {
-            workers
-        } else {
-            (allowed.len() / 2).max(1)
-        });
+        let max_spinners =
+            crate::idle::max_spinners(self.config.max_spinners, workers, allowed.len());
         let shared = Arc::new(
             Shared::new(self.config, workers, spin_threshold, max_spinners, &tree)
                 .map_err(|e| Error::os("creating a wake-up channel", e))?,
@@ -304,7 +301,7 @@ fn default_spin_threshold(kind: Wakeup) -> Result<Duration, Error> {
         .map_err(|e| Error::os("measuring wake-up latency", e))?;
     #[cfg(loom)]
     let latency = Duration::from_micros(30);
-    let threshold = (latency * 10).clamp(Duration::from_micros(50), Duration::from_millis(5));
+    let threshold = crate::idle::threshold_for(latency);
     Ok(*slot.get_or_init(|| threshold))
 }
 

@@ -153,7 +153,7 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
 pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 
 /// The cost-aware floor in ns (0 when cost-aware stealing is off).
-fn min_work_ns(config: &crate::Config) -> u64 {
+pub(crate) fn min_work_ns(config: &crate::Config) -> u64 {
     config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
 
@@ -181,7 +181,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
 /// Turns and rounds (the check runs after each) between two nudges by one worker, so a worker
 /// whose waiting colors cannot be lent (borrowed ones) does not wake sleepers all the time, and
 /// the check itself (a shared load, a scan of the ready list) is rare on short turns. A guess.
-const NUDGE_EVERY_ROUNDS: u32 = 16;
+pub(crate) const NUDGE_EVERY_ROUNDS: u32 = 16;
 
 /// A loaded worker wakes one sleeping worker so that it may steal (called after every turn
 /// while stealing is on; acts every [`NUDGE_EVERY_ROUNDS`] turns). With `Steal::Backlog` it
@@ -199,15 +199,15 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
     let steal = shared.config.steal;
     // Published whatever follows, so that thieves never ask on a stale advertisement.
     let backlog = steal == Steal::Backlog && core.publish_backlog(shared);
-    let unshared = core.cpu_share.share() + SHARED_BY > crate::cpu_share::FULL;
-    if steal == Steal::Off
-        || (steal == Steal::FromSharedCpus && unshared)
-        || core.queue.ready_len() < 2
-        || shared.control.parked.load(Ordering::Relaxed) == 0
-        || shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0
-        || !(backlog
-            || steal != Steal::Backlog && core.queue.has_lendable(min_work_ns(&shared.config), 2))
-    {
+    let seen = Loaded {
+        share: core.cpu_share.share(),
+        ready: core.queue.ready_len(),
+        sleepers: shared.control.parked.load(Ordering::Relaxed) != 0,
+        asked: shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0,
+        backlog,
+    };
+    let floor = min_work_ns(&shared.config);
+    if !worth_nudging(steal, &seen, || core.queue.has_lendable(floor, 2)) {
         // Nothing a thief could take (pinned, borrowed, too light, no backlog): waking it would
         // only cost a system call here and a wasted request there.
         return;
@@ -217,6 +217,46 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
             core.counters.add(Counter::WakeupsSent, 1);
             return;
         }
+    }
+}
+
+/// What a loaded worker knows of itself when it considers waking a sleeper to steal from it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Loaded {
+    /// Its CPU share, thousandths.
+    pub(crate) share: u32,
+    /// Colors waiting on it.
+    pub(crate) ready: usize,
+    /// Some worker sleeps (is parked).
+    pub(crate) sleepers: bool,
+    /// A thief's request already waits in its slot.
+    pub(crate) asked: bool,
+    /// It advertises a backlog (`Steal::Backlog`).
+    pub(crate) backlog: bool,
+}
+
+/// Whether a loaded worker wakes a sleeper so that it may steal: the policy of
+/// [`nudge_sleepers`], shared with the simulator. `lendable` (at least two colors could be lent
+/// under the cost floor) is asked only when it matters.
+pub(crate) fn worth_nudging(steal: Steal, me: &Loaded, lendable: impl FnOnce() -> bool) -> bool {
+    let unshared = me.share + SHARED_BY > crate::cpu_share::FULL;
+    !(steal == Steal::Off
+        || (steal == Steal::FromSharedCpus && unshared)
+        || me.ready < 2
+        || !me.sleepers
+        || me.asked
+        || !(me.backlog || steal != Steal::Backlog && lendable()))
+}
+
+/// After a grant (`granted`: it lent something), the requests a thief skips before asking again
+/// and the next skip on a further empty answer, given `next`: empty answers double the skip, up
+/// to 64 (a victim answers every request, and on balanced work each answer is a message it did
+/// not need to send). The worker's grant handling and the simulator apply this.
+pub(crate) fn backoff_after(granted: bool, next: u32) -> (u32, u32) {
+    if granted {
+        (0, 1)
+    } else {
+        (next, (next * 2).min(64))
     }
 }
 

@@ -149,6 +149,22 @@ impl Topology {
         Ok(Topology { cpus: (0..total).collect(), paths })
     }
 
+    /// The synthetic machines the simulator and the tests study, by name: the thesis's 8-core
+    /// Harpertown (two packages of four cores, pairs sharing an L2), its 16-core Opteron (four
+    /// NUMA nodes of four cores) and a 2-socket 64-core machine (two NUMA nodes of four L3
+    /// domains of eight cores, each core with its own L2).
+    pub const MACHINES: [(&'static str, &'static str); 3] = [
+        ("harpertown8", "package:2 l2:2 core:2"),
+        ("opteron16", "numa:4 core:4"),
+        ("2socket64", "numa:2 l3:4 l2:8"),
+    ];
+
+    /// One of [`MACHINES`](Self::MACHINES) by name (`None` if unknown).
+    pub fn named(name: &str) -> Option<Topology> {
+        let (_, d) = Self::MACHINES.iter().find(|(n, _)| *n == name)?;
+        Self::synthetic(d).ok()
+    }
+
     /// A single domain holding `cpus` (no structure known).
     pub fn flat(cpus: Vec<usize>) -> Topology {
         let paths = cpus.iter().map(|&c| [0, 0, 0, c as u32, c as u32]).collect();
@@ -315,6 +331,19 @@ mod tests {
         // More workers than CPUs wrap around the tree.
         let tiers = t.victim_tiers(0, 20);
         assert_eq!(tiers[0], vec![16], "worker 16 sits on CPU 0 too");
+    }
+
+    #[test]
+    fn named_machines_have_their_sizes() {
+        let sizes: Vec<usize> =
+            Topology::MACHINES.iter().map(|(n, _)| Topology::named(n).unwrap().len()).collect();
+        assert_eq!(sizes, [8, 16, 64]);
+        let t = Topology::named("2socket64").unwrap();
+        assert_eq!(t.distance(0, 1), 2, "same L3, own L2");
+        assert_eq!(t.distance(0, 8), 3, "same node, other L3");
+        assert_eq!(t.distance(0, 32), 5, "other socket");
+        assert_eq!(t.domain_size(64), 8);
+        assert!(Topology::named("vax").is_none());
     }
 
     #[test]

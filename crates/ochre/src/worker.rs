@@ -39,8 +39,6 @@ use crate::steal;
 use crate::sync::Ordering;
 use crate::{Color, Error};
 
-/// How many events run between two safety-flush checks (each check may read the clock).
-const SAFETY_CHECK_EVERY: u32 = 16;
 /// Rounds between two publications of the heap's gauges (live bytes, blocks, crumbs): computing
 /// them walks the heap's bins, and a gauge read by a person need not move every round. Exact
 /// whenever the worker idles and at the end of the run.
@@ -273,7 +271,7 @@ impl Core {
     /// buffers whose destination is idle.
     #[inline]
     fn end_of_turn_flush(&mut self, shared: &Shared) {
-        let burst = self.turn_sends as usize >= (shared.config.batch_size / 4).max(2);
+        let burst = crate::outbox::is_burst(self.turn_sends, shared.config.batch_size);
         self.turn_sends = 0;
         self.outbox.end_turn();
         if burst && self.outbox.has_pending() {
@@ -324,7 +322,8 @@ impl Core {
             self.event_remote_posts = 0;
         }
         self.events_since_check += 1;
-        if self.events_since_check < SAFETY_CHECK_EVERY || !self.outbox.has_pending() {
+        if self.events_since_check < crate::outbox::SAFETY_CHECK_EVERY || !self.outbox.has_pending()
+        {
             return;
         }
         self.events_since_check = 0;
@@ -429,8 +428,8 @@ impl Core {
                 }
                 if loans.is_empty() {
                     self.counters.add(Counter::StealFailures, 1);
-                    self.steal_backoff = self.steal_backoff_next;
-                    self.steal_backoff_next = (self.steal_backoff_next * 2).min(64);
+                    (self.steal_backoff, self.steal_backoff_next) =
+                        steal::backoff_after(false, self.steal_backoff_next);
                 } else {
                     self.steal_backoff_next = 1;
                 }

@@ -1,0 +1,98 @@
+//! The cost model: what the simulated machine charges, in virtual nanoseconds, for what the
+//! policies cannot see (handler time is the workload's).
+//!
+//! Invariants: every cost is a plain number of nanoseconds (no cost is negative); the cache-line
+//! latency grows with topology distance (`line_ns[d]` for distance `d`, index 0 = same core).
+//! The defaults are round figures for a 2-3 GHz x86 server of the last decade; `ochre sim
+//! calibrate` replaces the ones this machine's benchmarks can measure.
+
+use serde::{Deserialize, Serialize};
+
+/// Costs charged by the simulator, in ns of virtual time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// Per event run: pop from the color's queue, call, free the closure.
+    pub event_ns: f64,
+    /// Per turn: take the next ready color, end its turn, the end-of-turn flush check.
+    pub turn_ns: f64,
+    /// Per round of the run loop: look at the inbox and the steal slot, publish counters.
+    pub round_ns: f64,
+    /// A post to a color held on the posting core (queue append, no atomic).
+    pub local_post_ns: f64,
+    /// A post to another core: append to the outgoing buffer.
+    pub remote_post_ns: f64,
+    /// Handing a batch to another core's inbox (one compare-and-swap on a line it reads).
+    pub deliver_ns: f64,
+    /// At the receiver, per message taken from the inbox and routed.
+    pub receive_ns: f64,
+    /// Latency of a cache line between two cores at topology distance `d` (index `d`, 0..=5).
+    pub line_ns: [f64; 6],
+    /// Lines of a color's own data that follow it when it runs on another core than last time.
+    pub color_lines: f64,
+    /// Messages per cache line in a batch buffer (a `Msg` is 32 bytes).
+    pub msgs_per_line: f64,
+    /// The sender's cost of waking a sleeping core (a futex wake system call).
+    pub wake_send_ns: f64,
+    /// From the wake-up call to the woken core running (scheduler latency of a futex wait).
+    pub wakeup_ns: f64,
+    /// Entering a sleep (futex wait system call, announcement on the inbox).
+    pub sleep_ns: f64,
+    /// From a message's arrival to a spinning core noticing it.
+    pub spin_notice_ns: f64,
+    /// A victim's cost of answering a steal request (lend, build the grant).
+    pub steal_answer_ns: f64,
+    /// With batching off (libasync-smp's transport): one lock taken per posted event.
+    pub lock_ns: f64,
+    /// A handler's work of `w` ns (as the workload gives it) costs `w * work_scale +
+    /// work_fixed_ns` (a busy loop's clock reads and overshoot), 0 for no work.
+    pub work_scale: f64,
+    /// See [`work_scale`](Self::work_scale).
+    pub work_fixed_ns: f64,
+    /// How much longer a turn takes per other core running at the same time (shared caches
+    /// and memory bandwidth, SMT siblings; on a shared machine, other tenants): 0 on a machine
+    /// of one's own. Calibration fits it on this machine's 2-worker figures; predictions for
+    /// other machines leave it at 0 (it is this machine's, not theirs).
+    pub contention: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            event_ns: 12.0,
+            turn_ns: 15.0,
+            round_ns: 40.0,
+            local_post_ns: 12.0,
+            remote_post_ns: 10.0,
+            deliver_ns: 60.0,
+            receive_ns: 12.0,
+            line_ns: [0.0, 20.0, 35.0, 60.0, 100.0, 180.0],
+            color_lines: 2.0,
+            msgs_per_line: 2.0,
+            wake_send_ns: 1_500.0,
+            wakeup_ns: 6_000.0,
+            sleep_ns: 800.0,
+            spin_notice_ns: 80.0,
+            steal_answer_ns: 200.0,
+            lock_ns: 60.0,
+            work_scale: 1.0,
+            work_fixed_ns: 0.0,
+            contention: 0.0,
+        }
+    }
+}
+
+impl CostModel {
+    /// What a handler's work of `ns` costs.
+    pub fn work(&self, ns: u64) -> f64 {
+        if ns == 0 {
+            0.0
+        } else {
+            ns as f64 * self.work_scale + self.work_fixed_ns
+        }
+    }
+
+    /// Line latency at distance `d` (clamped to the table).
+    pub fn line(&self, d: usize) -> f64 {
+        self.line_ns[d.min(self.line_ns.len() - 1)]
+    }
+}

@@ -1,0 +1,1051 @@
+//! The discrete-event engine: N virtual cores running the runtime's own run queues (`queue`),
+//! outgoing buffers (`outbox`) and policy functions (`steal`, `follow`, `idle::spin_budget`,
+//! `outbox::is_burst`, `color::home_of`), in virtual time, on a topology.
+//!
+//! What is the runtime's: every decision. Where a post goes, when a batch leaves (full, early to
+//! an idle core, at a burst, to idle cores at the end of a turn, the safety flush against the
+//! outbox's own mean interval, all at the end of a round), where a color moves and when it comes
+//! back, when to spin and how long, whom to ask for a color and what a victim lends: the engine
+//! calls the functions the workers call, with the same `Config`. What is the engine's: the
+//! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
+//! time, charged by the [`CostModel`].
+//!
+//! Invariants:
+//! * Deterministic: a run is a function of its [`Setup`] (seed included) and workload; the host's
+//!   clock is never read (the outbox's clock is a fixed base plus virtual time).
+//! * Steps are processed in order of their virtual start time (ties by insertion order). One
+//!   step is one round of a core's run loop (inbox, turns, flush), as the real worker takes its
+//!   inbox only between rounds; messages carry their arrival time, and a core sees only those
+//!   arrived by its current time. Between one sender and one receiver arrivals keep their order
+//!   (the transport's FIFO property that the lending protocol relies on).
+//! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
+//!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
+//!   posting order), exactly once (no event runs twice; at the end, every post ran).
+
+use std::cell::Cell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use super::cost::CostModel;
+use crate::color::{home_of, Placement};
+use crate::cpu_share::FULL;
+use crate::follow;
+use crate::message::{Msg, Task};
+use crate::outbox::{self, Outbox};
+use crate::queue::{ColorQueue, Route, TurnEnd};
+use crate::steal::{self, Candidate};
+use crate::topology::Topology;
+use crate::{Color, Config, Steal};
+
+/// The data of the root event (of color [`Workload::root`]), with which every run starts.
+pub const ROOT: u64 = u64::MAX;
+
+/// An event as the workload sees it when it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    /// Its color.
+    pub color: Color,
+    /// What its poster gave it.
+    pub data: u64,
+    /// The core running it.
+    pub core: usize,
+    /// Virtual time at its start, ns.
+    pub now_ns: u64,
+}
+
+/// A post made by a handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Post {
+    /// The event's color.
+    pub color: Color,
+    /// Its data.
+    pub data: u64,
+}
+
+/// A program for the simulator: what each event costs and posts. Its state is the program's
+/// (colors serialize its events, and the engine runs one at a time).
+pub trait Workload {
+    /// Runs `ev`: appends its posts to `out` (in posting order) and returns its handler's cost,
+    /// ns. The run starts with one event of color [`root`](Self::root) whose data is [`ROOT`].
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64;
+    /// The color of the root event (as `Runtime::run`'s first argument).
+    fn root(&self) -> Color {
+        Color::DEFAULT
+    }
+    /// Colors never lent (pinned at their homes before the run).
+    fn pinned(&self) -> Vec<Color> {
+        Vec::new()
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// Virtual cores (workers), placed on `topology` in tree order.
+    pub cores: usize,
+    /// The machine.
+    pub topology: Topology,
+    /// The runtime's configuration: its policies decide.
+    pub config: Config,
+    /// What things cost.
+    pub cost: CostModel,
+    /// Seed of every random choice (victims, jitter).
+    pub seed: u64,
+    /// Each handler cost and message latency is stretched by a random factor in
+    /// `[1, 1 + jitter]`: varies the schedule from seed to seed (0: none).
+    pub jitter: f64,
+    /// Check exclusion, order and exactly once (slower: a table per color and poster).
+    pub check: bool,
+    /// Reasoned spinning's threshold (`None`: `idle::threshold_for` the model's wake-up cost).
+    pub spin_threshold: Option<Duration>,
+    /// Stop after this many events (a runaway workload).
+    pub max_events: u64,
+}
+
+impl Setup {
+    /// `cores` cores of `topology` under `config`, default costs, seed 1, no jitter, no checks.
+    pub fn new(cores: usize, topology: Topology, config: Config) -> Setup {
+        Setup {
+            cores: cores.max(1),
+            topology,
+            config,
+            cost: CostModel::default(),
+            seed: 1,
+            jitter: 0.0,
+            check: false,
+            spin_threshold: None,
+            max_events: 200_000_000,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Report {
+    /// Virtual time from the start to the end of the last event, ns.
+    pub makespan_ns: u64,
+    /// Events run (the root included).
+    pub events: u64,
+    /// Posts queued on the posting core.
+    pub posts_local: u64,
+    /// Messages sent between cores (posts, forwards, moves, returns, grants, requests).
+    pub msgs: u64,
+    /// Batches handed over.
+    pub batches: u64,
+    /// Sleeping cores woken.
+    pub wakeups: u64,
+    /// Times a core went to sleep.
+    pub sleeps: u64,
+    /// Spins started, and those that found work.
+    pub spins: u64,
+    /// Spins that found work before their budget ran out.
+    pub spin_wins: u64,
+    /// Steal requests sent.
+    pub steal_requests: u64,
+    /// Colors lent to thieves.
+    pub stolen: u64,
+    /// Colors moved by `follow` (to a poster, or pushed).
+    pub moved: u64,
+    /// Engine steps (rounds, spin ticks).
+    pub steps: u64,
+    /// Whether the run stopped at `max_events`.
+    pub truncated: bool,
+    /// Broken invariants found (with [`Setup::check`]); empty when all held.
+    pub violations: Vec<String>,
+}
+
+/// What a running task tells the engine: its identity, for the checks, and its data.
+#[derive(Clone, Copy, Default)]
+struct Tag {
+    id: u64,
+    poster: u64,
+    seq: u32,
+    data: u64,
+}
+
+thread_local! {
+    static RAN: Cell<Tag> = const { Cell::new(Tag { id: 0, poster: 0, seq: 0, data: 0 }) };
+}
+
+fn task_of(tag: Tag) -> Task {
+    Task::new_for(move || RAN.with(|c| c.set(tag)), 0)
+}
+
+/// How a core spends a moment without work.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum State {
+    Busy,
+    Spin { until: u64 },
+    Sleep { since: u64 },
+}
+
+/// What other cores can see of a core (its published hints, its idle state) and its place in
+/// the event heap.
+struct Status {
+    state: State,
+    ready: usize,
+    backlog: bool,
+    /// Heap entries with another generation are stale.
+    gen: u64,
+    /// Set when woken from a sleep: how long it slept (for `spin_budget`).
+    slept: Option<u64>,
+}
+
+struct Arrival {
+    at: u64,
+    from: usize,
+    quiet: bool,
+    msgs: Vec<Msg>,
+}
+
+/// What one core owns (the engine's `worker::Core`).
+struct Core {
+    queue: ColorQueue,
+    outbox: Outbox,
+    now: u64,
+    steal_pending: bool,
+    steal_backoff: u32,
+    steal_backoff_next: u32,
+    nudge_cooldown: u32,
+    last_sleep: Option<Duration>,
+    turns: u32,
+    turn_sends: u32,
+    event_remote_posts: u32,
+    event_remote_dest: usize,
+    events_since_check: u32,
+    /// Latest arrival time per destination: keeps each pair's FIFO order under jitter.
+    last_arrival: Vec<u64>,
+}
+
+/// The shared part of the simulated machine.
+struct Net {
+    inbox: Vec<Vec<Arrival>>,
+    status: Vec<Status>,
+    /// Steal-request slots: the thief and when its request becomes visible.
+    slot: Vec<Option<(usize, u64)>>,
+    heap: BinaryHeap<Reverse<(u64, u64, usize, u64)>>,
+    seq: u64,
+    spinners: usize,
+    sleeping: usize,
+    /// Cores in the `Busy` state (running or about to).
+    busy: usize,
+}
+
+impl Net {
+    fn set_state(&mut self, core: usize, state: State) {
+        let st = &mut self.status[core];
+        let (was, is) = (st.state == State::Busy, state == State::Busy);
+        st.state = state;
+        self.busy = self.busy + usize::from(is) - usize::from(was);
+    }
+
+    fn schedule(&mut self, core: usize, at: u64) {
+        let st = &mut self.status[core];
+        st.gen += 1;
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, core, st.gen)));
+    }
+
+    /// A message reached `dest` at `at`: wake it if it spins or sleeps. Returns whether a
+    /// sleeper was woken (the sender pays a wake-up call).
+    fn arrive(&mut self, dest: usize, at: u64, cost: &CostModel, report: &mut Report) -> bool {
+        match self.status[dest].state {
+            State::Busy => false,
+            State::Spin { .. } => {
+                self.spinners -= 1;
+                report.spin_wins += 1;
+                self.set_state(dest, State::Busy);
+                self.schedule(dest, at + cost.spin_notice_ns as u64);
+                false
+            }
+            State::Sleep { since } => {
+                self.sleeping -= 1;
+                let wake = at + cost.wakeup_ns as u64;
+                self.set_state(dest, State::Busy);
+                self.status[dest].slept = Some(wake.saturating_sub(since));
+                report.wakeups += 1;
+                self.schedule(dest, wake);
+                true
+            }
+        }
+    }
+}
+
+/// The invariant checker's tables.
+#[derive(Default)]
+pub(crate) struct Checks {
+    ran: Vec<u64>,
+    /// Per color: the core and virtual interval of its last turn.
+    turns: FxHashMap<Color, (usize, u64, u64)>,
+    /// Per (poster, color): the last posting index run.
+    order: FxHashMap<(u64, Color), u32>,
+    violations: Vec<String>,
+}
+
+impl Checks {
+    fn event(&mut self, tag: Tag, color: Color) {
+        let (w, b) = ((tag.id / 64) as usize, tag.id % 64);
+        if self.ran.len() <= w {
+            self.ran.resize(w + 1, 0);
+        }
+        if self.ran[w] & (1 << b) != 0 {
+            self.violate(format!("exactly once: event {} of {color:?} ran twice", tag.id));
+        }
+        self.ran[w] |= 1 << b;
+        if let Some(prev) = self.order.insert((tag.poster, color), tag.seq) {
+            if prev >= tag.seq {
+                self.violate(format!(
+                    "order: post {} of poster {} to {color:?} ran after its post {prev}",
+                    tag.seq, tag.poster
+                ));
+            }
+        }
+    }
+
+    fn turn(&mut self, color: Color, core: usize, start: u64, end: u64) {
+        if let Some((c, s, e)) = self.turns.insert(color, (core, start, end)) {
+            if c != core && start < e && s < end {
+                self.violate(format!(
+                    "exclusion: {color:?} ran on core {c} in [{s}, {e}] and on core {core} in \
+                     [{start}, {end}] ns"
+                ));
+            }
+        }
+    }
+
+    fn violate(&mut self, what: String) {
+        if self.violations.len() < 16 {
+            self.violations.push(what);
+        }
+    }
+}
+
+/// A simulated machine running one workload.
+pub struct Sim<'w> {
+    setup: Setup,
+    placement: Placement,
+    tiers: Vec<Vec<Vec<usize>>>,
+    /// Distance between cores, `cores * cores`.
+    dist: Vec<u8>,
+    cores: Vec<Core>,
+    /// Per core: emptied batch buffers given back to it (`shared::Remote::returns`).
+    returns: Vec<crate::outbox::Returns>,
+    net: Net,
+    work: &'w mut dyn Workload,
+    base: Instant,
+    threshold: Duration,
+    max_spinners: usize,
+    rng: u64,
+    next_id: u64,
+    /// Per color: the core it last ran on (its data is in that core's cache).
+    last_core: FxHashMap<Color, usize>,
+    checks: Option<Checks>,
+    report: Report,
+    posts: Vec<Post>,
+    /// Reused buffers: arrivals taken from an inbox, destinations to flush.
+    arrived: Vec<Arrival>,
+    scratch: Vec<usize>,
+}
+
+impl<'w> Sim<'w> {
+    /// A machine as `setup` says, about to run `work`.
+    pub fn new(setup: Setup, work: &'w mut dyn Workload) -> Sim<'w> {
+        let n = setup.cores.max(1);
+        let topo = &setup.topology;
+        let placement = Placement { workers: n, domain: topo.domain_size(n) };
+        let tiers =
+            (0..n).map(|w| steal::victim_tiers(topo, w, n, setup.config.steal_locality)).collect();
+        let len = topo.len().max(1);
+        let mut dist = vec![0u8; n * n];
+        for a in 0..n {
+            for b in 0..n {
+                dist[a * n + b] = topo.distance(a % len, b % len) as u8;
+            }
+        }
+        let cores = (0..n)
+            .map(|w| Core {
+                queue: ColorQueue::new(w, placement),
+                outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor),
+                now: 0,
+                steal_pending: false,
+                steal_backoff: 0,
+                steal_backoff_next: 1,
+                nudge_cooldown: 0,
+                last_sleep: None,
+                turns: 0,
+                turn_sends: 0,
+                event_remote_posts: 0,
+                event_remote_dest: 0,
+                events_since_check: 0,
+                last_arrival: vec![0; n],
+            })
+            .collect();
+        let status = (0..n)
+            .map(|_| Status { state: State::Busy, ready: 0, backlog: false, gen: 0, slept: None })
+            .collect();
+        let net = Net {
+            inbox: (0..n).map(|_| Vec::new()).collect(),
+            status,
+            slot: vec![None; n],
+            heap: BinaryHeap::new(),
+            seq: 0,
+            spinners: 0,
+            sleeping: 0,
+            busy: n,
+        };
+        let threshold = setup.spin_threshold.unwrap_or_else(|| {
+            crate::idle::threshold_for(Duration::from_nanos(setup.cost.wakeup_ns as u64))
+        });
+        let max_spinners = crate::idle::max_spinners(setup.config.max_spinners, n, n);
+        let checks = setup.check.then(Checks::default);
+        let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        Sim {
+            setup,
+            placement,
+            tiers,
+            dist,
+            cores,
+            returns: (0..n).map(|_| crate::outbox::returns()).collect(),
+            net,
+            work,
+            // The outbox's clock: any fixed instant will do, only differences are read.
+            base: Instant::now(),
+            threshold,
+            max_spinners,
+            rng,
+            next_id: 0,
+            last_core: FxHashMap::default(),
+            checks,
+            report: Report::default(),
+            posts: Vec::new(),
+            arrived: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    fn random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// `ns` stretched by the jitter.
+    fn jitter(&mut self, ns: f64) -> u64 {
+        if self.setup.jitter <= 0.0 {
+            return ns as u64;
+        }
+        let u = (self.random() >> 11) as f64 / (1u64 << 53) as f64;
+        (ns * (1.0 + self.setup.jitter * u)) as u64
+    }
+
+    fn distance(&self, a: usize, b: usize) -> usize {
+        self.dist[a * self.cores.len() + b] as usize
+    }
+
+    fn tag(&mut self, poster: u64, seq: u32, data: u64) -> Tag {
+        let id = self.next_id;
+        self.next_id += 1;
+        Tag { id, poster, seq, data }
+    }
+
+    /// Runs the workload to the end (nothing left to run or in flight) and reports.
+    pub fn run(mut self) -> Report {
+        let n = self.cores.len();
+        for c in self.work.pinned() {
+            let h = home_of(c, self.placement);
+            self.cores[h].queue.pin(c);
+        }
+        let root = self.tag(ROOT, 0, ROOT);
+        let color = self.work.root();
+        let home = home_of(color, self.placement);
+        let dest = self.cores[home].queue.route(color);
+        let _ = self.cores[home].queue.post_to(dest, task_of(root), false);
+        // Every core starts with a round (the others find nothing and idle).
+        for k in 0..n {
+            self.net.schedule(k, 0);
+        }
+        while let Some(Reverse((t, _, k, gen))) = self.net.heap.pop() {
+            if gen != self.net.status[k].gen {
+                continue;
+            }
+            self.report.steps += 1;
+            self.step(k, t);
+            if self.report.events >= self.setup.max_events {
+                self.report.truncated = true;
+                break;
+            }
+        }
+        if let Some(mut checks) = self.checks.take() {
+            if !self.report.truncated {
+                let ran: u64 = checks.ran.iter().map(|w| u64::from(w.count_ones())).sum();
+                if ran != self.next_id {
+                    checks.violate(format!(
+                        "exactly once: {} events posted, {ran} distinct ran",
+                        self.next_id
+                    ));
+                }
+            }
+            self.report.violations = checks.violations;
+        }
+        self.report
+    }
+
+    /// One step of core `k` at virtual time `t`.
+    fn step(&mut self, k: usize, t: u64) {
+        let now = self.cores[k].now.max(t);
+        self.cores[k].now = now;
+        if let Some(slept) = self.net.status[k].slept.take() {
+            self.cores[k].last_sleep = Some(Duration::from_nanos(slept));
+        }
+        match self.net.status[k].state {
+            State::Busy => self.round(k),
+            State::Spin { until } if now >= until => {
+                self.net.spinners -= 1;
+                self.net.set_state(k, State::Busy);
+                self.sleep(k);
+            }
+            State::Spin { until } => {
+                // A spinner asks for work now and then (`idle::spin`, every 1024 polls).
+                self.request(k);
+                self.net.schedule(k, until.min(now + SPIN_STEAL_EVERY_NS));
+            }
+            State::Sleep { .. } => {}
+        }
+    }
+
+    /// A round of the run loop (`worker::WorkerCtx::run`): inbox, steal slot, turns, flush; then
+    /// the idle path if nothing ran.
+    fn round(&mut self, k: usize) {
+        self.cores[k].now += self.setup.cost.round_ns as u64;
+        self.take_inbox(k);
+        self.answer(k);
+        let mut ran = 0;
+        let round_budget = self.setup.config.round_budget.max(1);
+        while ran < round_budget {
+            let n = self.turn(k);
+            if n == 0 {
+                break;
+            }
+            ran += n;
+        }
+        self.flush_all(k);
+        self.publish(k);
+        if ran == 0 && self.cores[k].queue.ready_len() == 0 {
+            self.idle(k);
+        } else {
+            let at = self.cores[k].now;
+            self.net.schedule(k, at);
+        }
+    }
+
+    fn publish(&mut self, k: usize) {
+        self.net.status[k].ready = self.cores[k].queue.ready_len();
+    }
+
+    fn take_inbox(&mut self, k: usize) {
+        let now = self.cores[k].now;
+        if self.net.inbox[k].iter().all(|a| a.at > now) {
+            return;
+        }
+        let mut arrived = std::mem::take(&mut self.arrived);
+        let inbox = &mut self.net.inbox[k];
+        if inbox.iter().all(|a| a.at <= now) {
+            arrived.append(inbox);
+        } else {
+            let mut i = 0;
+            while i < inbox.len() {
+                if inbox[i].at <= now {
+                    arrived.push(inbox.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        let batching = self.setup.config.batching;
+        for a in arrived.drain(..) {
+            let Arrival { from, quiet, mut msgs, .. } = a;
+            let cost = &self.setup.cost;
+            let lines = msgs.len() as f64 / cost.msgs_per_line;
+            let d = self.distance(from, k);
+            let receive = msgs.len() as f64 * cost.receive_ns + lines * cost.line(d) / 4.0;
+            self.cores[k].now += receive as u64;
+            let mut may_move = batching;
+            for msg in msgs.drain(..) {
+                self.receive(k, msg, from, quiet, &mut may_move);
+            }
+            if batching {
+                self.cores[k].outbox.recycle(msgs, self.returns.get(from));
+            }
+        }
+        self.arrived = arrived;
+    }
+
+    /// Routes one message (`worker::Core::receive`).
+    fn receive(&mut self, k: usize, msg: Msg, from: usize, quiet: bool, may_move: &mut bool) {
+        match msg {
+            Msg::Post { color, task, urgent, step } => {
+                let follow = *may_move && (quiet || step) && self.setup.config.follow;
+                let offer = follow.then_some(step);
+                let home_ready = self.cores[k].queue.ready_len();
+                let poster_ready = self.net.status[from].ready;
+                let poster = offer.map(|_| from);
+                let route = self.cores[k].queue.receive_post(color, task, urgent, poster, |tr| {
+                    let Some(step) = offer else { return false };
+                    follow::worth_asking(&tr, quiet, step)
+                        && follow::moves(&follow::Offer {
+                            traffic: tr,
+                            quiet,
+                            step,
+                            poster_ready,
+                            home_ready,
+                            poster_share: FULL,
+                            home_share: FULL,
+                        })
+                });
+                match route {
+                    Route::Queued => {}
+                    Route::Move { to, task } => {
+                        *may_move = false;
+                        self.report.moved += 1;
+                        let home = k as u32;
+                        self.send(k, to, Msg::Move { color, home, task: Some(task), urgent });
+                    }
+                    Route::Forward { to, task } => {
+                        self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent })
+                    }
+                    Route::Remote { home, task } => {
+                        self.send(k, home, Msg::Post { color, task, urgent, step: false })
+                    }
+                }
+            }
+            Msg::Forward { color, home, task, urgent } => {
+                self.cores[k].queue.accept_forward(color, home as usize, task, urgent)
+            }
+            Msg::Move { color, home, task, urgent } => {
+                self.cores[k].queue.adopt_moved(color, home as usize, task, urgent)
+            }
+            Msg::Grant { from, loans } => {
+                let core = &mut self.cores[k];
+                core.steal_pending = false;
+                let (skip, next) = steal::backoff_after(!loans.is_empty(), core.steal_backoff_next);
+                core.steal_backoff = skip;
+                core.steal_backoff_next = next;
+                self.report.stolen += loans.len() as u64;
+                for loan in loans {
+                    core.queue.adopt(from as usize, loan);
+                }
+            }
+            Msg::Return { color, ran } => self.cores[k].queue.returned(color, ran),
+            Msg::StealRequest => self.answer(k),
+            Msg::Pin { color } => self.cores[k].queue.pin(color),
+            Msg::Io(_) => {}
+        }
+    }
+
+    /// One turn of the next ready color (`worker::WorkerCtx::run_round`'s body). Returns the
+    /// events run (0: nothing ready).
+    fn turn(&mut self, k: usize) -> usize {
+        let Some((key, color)) = self.cores[k].queue.start_turn() else {
+            return 0;
+        };
+        let start = self.cores[k].now;
+        let mut t = start + self.setup.cost.turn_ns as u64;
+        if let Some(prev) = self.last_core.insert(color, k) {
+            if prev != k {
+                let d = self.distance(prev, k);
+                t += (self.setup.cost.color_lines * self.setup.cost.line(d)) as u64;
+            }
+        }
+        self.cores[k].now = t;
+        self.cores[k].turns = self.cores[k].turns.wrapping_add(1);
+        let timed = steal::turn_sample(&self.setup.config)
+            .is_some_and(|n| self.cores[k].turns.is_multiple_of(n));
+        let budget = self.setup.config.turn_budget.max(1);
+        let mut n = 0;
+        while n < budget {
+            let Some(task) = self.cores[k].queue.pop(key) else { break };
+            task.run();
+            let tag = RAN.with(|c| c.get());
+            n += 1;
+            self.run_event(k, color, tag);
+        }
+        if self.setup.cost.contention > 0.0 && self.net.busy > 1 {
+            // Other cores running at the same time slow this one (shared caches, memory
+            // bandwidth, a shared host): the turn takes longer.
+            let others = (self.net.busy - 1) as f64;
+            let turn = (self.cores[k].now - start) as f64;
+            self.cores[k].now += (turn * self.setup.cost.contention * others) as u64;
+        }
+        let end = self.cores[k].now;
+        if let Some(c) = self.checks.as_mut() {
+            c.turn(color, k, start, end);
+        }
+        if timed {
+            self.cores[k].queue.record_turn(key, end - start, n);
+        }
+        self.end_turn(k, key);
+        n
+    }
+
+    fn run_event(&mut self, k: usize, color: Color, tag: Tag) {
+        self.report.events += 1;
+        if let Some(c) = self.checks.as_mut() {
+            c.event(tag, color);
+        }
+        let ev = Event { color, data: tag.data, core: k, now_ns: self.cores[k].now };
+        let mut posts = std::mem::take(&mut self.posts);
+        posts.clear();
+        let work = self.work.handle(&ev, &mut posts);
+        let cost = self.setup.cost.work(work);
+        let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
+        self.cores[k].now += spent;
+        self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
+        for (i, p) in posts.iter().enumerate() {
+            let tag = self.tag(tag.id, i as u32, p.data);
+            self.post(k, p.color, tag);
+        }
+        self.posts = posts;
+        // `worker::Core::after_event`: a lone post to another worker is a chain step.
+        let core = &mut self.cores[k];
+        if core.event_remote_posts == 1 {
+            core.outbox.mark_step(core.event_remote_dest);
+        }
+        core.event_remote_posts = 0;
+        core.events_since_check += 1;
+        if core.events_since_check >= outbox::SAFETY_CHECK_EVERY && core.outbox.has_pending() {
+            core.events_since_check = 0;
+            let now = self.base + Duration::from_nanos(core.now);
+            let mut due = Vec::new();
+            core.outbox.overdue(now, &mut due);
+            for d in due {
+                self.flush_to(k, d);
+            }
+        }
+    }
+
+    /// A post made by a handler on core `k` (`worker::Core::post`).
+    fn post(&mut self, k: usize, color: Color, tag: Tag) {
+        let cost = &self.setup.cost;
+        if !self.setup.config.batching {
+            // libasync-smp: a lock per posted event, local posts included.
+            self.cores[k].now += cost.lock_ns as u64;
+            if self.cores[k].queue.lease(color).is_none() {
+                let home = home_of(color, self.placement);
+                let msg = Msg::Post { color, task: task_of(tag), urgent: false, step: false };
+                return self.send(k, home, msg);
+            }
+        }
+        let q = &mut self.cores[k].queue;
+        let dest = q.route(color);
+        match q.post_to(dest, task_of(tag), false) {
+            Route::Queued => {
+                self.report.posts_local += 1;
+                self.cores[k].now += cost.local_post_ns as u64;
+            }
+            Route::Forward { to, task } => {
+                self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent: false })
+            }
+            Route::Remote { home, task } => {
+                let core = &mut self.cores[k];
+                core.event_remote_posts += 1;
+                core.event_remote_dest = home;
+                self.send(k, home, Msg::Post { color, task, urgent: false, step: false });
+            }
+            Route::Move { .. } => {}
+        }
+    }
+
+    /// Sends a message from `k` to `dest` (`worker::Core::send`).
+    fn send(&mut self, k: usize, dest: usize, msg: Msg) {
+        self.report.msgs += 1;
+        if !self.setup.config.batching {
+            return self.deliver(k, dest, vec![msg]);
+        }
+        let core = &mut self.cores[k];
+        core.turn_sends += 1;
+        core.now += self.setup.cost.remote_post_ns as u64;
+        let now = self.base + Duration::from_nanos(core.now);
+        if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], || now) {
+            self.deliver(k, dest, batch);
+        } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
+            self.flush_to(k, dest);
+        }
+    }
+
+    /// The idle flag a core publishes (`shared::Status::idle`).
+    fn idle_hint(&self, w: usize) -> bool {
+        self.net.status[w].state != State::Busy
+    }
+
+    /// Hands `batch` to `dest` (`worker::Core::deliver`).
+    fn deliver(&mut self, k: usize, dest: usize, batch: Vec<Msg>) {
+        if batch.is_empty() {
+            return;
+        }
+        self.report.batches += 1;
+        let d = self.distance(k, dest);
+        let latency = self.jitter(self.setup.cost.line(d));
+        let core = &mut self.cores[k];
+        core.now += self.setup.cost.deliver_ns as u64;
+        let at = (core.now + latency).max(core.last_arrival[dest]);
+        core.last_arrival[dest] = at;
+        let quiet = core.queue.is_quiet();
+        self.net.inbox[dest].push(Arrival { at, from: k, quiet, msgs: batch });
+        if self.net.arrive(dest, at, &self.setup.cost, &mut self.report) {
+            self.cores[k].now += self.setup.cost.wake_send_ns as u64;
+        }
+    }
+
+    fn flush_to(&mut self, k: usize, dest: usize) {
+        let batch = self.cores[k].outbox.take(dest);
+        self.deliver(k, dest, batch);
+    }
+
+    fn flush_all(&mut self, k: usize) {
+        while let Some(&d) = self.cores[k].outbox.pending_dests().first() {
+            self.flush_to(k, d);
+        }
+    }
+
+    /// The end of a turn: the color may leave (`follow`), buffers may leave
+    /// (`outbox::is_burst`, idle destinations), sleepers may be woken to steal, a request
+    /// answered.
+    fn end_turn(&mut self, k: usize, key: usize) {
+        let follow_on = self.setup.config.follow;
+        let status = &self.net.status;
+        let shed = |home: Option<usize>, ready: usize, cost: u64| {
+            if !follow_on {
+                return None;
+            }
+            let peer = |w: usize| follow::Peer {
+                id: w,
+                idle: status[w].state != State::Busy,
+                share: FULL,
+            };
+            match home {
+                Some(h) => follow::sheds(ready, FULL, follow::cheap(cost), || peer(h)).then_some(h),
+                None => follow::relief(FULL, || (0..status.len()).filter(|&w| w != k).map(peer)),
+            }
+        };
+        match self.cores[k].queue.end_turn_shedding(key, shed) {
+            Some(TurnEnd::Return(r)) => {
+                self.send(k, r.home, Msg::Return { color: r.color, ran: r.ran });
+            }
+            Some(TurnEnd::Push { to, color }) => {
+                self.report.moved += 1;
+                let msg = Msg::Move { color, home: k as u32, task: None, urgent: false };
+                self.send(k, to, msg);
+            }
+            None => {}
+        }
+        if self.setup.config.batching {
+            let core = &mut self.cores[k];
+            let burst = outbox::is_burst(core.turn_sends, self.setup.config.batch_size);
+            core.turn_sends = 0;
+            core.outbox.end_turn();
+            if burst && core.outbox.has_pending() {
+                self.flush_all(k);
+            } else {
+                let mut idle = std::mem::take(&mut self.scratch);
+                idle.clear();
+                let status = &self.net.status;
+                idle.extend(
+                    core.outbox
+                        .pending_dests()
+                        .iter()
+                        .copied()
+                        .filter(|&d| status[d].state != State::Busy),
+                );
+                for &d in &idle {
+                    self.flush_to(k, d);
+                }
+                self.scratch = idle;
+            }
+        }
+        if self.setup.config.steal != Steal::Off {
+            self.publish(k);
+            self.nudge(k);
+        }
+        self.answer(k);
+    }
+
+    /// `steal::nudge_sleepers`: a loaded core wakes a sleeper so that it may steal.
+    fn nudge(&mut self, k: usize) {
+        let core = &mut self.cores[k];
+        if core.nudge_cooldown > 0 {
+            core.nudge_cooldown -= 1;
+            return;
+        }
+        core.nudge_cooldown = steal::NUDGE_EVERY_ROUNDS;
+        let config = &self.setup.config;
+        let backlog = config.steal == Steal::Backlog && {
+            let b = core.queue.has_backlog(steal::BACKLOG_FLOOR);
+            self.net.status[k].backlog = b;
+            b
+        };
+        let seen = steal::Loaded {
+            share: FULL,
+            ready: core.queue.ready_len(),
+            sleepers: self.net.sleeping > 0,
+            asked: self.net.slot[k].is_some(),
+            backlog,
+        };
+        let floor = steal::min_work_ns(config);
+        if !steal::worth_nudging(config.steal, &seen, || core.queue.has_lendable(floor, 2)) {
+            return;
+        }
+        let Some(w) = (0..self.cores.len())
+            .find(|&w| w != k && matches!(self.net.status[w].state, State::Sleep { .. }))
+        else {
+            return;
+        };
+        let at = self.cores[k].now;
+        self.cores[k].now += self.setup.cost.wake_send_ns as u64;
+        self.net.arrive(w, at, &self.setup.cost, &mut self.report);
+    }
+
+    /// `steal::answer`: lends to the thief in this core's slot, if its request has arrived.
+    fn answer(&mut self, k: usize) {
+        let Some((thief, visible)) = self.net.slot[k] else { return };
+        if visible > self.cores[k].now {
+            return;
+        }
+        self.net.slot[k] = None;
+        let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
+        self.cores[k].now += self.setup.cost.steal_answer_ns as u64;
+        self.send(k, thief, Msg::Grant { from: k as u32, loans });
+        if self.setup.config.batching {
+            self.flush_to(k, thief);
+        }
+        self.publish(k);
+    }
+
+    /// `steal::request`: an idle core asks a loaded one for a color.
+    fn request(&mut self, k: usize) {
+        let n = self.cores.len();
+        if self.setup.config.steal == Steal::Off || self.cores[k].steal_pending || n < 2 {
+            return;
+        }
+        if self.cores[k].steal_backoff > 0 {
+            self.cores[k].steal_backoff -= 1;
+            return;
+        }
+        let random = self.random();
+        let config = &self.setup.config;
+        let victim = steal::candidates(&self.tiers[k], random).find(|&v| {
+            let st = &self.net.status[v];
+            let seen = Candidate { ready: st.ready, backlog: st.backlog, share: FULL };
+            steal::worth_asking(config.steal, FULL, &seen) && self.net.slot[v].is_none()
+        });
+        let Some(v) = victim else { return };
+        let visible = self.cores[k].now + self.setup.cost.line(self.distance(k, v)) as u64;
+        self.net.slot[v] = Some((k, visible));
+        self.cores[k].steal_pending = true;
+        self.report.steal_requests += 1;
+        self.send(k, v, Msg::StealRequest);
+        if self.setup.config.batching {
+            self.flush_to(k, v);
+        }
+    }
+
+    /// The idle path (`idle::idle_spell`): steal, then spin (`idle::spin_budget`) or sleep.
+    fn idle(&mut self, k: usize) {
+        self.request(k);
+        if self.has_arrived(k) {
+            let at = self.cores[k].now;
+            return self.net.schedule(k, at);
+        }
+        let budget = crate::idle::spin_budget(
+            self.setup.config.spin,
+            self.threshold,
+            self.cores[k].last_sleep,
+        );
+        if budget > Duration::ZERO && self.net.spinners < self.max_spinners {
+            let now = self.cores[k].now;
+            let until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
+            self.net.spinners += 1;
+            self.report.spins += 1;
+            self.net.set_state(k, State::Spin { until });
+            // A message already on its way is noticed when it lands.
+            let next = self.next_arrival(k).map_or(until, |a| a.min(until));
+            if next < until {
+                self.net.spinners -= 1;
+                self.report.spin_wins += 1;
+                self.net.set_state(k, State::Busy);
+                return self.net.schedule(k, next + self.setup.cost.spin_notice_ns as u64);
+            }
+            return self.net.schedule(k, until.min(now + SPIN_STEAL_EVERY_NS));
+        }
+        self.sleep(k);
+    }
+
+    fn has_arrived(&self, k: usize) -> bool {
+        let now = self.cores[k].now;
+        self.net.inbox[k].iter().any(|a| a.at <= now) || self.slot_visible(k)
+    }
+
+    fn slot_visible(&self, k: usize) -> bool {
+        self.net.slot[k].is_some_and(|(_, at)| at <= self.cores[k].now)
+    }
+
+    fn next_arrival(&self, k: usize) -> Option<u64> {
+        let inbox = self.net.inbox[k].iter().map(|a| a.at).min();
+        let slot = self.net.slot[k].map(|(_, at)| at);
+        inbox.into_iter().chain(slot).min()
+    }
+
+    /// Sleeps until a message arrives (`idle::sleep`); a message already on its way wakes it as
+    /// it lands (the sender would have seen the sleep announced).
+    fn sleep(&mut self, k: usize) {
+        self.cores[k].now += self.setup.cost.sleep_ns as u64;
+        let now = self.cores[k].now;
+        if self.has_arrived(k) {
+            return self.net.schedule(k, now);
+        }
+        self.report.sleeps += 1;
+        self.net.sleeping += 1;
+        self.net.set_state(k, State::Sleep { since: now });
+        self.net.status[k].gen += 1; // no step until woken
+        if let Some(at) = self.next_arrival(k) {
+            self.net.arrive(k, at, &self.setup.cost, &mut self.report);
+        }
+    }
+}
+
+/// How often a spinning core asks for a color (`idle::spin` asks every 1024 polls, tens of
+/// microseconds).
+const SPIN_STEAL_EVERY_NS: u64 = 40_000;
+
+/// Runs `work` on `setup`'s machine.
+pub fn simulate(setup: Setup, work: &mut dyn Workload) -> Report {
+    Sim::new(setup, work).run()
+}
+
+/// The checker, for its own tests.
+#[cfg(test)]
+pub(super) mod tests_support {
+    use super::{Checks, Tag};
+    use crate::Color;
+
+    pub(crate) fn checks() -> Checks {
+        Checks::default()
+    }
+
+    /// Event `id`, post `seq` of `poster`, runs.
+    pub(crate) fn run(c: &mut Checks, id: u64, poster: u64, seq: u32) {
+        c.event(Tag { id, poster, seq, data: 0 }, Color(1));
+    }
+
+    /// A turn of color 1 on `core` over `[start, end]`.
+    pub(crate) fn turn(c: &mut Checks, core: usize, start: u64, end: u64) {
+        c.turn(Color(1), core, start, end);
+    }
+
+    pub(crate) fn violations(c: Checks) -> Vec<String> {
+        c.violations
+    }
+}

@@ -1,0 +1,32 @@
+//! A deterministic simulator of N-core machines running the runtime's own policy code (issue
+//! 20): the real run queues (`queue`), outgoing buffers (`outbox`) and policy functions
+//! (`steal`, `follow`, `idle`, `outbox`, `color`) driven by a discrete-event engine in virtual
+//! time on a synthetic topology, with a cost model for what the policies cannot see.
+//!
+//! * [`engine`]: the machine, [`Setup`], [`simulate`] and its [`Report`]; with
+//!   [`Setup::check`], the invariant checks (exclusion, order, exactly once).
+//! * [`cost`]: the [`CostModel`] and its defaults.
+//! * [`workload`]: the benchmarks' message patterns.
+//! * `replay` (tests only): where stealing puts colors, step by step.
+//!
+//! What is not modelled: CPU shares (every simulated core gets its whole CPU, so
+//! `Steal::FromSharedCpus`, `follow::relief` and the share tests of `follow::moves` never
+//! fire), descriptors and timers (`io`), urgent posts, the allocators (EMA's placement is not
+//! charged), the quiescence protocol (a run ends when nothing is left to run or in flight), and
+//! contention between cores beyond [`CostModel::contention`]. Policies the worker still holds
+//! inline (its end-of-turn burst test, its safety-check interval, its grant back-off) are read
+//! through `outbox::is_burst`, `outbox::SAFETY_CHECK_EVERY` and `steal::backoff_after`, which
+//! `worker` should call too.
+//!
+//! Not a stable interface: `ochre sim` and the tests use it (feature `sim`).
+
+pub mod cost;
+pub mod engine;
+#[cfg(test)]
+mod replay;
+#[cfg(test)]
+mod tests;
+pub mod workload;
+
+pub use cost::CostModel;
+pub use engine::{simulate, Event, Post, Report, Setup, Workload, ROOT};

@@ -1,0 +1,524 @@
+//! Workloads for the simulator: the message patterns of the project's benchmarks
+//! (`ochre-bench`: ping-pong, producer-consumer, the stealing cases, the Savina actor programs),
+//! each event's handler cost given in virtual ns.
+//!
+//! Invariants: a workload is deterministic (its random choices come from its own seeded
+//! generator); it places its colors as the benchmark does (colors chosen by their home with
+//! [`home`], actors as `Color(1 + i)`); [`Workload::handle`] never panics, whatever event it is
+//! given (an unknown event posts nothing). Each workload says how many events or messages it
+//! counts for its throughput ([`Measured`]).
+
+use super::engine::{Event, Post, Workload, ROOT};
+use crate::color::{home_of, Placement};
+use crate::topology::Topology;
+use crate::Color;
+
+/// The home of `color` on `cores` simulated cores of `topology` (as `Runtime::home_of`).
+pub fn home(color: Color, cores: usize, topology: &Topology) -> usize {
+    let cores = cores.max(1);
+    home_of(color, Placement { workers: cores, domain: topology.domain_size(cores) })
+}
+
+/// `per_core` colors homed on each of `cores` cores, from `first` up (as the benchmarks'
+/// `colors_per_worker`).
+pub fn colors_per_core(
+    cores: usize,
+    topology: &Topology,
+    per_core: usize,
+    first: u64,
+) -> Vec<Vec<Color>> {
+    let mut by: Vec<Vec<Color>> = vec![Vec::new(); cores.max(1)];
+    let mut c = first;
+    while by.iter().any(|v| v.len() < per_core) {
+        let h = home(Color(c), cores, topology);
+        if by[h].len() < per_core {
+            by[h].push(Color(c));
+        }
+        c += 1;
+    }
+    by
+}
+
+/// What a workload's throughput counts.
+pub trait Measured: Workload {
+    /// Events or messages counted by the benchmark's figure.
+    fn counted(&self) -> u64;
+    /// True if the benchmark divides its rate by the worker count (ping-pong's ev/s/worker).
+    fn per_core(&self) -> bool {
+        false
+    }
+}
+
+const KIND: u32 = 56;
+fn kind(data: u64) -> u64 {
+    data >> KIND
+}
+fn with(kind: u64, rest: u64) -> u64 {
+    (kind << KIND) | (rest & ((1 << KIND) - 1))
+}
+fn rest(data: u64) -> u64 {
+    data & ((1 << KIND) - 1)
+}
+
+/// Ping-pong (`ochre-bench` `pingpong`): `chains` colors homed on each core, each a chain of
+/// `hops` events posting the next to itself.
+pub struct PingPong {
+    colors: Vec<Vec<Color>>,
+    hops: u64,
+    cost_ns: u64,
+}
+
+impl PingPong {
+    /// `events_per_core` events on each of `cores` cores, in 4 chains per core.
+    pub fn new(cores: usize, topology: &Topology, events_per_core: u64, cost_ns: u64) -> Self {
+        let chains = 4;
+        PingPong {
+            colors: colors_per_core(cores, topology, chains, 1),
+            hops: (events_per_core / chains as u64).max(1),
+            cost_ns,
+        }
+    }
+}
+
+impl Workload for PingPong {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        match (ev.data, kind(ev.data)) {
+            (ROOT, _) => {
+                for (w, cs) in self.colors.iter().enumerate() {
+                    out.push(Post { color: cs[0], data: with(1, w as u64) });
+                }
+                0
+            }
+            (_, 1) => {
+                if let Some(cs) = self.colors.get(rest(ev.data) as usize) {
+                    out.extend(cs.iter().map(|&c| Post { color: c, data: with(2, self.hops) }));
+                }
+                0
+            }
+            (_, _) => {
+                let left = rest(ev.data);
+                if left > 1 {
+                    out.push(Post { color: ev.color, data: with(2, left - 1) });
+                }
+                self.cost_ns
+            }
+        }
+    }
+}
+
+impl Measured for PingPong {
+    fn counted(&self) -> u64 {
+        self.hops * self.colors.iter().map(|c| c.len() as u64).sum::<u64>()
+    }
+    fn per_core(&self) -> bool {
+        true
+    }
+}
+
+/// Producer-consumer (`ochre-bench` `prodcons`): a producer on core 0 posts `FAN_OUT` events
+/// to consumers placed round robin over the cores; when all ran, the next round starts.
+pub struct ProdCons {
+    producer: Color,
+    consumers: Vec<Color>,
+    cost_ns: u64,
+    rounds: u64,
+    left_in_round: usize,
+}
+
+/// Events per producer round.
+pub const FAN_OUT: usize = 100;
+
+impl ProdCons {
+    /// `rounds` rounds of `FAN_OUT` consumer events of `cost_ns` on `cores` cores.
+    pub fn new(cores: usize, topology: &Topology, cost_ns: u64, rounds: u64) -> Self {
+        let per = FAN_OUT.div_ceil(cores.max(1));
+        let by = colors_per_core(cores, topology, per, 1);
+        let consumers =
+            (0..per).flat_map(|k| by.iter().map(move |cs| cs[k])).take(FAN_OUT).collect();
+        ProdCons { producer: by[0][0], consumers, cost_ns, rounds, left_in_round: 0 }
+    }
+}
+
+impl Workload for ProdCons {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        match (ev.data, kind(ev.data)) {
+            (ROOT, _) => out.push(Post { color: self.producer, data: with(1, self.rounds) }),
+            (_, 1) => {
+                let left = rest(ev.data);
+                if left > 0 {
+                    self.left_in_round = FAN_OUT;
+                    for i in 0..FAN_OUT {
+                        let to = self.consumers[i % self.consumers.len()];
+                        out.push(Post { color: to, data: with(2, left) });
+                    }
+                }
+            }
+            (_, _) => {
+                self.left_in_round = self.left_in_round.saturating_sub(1);
+                if self.left_in_round == 0 {
+                    out.push(Post { color: self.producer, data: with(1, rest(ev.data) - 1) });
+                }
+                return self.cost_ns;
+            }
+        }
+        0
+    }
+}
+
+impl Measured for ProdCons {
+    fn counted(&self) -> u64 {
+        self.rounds * FAN_OUT as u64
+    }
+}
+
+/// The stealing benchmark's imbalanced case (`ochre-bench` `steal::imbalanced`): `heavy` chains
+/// of `length` events homed on core 0 and `light` chains of `length / 8` anywhere, `cost_ns` per
+/// event.
+pub struct Imbalanced {
+    heavy: Vec<Color>,
+    light: u64,
+    length: u64,
+    cost_ns: u64,
+}
+
+impl Imbalanced {
+    /// The case on `cores` cores.
+    pub fn new(
+        cores: usize,
+        topology: &Topology,
+        heavy: usize,
+        light: u64,
+        length: u64,
+        cost_ns: u64,
+    ) -> Self {
+        let heavy =
+            (1_000..).map(Color).filter(|&c| home(c, cores, topology) == 0).take(heavy).collect();
+        Imbalanced { heavy, light, length: length.max(1), cost_ns }
+    }
+
+    /// The case with `per_home` heavy chains homed on each core of `homes` instead of all on
+    /// core 0: several victims, near and far, for locality-aware stealing to choose from.
+    pub fn spread(
+        cores: usize,
+        topology: &Topology,
+        homes: &[usize],
+        per_home: usize,
+        light: u64,
+        length: u64,
+        cost_ns: u64,
+    ) -> Self {
+        let mut heavy = Vec::new();
+        for &h in homes {
+            heavy.extend(
+                (1_000..)
+                    .map(Color)
+                    .filter(|&c| home(c, cores, topology) == h)
+                    .take(per_home)
+                    .take_while(|_| h < cores),
+            );
+        }
+        Imbalanced { heavy, light, length: length.max(1), cost_ns }
+    }
+}
+
+impl Workload for Imbalanced {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        if ev.data == ROOT {
+            for &c in &self.heavy {
+                out.push(Post { color: c, data: self.length });
+            }
+            let short = (self.length / 8).max(1);
+            for l in 0..self.light {
+                out.push(Post { color: Color(100_000 + l), data: short });
+            }
+            return 0;
+        }
+        if ev.data > 1 {
+            out.push(Post { color: ev.color, data: ev.data - 1 });
+        }
+        self.cost_ns
+    }
+}
+
+impl Measured for Imbalanced {
+    fn counted(&self) -> u64 {
+        self.heavy.len() as u64 * self.length + self.light * (self.length / 8).max(1) + 1
+    }
+}
+
+/// The Savina actor programs of `ochre-bench` `actors`, one color per actor (`Color(1 + i)`),
+/// each message costing `msg_ns` plus its program's work.
+pub struct Actors {
+    program: Program,
+    msg_ns: u64,
+    /// Per actor: a counter and a generator, as the programs' states.
+    state: Vec<[u64; 4]>,
+    rng: u64,
+}
+
+/// Which actor program, with its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// Two actors pass one ball `n` times.
+    PingPong { n: u64 },
+    /// A producer sends `n` increments to a counter.
+    Counting { n: u64 },
+    /// `actors` in a ring pass `tokens` tokens, `hops` in all.
+    Ring { actors: usize, tokens: usize, hops: u64 },
+    /// `actors` each ping random others `pings` times.
+    Big { actors: usize, pings: u64 },
+    /// A driver sends `per_actor` messages to each of `actors`, each of `work_ns`.
+    ForkJoin { actors: usize, per_actor: u64, work_ns: u64 },
+    /// `creatures` meet at a mall, `meetings` in all.
+    Chameneos { creatures: usize, meetings: u64 },
+    /// A teller and `accounts` accounts, `transactions` transfers.
+    Bank { accounts: usize, transactions: u64 },
+}
+
+impl Program {
+    /// The programs and sizes of the actors benchmark (its quick sizes when `quick`), by name.
+    pub fn suite(quick: bool) -> Vec<(&'static str, Program)> {
+        let k = if quick { 1 } else { 4 };
+        vec![
+            ("pingpong", Program::PingPong { n: 600_000 * k }),
+            ("counting", Program::Counting { n: 1_000_000 * k }),
+            ("thread ring, 1 token", Program::Ring { actors: 1000, tokens: 1, hops: 300_000 * k }),
+            (
+                "thread ring, 64 tokens",
+                Program::Ring { actors: 1000, tokens: 64, hops: 1_000_000 * k },
+            ),
+            ("big", Program::Big { actors: 100, pings: 3_000 * k }),
+            (
+                "fork-join empty",
+                Program::ForkJoin { actors: 60, per_actor: 12_000 * k, work_ns: 0 },
+            ),
+            (
+                "fork-join 1 us",
+                Program::ForkJoin { actors: 60, per_actor: 1_000 * k, work_ns: 1_000 },
+            ),
+            ("chameneos", Program::Chameneos { creatures: 40, meetings: 200_000 * k }),
+            ("bank", Program::Bank { accounts: 100, transactions: 300_000 * k }),
+        ]
+    }
+
+    /// The same program with its size divided by `by` (at least 1 of everything).
+    pub fn scaled(self, by: u64) -> Program {
+        let d = |x: u64| (x / by.max(1)).max(1);
+        match self {
+            Program::PingPong { n } => Program::PingPong { n: d(n) },
+            Program::Counting { n } => Program::Counting { n: d(n) },
+            Program::Ring { actors, tokens, hops } => {
+                Program::Ring { actors, tokens, hops: d(hops).max(tokens as u64) }
+            }
+            Program::Big { actors, pings } => Program::Big { actors, pings: d(pings) },
+            Program::ForkJoin { actors, per_actor, work_ns } => {
+                Program::ForkJoin { actors, per_actor: d(per_actor), work_ns }
+            }
+            Program::Chameneos { creatures, meetings } => {
+                Program::Chameneos { creatures, meetings: d(meetings) }
+            }
+            Program::Bank { accounts, transactions } => {
+                Program::Bank { accounts, transactions: d(transactions) }
+            }
+        }
+    }
+
+    fn actors(self) -> usize {
+        match self {
+            Program::PingPong { .. } | Program::Counting { .. } => 2,
+            Program::Ring { actors, .. } | Program::Big { actors, .. } => actors + 1,
+            Program::ForkJoin { actors, .. } => actors + 1,
+            Program::Chameneos { creatures, .. } => creatures + 1,
+            Program::Bank { accounts, .. } => accounts + 1,
+        }
+    }
+
+    /// Messages a run sends (the benchmark's numerator).
+    pub fn messages(self) -> u64 {
+        match self {
+            Program::PingPong { n } => n,
+            Program::Counting { n } => n + 2,
+            Program::Ring { tokens, hops, .. } => hops / tokens as u64 * tokens as u64,
+            Program::Big { actors, pings } => 2 * actors as u64 * pings,
+            Program::ForkJoin { actors, per_actor, .. } => actors as u64 * per_actor,
+            Program::Chameneos { meetings, .. } => 4 * meetings,
+            Program::Bank { transactions, .. } => 3 * transactions,
+        }
+    }
+}
+
+fn actor(i: usize) -> Color {
+    Color(1 + i as u64)
+}
+
+fn next_rand(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// A random one of `0..n` other than `me`.
+fn other(rng: &mut u64, me: usize, n: usize) -> usize {
+    let j = (next_rand(rng) % (n as u64 - 1).max(1)) as usize;
+    if j >= me {
+        j + 1
+    } else {
+        j
+    }
+}
+
+impl Actors {
+    /// `program`, each message costing `msg_ns` of handler time.
+    pub fn new(program: Program, msg_ns: u64) -> Self {
+        let n = program.actors();
+        Actors { program, msg_ns, state: vec![[0; 4]; n], rng: 0x2545_f491_4f6c_dd1d }
+    }
+
+    fn send(out: &mut Vec<Post>, to: usize, kind: u64, rest: u64) {
+        out.push(Post { color: actor(to), data: with(kind, rest) });
+    }
+}
+
+impl Workload for Actors {
+    fn root(&self) -> Color {
+        actor(0)
+    }
+
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        let me = (ev.color.0 as usize).wrapping_sub(1);
+        if ev.data != ROOT && me >= self.state.len() {
+            return 0;
+        }
+        let (k, r) = (kind(ev.data), rest(ev.data));
+        let mut cost = self.msg_ns;
+        match self.program {
+            Program::PingPong { n } => {
+                if ev.data == ROOT {
+                    Self::send(out, 0, 0, 0);
+                } else if r < n {
+                    Self::send(out, 1 - me.min(1), 0, r + 1);
+                }
+            }
+            Program::Counting { n } => match (ev.data, k) {
+                (ROOT, _) => Self::send(out, 0, 0, 0),
+                (_, 0) => {
+                    for _ in 0..n {
+                        Self::send(out, 1, 1, 0);
+                    }
+                    Self::send(out, 1, 2, 0);
+                }
+                (_, 1) => self.state[me][0] += 1,
+                (_, 2) => Self::send(out, 0, 3, self.state[me][0]),
+                _ => {}
+            },
+            Program::Ring { actors, tokens, hops } => match (ev.data, k) {
+                (ROOT, _) => {
+                    for t in 0..tokens {
+                        Self::send(out, t * actors / tokens, 0, hops / tokens as u64);
+                    }
+                }
+                (_, 0) if r == 0 => Self::send(out, actors, 1, 0),
+                (_, 0) => Self::send(out, (me + 1) % actors, 0, r - 1),
+                _ => {}
+            },
+            Program::Big { actors, pings } => {
+                let ping = |s: &mut [u64; 4], out: &mut Vec<Post>, rng: &mut u64| {
+                    if s[0] == pings {
+                        Self::send(out, actors, 3, 0);
+                    } else {
+                        s[0] += 1;
+                        Self::send(out, other(rng, me, actors), 1, me as u64);
+                    }
+                };
+                match (ev.data, k) {
+                    (ROOT, _) => {
+                        for i in 0..actors {
+                            Self::send(out, i, 0, 0);
+                        }
+                    }
+                    (_, 0) | (_, 2) => ping(&mut self.state[me], out, &mut self.rng),
+                    (_, 1) => Self::send(out, r as usize, 2, 0),
+                    _ => {}
+                }
+            }
+            Program::ForkJoin { actors, per_actor, work_ns } => match (ev.data, k) {
+                (ROOT, _) => Self::send(out, 0, 0, 0),
+                (_, 0) => {
+                    for _ in 0..per_actor {
+                        for a in 1..=actors {
+                            Self::send(out, a, 1, 0);
+                        }
+                    }
+                }
+                (_, 1) => {
+                    cost += work_ns;
+                    self.state[me][0] += 1;
+                    if self.state[me][0] == per_actor {
+                        Self::send(out, 0, 2, 0);
+                    }
+                }
+                _ => {}
+            },
+            Program::Chameneos { creatures, meetings } => {
+                const MALL: usize = 0;
+                match (ev.data, me, k) {
+                    (ROOT, _, _) => {
+                        for i in 1..=creatures {
+                            Self::send(out, i, 0, 0);
+                        }
+                    }
+                    // Mall: state[0] = meetings done, state[1] = 1 + a waiting creature.
+                    (_, MALL, 1) if self.state[MALL][0] >= meetings => {
+                        Self::send(out, r as usize, 3, 0)
+                    }
+                    (_, MALL, 1) => match self.state[MALL][1] {
+                        0 => self.state[MALL][1] = 1 + r,
+                        w => {
+                            self.state[MALL][1] = 0;
+                            self.state[MALL][0] += 1;
+                            Self::send(out, (w - 1) as usize, 2, r);
+                        }
+                    },
+                    (_, _, 0) => Self::send(out, MALL, 1, me as u64),
+                    (_, _, 2) => {
+                        Self::send(out, r as usize, 4, 0);
+                        Self::send(out, MALL, 1, me as u64);
+                    }
+                    (_, _, 4) => Self::send(out, MALL, 1, me as u64),
+                    (_, _, 3) => Self::send(out, MALL, 5, 0),
+                    _ => {}
+                }
+            }
+            Program::Bank { accounts, transactions } => match (ev.data, k) {
+                (ROOT, _) => Self::send(out, 0, 0, 0),
+                (_, 0) => {
+                    for _ in 0..transactions {
+                        let from = 1 + (next_rand(&mut self.rng) % accounts as u64) as usize;
+                        let to = 1 + other(&mut self.rng, from - 1, accounts);
+                        Self::send(out, from, 1, to as u64);
+                    }
+                }
+                (_, 1) => Self::send(out, r as usize, 2, 0),
+                (_, 2) => Self::send(out, 0, 3, 0),
+                (_, 3) => {
+                    self.state[0][0] += 1;
+                    if self.state[0][0] == transactions {
+                        for a in 1..=accounts {
+                            Self::send(out, a, 4, 0);
+                        }
+                    }
+                }
+                (_, 4) => Self::send(out, 0, 5, 0),
+                _ => {}
+            },
+        }
+        cost
+    }
+}
+
+impl Measured for Actors {
+    fn counted(&self) -> u64 {
+        self.program.messages()
+    }
+}
