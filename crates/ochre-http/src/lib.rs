@@ -27,6 +27,7 @@ mod notify;
 pub mod path;
 mod response;
 mod shed;
+pub mod site;
 mod stats;
 
 use std::path::PathBuf;
@@ -60,7 +61,7 @@ pub struct Server {
     shared: Arc<ServerShared>,
 }
 
-static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
+pub(crate) static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 /// Connection colors start here (a quarter of the way up the color space, below the grouped
 /// colors of `Color::grouped`), away from small colors
