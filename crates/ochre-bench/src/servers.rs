@@ -1,0 +1,248 @@
+//! The comparative study of server architectures (issue 19, thesis chapter 6): a thread per
+//! connection (`threads`), one event loop per core (`symped`), stages with pools (`staged`),
+//! SWS on colored events (`sws`), hyper + tower-http on tokio (`hyper`) and nginx, all serving
+//! the same files to the same injector in the same run, on 1 and 2 cores.
+//!
+//! Each server is measured at its best point, found by a search and not set by hand: for every
+//! number of client connections in [`CONNECTIONS`] (and, for `staged`, every pool size in
+//! [`POOLS`]), a short closed-loop probe; the best rate's point is the one measured. The probes
+//! are the server's throughput-vs-load curve, kept in the notes. The measurement proper is
+//! `harness::measure_case`: every system in turn, alternated, a warm-up and `reps` kept samples;
+//! the table shows medians and each median's ratio to SWS's (the `vs ochre` column).
+//!
+//! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
+//! servers get the others, and share the injector's CPU only when they are given every CPU
+//! (alike for all). Each server's threads are pinned to its CPUs (`ochre_servers::Plan`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use ochre::Runtime;
+use ochre_http::ServerConfig;
+use ochre_load::fileset::FileSet;
+use ochre_load::{ClosedLoop, LoadReport, Phases, Target};
+use ochre_servers::{Arch, Plan, Running};
+
+use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::sws::{nginx_path, sample_seconds, server_cpus, setup, specweb, target_of, Nginx};
+
+/// Client connections tried by the search for each server's best point.
+pub const CONNECTIONS: [usize; 3] = [16, 64, 256];
+/// Pool sizes (read/parse and write stages) tried for `staged`.
+pub const POOLS: [usize; 3] = [1, 2, 4];
+
+/// The systems, in table order.
+pub const SYSTEMS: [&str; 6] = ["threads", "symped", "staged", "sws", "hyper", "nginx"];
+
+/// One closed-loop run of `clients` keep-alive connections for `secs`: the report, or the
+/// errors by kind.
+fn drive(rt: &Runtime, target: &Target, clients: usize, secs: f64) -> Result<LoadReport, String> {
+    let model = ClosedLoop { clients, requests_per_connection: u32::MAX, think: Duration::ZERO };
+    let phases = Phases::new(
+        Duration::from_millis(200),
+        Duration::from_secs_f64(secs),
+        Duration::from_secs(5),
+    );
+    let r = ochre_load::closed_loop(rt, target, &model, &phases).map_err(|e| e.to_string())?;
+    let errors: u64 = r.errors.iter().sum();
+    if errors > 0 {
+        let kinds: Vec<String> = ochre_load::ErrorKind::ALL
+            .iter()
+            .zip(r.errors)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k:?} {n}"))
+            .collect();
+        return Err(format!("{errors} errors ({})", kinds.join(", ")));
+    }
+    Ok(r)
+}
+
+/// A server under test: one of `ochre_servers`' architectures, or nginx.
+enum Live {
+    Arch(Running),
+    Nginx(Nginx),
+}
+
+impl Live {
+    fn url(&self) -> String {
+        match self {
+            Live::Arch(r) => format!("http://{}/1k.bin", r.addr()),
+            Live::Nginx(n) => n.url.clone(),
+        }
+    }
+}
+
+/// Starts `system` on `cpus` with stage pools of `pool` threads.
+fn start(system: &str, root: &Path, dir: &Path, cpus: &[usize], pool: usize) -> Result<Live, String> {
+    if system == "nginx" {
+        let bin = nginx_path().ok_or("nginx is not installed")?;
+        let dir = dir.join(format!("nginx-{}", cpus.len()));
+        return Nginx::start(&bin, root, &dir, cpus).map(Live::Nginx);
+    }
+    let arch = Arch::from_name(system).ok_or_else(|| format!("no system {system}"))?;
+    let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
+    let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
+    ochre_servers::start(arch, config, listener, &Plan::new(cpus.to_vec(), pool))
+        .map(Live::Arch)
+        .map_err(|e| format!("starting {system}: {e}"))
+}
+
+/// A server's best point: the pool size and connections of its best probe, and its curve (rate
+/// at each probe).
+struct Best {
+    pool: usize,
+    clients: usize,
+    curve: Vec<(usize, usize, Result<f64, String>)>,
+}
+
+/// Probes `system` at every point of the search and keeps the best.
+#[allow(clippy::too_many_arguments)]
+fn search(
+    system: &str,
+    root: &Path,
+    dir: &Path,
+    cpus: &[usize],
+    load: &Runtime,
+    mix: Option<&FileSet>,
+    secs: f64,
+) -> Result<Best, String> {
+    let pools: &[usize] = if system == "staged" { &POOLS } else { &[1] };
+    let mut curve = Vec::new();
+    for &pool in pools {
+        let live = start(system, root, dir, cpus, pool)?;
+        let target = target_of(&live.url(), mix)?;
+        for clients in CONNECTIONS {
+            curve.push((pool, clients, drive(load, &target, clients, secs).map(|r| r.throughput)));
+        }
+    }
+    let best = curve
+        .iter()
+        .filter_map(|(p, c, r)| r.as_ref().ok().map(|r| (*p, *c, *r)))
+        .max_by(|a, b| a.2.total_cmp(&b.2))
+        .ok_or_else(|| {
+            let why: Vec<String> = curve
+                .iter()
+                .filter_map(|(_, c, r)| r.as_ref().err().map(|e| format!("{c} clients: {e}")))
+                .collect();
+            format!("every probe failed: {}", why.join("; "))
+        })?;
+    Ok(Best { pool: best.0, clients: best.1, curve })
+}
+
+/// Runs the benchmark.
+pub fn run(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "servers",
+        "Server architectures: requests/s of each at its best point (connections and pool sizes \
+         found by a search), keep-alive closed loop, `ochre load` as the injector: a 1 KiB file, \
+         and a SPECweb99-like set. vs ochre: ratio to SWS.",
+    );
+    let Some(setup) = setup(&mut report, "servers") else { return report };
+    let load = match setup.load_runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            report.notes.push(format!("no injector runtime: {e}"));
+            return report;
+        }
+    };
+    let (cpus, injector, dir, root) = (&setup.cpus, setup.injector, &setup.dir, &setup.root);
+    let secs = sample_seconds(opts);
+    let probe_secs = if opts.quick { 0.3 } else { 0.6 };
+    let set = match specweb(root, if opts.quick { 4 } else { 20 }) {
+        Ok(set) => Some(set),
+        Err(e) => {
+            report.notes.push(format!("cannot write the SPECweb99-like set ({e}): skipped"));
+            None
+        }
+    };
+    let mut systems: Vec<&str> = SYSTEMS.to_vec();
+    if nginx_path().is_none() {
+        systems.retain(|s| *s != "nginx");
+        report.notes.push(
+            "nginx is not installed (scripts/install-peers.sh installs it): its rows and the \
+             SWS >= nginx checks are skipped"
+                .into(),
+        );
+    }
+    for w in opts.workers.iter().copied().filter(|&w| w <= cpus.len()) {
+        let server_cpus = server_cpus(cpus, injector, w);
+        let workloads = [("1 KiB", None), ("SPECweb99", set.as_ref())];
+        for (label, mix) in workloads.into_iter().filter(|(l, m)| *l == "1 KiB" || m.is_some()) {
+            let case = format!("{label}, {w}c");
+            // The search, then every server started at its best point for the measurement.
+            let mut lives = Vec::new();
+            for &system in &systems {
+                let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs);
+                let live = best.and_then(|b| {
+                    let curve: Vec<String> = b
+                        .curve
+                        .iter()
+                        .map(|(p, c, r)| {
+                            let pool = if system == "staged" { format!("pool {p}, ") } else { String::new() };
+                            match r {
+                                Ok(r) => format!("{pool}{c} conns {r:.0}"),
+                                Err(e) => format!("{pool}{c} conns failed ({e})"),
+                            }
+                        })
+                        .collect();
+                    report.notes.push(format!(
+                        "[{case}] {system} curve (req/s by load): {}; best: {} connections{}",
+                        curve.join(", "),
+                        b.clients,
+                        if system == "staged" { format!(", pools of {}", b.pool) } else { String::new() }
+                    ));
+                    let live = start(system, root, dir, &server_cpus, b.pool)?;
+                    Ok((live, b.clients))
+                });
+                lives.push((system, live));
+            }
+            let runs = lives
+                .iter()
+                .map(|(system, live)| {
+                    let load = &load;
+                    System::new(*system, move || {
+                        let (live, clients) = live.as_ref().map_err(|e| e.clone())?;
+                        let target = target_of(&live.url(), mix)?;
+                        Ok(drive(load, &target, *clients, secs)?.throughput)
+                    })
+                })
+                .collect();
+            measure_case(&mut report, &case, w, "req/s", opts.reps, runs);
+            drop(lives);
+            relative_to_sws(&mut report, &case);
+            checks(&mut report, &case);
+        }
+        if server_cpus.contains(&injector) {
+            report.notes.push(format!(
+                "[{w}c] the servers use every CPU ({server_cpus:?}): the injector shares CPU \
+                 {injector} with them, alike for every server"
+            ));
+        }
+    }
+    report.notes.push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
+    let _ = std::fs::remove_dir_all(dir);
+    report
+}
+
+/// Sets every row's ratio column of `case` to its median over SWS's (the harness's column is
+/// relative to a system named `ochre`; here SWS is ochre's server).
+fn relative_to_sws(report: &mut BenchReport, case: &str) {
+    let Some(sws) = report.median_of("sws", case) else { return };
+    for row in report.rows.iter_mut().filter(|r| r.case == case) {
+        row.vs_ochre = Some(row.median / sws).filter(|r| r.is_finite());
+    }
+}
+
+/// The goals of issue 19 on `case`: SWS the best architecture, at least nginx and hyper.
+fn checks(report: &mut BenchReport, case: &str) {
+    let Some(sws) = report.median_of("sws", case) else { return };
+    for peer in ["nginx", "hyper"] {
+        if let Some(p) = report.median_of(peer, case) {
+            report.check(format!("[{case}] SWS >= {peer}"), sws / p, sws >= p);
+        }
+    }
+    let others: Vec<&str> = SYSTEMS.iter().copied().filter(|s| *s != "sws").collect();
+    if let Some((best, rate)) = report.best_of(&others, case) {
+        report.check(format!("[{case}] SWS best of all (next: {best})"), sws / rate, sws >= rate);
+    }
+}
