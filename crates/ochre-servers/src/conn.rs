@@ -74,20 +74,16 @@ impl Conn {
     /// non-blocking one), up to the head limit plus a chunk.
     pub(crate) fn read(&mut self, site: &Site) -> Io {
         let limit = site.config().max_header_bytes + READ_CHUNK;
+        // Read into the stack and copy what came: no zeroing of buffer space per read.
+        let mut chunk = [0u8; READ_CHUNK];
         loop {
             if self.closing || self.out_bytes >= OUT_HIGH_WATER || self.inbuf.len() >= limit {
                 return Io::Ok;
             }
-            let len = self.inbuf.len();
-            self.inbuf.resize(len + READ_CHUNK, 0);
-            let r = (&self.stream).read(&mut self.inbuf[len..]);
-            match r {
-                Ok(0) => {
-                    self.inbuf.truncate(len);
-                    return Io::Closed;
-                }
+            match (&self.stream).read(&mut chunk) {
+                Ok(0) => return Io::Closed,
                 Ok(n) => {
-                    self.inbuf.truncate(len + n);
+                    self.inbuf.extend_from_slice(&chunk[..n]);
                     if self.blocking || n < READ_CHUNK {
                         // Blocking: what came is what there is. Short read: the socket is
                         // drained, or data arrived since, which is a new edge of readiness.
@@ -95,7 +91,6 @@ impl Conn {
                     }
                 }
                 Err(e) => {
-                    self.inbuf.truncate(len);
                     return match e.kind() {
                         io::ErrorKind::WouldBlock => Io::WouldBlock,
                         io::ErrorKind::Interrupted => continue,
