@@ -168,6 +168,7 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
         let counted = a.active < server.config.max_connections;
         if counted {
             a.active += 1;
+            server.open.store(a.active, Ordering::Relaxed);
         }
         (a.accepted, counted)
     });
@@ -790,6 +791,7 @@ fn close(conn: &Arc<Conn>, st: &mut ConnState) {
 fn dec_accepted_clients(server: &Arc<ServerShared>, id: u64) {
     let _ = server.accept_state.with(|a| {
         a.active = a.active.saturating_sub(1);
+        server.open.store(a.active, Ordering::Relaxed);
         a.live.remove(&id);
     });
 }

@@ -16,8 +16,10 @@ fn main() {
         eprintln!("unknown architecture {}", args[1]);
         std::process::exit(2);
     };
-    let cpus: Vec<usize> =
-        args.get(4).map(|s| s.split(',').filter_map(|c| c.parse().ok()).collect()).unwrap_or_default();
+    let cpus: Vec<usize> = args
+        .get(4)
+        .map(|s| s.split(',').filter_map(|c| c.parse().ok()).collect())
+        .unwrap_or_default();
     let pool = args.get(5).and_then(|p| p.parse().ok()).unwrap_or(2);
     let listener = match TcpListener::bind(("127.0.0.1", args[3].parse().unwrap_or(8080))) {
         Ok(l) => l,

@@ -20,13 +20,19 @@
 
 mod conn;
 pub mod hyper_server;
+pub mod ncopy;
 pub mod staged;
 pub mod sws;
 pub mod symped;
 pub mod threads;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use ochre_http::ServerConfig;
 
@@ -93,21 +99,84 @@ impl Plan {
     }
 }
 
+/// Where a server's connections come from.
+pub enum Source {
+    /// Accepted from this listener.
+    Listen(TcpListener),
+    /// Handed over by a balancer in front of several copies (N-COPY), until it hangs up.
+    Handoff(Receiver<TcpStream>),
+}
+
+impl Source {
+    /// The listener's address; for a hand-off, an unspecified loopback address.
+    pub(crate) fn addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            Source::Listen(l) => l.local_addr(),
+            Source::Handoff(_) => Ok(SocketAddr::from(([127, 0, 0, 1], 0))),
+        }
+    }
+
+    /// The next connection, blocking; `None` once `stop` is set or the balancer hung up. Both
+    /// kinds are polled with a timeout ([`STOP_POLL`]) rather than woken: a connection made to
+    /// wake an `accept` could go to another copy's listener on the same port (`SO_REUSEPORT`).
+    pub(crate) fn next(&self, stop: &AtomicBool) -> Option<TcpStream> {
+        if let Source::Listen(l) = self {
+            let _ = l.set_nonblocking(true);
+        }
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return None;
+            }
+            match self {
+                Source::Listen(l) => match l.accept() {
+                    Ok((s, _)) => return Some(s),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let mut fds = [rustix::event::PollFd::new(l, rustix::event::PollFlags::IN)];
+                        let timeout = rustix::event::Timespec::try_from(STOP_POLL).ok();
+                        let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+                    }
+                    // Out of descriptors or the like: back off instead of spinning.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                },
+                Source::Handoff(rx) => match rx.recv_timeout(STOP_POLL) {
+                    Ok(s) => return Some(s),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return None,
+                },
+            }
+        }
+    }
+}
+
+/// How often a thread waiting for connections looks at its stop flag.
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(100);
+
 /// A running server. Stopping it (or dropping it) closes its listener, shuts its connections
 /// and joins its threads.
 pub struct Running {
     addr: SocketAddr,
+    open: Arc<AtomicUsize>,
     stop: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Running {
-    pub(crate) fn new(addr: SocketAddr, stop: impl FnOnce() + Send + 'static) -> Running {
-        Running { addr, stop: Some(Box::new(stop)) }
+    pub(crate) fn new(
+        addr: SocketAddr,
+        open: Arc<AtomicUsize>,
+        stop: impl FnOnce() + Send + 'static,
+    ) -> Running {
+        Running { addr, open, stop: Some(Box::new(stop)) }
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Its connections open now: what the load-aware balancer of N-COPY compares.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// Stops it and waits for its threads.
@@ -138,12 +207,22 @@ pub fn start(
     listener: TcpListener,
     plan: &Plan,
 ) -> io::Result<Running> {
+    start_from(arch, config, Source::Listen(listener), plan)
+}
+
+/// Starts `arch` serving `config` on the connections of `source`, laid out as `plan`.
+pub fn start_from(
+    arch: Arch,
+    config: ServerConfig,
+    source: Source,
+    plan: &Plan,
+) -> io::Result<Running> {
     match arch {
-        Arch::Threads => threads::start(config, listener, plan),
-        Arch::Symped => symped::start(config, listener, plan),
-        Arch::Staged => staged::start(config, listener, plan),
-        Arch::Hyper => hyper_server::start(config, listener, plan),
-        Arch::Sws => sws::start(config, listener, plan),
+        Arch::Threads => threads::start(config, source, plan),
+        Arch::Symped => symped::start(config, source, plan),
+        Arch::Staged => staged::start(config, source, plan),
+        Arch::Hyper => hyper_server::start(config, source, plan),
+        Arch::Sws => sws::start(config, source, plan),
     }
 }
 
@@ -157,10 +236,4 @@ pub(crate) fn pin_to(cpus: &[usize]) {
         set.set(c);
     }
     let _ = rustix::thread::sched_setaffinity(None, &set);
-}
-
-/// Wakes a thread blocked in `accept` on `addr` (after its stop flag is set): one connection
-/// that it accepts, sees the flag, and drops.
-pub(crate) fn poke(addr: SocketAddr) {
-    let _ = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
 }

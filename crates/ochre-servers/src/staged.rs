@@ -24,7 +24,6 @@
 //! by the poller; stopping closes every connection the poller holds and joins every thread.
 
 use std::io;
-use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -37,7 +36,7 @@ use ochre_http::site::Site;
 use ochre_http::ServerConfig;
 
 use crate::conn::{Conn, Io};
-use crate::{pin_to, poke, Plan, Running};
+use crate::{pin_to, Plan, Running, Source};
 
 const WAKE: Token = Token(usize::MAX);
 /// How often idle connections are looked for, and stage threads check the stop flag.
@@ -56,7 +55,7 @@ enum Back {
 struct Shared {
     site: Site,
     stop: AtomicBool,
-    active: AtomicUsize,
+    active: Arc<AtomicUsize>,
     to_poller: Sender<Back>,
     waker: Waker,
     to_read: Sender<(usize, Conn)>,
@@ -71,8 +70,8 @@ impl Shared {
 }
 
 /// Starts the server (see the module doc), with pools of `plan.pool` threads.
-pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Result<Running> {
-    let addr = listener.local_addr()?;
+pub fn start(config: ServerConfig, source: Source, plan: &Plan) -> io::Result<Running> {
+    let addr = source.addr()?;
     let poll = Poll::new()?;
     let (to_poller, from_stages) = unbounded();
     let (to_read, read_queue) = unbounded();
@@ -80,7 +79,7 @@ pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Re
     let shared = Arc::new(Shared {
         site: Site::new(config)?,
         stop: AtomicBool::new(false),
-        active: AtomicUsize::new(0),
+        active: Arc::new(AtomicUsize::new(0)),
         to_poller,
         waker: Waker::new(poll.registry(), WAKE)?,
         to_read,
@@ -90,7 +89,6 @@ pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Re
     let stop_all = move |shared: &Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>| {
         shared.stop.store(true, Ordering::SeqCst);
         let _ = shared.waker.wake();
-        poke(addr);
         for t in threads {
             let _ = t.join();
         }
@@ -105,7 +103,7 @@ pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Re
     };
     let mut plan_threads: Vec<(String, Box<dyn FnOnce() + Send>)> = Vec::new();
     let s = shared.clone();
-    plan_threads.push(("staged-accept".into(), Box::new(move || accept_stage(&s, &listener))));
+    plan_threads.push(("staged-accept".into(), Box::new(move || accept_stage(&s, &source))));
     let s = shared.clone();
     plan_threads.push(("staged-poll".into(), Box::new(move || poller(&s, poll, &from_stages))));
     for i in 0..plan.pool {
@@ -123,26 +121,13 @@ pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Re
             }
         }
     }
-    Ok(Running::new(addr, move || stop_all(&shared, threads)))
+    let open = shared.active.clone();
+    Ok(Running::new(addr, open, move || stop_all(&shared, threads)))
 }
 
-fn accept_stage(shared: &Shared, listener: &TcpListener) {
+fn accept_stage(shared: &Shared, source: &Source) {
     let max = shared.site.config().max_connections;
-    loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
-                if shared.stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
+    while let Some(stream) = source.next(&shared.stop) {
         if shared.active.load(Ordering::SeqCst) >= max || stream.set_nonblocking(true).is_err() {
             continue; // Over the cap: closed at once.
         }

@@ -9,24 +9,28 @@
 //! read, answer, until the socket would block). Each loop has its own file cache (the calling
 //! thread's, from `Site::step`), as SWS's workers do.
 //!
+//! Connections handed over by an N-COPY balancer (a [`Source::Handoff`]) go to the loops in
+//! turn, through a queue and the waker of each.
+//!
 //! Invariants: at most `max_connections` connections over all loops (beyond, a new connection
 //! is closed at once); a connection idle for `keepalive_timeout` is closed by a sweep once a
 //! second; stopping closes every connection and joins every loop.
 
 use std::io;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{unbounded, Receiver};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use ochre_http::site::Site;
 use ochre_http::ServerConfig;
 
 use crate::conn::{Conn, Io};
-use crate::{pin_to, Plan, Running};
+use crate::{pin_to, Plan, Running, Source};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKE: Token = Token(usize::MAX);
@@ -37,49 +41,77 @@ struct Shared {
     site: Site,
     stop: AtomicBool,
     /// Connections open over all loops.
-    active: AtomicUsize,
+    active: Arc<AtomicUsize>,
 }
 
 /// Starts the server (see the module doc): one loop per CPU of `plan`.
-pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Result<Running> {
+pub fn start(config: ServerConfig, source: Source, plan: &Plan) -> io::Result<Running> {
     let shared = Arc::new(Shared {
         site: Site::new(config)?,
         stop: AtomicBool::new(false),
-        active: AtomicUsize::new(0),
+        active: Arc::new(AtomicUsize::new(0)),
     });
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
-    let mut wakers = Vec::new();
-    let mut loops = Vec::new();
-    for i in 0..plan.loops() {
-        let poll = Poll::new()?;
-        wakers.push(Waker::new(poll.registry(), WAKE)?);
-        let l = listener.try_clone()?;
-        let cpu: Vec<usize> = plan.cpus.get(i).copied().into_iter().collect();
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new().name(format!("symped-{i}")).spawn(move || {
-            pin_to(&cpu);
-            event_loop(&s, poll, &l)
-        });
-        match spawned {
-            Ok(t) => loops.push(t),
-            Err(e) => {
-                shared.stop.store(true, Ordering::SeqCst);
-                wakers.iter().for_each(|w| drop(w.wake()));
-                loops.into_iter().for_each(|t| drop(t.join()));
-                return Err(e);
-            }
-        }
+    let addr = source.addr()?;
+    if let Source::Listen(l) = &source {
+        l.set_nonblocking(true)?;
     }
-    Ok(Running::new(addr, move || {
+    let mut wakers = Vec::new();
+    let mut inboxes = Vec::new();
+    let mut loops = Vec::new();
+    let stop = |shared: &Shared, wakers: &[Waker], loops: Vec<std::thread::JoinHandle<()>>| {
         shared.stop.store(true, Ordering::SeqCst);
-        for w in &wakers {
+        for w in wakers {
             let _ = w.wake();
         }
         for t in loops {
             let _ = t.join();
         }
-    }))
+    };
+    for i in 0..plan.loops() {
+        let poll = Poll::new()?;
+        wakers.push(Waker::new(poll.registry(), WAKE)?);
+        let listener = match &source {
+            Source::Listen(l) => Some(l.try_clone()?),
+            Source::Handoff(_) => None,
+        };
+        let (tx, inbox) = unbounded();
+        inboxes.push(tx);
+        let cpu: Vec<usize> = plan.cpus.get(i).copied().into_iter().collect();
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new().name(format!("symped-{i}")).spawn(move || {
+            pin_to(&cpu);
+            let _ = event_loop(&s, poll, listener.as_ref(), &inbox);
+        });
+        match spawned {
+            Ok(t) => loops.push(t),
+            Err(e) => {
+                stop(&shared, &wakers, loops);
+                return Err(e);
+            }
+        }
+    }
+    let wakers = Arc::new(wakers);
+    if let Source::Handoff(_) = &source {
+        // Hand-offs go to the loops in turn.
+        let (s, w) = (shared.clone(), wakers.clone());
+        let spawned = std::thread::Builder::new().name("symped-inbox".into()).spawn(move || {
+            let mut i = 0;
+            while let Some(stream) = source.next(&s.stop) {
+                let _ = inboxes[i % inboxes.len()].send(stream);
+                let _ = w[i % w.len()].wake();
+                i += 1;
+            }
+        });
+        match spawned {
+            Ok(t) => loops.push(t),
+            Err(e) => {
+                stop(&shared, &wakers, loops);
+                return Err(e);
+            }
+        }
+    }
+    let open = shared.active.clone();
+    Ok(Running::new(addr, open, move || stop(&shared, &wakers, loops)))
 }
 
 struct Entry {
@@ -87,15 +119,34 @@ struct Entry {
     last: Instant,
 }
 
-fn event_loop(shared: &Shared, mut poll: Poll, listener: &TcpListener) -> io::Result<()> {
-    let fd = listener.as_raw_fd();
-    poll.registry().register(&mut SourceFd(&fd), LISTENER, Interest::READABLE)?;
+fn event_loop(
+    shared: &Shared,
+    mut poll: Poll,
+    listener: Option<&TcpListener>,
+    inbox: &Receiver<TcpStream>,
+) -> io::Result<()> {
+    if let Some(l) = listener {
+        poll.registry().register(&mut SourceFd(&l.as_raw_fd()), LISTENER, Interest::READABLE)?;
+    }
     let mut conns: slab::Slab<Entry> = slab::Slab::new();
     let mut events = Events::with_capacity(256);
     let site = &shared.site;
     let max = site.config().max_connections;
     let idle = site.config().keepalive_timeout;
     let mut swept = Instant::now();
+    let admit = |conns: &mut slab::Slab<Entry>, poll: &Poll, stream: TcpStream, now: Instant| {
+        if shared.active.load(Ordering::Relaxed) >= max || stream.set_nonblocking(true).is_err() {
+            return; // Over the cap: closed at once.
+        }
+        let entry = conns.vacant_entry();
+        let key = entry.key();
+        let sfd = stream.as_raw_fd();
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if poll.registry().register(&mut SourceFd(&sfd), Token(key), interest).is_ok() {
+            shared.active.fetch_add(1, Ordering::Relaxed);
+            entry.insert(Entry { conn: Conn::new(stream, false), last: now });
+        }
+    };
     while !shared.stop.load(Ordering::Relaxed) {
         if let Err(e) = poll.poll(&mut events, Some(SWEEP)) {
             if e.kind() == io::ErrorKind::Interrupted {
@@ -106,28 +157,22 @@ fn event_loop(shared: &Shared, mut poll: Poll, listener: &TcpListener) -> io::Re
         let now = Instant::now();
         for ev in events.iter() {
             match ev.token() {
-                WAKE => {}
-                LISTENER => loop {
-                    let stream = match listener.accept() {
-                        Ok((s, _)) => s,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        // Would block, or out of descriptors: the next edge retries.
-                        Err(_) => break,
-                    };
-                    if shared.active.load(Ordering::Relaxed) >= max
-                        || stream.set_nonblocking(true).is_err()
-                    {
-                        continue; // Over the cap: closed at once.
+                WAKE => {
+                    while let Ok(stream) = inbox.try_recv() {
+                        admit(&mut conns, &poll, stream, now);
                     }
-                    let entry = conns.vacant_entry();
-                    let key = entry.key();
-                    let sfd = stream.as_raw_fd();
-                    let interest = Interest::READABLE | Interest::WRITABLE;
-                    if poll.registry().register(&mut SourceFd(&sfd), Token(key), interest).is_ok() {
-                        shared.active.fetch_add(1, Ordering::Relaxed);
-                        entry.insert(Entry { conn: Conn::new(stream, false), last: now });
+                }
+                LISTENER => {
+                    let Some(l) = listener else { continue };
+                    loop {
+                        match l.accept() {
+                            Ok((stream, _)) => admit(&mut conns, &poll, stream, now),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            // Would block, or out of descriptors: the next edge retries.
+                            Err(_) => break,
+                        }
                     }
-                },
+                }
                 Token(key) => {
                     let Some(e) = conns.get_mut(key) else { continue };
                     e.last = now;

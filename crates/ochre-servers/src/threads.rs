@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use ochre_http::site::{FileCache, Site};
 use ochre_http::ServerConfig;
 
 use crate::conn::{Conn, Io};
-use crate::{pin_to, poke, Plan, Running};
+use crate::{pin_to, Plan, Running, Source};
 
 /// Stack of a connection thread: parsing keeps 4 KiB of header slots on the stack; the rest is
 /// small. Many threads must fit.
@@ -36,7 +36,7 @@ struct Shared {
     cache: Vec<Mutex<FileCache>>,
     stop: AtomicBool,
     /// Connection threads running.
-    active: AtomicUsize,
+    active: Arc<AtomicUsize>,
     /// Their sockets, to shut when stopping.
     live: Mutex<HashMap<u64, TcpStream>>,
     next: AtomicU64,
@@ -44,14 +44,14 @@ struct Shared {
 }
 
 /// Starts the server (see the module doc).
-pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Result<Running> {
+pub fn start(config: ServerConfig, source: Source, plan: &Plan) -> io::Result<Running> {
     let site = Site::new(config)?;
-    let addr = listener.local_addr()?;
+    let addr = source.addr()?;
     let shared = Arc::new(Shared {
         cache: (0..SHARDS).map(|_| Mutex::new(site.new_cache())).collect(),
         site,
         stop: AtomicBool::new(false),
-        active: AtomicUsize::new(0),
+        active: Arc::new(AtomicUsize::new(0)),
         live: Mutex::new(HashMap::new()),
         next: AtomicU64::new(0),
         cpus: plan.cpus.clone(),
@@ -59,10 +59,10 @@ pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Re
     let s = shared.clone();
     let acceptor = std::thread::Builder::new()
         .name("threads-accept".into())
-        .spawn(move || accept_loop(&s, &listener))?;
-    Ok(Running::new(addr, move || {
+        .spawn(move || accept_loop(&s, &source))?;
+    let open = shared.active.clone();
+    Ok(Running::new(addr, open, move || {
         shared.stop.store(true, Ordering::SeqCst);
-        poke(addr);
         let _ = acceptor.join();
         for s in shared.live.lock().unwrap_or_else(|e| e.into_inner()).values() {
             let _ = s.shutdown(std::net::Shutdown::Both);
@@ -74,25 +74,10 @@ pub fn start(config: ServerConfig, listener: TcpListener, plan: &Plan) -> io::Re
     }))
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+fn accept_loop(shared: &Arc<Shared>, source: &Source) {
     pin_to(&shared.cpus);
     let max = shared.site.config().max_connections;
-    loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
-                // Out of descriptors or the like: back off instead of spinning.
-                if shared.stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
+    while let Some(stream) = source.next(&shared.stop) {
         if shared.active.load(Ordering::SeqCst) >= max {
             continue; // Over the cap: closed at once (dropped).
         }
@@ -102,8 +87,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         }
         shared.active.fetch_add(1, Ordering::SeqCst);
         let s = shared.clone();
-        let spawned =
-            std::thread::Builder::new().stack_size(STACK).spawn(move || serve(&s, id, stream));
+        let spawned = std::thread::Builder::new()
+            .name("threads-conn".into())
+            .stack_size(STACK)
+            .spawn(move || serve(&s, id, stream));
         if spawned.is_err() {
             shared.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             shared.active.fetch_sub(1, Ordering::SeqCst);
@@ -115,6 +102,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 fn serve(shared: &Shared, id: u64, stream: TcpStream) {
     pin_to(&shared.cpus);
     let cfg = shared.site.config();
+    let _ = stream.set_nonblocking(false); // A balancer's hand-off may be either.
     let _ = stream.set_read_timeout(Some(cfg.keepalive_timeout.max(Duration::from_millis(1))));
     let _ = stream.set_write_timeout(Some(cfg.write_timeout.max(Duration::from_millis(1))));
     let mut conn = Conn::new(stream, true);

@@ -171,3 +171,26 @@ fn servers_stop_with_connections_open() {
     }
     std::fs::remove_dir_all(root).unwrap();
 }
+
+#[test]
+fn copies_serve_alike_however_connections_are_spread() {
+    use ochre_servers::ncopy::{start_copies, Balance};
+    let root = root("copies");
+    let config = ServerConfig { root: root.clone(), ..ServerConfig::default() };
+    let want = std::fs::read(root.join("1k.bin")).unwrap();
+    for arch in Arch::ALL {
+        for balance in [Balance::Kernel, Balance::LoadAware] {
+            // Two copies sharing CPU 0 (every machine has it... unless this process may not use
+            // it: then the first allowed CPU).
+            let cpu = ochre::topology::allowed_cpus().unwrap()[0];
+            let topology = ochre::topology::Topology::flat(vec![cpu]);
+            let server = start_copies(arch, &config, &topology, &[cpu], 2, 1, balance).unwrap();
+            for _ in 0..6 {
+                let r = exchange(server.addr(), &get("/1k.bin"), 1, false);
+                assert_eq!((r[0].status, &r[0].body), (200, &want), "{arch:?} {balance:?}");
+            }
+            server.stop();
+        }
+    }
+    std::fs::remove_dir_all(root).unwrap();
+}
