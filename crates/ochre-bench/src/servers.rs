@@ -21,6 +21,7 @@ use ochre::Runtime;
 use ochre_http::ServerConfig;
 use ochre_load::fileset::FileSet;
 use ochre_load::{ClosedLoop, LoadReport, Phases, Target};
+use ochre_servers::ncopy::{start_copies, Balance};
 use ochre_servers::{Arch, Plan, Running};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
@@ -37,7 +38,19 @@ pub const SYSTEMS: [&str; 6] = ["threads", "symped", "staged", "sws", "hyper", "
 /// One closed-loop run of `clients` keep-alive connections for `secs`: the report, or the
 /// errors by kind.
 fn drive(rt: &Runtime, target: &Target, clients: usize, secs: f64) -> Result<LoadReport, String> {
-    let model = ClosedLoop { clients, requests_per_connection: u32::MAX, think: Duration::ZERO };
+    drive_reconnecting(rt, target, clients, u32::MAX, secs)
+}
+
+/// [`drive`] with connections closed and reopened after `per_connection` requests.
+fn drive_reconnecting(
+    rt: &Runtime,
+    target: &Target,
+    clients: usize,
+    per_connection: u32,
+    secs: f64,
+) -> Result<LoadReport, String> {
+    let model =
+        ClosedLoop { clients, requests_per_connection: per_connection, think: Duration::ZERO };
     let phases = Phases::new(
         Duration::from_millis(200),
         Duration::from_secs_f64(secs),
@@ -73,7 +86,13 @@ impl Live {
 }
 
 /// Starts `system` on `cpus` with stage pools of `pool` threads.
-fn start(system: &str, root: &Path, dir: &Path, cpus: &[usize], pool: usize) -> Result<Live, String> {
+fn start(
+    system: &str,
+    root: &Path,
+    dir: &Path,
+    cpus: &[usize],
+    pool: usize,
+) -> Result<Live, String> {
     if system == "nginx" {
         let bin = nginx_path().ok_or("nginx is not installed")?;
         let dir = dir.join(format!("nginx-{}", cpus.len()));
@@ -178,7 +197,11 @@ pub fn run(opts: &Options) -> BenchReport {
                         .curve
                         .iter()
                         .map(|(p, c, r)| {
-                            let pool = if system == "staged" { format!("pool {p}, ") } else { String::new() };
+                            let pool = if system == "staged" {
+                                format!("pool {p}, ")
+                            } else {
+                                String::new()
+                            };
                             match r {
                                 Ok(r) => format!("{pool}{c} conns {r:.0}"),
                                 Err(e) => format!("{pool}{c} conns failed ({e})"),
@@ -189,7 +212,11 @@ pub fn run(opts: &Options) -> BenchReport {
                         "[{case}] {system} curve (req/s by load): {}; best: {} connections{}",
                         curve.join(", "),
                         b.clients,
-                        if system == "staged" { format!(", pools of {}", b.pool) } else { String::new() }
+                        if system == "staged" {
+                            format!(", pools of {}", b.pool)
+                        } else {
+                            String::new()
+                        }
                     ));
                     let live = start(system, root, dir, &server_cpus, b.pool)?;
                     Ok((live, b.clients))
@@ -212,6 +239,9 @@ pub fn run(opts: &Options) -> BenchReport {
             relative_to_sws(&mut report, &case);
             checks(&mut report, &case);
         }
+        if w == 2 {
+            ncopy(&mut report, opts, root, &load, cpus, injector);
+        }
         if server_cpus.contains(&injector) {
             report.notes.push(format!(
                 "[{w}c] the servers use every CPU ({server_cpus:?}): the injector shares CPU \
@@ -219,7 +249,9 @@ pub fn run(opts: &Options) -> BenchReport {
             ));
         }
     }
-    report.notes.push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
+    report
+        .notes
+        .push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
     let _ = std::fs::remove_dir_all(dir);
     report
 }
@@ -245,4 +277,88 @@ fn checks(report: &mut BenchReport, case: &str) {
     if let Some((best, rate)) = report.best_of(&others, case) {
         report.check(format!("[{case}] SWS best of all (next: {best})"), sws / rate, sws >= rate);
     }
+}
+
+/// Clients of the N-COPY comparison, and requests per connection (the thesis's 150: connections
+/// come and go, so the balancer has new ones to place all along).
+const NCOPY_CLIENTS: usize = 64;
+const NCOPY_PER_CONNECTION: u32 = 150;
+
+/// N-COPY: two copies of each architecture, one per CPU, one copy's CPU shared with a busy
+/// thread pinned to it for the whole case; the load-aware balancer (`X-ncopy-2`) against the
+/// kernel's `SO_REUSEPORT` hashing (`X-ncopy-2-reuseport`), 1 KiB file, closed loop with
+/// reconnections.
+fn ncopy(
+    report: &mut BenchReport,
+    opts: &Options,
+    root: &Path,
+    load: &Runtime,
+    cpus: &[usize],
+    injector: usize,
+) {
+    if cpus.len() < 2 {
+        report.notes.push("N-COPY needs 2 CPUs: skipped".into());
+        return;
+    }
+    let copy_cpus = &cpus[..2];
+    // The busy CPU: the copy's CPU that the injector does not use, if there is one.
+    let busy_cpu = copy_cpus.iter().copied().find(|&c| c != injector).unwrap_or(copy_cpus[0]);
+    let topology = ochre::topology::Topology::discover()
+        .unwrap_or_else(|_| ochre::topology::Topology::flat(copy_cpus.to_vec()));
+    let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
+    let secs = sample_seconds(opts);
+    let case = format!("1 KiB, N-COPY 2, CPU {busy_cpu} busy");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let busy = std::thread::spawn(move || {
+        let _ = ochre::topology::pin_current_thread(busy_cpu);
+        let mut x = 0u64;
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    });
+    let mut lives = Vec::new();
+    for arch in Arch::ALL {
+        for (balance, suffix) in [(Balance::LoadAware, ""), (Balance::Kernel, "-reuseport")] {
+            let name = format!("{}-ncopy-2{suffix}", arch.name());
+            let live = start_copies(arch, &config, &topology, copy_cpus, 2, 2, balance)
+                .map_err(|e| format!("starting {name}: {e}"));
+            lives.push((name, live));
+        }
+    }
+    let runs = lives
+        .iter()
+        .map(|(name, live)| {
+            System::new(name.clone(), move || {
+                let live = live.as_ref().map_err(|e| e.clone())?;
+                let target = target_of(&format!("http://{}/1k.bin", live.addr()), None)?;
+                let r =
+                    drive_reconnecting(load, &target, NCOPY_CLIENTS, NCOPY_PER_CONNECTION, secs)?;
+                Ok(r.throughput)
+            })
+        })
+        .collect();
+    measure_case(report, &case, 2, "req/s", opts.reps, runs);
+    drop(lives);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = busy.join();
+    for arch in Arch::ALL {
+        let (lb, kernel) =
+            (format!("{}-ncopy-2", arch.name()), format!("{}-ncopy-2-reuseport", arch.name()));
+        if let Some(r) = report.paired_ratio(&lb, &kernel, &case) {
+            report.check(
+                format!(
+                    "[{case}] {}: load-aware balancing >= 1.15x kernel hashing (paired)",
+                    arch.name()
+                ),
+                r,
+                r >= 1.15,
+            );
+        }
+    }
+    report.notes.push(format!(
+        "[{case}] copies placed along the topology on CPUs {copy_cpus:?}, one per copy; a busy \
+         thread pinned to CPU {busy_cpu} for the case; {NCOPY_CLIENTS} clients, \
+         {NCOPY_PER_CONNECTION} requests per connection; staged copies have pools of 2"
+    ));
 }
