@@ -74,7 +74,7 @@ pub fn reuseport_listener(addr: SocketAddr) -> io::Result<TcpListener> {
     sockopt::set_socket_reuseport(&fd, true)?;
     bind(&fd, &addr)?;
     listen(&fd, 4096)?;
-    Ok(TcpListener::from(std::os::fd::OwnedFd::from(fd)))
+    Ok(TcpListener::from(fd))
 }
 
 /// Starts `n` copies of `arch` on `cpus` (placed along `topology`), spread by `balance`, each
