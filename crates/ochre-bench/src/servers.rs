@@ -252,6 +252,7 @@ pub fn run(opts: &Options) -> BenchReport {
     report
         .notes
         .push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
+    diagnosis(&mut report, opts, root, cpus, injector);
     let _ = std::fs::remove_dir_all(dir);
     report
 }
@@ -361,4 +362,154 @@ fn ncopy(
          thread pinned to CPU {busy_cpu} for the case; {NCOPY_CLIENTS} clients, \
          {NCOPY_PER_CONNECTION} requests per connection; staged copies have pools of 2"
     ));
+}
+
+/// Per-function cost per request, from `perf record -e cpu-clock` of this process (the servers
+/// run in it; the injector is an `ochre load` child process, so its samples are not counted),
+/// at 1 and 2 cores, and the PPG (potential performance gain, thesis §6.4): for each function,
+/// how much of a request's cost at 2 cores it would give back if its cost per request stayed
+/// what it is at 1 core. Skipped with a note where perf cannot sample, or where this process is
+/// not the `ochre` tool (the injector is started as `ochre load`).
+fn diagnosis(
+    report: &mut BenchReport,
+    opts: &Options,
+    root: &Path,
+    cpus: &[usize],
+    injector: usize,
+) {
+    let exe = match std::env::current_exe() {
+        Ok(e) if e.file_name().is_some_and(|n| n == "ochre") => e,
+        _ => {
+            report.notes.push(
+                "PPG: not run from the ochre tool (its injector is `ochre load`): skipped".into(),
+            );
+            return;
+        }
+    };
+    let probe = std::process::Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        report.notes.push("PPG: perf cannot sample cpu-clock here: skipped".into());
+        return;
+    }
+    let secs = if opts.quick { 1.0 } else { 4.0 };
+    let dir = std::env::temp_dir().join(format!("ochre-ppg-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    for arch in Arch::ALL {
+        // Cost per request (us) by function, and in all, at 1 and 2 cores.
+        let mut costs: Vec<(std::collections::HashMap<String, f64>, f64)> = Vec::new();
+        for w in [1usize, 2].into_iter().filter(|&w| w <= cpus.len()) {
+            match profile(&exe, &dir, arch, root, &server_cpus(cpus, injector, w), injector, secs) {
+                Ok(c) => costs.push(c),
+                Err(e) => {
+                    report.notes.push(format!("PPG [{} {w}c]: {e}", arch.name()));
+                    break;
+                }
+            }
+        }
+        let [(one, one_total), (two, two_total)] = costs.as_slice() else { continue };
+        let mut gains: Vec<(f64, &str, f64, f64)> = two
+            .iter()
+            .map(|(f, c2)| {
+                let c1 = one.get(f).copied().unwrap_or(0.0);
+                ((c2 - c1) / two_total, f.as_str(), c1, *c2)
+            })
+            .collect();
+        gains.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let top: Vec<String> = gains
+            .iter()
+            .take(6)
+            .map(|(g, f, c1, c2)| format!("{f} {:+.1}% ({c1:.2} -> {c2:.2} us)", g * 100.0))
+            .collect();
+        report.notes.push(format!(
+            "PPG [1 KiB] {}: cost per request {one_total:.1} us at 1 core, {two_total:.1} us at 2; \
+             what each function would give back if it scaled perfectly: {}",
+            arch.name(),
+            top.join(", ")
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One profiled run of `arch` on `server_cpus`: cost per request (us of CPU) by function, and
+/// in all.
+fn profile(
+    exe: &Path,
+    dir: &Path,
+    arch: Arch,
+    root: &Path,
+    server_cpus: &[usize],
+    injector: usize,
+    secs: f64,
+) -> Result<(std::collections::HashMap<String, f64>, f64), String> {
+    use std::process::Command;
+    const HZ: f64 = 499.0;
+    let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
+    let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
+    let server = ochre_servers::start(arch, config, listener, &Plan::new(server_cpus.to_vec(), 2))
+        .map_err(|e| e.to_string())?;
+    let url = format!("http://{}/1k.bin", server.addr());
+    let json = dir.join(format!("{}-{}.json", arch.name(), server_cpus.len()));
+    let data = dir.join(format!("{}-{}.data", arch.name(), server_cpus.len()));
+    let (exe2, json2) = (exe.to_path_buf(), json.clone());
+    let load_secs = secs + 1.0;
+    // The child inherits the spawning thread's affinity: the injector's CPU.
+    let load = std::thread::spawn(move || {
+        let _ = ochre::topology::pin_current_thread(injector);
+        Command::new(exe2)
+            .args(["load", "-c", "64", "--requests-per-connection", "1000000", "-t", "1"])
+            .args(["--warmup", "500ms", "-d", &format!("{load_secs}s"), "--json"])
+            .arg(&json2)
+            .arg(&url)
+            .output()
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let rec = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-F", "499", "-p", &std::process::id().to_string()])
+        .arg("-o")
+        .arg(&data)
+        .args(["--", "sleep", &format!("{secs}")])
+        .output()
+        .map_err(|e| format!("perf record: {e}"))?;
+    let out =
+        load.join().map_err(|_| "the injector thread panicked")?.map_err(|e| e.to_string())?;
+    drop(server);
+    if !rec.status.success() {
+        return Err(format!("perf record failed: {}", String::from_utf8_lossy(&rec.stderr)));
+    }
+    if !out.status.success() {
+        return Err(format!("ochre load failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let r: LoadReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    let requests = r.throughput * secs;
+    if requests < 1.0 {
+        return Err("no request served".into());
+    }
+    let rep = Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-n", "-t", "|", "-i"])
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("perf report: {e}"))?;
+    let mut by_fn = std::collections::HashMap::new();
+    let mut total = 0.0;
+    for line in String::from_utf8_lossy(&rep.stdout).lines().filter(|l| !l.starts_with('#')) {
+        let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(samples), Some(sym)) =
+            (cols.get(1).and_then(|s| s.parse::<f64>().ok()), cols.get(2))
+        else {
+            continue;
+        };
+        let us = samples / HZ * 1e6 / requests;
+        let name = sym.trim_start_matches("[.] ").trim_start_matches("[k] ");
+        // Generic instances and closures fold into their function's path.
+        let name = name.split("::{{closure}}").next().unwrap_or(name).to_string();
+        *by_fn.entry(name).or_insert(0.0) += us;
+        total += us;
+    }
+    Ok((by_fn, total))
 }
