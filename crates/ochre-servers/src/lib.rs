@@ -174,7 +174,8 @@ impl Running {
         self.addr
     }
 
-    /// Its connections open now: what the load-aware balancer of N-COPY compares.
+    /// Its connections open now: what the load-aware balancer of N-COPY compares (0 for a
+    /// group of copies, whose copies count their own).
     pub fn open_connections(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
