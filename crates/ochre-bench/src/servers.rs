@@ -513,3 +513,48 @@ fn profile(
     }
     Ok((by_fn, total))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::Row;
+
+    fn row(system: &str, case: &str, median: f64) -> Row {
+        Row {
+            bench: "servers".into(),
+            system: system.into(),
+            case: case.into(),
+            workers: 2,
+            unit: "req/s".into(),
+            samples: vec![median],
+            median,
+            min: median,
+            max: median,
+            vs_ochre: None,
+        }
+    }
+
+    #[test]
+    fn ratios_are_to_sws_and_the_goals_name_the_next_best() {
+        let mut r = BenchReport::new("servers", "t");
+        for (s, m) in [("threads", 50.0), ("sws", 100.0), ("hyper", 40.0), ("nginx", 120.0)] {
+            r.rows.push(row(s, "1 KiB, 2c", m));
+        }
+        relative_to_sws(&mut r, "1 KiB, 2c");
+        let ratio = |s: &str| r.rows.iter().find(|x| x.system == s).and_then(|x| x.vs_ochre);
+        assert_eq!(
+            (ratio("threads"), ratio("sws"), ratio("nginx")),
+            (Some(0.5), Some(1.0), Some(1.2))
+        );
+        checks(&mut r, "1 KiB, 2c");
+        let held: Vec<(String, bool)> = r.checks.iter().map(|c| (c.goal.clone(), c.held)).collect();
+        assert_eq!(
+            held,
+            [
+                ("[1 KiB, 2c] SWS >= nginx".to_string(), false),
+                ("[1 KiB, 2c] SWS >= hyper".to_string(), true),
+                ("[1 KiB, 2c] SWS best of all (next: nginx)".to_string(), false),
+            ]
+        );
+    }
+}
