@@ -22,6 +22,7 @@ pub mod mr;
 pub mod peers;
 pub mod pingpong;
 pub mod prodcons;
+pub mod servers;
 pub mod steal;
 pub mod sws;
 pub mod wakeup;
@@ -31,7 +32,7 @@ pub use harness::{BenchReport, Options};
 /// The benchmarks, by name.
 pub const BENCHES: &[&str] = &[
     "pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen",
-    "actors", "mr",
+    "actors", "mr", "servers",
 ];
 
 /// Runs the benchmark called `name`.
@@ -48,6 +49,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "loadgen" => Some(loadgen::run(opts)),
         "actors" => Some(actors::run(opts)),
         "mr" => Some(mr::run(opts)),
+        "servers" => Some(servers::run(opts)),
         _ => None,
     }
 }

@@ -232,7 +232,7 @@ impl Setup {
 }
 
 /// The SPECweb99-like set the benchmark serves: `dirs` directories under `root/specweb`.
-fn specweb(root: &Path, dirs: usize) -> std::io::Result<FileSet> {
+pub(crate) fn specweb(root: &Path, dirs: usize) -> std::io::Result<FileSet> {
     let mut set = FileSet::describe(dirs, 1.0, 1.0);
     set.write(&root.join("specweb"), 1)?;
     for p in &mut set.paths {

@@ -46,6 +46,14 @@ pub(crate) struct LoadArgs {
     /// Semi-open loop: probability that a session leaves after each reply.
     #[arg(long, default_value_t = 0.2, requires = "sessions")]
     leave: f64,
+    /// Semi-open loop: the inactive think time after a burst of requests (Pariag et al. and the
+    /// thesis: 3s; --think is then the active one within a burst, 343ms there).
+    #[arg(long, value_parser = duration::parse, requires_all = ["sessions", "burst"])]
+    inactive_think: Option<Duration>,
+    /// Semi-open loop: mean requests per burst (a page and its objects) before the inactive
+    /// think time.
+    #[arg(long, requires_all = ["sessions", "inactive_think"])]
+    burst: Option<f64>,
     /// Poisson arrivals (exponential gaps) instead of fixed gaps, for --rate or --sessions.
     #[arg(long)]
     poisson: bool,
@@ -137,6 +145,8 @@ impl LoadArgs {
                 leave: self.leave,
                 think,
                 poisson: self.poisson,
+                inactive_think: self.inactive_think.unwrap_or(Duration::ZERO),
+                requests_per_burst: self.burst.unwrap_or(0.0),
             }),
             (None, None) => Model::Closed(ClosedLoop {
                 clients: self.clients as usize,

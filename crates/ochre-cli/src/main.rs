@@ -91,7 +91,7 @@ enum Command {
         #[arg(long, hide = true)]
         copy: Option<u32>,
     },
-    Load(load::LoadArgs),
+    Load(Box<load::LoadArgs>),
     Mr(mr::MrArgs),
     /// Generate a SPECweb99-like static file set and its request mix (mix.txt) in a directory.
     Fileset {

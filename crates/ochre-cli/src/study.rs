@@ -204,6 +204,9 @@ fn render_markdown(report: &Report) -> String {
         for f in report.figures_of(&r.bench) {
             md += &format!("![{f}](plots/{f})\n\n");
         }
+        if r.bench == "servers" {
+            md += &servers_table(r);
+        }
         md += "| case | system | median | min - max | vs ochre |\n|---|---|---:|---:|---:|\n";
         for row in &r.rows {
             md += &format!("| {} |\n", cells(row).join(" | "));
@@ -220,6 +223,48 @@ fn render_markdown(report: &Report) -> String {
         md += "\n";
     }
     md
+}
+
+/// The thesis's Table 6.4 for the servers benchmark: the best throughput of each architecture
+/// (rows) per case: file set, cores, and copies (columns), in kreq/s; `-` where not measured.
+fn servers_table(r: &BenchReport) -> String {
+    let cases = distinct(r.rows.iter().map(|row| row.case.as_str()));
+    let arch = |system: &str| system.split("-ncopy").next().unwrap_or(system).to_string();
+    let mut archs: Vec<String> = Vec::new();
+    for row in &r.rows {
+        if !archs.contains(&arch(&row.system)) {
+            archs.push(arch(&row.system));
+        }
+    }
+    let mut columns: Vec<(String, &str, &str)> = Vec::new(); // (title, case, system suffix)
+    for &c in &cases {
+        if c.contains("N-COPY") {
+            columns.push((format!("{c}, balanced"), c, "-ncopy-2"));
+            columns.push((format!("{c}, SO_REUSEPORT"), c, "-ncopy-2-reuseport"));
+        } else {
+            columns.push((c.to_string(), c, ""));
+        }
+    }
+    let mut md = String::from(
+        "Best throughput per server, cores and copies (kreq/s; Table 6.4 of the thesis):\n\n| server |",
+    );
+    for (title, _, _) in &columns {
+        md += &format!(" {title} |");
+    }
+    md += "\n|---|";
+    md += &"---:|".repeat(columns.len());
+    md += "\n";
+    for a in &archs {
+        md += &format!("| {a} |");
+        for (_, case, suffix) in &columns {
+            let cell = r
+                .median_of(&format!("{a}{suffix}"), case)
+                .map_or("-".to_string(), |v| format!("{:.1}", v / 1000.0));
+            md += &format!(" {cell} |");
+        }
+        md += "\n";
+    }
+    md + "\n"
 }
 
 fn esc(s: &str) -> String {
@@ -317,6 +362,25 @@ fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
             out.push((name, svg));
         }
     };
+    if r.bench == "servers" {
+        // No `ochre` row to compare with: the rates themselves, best point of each server.
+        add(
+            "servers.svg".into(),
+            value_plot(r, "server architectures at their best point", "req/s", |row| {
+                row.unit == "req/s" && !row.case.contains("N-COPY")
+            })?,
+        );
+        add(
+            "servers-ncopy.svg".into(),
+            value_plot(
+                r,
+                "N-COPY, one copy's CPU busy: balanced vs kernel hashing",
+                "req/s",
+                |row| row.case.contains("N-COPY"),
+            )?,
+        );
+        return Ok(out);
+    }
     if r.bench != "prodcons" {
         add(format!("{}.svg", r.bench), ratio_plot(r)?);
         return Ok(out);

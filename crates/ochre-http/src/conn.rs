@@ -147,18 +147,18 @@ impl Conn {
     }
 }
 
-/// A parsed request: what the rest of the graph needs of it.
-struct Request {
+/// A parsed request: what the rest of the graph (and `site`) needs of it.
+pub(crate) struct Request {
     /// The request line, for the access log.
-    line: String,
-    head_only: bool,
-    http10: bool,
-    keep_alive: bool,
-    target: String,
-    if_none_match: Option<String>,
-    if_modified_since: Option<String>,
-    range: Option<String>,
-    if_range: Option<String>,
+    pub(crate) line: String,
+    pub(crate) head_only: bool,
+    pub(crate) http10: bool,
+    pub(crate) keep_alive: bool,
+    pub(crate) target: String,
+    pub(crate) if_none_match: Option<String>,
+    pub(crate) if_modified_since: Option<String>,
+    pub(crate) range: Option<String>,
+    pub(crate) if_range: Option<String>,
 }
 
 /// Accept (accept color): admit the connection under the cap, give it a color, register it.
@@ -168,6 +168,7 @@ pub(crate) fn accept(server: &Arc<ServerShared>, stream: TcpStream, peer: Socket
         let counted = a.active < server.config.max_connections;
         if counted {
             a.active += 1;
+            server.open.store(a.active, Ordering::Relaxed);
         }
         (a.accepted, counted)
     });
@@ -316,7 +317,7 @@ fn read_request(conn: &Arc<Conn>, st: &mut ConnState) {
     write_response(conn, st);
 }
 
-fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str> {
     req.headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case(name))
@@ -324,7 +325,7 @@ fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str>
         .map(str::trim)
 }
 
-fn has_token(value: Option<&str>, token: &str) -> bool {
+pub(crate) fn has_token(value: Option<&str>, token: &str) -> bool {
     value.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
@@ -467,7 +468,7 @@ fn etag_matches(list: &str, etag: &str) -> bool {
     list.trim() == "*" || list.split(',').any(|t| strip(t) == strip(etag))
 }
 
-fn not_modified(r: &Request, info: &FileInfo) -> bool {
+pub(crate) fn not_modified(r: &Request, info: &FileInfo) -> bool {
     if let Some(inm) = &r.if_none_match {
         return etag_matches(inm, &info.etag);
     }
@@ -484,7 +485,7 @@ fn not_modified(r: &Request, info: &FileInfo) -> bool {
 
 /// The byte range asked for: `Some(Ok((first, last)))`, `Some(Err(()))` if unsatisfiable,
 /// `None` to serve the whole file (no range, or one the server may ignore).
-fn byte_range(r: &Request, info: &FileInfo) -> Option<Result<(u64, u64), ()>> {
+pub(crate) fn byte_range(r: &Request, info: &FileInfo) -> Option<Result<(u64, u64), ()>> {
     let spec = r.range.as_deref()?.trim().strip_prefix("bytes=")?;
     if let Some(ir) = &r.if_range {
         if ir.trim() != info.etag && ir.trim() != info.last_modified {
@@ -790,6 +791,7 @@ fn close(conn: &Arc<Conn>, st: &mut ConnState) {
 fn dec_accepted_clients(server: &Arc<ServerShared>, id: u64) {
     let _ = server.accept_state.with(|a| {
         a.active = a.active.saturating_sub(1);
+        server.open.store(a.active, Ordering::Relaxed);
         a.live.remove(&id);
     });
 }

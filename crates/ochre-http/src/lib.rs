@@ -27,6 +27,7 @@ mod notify;
 pub mod path;
 mod response;
 mod shed;
+pub mod site;
 mod stats;
 
 use std::path::PathBuf;
@@ -52,6 +53,9 @@ pub(crate) struct ServerShared {
     /// Origin of `Conn::idle_since`.
     epoch: Instant,
     counters: stats::Counters,
+    /// `AcceptState::active`, published by the accept color for readers on other threads (a
+    /// balancer in front of several servers): a relaxed store per accept and close.
+    open: Arc<std::sync::atomic::AtomicUsize>,
     access_log: Option<std::fs::File>,
 }
 
@@ -60,7 +64,7 @@ pub struct Server {
     shared: Arc<ServerShared>,
 }
 
-static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
+pub(crate) static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 /// Connection colors start here (a quarter of the way up the color space, below the grouped
 /// colors of `Color::grouped`), away from small colors
@@ -96,6 +100,7 @@ impl Server {
                     conn::AcceptState { active: 0, accepted: 0, live: Default::default() },
                 ),
                 counters: stats::Counters::new(stats::BLOCKS),
+                open: Default::default(),
                 access_log,
                 epoch: Instant::now(),
             }),
@@ -129,6 +134,22 @@ impl Server {
         let shared = self.shared.clone();
         let h = handle.clone();
         handle.post(self.shared.accept_color, move || check_idle(shared, h, deadline));
+    }
+
+    /// The connections open now (admitted under the cap), as the accept color last published
+    /// it: what a balancer in front of several servers reads.
+    pub fn open_connections(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.shared.open.clone()
+    }
+
+    /// Serves a connection accepted elsewhere (by a balancer in front of several servers), as
+    /// if a listener of this server had accepted it.
+    pub fn adopt(&self, handle: &Handle, stream: std::net::TcpStream) -> std::io::Result<()> {
+        stream.set_nonblocking(true)?;
+        let peer = stream.peer_addr()?;
+        let shared = self.shared.clone();
+        handle.post(self.shared.accept_color, move || conn::accept(&shared, stream, peer));
+        Ok(())
     }
 
     /// Serves `listener` from any thread.

@@ -93,8 +93,9 @@ pub(crate) enum Pacing {
     /// Open loop: at intended times `gap` apart (mean gap for Poisson arrivals).
     Open { gap: Duration, poisson: bool },
     /// Semi-open loop: a session; after each reply it leaves with probability `leave`, else
-    /// thinks (exponential, mean `think`) and sends again.
-    Session { leave: f64, think: Duration },
+    /// thinks and sends again: exponential, mean `inactive` with probability `burst_end` (the
+    /// burst's last reply), else mean `think`.
+    Session { leave: f64, think: Duration, inactive: Duration, burst_end: f64 },
 }
 
 /// Shared by every client of a run.
@@ -384,8 +385,9 @@ fn next_send(client: &Arc<Client>, st: &mut ClientState) {
 fn send_when_due(client: &Arc<Client>, st: &mut ClientState, woken: bool) {
     match client.run.pacing {
         Pacing::Closed { think } if think.is_zero() => send_request(client, st),
-        Pacing::Session { think, .. } => {
-            let pause = gap(st, think, true);
+        Pacing::Session { think, inactive, burst_end, .. } => {
+            let ends_burst = burst_end > 0.0 && uniform(&mut st.rng) < burst_end;
+            let pause = gap(st, if ends_burst { inactive } else { think }, true);
             let c = client.clone();
             let _ = io::post_after(pause, client.color, move || {
                 let _ = c.state.with(|st| send_request(&c, st));

@@ -69,18 +69,47 @@ pub struct OpenLoop {
 
 /// The semi-open loop (Schroeder et al.): sessions arrive at `arrival_rate` per second
 /// (Poisson or fixed); after each reply a session leaves with probability `leave`, else thinks
-/// (exponential, mean `think`; Pariag et al. use 0.343 s between requests of an active session)
 /// and sends again. Mean requests per session: 1 / `leave`.
+///
+/// Two think times, as in Pariag et al. and the thesis (§6.2): a session's requests come in
+/// bursts (a page and its embedded objects) of `requests_per_burst` on average; within a burst
+/// the pause is the *active* think time `think` (0.343 s there), and after the burst's last
+/// reply the *inactive* one, `inactive_think` (3.0 s there, the user reading the page). Both are
+/// exponential. `requests_per_burst` of 0 or less than 1 (the default): no bursts, every pause
+/// is `think`. [`SemiOpenLoop::PARIAG_THINK`] and [`SemiOpenLoop::PARIAG_INACTIVE`] are the
+/// thesis's values.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SemiOpenLoop {
     /// Sessions starting per second.
     pub arrival_rate: f64,
     /// Probability of leaving after each reply.
     pub leave: f64,
-    /// Mean think time between a reply and the session's next request.
+    /// Mean think time between a reply and the session's next request (within a burst).
     pub think: Duration,
     /// Exponential inter-arrival times instead of fixed ones.
     pub poisson: bool,
+    /// Mean think time after the last request of a burst (inactive).
+    #[serde(default)]
+    pub inactive_think: Duration,
+    /// Mean requests per burst (geometric); below 1: no bursts.
+    #[serde(default)]
+    pub requests_per_burst: f64,
+}
+
+impl SemiOpenLoop {
+    /// The active think time of Pariag et al. and the thesis: 0.343 s.
+    pub const PARIAG_THINK: Duration = Duration::from_millis(343);
+    /// The inactive think time of Pariag et al. and the thesis: 3.0 s.
+    pub const PARIAG_INACTIVE: Duration = Duration::from_secs(3);
+
+    /// Probability that a reply ends its burst (0: no bursts).
+    pub(crate) fn burst_end(&self) -> f64 {
+        if self.requests_per_burst >= 1.0 && !self.inactive_think.is_zero() {
+            1.0 / self.requests_per_burst
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Phases of a run.
@@ -225,7 +254,12 @@ pub fn semi_open_loop(
     if target.paths.is_empty() {
         return Err(Error::Invalid("no path to request".into()));
     }
-    let pacing = Pacing::Session { leave: model.leave, think: model.think };
+    let pacing = Pacing::Session {
+        leave: model.leave,
+        think: model.think,
+        inactive: model.inactive_think,
+        burst_end: model.burst_end(),
+    };
     let run = Arc::new(client::Run::new(target, pacing, u32::MAX, phases, TALLY_SLOTS));
     let r = run.clone();
     let gap = Duration::from_secs_f64(1.0 / model.arrival_rate);
@@ -314,6 +348,16 @@ impl Model {
                 m.rate,
                 poisson(m.poisson),
                 m.connections
+            ),
+            Model::SemiOpen(m) if m.burst_end() > 0.0 => format!(
+                "semi-open loop, {} sessions/s{}, leave {}, think {:?} active / {:?} inactive \
+                 ({} requests per burst)",
+                m.arrival_rate,
+                poisson(m.poisson),
+                m.leave,
+                m.think,
+                m.inactive_think,
+                m.requests_per_burst
             ),
             Model::SemiOpen(m) => format!(
                 "semi-open loop, {} sessions/s{}, leave {}, think {:?}",

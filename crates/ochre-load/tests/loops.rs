@@ -230,6 +230,8 @@ fn semi_open_sessions_last_one_over_the_leave_probability() {
         leave: 0.25,
         think: Duration::from_millis(2),
         poisson: true,
+        inactive_think: Duration::ZERO,
+        requests_per_burst: 0.0,
     };
     let phases = Phases::new(Duration::ZERO, Duration::from_millis(1500), Duration::from_secs(2));
     let r = semi_open_loop(&rt, &target(addr), &model, &phases).unwrap();
@@ -239,6 +241,35 @@ fn semi_open_sessions_last_one_over_the_leave_probability() {
     // Geometric with p = 0.25: mean 4 (sessions cut by the end of the phase pull it down a bit).
     assert!((3.0..=4.8).contains(&per_session), "{per_session} per session: {}", r.table());
     assert_eq!(r.errors, [0; ERROR_KINDS], "{}", r.table());
+}
+
+#[test]
+fn semi_open_sessions_pause_longer_between_bursts() {
+    // Sessions of 4 requests on average (leave 0.25) in bursts of 2: half the pauses are the
+    // inactive 400 ms instead of the active 2 ms. In a 1.2 s phase most sessions are still
+    // waiting at its end, so far fewer requests are made than without the inactive pauses.
+    let (addr, server) = delaying_server(Duration::from_millis(1));
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let phases = Phases::new(Duration::ZERO, Duration::from_millis(1200), Duration::from_secs(2));
+    let run = |inactive_ms: u64, burst: f64| {
+        let model = SemiOpenLoop {
+            arrival_rate: 200.0,
+            leave: 0.25,
+            think: Duration::from_millis(2),
+            poisson: true,
+            inactive_think: Duration::from_millis(inactive_ms),
+            requests_per_burst: burst,
+        };
+        semi_open_loop(&rt, &target(addr), &model, &phases).unwrap()
+    };
+    let flat = run(0, 0.0);
+    let bursty = run(400, 2.0);
+    server.handle().shutdown();
+    let per = |r: &ochre_load::LoadReport| r.ok as f64 / r.sessions.max(1) as f64;
+    assert!(per(&flat) > 2.5, "{}", flat.table());
+    assert!(per(&bursty) < 0.75 * per(&flat), "{} vs {}", bursty.table(), flat.table());
+    assert!(bursty.model.contains("400ms inactive"), "{}", bursty.model);
+    assert_eq!(bursty.errors, [0; ERROR_KINDS], "{}", bursty.table());
 }
 
 #[test]

@@ -1,0 +1,560 @@
+//! The comparative study of server architectures (issue 19, thesis chapter 6): a thread per
+//! connection (`threads`), one event loop per core (`symped`), stages with pools (`staged`),
+//! SWS on colored events (`sws`), hyper + tower-http on tokio (`hyper`) and nginx, all serving
+//! the same files to the same injector in the same run, on 1 and 2 cores.
+//!
+//! Each server is measured at its best point, found by a search and not set by hand: for every
+//! number of client connections in [`CONNECTIONS`] (and, for `staged`, every pool size in
+//! [`POOLS`]), a short closed-loop probe; the best rate's point is the one measured. The probes
+//! are the server's throughput-vs-load curve, kept in the notes. The measurement proper is
+//! `harness::measure_case`: every system in turn, alternated, a warm-up and `reps` kept samples;
+//! the table shows medians and each median's ratio to SWS's (the `vs ochre` column).
+//!
+//! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
+//! servers get the others, and share the injector's CPU only when they are given every CPU
+//! (alike for all). Each server's threads are pinned to its CPUs (`ochre_servers::Plan`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use ochre::Runtime;
+use ochre_http::ServerConfig;
+use ochre_load::fileset::FileSet;
+use ochre_load::{ClosedLoop, LoadReport, Phases, Target};
+use ochre_servers::ncopy::{start_copies, Balance};
+use ochre_servers::{Arch, Plan, Running};
+
+use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::sws::{nginx_path, sample_seconds, server_cpus, setup, specweb, target_of, Nginx};
+
+/// Client connections tried by the search for each server's best point.
+pub const CONNECTIONS: [usize; 3] = [16, 64, 256];
+/// Pool sizes (read/parse and write stages) tried for `staged`.
+pub const POOLS: [usize; 3] = [1, 2, 4];
+
+/// The systems, in table order.
+pub const SYSTEMS: [&str; 6] = ["threads", "symped", "staged", "sws", "hyper", "nginx"];
+
+/// One closed-loop run of `clients` keep-alive connections for `secs`: the report, or the
+/// errors by kind.
+fn drive(rt: &Runtime, target: &Target, clients: usize, secs: f64) -> Result<LoadReport, String> {
+    drive_reconnecting(rt, target, clients, u32::MAX, secs)
+}
+
+/// [`drive`] with connections closed and reopened after `per_connection` requests.
+fn drive_reconnecting(
+    rt: &Runtime,
+    target: &Target,
+    clients: usize,
+    per_connection: u32,
+    secs: f64,
+) -> Result<LoadReport, String> {
+    let model =
+        ClosedLoop { clients, requests_per_connection: per_connection, think: Duration::ZERO };
+    let phases = Phases::new(
+        Duration::from_millis(200),
+        Duration::from_secs_f64(secs),
+        Duration::from_secs(5),
+    );
+    let r = ochre_load::closed_loop(rt, target, &model, &phases).map_err(|e| e.to_string())?;
+    let errors: u64 = r.errors.iter().sum();
+    if errors > 0 {
+        let kinds: Vec<String> = ochre_load::ErrorKind::ALL
+            .iter()
+            .zip(r.errors)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k:?} {n}"))
+            .collect();
+        return Err(format!("{errors} errors ({})", kinds.join(", ")));
+    }
+    Ok(r)
+}
+
+/// A server under test: one of `ochre_servers`' architectures, or nginx.
+enum Live {
+    Arch(Running),
+    Nginx(Nginx),
+}
+
+impl Live {
+    fn url(&self) -> String {
+        match self {
+            Live::Arch(r) => format!("http://{}/1k.bin", r.addr()),
+            Live::Nginx(n) => n.url.clone(),
+        }
+    }
+}
+
+/// Starts `system` on `cpus` with stage pools of `pool` threads.
+fn start(
+    system: &str,
+    root: &Path,
+    dir: &Path,
+    cpus: &[usize],
+    pool: usize,
+) -> Result<Live, String> {
+    if system == "nginx" {
+        let bin = nginx_path().ok_or("nginx is not installed")?;
+        let dir = dir.join(format!("nginx-{}", cpus.len()));
+        return Nginx::start(&bin, root, &dir, cpus).map(Live::Nginx);
+    }
+    let arch = Arch::from_name(system).ok_or_else(|| format!("no system {system}"))?;
+    let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
+    let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
+    ochre_servers::start(arch, config, listener, &Plan::new(cpus.to_vec(), pool))
+        .map(Live::Arch)
+        .map_err(|e| format!("starting {system}: {e}"))
+}
+
+/// A server's best point: the pool size and connections of its best probe, and its curve (rate
+/// at each probe).
+struct Best {
+    pool: usize,
+    clients: usize,
+    curve: Vec<(usize, usize, Result<f64, String>)>,
+}
+
+/// Probes `system` at every point of the search and keeps the best.
+#[allow(clippy::too_many_arguments)]
+fn search(
+    system: &str,
+    root: &Path,
+    dir: &Path,
+    cpus: &[usize],
+    load: &Runtime,
+    mix: Option<&FileSet>,
+    secs: f64,
+) -> Result<Best, String> {
+    let pools: &[usize] = if system == "staged" { &POOLS } else { &[1] };
+    let mut curve = Vec::new();
+    for &pool in pools {
+        let live = start(system, root, dir, cpus, pool)?;
+        let target = target_of(&live.url(), mix)?;
+        for clients in CONNECTIONS {
+            curve.push((pool, clients, drive(load, &target, clients, secs).map(|r| r.throughput)));
+        }
+    }
+    let best = curve
+        .iter()
+        .filter_map(|(p, c, r)| r.as_ref().ok().map(|r| (*p, *c, *r)))
+        .max_by(|a, b| a.2.total_cmp(&b.2))
+        .ok_or_else(|| {
+            let why: Vec<String> = curve
+                .iter()
+                .filter_map(|(_, c, r)| r.as_ref().err().map(|e| format!("{c} clients: {e}")))
+                .collect();
+            format!("every probe failed: {}", why.join("; "))
+        })?;
+    Ok(Best { pool: best.0, clients: best.1, curve })
+}
+
+/// Runs the benchmark.
+pub fn run(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "servers",
+        "Server architectures: requests/s of each at its best point (connections and pool sizes \
+         found by a search), keep-alive closed loop, `ochre load` as the injector: a 1 KiB file, \
+         and a SPECweb99-like set. vs ochre: ratio to SWS.",
+    );
+    let Some(setup) = setup(&mut report, "servers") else { return report };
+    let load = match setup.load_runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            report.notes.push(format!("no injector runtime: {e}"));
+            return report;
+        }
+    };
+    let (cpus, injector, dir, root) = (&setup.cpus, setup.injector, &setup.dir, &setup.root);
+    let secs = sample_seconds(opts);
+    let probe_secs = if opts.quick { 0.3 } else { 0.6 };
+    let set = match specweb(root, if opts.quick { 4 } else { 20 }) {
+        Ok(set) => Some(set),
+        Err(e) => {
+            report.notes.push(format!("cannot write the SPECweb99-like set ({e}): skipped"));
+            None
+        }
+    };
+    let mut systems: Vec<&str> = SYSTEMS.to_vec();
+    if nginx_path().is_none() {
+        systems.retain(|s| *s != "nginx");
+        report.notes.push(
+            "nginx is not installed (scripts/install-peers.sh installs it): its rows and the \
+             SWS >= nginx checks are skipped"
+                .into(),
+        );
+    }
+    for w in opts.workers.iter().copied().filter(|&w| w <= cpus.len()) {
+        let server_cpus = server_cpus(cpus, injector, w);
+        let workloads = [("1 KiB", None), ("SPECweb99", set.as_ref())];
+        for (label, mix) in workloads.into_iter().filter(|(l, m)| *l == "1 KiB" || m.is_some()) {
+            let case = format!("{label}, {w}c");
+            // The search, then every server started at its best point for the measurement.
+            let mut lives = Vec::new();
+            for &system in &systems {
+                let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs);
+                let live = best.and_then(|b| {
+                    let curve: Vec<String> = b
+                        .curve
+                        .iter()
+                        .map(|(p, c, r)| {
+                            let pool = if system == "staged" {
+                                format!("pool {p}, ")
+                            } else {
+                                String::new()
+                            };
+                            match r {
+                                Ok(r) => format!("{pool}{c} conns {r:.0}"),
+                                Err(e) => format!("{pool}{c} conns failed ({e})"),
+                            }
+                        })
+                        .collect();
+                    report.notes.push(format!(
+                        "[{case}] {system} curve (req/s by load): {}; best: {} connections{}",
+                        curve.join(", "),
+                        b.clients,
+                        if system == "staged" {
+                            format!(", pools of {}", b.pool)
+                        } else {
+                            String::new()
+                        }
+                    ));
+                    let live = start(system, root, dir, &server_cpus, b.pool)?;
+                    Ok((live, b.clients))
+                });
+                lives.push((system, live));
+            }
+            let runs = lives
+                .iter()
+                .map(|(system, live)| {
+                    let load = &load;
+                    System::new(*system, move || {
+                        let (live, clients) = live.as_ref().map_err(|e| e.clone())?;
+                        let target = target_of(&live.url(), mix)?;
+                        Ok(drive(load, &target, *clients, secs)?.throughput)
+                    })
+                })
+                .collect();
+            measure_case(&mut report, &case, w, "req/s", opts.reps, runs);
+            drop(lives);
+            relative_to_sws(&mut report, &case);
+            checks(&mut report, &case);
+        }
+        if w == 2 {
+            ncopy(&mut report, opts, root, &load, cpus, injector);
+        }
+        if server_cpus.contains(&injector) {
+            report.notes.push(format!(
+                "[{w}c] the servers use every CPU ({server_cpus:?}): the injector shares CPU \
+                 {injector} with them, alike for every server"
+            ));
+        }
+    }
+    report
+        .notes
+        .push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
+    diagnosis(&mut report, opts, root, cpus, injector);
+    let _ = std::fs::remove_dir_all(dir);
+    report
+}
+
+/// Sets every row's ratio column of `case` to its median over SWS's (the harness's column is
+/// relative to a system named `ochre`; here SWS is ochre's server).
+fn relative_to_sws(report: &mut BenchReport, case: &str) {
+    let Some(sws) = report.median_of("sws", case) else { return };
+    for row in report.rows.iter_mut().filter(|r| r.case == case) {
+        row.vs_ochre = Some(row.median / sws).filter(|r| r.is_finite());
+    }
+}
+
+/// The goals of issue 19 on `case`: SWS the best architecture, at least nginx and hyper.
+fn checks(report: &mut BenchReport, case: &str) {
+    let Some(sws) = report.median_of("sws", case) else { return };
+    for peer in ["nginx", "hyper"] {
+        if let Some(p) = report.median_of(peer, case) {
+            report.check(format!("[{case}] SWS >= {peer}"), sws / p, sws >= p);
+        }
+    }
+    let others: Vec<&str> = SYSTEMS.iter().copied().filter(|s| *s != "sws").collect();
+    if let Some((best, rate)) = report.best_of(&others, case) {
+        report.check(format!("[{case}] SWS best of all (next: {best})"), sws / rate, sws >= rate);
+    }
+}
+
+/// Clients of the N-COPY comparison, and requests per connection (the thesis's 150: connections
+/// come and go, so the balancer has new ones to place all along).
+const NCOPY_CLIENTS: usize = 64;
+const NCOPY_PER_CONNECTION: u32 = 150;
+
+/// N-COPY: two copies of each architecture, one per CPU, one copy's CPU shared with a busy
+/// thread pinned to it for the whole case; the load-aware balancer (`X-ncopy-2`) against the
+/// kernel's `SO_REUSEPORT` hashing (`X-ncopy-2-reuseport`), 1 KiB file, closed loop with
+/// reconnections.
+fn ncopy(
+    report: &mut BenchReport,
+    opts: &Options,
+    root: &Path,
+    load: &Runtime,
+    cpus: &[usize],
+    injector: usize,
+) {
+    if cpus.len() < 2 {
+        report.notes.push("N-COPY needs 2 CPUs: skipped".into());
+        return;
+    }
+    let copy_cpus = &cpus[..2];
+    // The busy CPU: the copy's CPU that the injector does not use, if there is one.
+    let busy_cpu = copy_cpus.iter().copied().find(|&c| c != injector).unwrap_or(copy_cpus[0]);
+    let topology = ochre::topology::Topology::discover()
+        .unwrap_or_else(|_| ochre::topology::Topology::flat(copy_cpus.to_vec()));
+    let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
+    let secs = sample_seconds(opts);
+    let case = format!("1 KiB, N-COPY 2, CPU {busy_cpu} busy");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let busy = std::thread::spawn(move || {
+        let _ = ochre::topology::pin_current_thread(busy_cpu);
+        let mut x = 0u64;
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    });
+    let mut lives = Vec::new();
+    for arch in Arch::ALL {
+        for (balance, suffix) in [(Balance::LoadAware, ""), (Balance::Kernel, "-reuseport")] {
+            let name = format!("{}-ncopy-2{suffix}", arch.name());
+            let live = start_copies(arch, &config, &topology, copy_cpus, 2, 2, balance)
+                .map_err(|e| format!("starting {name}: {e}"));
+            lives.push((name, live));
+        }
+    }
+    let runs = lives
+        .iter()
+        .map(|(name, live)| {
+            System::new(name.clone(), move || {
+                let live = live.as_ref().map_err(|e| e.clone())?;
+                let target = target_of(&format!("http://{}/1k.bin", live.addr()), None)?;
+                let r =
+                    drive_reconnecting(load, &target, NCOPY_CLIENTS, NCOPY_PER_CONNECTION, secs)?;
+                Ok(r.throughput)
+            })
+        })
+        .collect();
+    measure_case(report, &case, 2, "req/s", opts.reps, runs);
+    drop(lives);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = busy.join();
+    for arch in Arch::ALL {
+        let (lb, kernel) =
+            (format!("{}-ncopy-2", arch.name()), format!("{}-ncopy-2-reuseport", arch.name()));
+        if let Some(r) = report.paired_ratio(&lb, &kernel, &case) {
+            report.check(
+                format!(
+                    "[{case}] {}: load-aware balancing >= 1.15x kernel hashing (paired)",
+                    arch.name()
+                ),
+                r,
+                r >= 1.15,
+            );
+        }
+    }
+    report.notes.push(format!(
+        "[{case}] copies placed along the topology on CPUs {copy_cpus:?}, one per copy; a busy \
+         thread pinned to CPU {busy_cpu} for the case; {NCOPY_CLIENTS} clients, \
+         {NCOPY_PER_CONNECTION} requests per connection; staged copies have pools of 2"
+    ));
+}
+
+/// Per-function cost per request, from `perf record -e cpu-clock` of this process (the servers
+/// run in it; the injector is an `ochre load` child process, so its samples are not counted),
+/// at 1 and 2 cores, and the PPG (potential performance gain, thesis §6.4): for each function,
+/// how much of a request's cost at 2 cores it would give back if its cost per request stayed
+/// what it is at 1 core. Skipped with a note where perf cannot sample, or where this process is
+/// not the `ochre` tool (the injector is started as `ochre load`).
+fn diagnosis(
+    report: &mut BenchReport,
+    opts: &Options,
+    root: &Path,
+    cpus: &[usize],
+    injector: usize,
+) {
+    let exe = match std::env::current_exe() {
+        Ok(e) if e.file_name().is_some_and(|n| n == "ochre") => e,
+        _ => {
+            report.notes.push(
+                "PPG: not run from the ochre tool (its injector is `ochre load`): skipped".into(),
+            );
+            return;
+        }
+    };
+    let probe = std::process::Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        report.notes.push("PPG: perf cannot sample cpu-clock here: skipped".into());
+        return;
+    }
+    let secs = if opts.quick { 1.0 } else { 4.0 };
+    let dir = std::env::temp_dir().join(format!("ochre-ppg-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    for arch in Arch::ALL {
+        // Cost per request (us) by function, and in all, at 1 and 2 cores.
+        let mut costs: Vec<(std::collections::HashMap<String, f64>, f64)> = Vec::new();
+        for w in [1usize, 2].into_iter().filter(|&w| w <= cpus.len()) {
+            match profile(&exe, &dir, arch, root, &server_cpus(cpus, injector, w), injector, secs) {
+                Ok(c) => costs.push(c),
+                Err(e) => {
+                    report.notes.push(format!("PPG [{} {w}c]: {e}", arch.name()));
+                    break;
+                }
+            }
+        }
+        let [(one, one_total), (two, two_total)] = costs.as_slice() else { continue };
+        let mut gains: Vec<(f64, &str, f64, f64)> = two
+            .iter()
+            .map(|(f, c2)| {
+                let c1 = one.get(f).copied().unwrap_or(0.0);
+                ((c2 - c1) / two_total, f.as_str(), c1, *c2)
+            })
+            .collect();
+        gains.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let top: Vec<String> = gains
+            .iter()
+            .take(6)
+            .map(|(g, f, c1, c2)| format!("{f} {:+.1}% ({c1:.2} -> {c2:.2} us)", g * 100.0))
+            .collect();
+        report.notes.push(format!(
+            "PPG [1 KiB] {}: cost per request {one_total:.1} us at 1 core, {two_total:.1} us at 2; \
+             what each function would give back if it scaled perfectly: {}",
+            arch.name(),
+            top.join(", ")
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One profiled run of `arch` on `server_cpus`: cost per request (us of CPU) by function, and
+/// in all.
+fn profile(
+    exe: &Path,
+    dir: &Path,
+    arch: Arch,
+    root: &Path,
+    server_cpus: &[usize],
+    injector: usize,
+    secs: f64,
+) -> Result<(std::collections::HashMap<String, f64>, f64), String> {
+    use std::process::Command;
+    const HZ: f64 = 499.0;
+    let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
+    let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
+    let server = ochre_servers::start(arch, config, listener, &Plan::new(server_cpus.to_vec(), 2))
+        .map_err(|e| e.to_string())?;
+    let url = format!("http://{}/1k.bin", server.addr());
+    let json = dir.join(format!("{}-{}.json", arch.name(), server_cpus.len()));
+    let data = dir.join(format!("{}-{}.data", arch.name(), server_cpus.len()));
+    let (exe2, json2) = (exe.to_path_buf(), json.clone());
+    let load_secs = secs + 1.0;
+    // The child inherits the spawning thread's affinity: the injector's CPU.
+    let load = std::thread::spawn(move || {
+        let _ = ochre::topology::pin_current_thread(injector);
+        Command::new(exe2)
+            .args(["load", "-c", "64", "--requests-per-connection", "1000000", "-t", "1"])
+            .args(["--warmup", "500ms", "-d", &format!("{load_secs}s"), "--json"])
+            .arg(&json2)
+            .arg(&url)
+            .output()
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let rec = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-F", "499", "-p", &std::process::id().to_string()])
+        .arg("-o")
+        .arg(&data)
+        .args(["--", "sleep", &format!("{secs}")])
+        .output()
+        .map_err(|e| format!("perf record: {e}"))?;
+    let out =
+        load.join().map_err(|_| "the injector thread panicked")?.map_err(|e| e.to_string())?;
+    drop(server);
+    if !rec.status.success() {
+        return Err(format!("perf record failed: {}", String::from_utf8_lossy(&rec.stderr)));
+    }
+    if !out.status.success() {
+        return Err(format!("ochre load failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let r: LoadReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    let requests = r.throughput * secs;
+    if requests < 1.0 {
+        return Err("no request served".into());
+    }
+    let rep = Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-n", "-t", "|", "-i"])
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("perf report: {e}"))?;
+    let mut by_fn = std::collections::HashMap::new();
+    let mut total = 0.0;
+    for line in String::from_utf8_lossy(&rep.stdout).lines().filter(|l| !l.starts_with('#')) {
+        let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(samples), Some(sym)) =
+            (cols.get(1).and_then(|s| s.parse::<f64>().ok()), cols.get(2))
+        else {
+            continue;
+        };
+        let us = samples / HZ * 1e6 / requests;
+        let name = sym.trim_start_matches("[.] ").trim_start_matches("[k] ");
+        // Generic instances and closures fold into their function's path.
+        let name = name.split("::{{closure}}").next().unwrap_or(name).to_string();
+        *by_fn.entry(name).or_insert(0.0) += us;
+        total += us;
+    }
+    Ok((by_fn, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::Row;
+
+    fn row(system: &str, case: &str, median: f64) -> Row {
+        Row {
+            bench: "servers".into(),
+            system: system.into(),
+            case: case.into(),
+            workers: 2,
+            unit: "req/s".into(),
+            samples: vec![median],
+            median,
+            min: median,
+            max: median,
+            vs_ochre: None,
+        }
+    }
+
+    #[test]
+    fn ratios_are_to_sws_and_the_goals_name_the_next_best() {
+        let mut r = BenchReport::new("servers", "t");
+        for (s, m) in [("threads", 50.0), ("sws", 100.0), ("hyper", 40.0), ("nginx", 120.0)] {
+            r.rows.push(row(s, "1 KiB, 2c", m));
+        }
+        relative_to_sws(&mut r, "1 KiB, 2c");
+        let ratio = |s: &str| r.rows.iter().find(|x| x.system == s).and_then(|x| x.vs_ochre);
+        assert_eq!(
+            (ratio("threads"), ratio("sws"), ratio("nginx")),
+            (Some(0.5), Some(1.0), Some(1.2))
+        );
+        checks(&mut r, "1 KiB, 2c");
+        let held: Vec<(String, bool)> = r.checks.iter().map(|c| (c.goal.clone(), c.held)).collect();
+        assert_eq!(
+            held,
+            [
+                ("[1 KiB, 2c] SWS >= nginx".to_string(), false),
+                ("[1 KiB, 2c] SWS >= hyper".to_string(), true),
+                ("[1 KiB, 2c] SWS best of all (next: nginx)".to_string(), false),
+            ]
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! One HTTP connection's bytes, shared by the architectures that answer with
+//! [`ochre_http::site`]: what was read and not yet parsed, the answers queued and not yet sent,
+//! and the three operations every model performs on them (read, answer, write). Models differ
+//! only in who calls them, on which thread, and how they wait; this is what makes their
+//! comparison one of architectures and not of HTTP code.
+//!
+//! Invariants: `out` holds answers in request order; parsing stops while more than
+//! [`OUT_HIGH_WATER`] bytes are queued (a client that pipelines without reading cannot grow
+//! the server's memory) and after an answer marked `close`; bytes of a request body are
+//! discarded before the next head is parsed. Writes gather a head with its in-memory body
+//! (`writev`) and send file bodies with `sendfile`, as SWS does.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+
+use ochre_http::site::{FileCache, Payload, Site, Step};
+
+/// Output queued beyond this stops parsing further pipelined requests until it drains.
+pub(crate) const OUT_HIGH_WATER: usize = 256 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What a read or a write came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Io {
+    /// Went as far as it could: everything written, or the socket had nothing more (would
+    /// block, or a blocking read returned).
+    Ok,
+    /// The socket is full (write) or empty (read) and non-blocking: wait for readiness.
+    WouldBlock,
+    /// The peer closed, reset, or a timeout expired: close the connection.
+    Closed,
+}
+
+enum Out {
+    Head(Vec<u8>, usize),
+    Body(Payload),
+}
+
+/// A connection's buffers and stream.
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    inbuf: Vec<u8>,
+    out: VecDeque<Out>,
+    out_bytes: usize,
+    /// Request body bytes still to drop from the input.
+    discard: u64,
+    /// Requests answered.
+    served: u32,
+    /// An answer marked `close` is queued: parse nothing more, close once it is out.
+    closing: bool,
+    /// The socket blocks: a read returns after one system call.
+    blocking: bool,
+}
+
+impl Conn {
+    /// A connection on `stream`, blocking or not as the stream is.
+    pub(crate) fn new(stream: TcpStream, blocking: bool) -> Conn {
+        let _ = stream.set_nodelay(true);
+        Conn {
+            stream,
+            inbuf: Vec::new(),
+            out: VecDeque::new(),
+            out_bytes: 0,
+            discard: 0,
+            served: 0,
+            closing: false,
+            blocking,
+        }
+    }
+
+    /// Reads what the socket has (once for a blocking socket, until it would block for a
+    /// non-blocking one), up to the head limit plus a chunk.
+    pub(crate) fn read(&mut self, site: &Site) -> Io {
+        let limit = site.config().max_header_bytes + READ_CHUNK;
+        // Read into the stack and copy what came: no zeroing of buffer space per read.
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            if self.closing || self.out_bytes >= OUT_HIGH_WATER || self.inbuf.len() >= limit {
+                return Io::Ok;
+            }
+            match (&self.stream).read(&mut chunk) {
+                Ok(0) => return Io::Closed,
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&chunk[..n]);
+                    if self.blocking || n < READ_CHUNK {
+                        // Blocking: what came is what there is. Short read: the socket is
+                        // drained, or data arrived since, which is a new edge of readiness.
+                        return Io::Ok;
+                    }
+                }
+                Err(e) => {
+                    return match e.kind() {
+                        io::ErrorKind::WouldBlock => Io::WouldBlock,
+                        io::ErrorKind::Interrupted => continue,
+                        _ => Io::Closed,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Answers every complete request in the buffer (pipelining), in order, from the calling
+    /// thread's cache, or from `cache` when given.
+    pub(crate) fn answer(&mut self, site: &Site, mut cache: Option<&mut FileCache>) {
+        loop {
+            if self.closing || self.out_bytes >= OUT_HIGH_WATER {
+                return;
+            }
+            if self.discard > 0 {
+                let n = self.discard.min(self.inbuf.len() as u64) as usize;
+                self.inbuf.drain(..n);
+                self.discard -= n as u64;
+                if self.discard > 0 {
+                    return;
+                }
+            }
+            let step = match cache.as_deref_mut() {
+                Some(c) => site.step_with(&self.inbuf, self.served, c),
+                None => site.step(&self.inbuf, self.served),
+            };
+            let Step::Answer { used, discard, answer } = step else { return };
+            self.inbuf.drain(..used.min(self.inbuf.len()));
+            self.discard = discard;
+            self.served = self.served.saturating_add(1);
+            self.closing |= answer.close;
+            self.out_bytes += answer.head.len();
+            self.out.push_back(Out::Head(answer.head, 0));
+            if let Some(body) = answer.body {
+                self.out_bytes += body.len() as usize;
+                self.out.push_back(Out::Body(body));
+            }
+        }
+    }
+
+    /// Whether answers wait to be sent.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Whether unparsed bytes wait in the buffer (a pipelined request held back by the high
+    /// water mark).
+    pub(crate) fn has_input(&self) -> bool {
+        !self.inbuf.is_empty() && !self.closing
+    }
+
+    /// The connection must close: its last answer is out.
+    pub(crate) fn done(&self) -> bool {
+        self.closing && self.out.is_empty()
+    }
+
+    /// Sends queued answers until none is left or the socket is full.
+    pub(crate) fn write(&mut self) -> Io {
+        while let Some(front) = self.out.front() {
+            let r = match front {
+                Out::Head(head, pos) => {
+                    let rest = &head[*pos..];
+                    match self.out.get(1) {
+                        Some(Out::Body(Payload::Memory { data, start, end })) => {
+                            let slices = [IoSlice::new(rest), IoSlice::new(&data[*start..*end])];
+                            (&self.stream).write_vectored(&slices)
+                        }
+                        _ => (&self.stream).write(rest),
+                    }
+                }
+                Out::Body(Payload::Memory { data, start, end }) => {
+                    (&self.stream).write(&data[*start..*end])
+                }
+                Out::Body(Payload::File { file, offset, end }) => {
+                    let want = (*end - *offset).min(1 << 30) as usize;
+                    let mut at = *offset;
+                    rustix::fs::sendfile(&self.stream, &**file, Some(&mut at), want)
+                        .map_err(io::Error::from)
+                }
+            };
+            let n = match r {
+                Ok(0) => return Io::Closed, // A file shrank under us.
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Io::WouldBlock,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Io::Closed,
+            };
+            self.consume(n);
+        }
+        self.out_bytes = 0;
+        Io::Ok
+    }
+
+    /// Drops `n` sent bytes from the front of the queue.
+    fn consume(&mut self, mut n: usize) {
+        self.out_bytes = self.out_bytes.saturating_sub(n);
+        while n > 0 {
+            let Some(front) = self.out.front_mut() else { return };
+            let done = match front {
+                Out::Head(head, pos) => {
+                    let k = n.min(head.len() - *pos);
+                    *pos += k;
+                    n -= k;
+                    *pos == head.len()
+                }
+                Out::Body(Payload::Memory { start, end, .. }) => {
+                    let k = n.min(*end - *start);
+                    *start += k;
+                    n -= k;
+                    start == end
+                }
+                Out::Body(Payload::File { offset, end, .. }) => {
+                    let k = (n as u64).min(*end - *offset);
+                    *offset += k;
+                    n -= k as usize;
+                    offset == end
+                }
+            };
+            if done {
+                self.out.pop_front();
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// Serves a non-blocking connection as far as its socket allows: writes what is queued,
+    /// reads, answers, and again, until the socket would block (wait for readiness: the
+    /// caller watches both directions, edge-triggered) or the connection must close.
+    pub(crate) fn drive(&mut self, site: &Site, mut cache: Option<&mut FileCache>) -> Io {
+        loop {
+            match self.write() {
+                Io::Ok => {}
+                other => return other,
+            }
+            if self.done() {
+                return Io::Closed;
+            }
+            let r = self.read(site);
+            self.answer(site, cache.as_deref_mut());
+            if self.has_output() {
+                continue;
+            }
+            if r != Io::Ok {
+                return r;
+            }
+        }
+    }
+
+    /// Ends the connection: the sending side first, then what the client still sent is read
+    /// (without waiting) so that closing does not reset a response in flight.
+    pub(crate) fn close(self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        let _ = self.stream.set_nonblocking(true);
+        let mut buf = [0u8; 4096];
+        for _ in 0..16 {
+            match (&self.stream).read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
+}
