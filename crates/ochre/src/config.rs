@@ -167,6 +167,16 @@ pub struct Config {
     /// puts it (libasync-smp), unless stolen.
     #[serde(default = "yes")]
     pub follow: bool,
+    /// Per-color statistics ([`color_stats`](crate::color_stats)): one turn and one post in this
+    /// many is measured (run time, wait, events of its color); moves and steals are counted
+    /// exactly. 0: off; 1: every event (exact, for tests). Default 64: the measured cost then
+    /// is within the noise (`ochre bench ablation`'s `color-stats` rows).
+    #[serde(default = "color_stats_default")]
+    pub color_stats: u32,
+}
+
+fn color_stats_default() -> u32 {
+    64
 }
 
 fn yes() -> bool {
@@ -194,6 +204,7 @@ impl Default for Config {
             ema_cap: None,
             placement: true,
             follow: true,
+            color_stats: color_stats_default(),
         }
     }
 }
@@ -249,6 +260,8 @@ impl Config {
         placement: bool,
         /// Sets [`Config::follow`].
         follow: bool,
+        /// Sets [`Config::color_stats`].
+        color_stats: u32,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no

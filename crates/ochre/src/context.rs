@@ -56,7 +56,15 @@ pub(crate) fn post_task(color: Color, task: Task, urgent: bool) -> Result<(), Er
 /// hot path then builds and drops no error value, which cost a tenth of a post.)
 #[inline]
 fn post_closure<F: FnOnce() + Send + 'static>(color: Color, f: F, urgent: bool) -> Option<()> {
-    with_current(|ctx| ctx.core.borrow_mut().post_closure(&ctx.shared, color, f, urgent))
+    with_current(|ctx| {
+        let mut core = ctx.core.borrow_mut();
+        if core.colors.sample_post() {
+            // One post in the sample period carries its posting instant (`color_stats`).
+            core.post_closure(&ctx.shared, color, crate::color_stats::timed(f), urgent)
+        } else {
+            core.post_closure(&ctx.shared, color, f, urgent)
+        }
+    })
 }
 
 #[cold]

@@ -83,6 +83,7 @@ pub mod alloc;
 mod cell;
 mod color;
 mod color_box;
+pub mod color_stats;
 mod config;
 mod context;
 mod cpu_share;
@@ -112,6 +113,7 @@ mod loom_models;
 pub use cell::ColorCell;
 pub use color::Color;
 pub use color_box::{ColorBox, ColorBytes};
+pub use color_stats::{ColorStats, ColorSummary};
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{
     current_color, current_worker, current_workers, pin, place, post, post_urgent, shutdown,
@@ -121,6 +123,6 @@ pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]
 pub use park::measure_wakeup;
-pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime};
+pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime, TOP_COLORS};
 pub use shared::PanicRecord;
 pub use stats::WorkerStats;

@@ -335,7 +335,14 @@ pub struct RunReport {
     pub spin_threshold: Duration,
     /// Things that did not go as configured but did not stop the run (a failed pinning).
     pub warnings: Vec<String>,
+    /// The colors that took the most run time during this run (at most [`TOP_COLORS`]; empty
+    /// with [`Config::color_stats`] off).
+    #[serde(default)]
+    pub top_colors: Vec<crate::ColorSummary>,
 }
+
+/// How many colors a [`RunReport`] names in `top_colors`.
+pub const TOP_COLORS: usize = 10;
 
 impl RunReport {
     /// Sum over workers.
@@ -389,6 +396,14 @@ impl Runtime {
         self.handle().stats()
     }
 
+    /// Per-color statistics since the runtime was built, merged over the workers (at most
+    /// [`FLUSH_EVERY`](crate::color_stats::FLUSH_EVERY) old for a busy worker while running;
+    /// empty with [`Config::color_stats`] off). [`ColorStats::top`](crate::ColorStats::top)
+    /// gives the colors that took the most time.
+    pub fn color_stats(&self) -> crate::ColorStats {
+        self.handle().color_stats()
+    }
+
     /// Closes the runtime: stops its workers and drops the events that never ran, without
     /// running them. Returns how many there were. Dropping the runtime does the same.
     pub fn close(self) -> u64 {
@@ -431,6 +446,7 @@ impl Runtime {
         lock(&shared.panics).clear();
         *lock(&shared.abort) = None;
         let before = self.handle().stats();
+        let colors_before = (shared.config.color_stats != 0).then(|| self.color_stats());
         shared.post_external(
             home_of(color, shared.placement),
             Msg::Post { color, task: init, urgent: false, step: false },
@@ -471,6 +487,10 @@ impl Runtime {
             pending: pending(&after, shared),
             spin_threshold: shared.spin_threshold,
             warnings,
+            // Every worker flushed its table before reporting done: exact for the run.
+            top_colors: colors_before
+                .map(|b| self.color_stats().top_since(&b, TOP_COLORS))
+                .unwrap_or_default(),
         })
     }
 }
@@ -675,6 +695,11 @@ impl Handle {
     /// Counters of each worker since the runtime was built (at most one round old while running).
     pub fn stats(&self) -> Vec<WorkerStats> {
         self.shared.remotes.iter().map(|r| r.stats.read()).collect()
+    }
+
+    /// Per-color statistics, as [`Runtime::color_stats`].
+    pub fn color_stats(&self) -> crate::ColorStats {
+        self.shared.color_stats.snapshot()
     }
 
     /// Number of workers.

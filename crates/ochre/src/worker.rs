@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::color::home_of;
+use crate::color_stats::{self, Event};
 use crate::cpu_share::CpuShare;
 use crate::follow;
 use crate::idle;
@@ -94,6 +95,8 @@ pub(crate) struct Core {
     /// User values released while the core is borrowed (cancelled handlers and timers), dropped
     /// once the borrow ends: their destructors may post.
     graveyard: Vec<Box<dyn std::any::Any + Send>>,
+    /// Per-color statistics recorded here since their last flush (`color_stats`).
+    pub(crate) colors: color_stats::Local,
 }
 
 impl Core {
@@ -131,6 +134,7 @@ impl Core {
             graveyard: Vec::new(),
             cpu_share: CpuShare::none(),
             place_credit: vec![0; shared_workers],
+            colors: color_stats::Local::new(config.color_stats),
         }
     }
 
@@ -424,6 +428,7 @@ impl Core {
             }
             Msg::Move { color, home, task, urgent } => {
                 self.counters.add(Counter::ColorsMovedIn, 1);
+                self.colors.count(color, Event::MovedIn);
                 self.queue.adopt_moved(color, home as usize, task, urgent);
             }
             Msg::Grant { from, loans } => {
@@ -441,6 +446,7 @@ impl Core {
                 let tier = u64::from(shared.tier[self.id][from as usize]);
                 for loan in loans {
                     self.counters.add(Counter::StealsIn, 1);
+                    self.colors.count(loan.color, Event::StolenIn);
                     self.counters.add(Counter::StealTiers, tier);
                     self.counters.add(Counter::StolenEvents, loan.events.len() as u64);
                     self.queue.adopt(from as usize, loan);
@@ -522,6 +528,9 @@ impl Core {
             self.counters.set(Counter::CpuShare, share as u64);
         }
         shared.remotes[self.id].stats.publish(&self.counters);
+        if heap_gauges {
+            self.colors.flush(shared.color_stats.slot(self.id), false);
+        }
         self.publish_ready(shared);
         if shared.config.steal == crate::Steal::Backlog {
             self.publish_backlog(shared);
@@ -635,6 +644,7 @@ impl WorkerCtx {
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);
         core.publish(shared);
+        core.colors.flush(shared.color_stats.slot(self.id), true);
     }
 
     /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
@@ -643,7 +653,7 @@ impl WorkerCtx {
         let turn_budget = shared.config.turn_budget;
         let mut ran = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, timed) = {
+            let (key, color, mut next, timed, sampled) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -652,14 +662,19 @@ impl WorkerCtx {
                 core.turns = core.turns.wrapping_add(1);
                 let sample = steal::turn_sample(&shared.config)
                     .is_some_and(|n| core.turns.is_multiple_of(n));
-                (key, color, first, sample.then(std::time::Instant::now))
+                let sampled = core.colors.sample_turn();
+                (key, color, first, sample.then(std::time::Instant::now), sampled)
             };
             self.current.set(Some(color));
             let mut n = 0;
             while let Some(task) = next {
+                let started = sampled.then(Instant::now);
                 self.run_task(color, task);
                 n += 1;
                 let mut core = self.core.borrow_mut();
+                if let Some(t) = started {
+                    core.colors.ran(color, t);
+                }
                 core.after_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
             }
@@ -701,6 +716,7 @@ impl WorkerCtx {
                 }
                 Some(TurnEnd::Push { to, color }) => {
                     core.counters.add(Counter::ColorsMovedOut, 1);
+                    core.colors.count(color, Event::MovedOut);
                     let home = crate::message::worker_id(me);
                     core.send(shared, to, Msg::Move { color, home, task: None, urgent: false });
                 }
