@@ -15,6 +15,7 @@
 pub mod ablation;
 pub mod actors;
 pub mod alloc;
+pub mod color_stats;
 pub mod costs;
 pub mod harness;
 pub mod loadgen;
@@ -30,8 +31,18 @@ pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
 pub const BENCHES: &[&str] = &[
-    "pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen",
-    "actors", "mr",
+    "pingpong",
+    "prodcons",
+    "wakeup",
+    "steal",
+    "alloc",
+    "costs",
+    "ablation",
+    "sws",
+    "loadgen",
+    "actors",
+    "mr",
+    "color-stats",
 ];
 
 /// Runs the benchmark called `name`.
@@ -48,6 +59,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "loadgen" => Some(loadgen::run(opts)),
         "actors" => Some(actors::run(opts)),
         "mr" => Some(mr::run(opts)),
+        "color-stats" => Some(color_stats::run(opts)),
         _ => None,
     }
 }

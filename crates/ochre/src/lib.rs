@@ -116,8 +116,8 @@ pub use color_box::{ColorBox, ColorBytes};
 pub use color_stats::{ColorStats, ColorSummary};
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{
-    current_color, current_worker, current_workers, pin, place, post, post_urgent, shutdown,
-    try_post,
+    current_color, current_handle, current_worker, current_workers, pin, place, post, post_urgent,
+    shutdown, try_post,
 };
 pub use error::Error;
 pub use padding::PADDED;

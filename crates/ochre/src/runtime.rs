@@ -556,6 +556,10 @@ pub struct Handle {
 }
 
 impl Handle {
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Handle {
+        Handle { shared }
+    }
+
     /// Posts `f` as an event of `color`.
     ///
     /// # Panics
