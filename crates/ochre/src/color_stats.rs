@@ -267,10 +267,11 @@ impl Local {
         true
     }
 
-    /// A sampled event of `color` that started at `started` ended now.
+    /// A sampled event of `color` ran from `started` to `ended`.
     #[cold]
-    pub(crate) fn ran(&mut self, color: Color, started: Instant) {
-        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX / 4)) as u64;
+    pub(crate) fn ran(&mut self, color: Color, started: Instant, ended: Instant) {
+        let ns = ended.saturating_duration_since(started).as_nanos().min(u128::from(u64::MAX / 4))
+            as u64;
         let e = self.table.entry(color);
         record(&mut e.run_ns, ns);
         e.run_ns_sum = e.run_ns_sum.saturating_add(ns);
@@ -482,7 +483,7 @@ mod tests {
         let mut l = Local::new(1);
         l.count(Color(3), Event::MovedIn);
         for c in 0..(MAX_COLORS as u64 + 100) {
-            l.ran(Color(c), Instant::now());
+            l.ran(Color(c), Instant::now(), Instant::now());
             l.table.entry(Color(c)).run_ns_sum = c; // known order
         }
         l.flush(&slot, true);
@@ -502,9 +503,9 @@ mod tests {
         let p = Published::new(2, 1);
         let mut a = Local::new(1);
         let mut b = Local::new(1);
-        a.ran(Color(1), Instant::now());
+        a.ran(Color(1), Instant::now(), Instant::now());
         a.table.entry(Color(1)).run_ns_sum = 10;
-        b.ran(Color(2), Instant::now());
+        b.ran(Color(2), Instant::now(), Instant::now());
         b.table.entry(Color(2)).run_ns_sum = 50;
         b.waited(Color(2), 1000);
         a.flush(p.slot(0), true);
@@ -513,7 +514,7 @@ mod tests {
         assert_eq!(s1.colors.iter().map(|e| e.color).collect::<Vec<_>>(), [Color(2), Color(1)]);
         assert_eq!(s1.workers.len(), 2);
         assert_eq!(s1.workers[1].wait_ns.len(), 1);
-        a.ran(Color(1), Instant::now());
+        a.ran(Color(1), Instant::now(), Instant::now());
         a.table.entry(Color(1)).run_ns_sum = 100;
         a.flush(p.slot(0), true);
         let s2 = p.snapshot();

@@ -176,6 +176,14 @@ pub struct Config {
     /// within the 3% goal (same benchmark).
     #[serde(default = "color_stats_default")]
     pub color_stats: u32,
+    /// Traces ([`trace`](crate::trace)): each worker records its handler runs, idle spells,
+    /// sleeps, moves, steals and batch flushes in a ring of this many records (40 bytes each;
+    /// the oldest dropped and counted when full), read with
+    /// [`Runtime::trace`](crate::Runtime::trace). 0 (the default): off, a branch per hook.
+    /// On, every event reads the clock twice (65 ns a read on the study's machine): a tool for
+    /// looking, not for measuring throughput.
+    #[serde(default)]
+    pub trace_events: usize,
 }
 
 fn color_stats_default() -> u32 {
@@ -208,6 +216,7 @@ impl Default for Config {
             placement: true,
             follow: true,
             color_stats: color_stats_default(),
+            trace_events: 0,
         }
     }
 }
@@ -265,6 +274,8 @@ impl Config {
         follow: bool,
         /// Sets [`Config::color_stats`].
         color_stats: u32,
+        /// Sets [`Config::trace_events`].
+        trace_events: usize,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no

@@ -105,6 +105,7 @@ mod stats;
 mod steal;
 mod sync;
 pub mod topology;
+pub mod trace;
 mod worker;
 
 #[cfg(all(test, loom))]

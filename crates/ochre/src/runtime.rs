@@ -404,6 +404,13 @@ impl Runtime {
         self.handle().color_stats()
     }
 
+    /// What the workers recorded with [`Config::trace_events`] on, as of the end of the last
+    /// run (empty when off); [`Trace::chrome`](crate::trace::Trace::chrome) makes it a Chrome
+    /// trace.
+    pub fn trace(&self) -> crate::trace::Trace {
+        self.handle().trace()
+    }
+
     /// Closes the runtime: stops its workers and drops the events that never ran, without
     /// running them. Returns how many there were. Dropping the runtime does the same.
     pub fn close(self) -> u64 {
@@ -704,6 +711,11 @@ impl Handle {
     /// Per-color statistics, as [`Runtime::color_stats`].
     pub fn color_stats(&self) -> crate::ColorStats {
         self.shared.color_stats.snapshot()
+    }
+
+    /// The trace, as [`Runtime::trace`].
+    pub fn trace(&self) -> crate::trace::Trace {
+        self.shared.trace.snapshot()
     }
 
     /// Number of workers.

@@ -186,6 +186,8 @@ pub(crate) struct Shared {
     pub(crate) tier: Box<[Box<[u8]>]>,
     /// Each worker's published per-color statistics (`color_stats`).
     pub(crate) color_stats: crate::color_stats::Published,
+    /// Each worker's published trace records (`trace`).
+    pub(crate) trace: crate::trace::Published,
 }
 
 impl Shared {
@@ -237,6 +239,7 @@ impl Shared {
             victims,
             tier,
             color_stats,
+            trace: crate::trace::Published::new(workers),
         })
     }
 

@@ -172,7 +172,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     let loans = lend(&mut core.queue, thief, &shared.config);
     core.counters.add(Counter::StealsOut, loans.len() as u64);
     for loan in &loans {
-        core.colors.count(loan.color, crate::color_stats::Event::LentOut);
+        core.note(loan.color, crate::color_stats::Event::LentOut, Some(thief));
     }
     let from = crate::message::worker_id(core.id);
     core.send(shared, thief, Msg::Grant { from, loans });

@@ -97,6 +97,8 @@ pub(crate) struct Core {
     graveyard: Vec<Box<dyn std::any::Any + Send>>,
     /// Per-color statistics recorded here since their last flush (`color_stats`).
     pub(crate) colors: color_stats::Local,
+    /// This worker's trace recorder (`trace`; off unless configured).
+    pub(crate) trace: crate::trace::Recorder,
 }
 
 impl Core {
@@ -135,6 +137,7 @@ impl Core {
             cpu_share: CpuShare::none(),
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
+            trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
         }
     }
 
@@ -250,6 +253,7 @@ impl Core {
         let spares = spares_at_end(&batch);
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
+        self.trace.flush(dest, batch.len() - spares);
         self.counters.add(Counter::BatchedMsgs, (batch.len() - spares) as u64);
         // Quiet: nothing else to run here, so the receiver may move colors here (`follow`).
         let from = Sender { id: self.id, quiet: self.queue.is_quiet() };
@@ -428,7 +432,7 @@ impl Core {
             }
             Msg::Move { color, home, task, urgent } => {
                 self.counters.add(Counter::ColorsMovedIn, 1);
-                self.colors.count(color, Event::MovedIn);
+                self.note(color, Event::MovedIn, Some(home as usize));
                 self.queue.adopt_moved(color, home as usize, task, urgent);
             }
             Msg::Grant { from, loans } => {
@@ -446,7 +450,7 @@ impl Core {
                 let tier = u64::from(shared.tier[self.id][from as usize]);
                 for loan in loans {
                     self.counters.add(Counter::StealsIn, 1);
-                    self.colors.count(loan.color, Event::StolenIn);
+                    self.note(loan.color, Event::StolenIn, Some(from as usize));
                     self.counters.add(Counter::StealTiers, tier);
                     self.counters.add(Counter::StolenEvents, loan.events.len() as u64);
                     self.queue.adopt(from as usize, loan);
@@ -645,6 +649,7 @@ impl WorkerCtx {
         core.flush_all(shared);
         core.publish(shared);
         core.colors.flush(shared.color_stats.slot(self.id), true);
+        core.trace.publish(shared.trace.slot(self.id));
     }
 
     /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
@@ -653,7 +658,7 @@ impl WorkerCtx {
         let turn_budget = shared.config.turn_budget;
         let mut ran = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, timed, sampled) = {
+            let (key, color, mut next, timed, sampled, timed_events) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -663,17 +668,18 @@ impl WorkerCtx {
                 let sample = steal::turn_sample(&shared.config)
                     .is_some_and(|n| core.turns.is_multiple_of(n));
                 let sampled = core.colors.sample_turn();
-                (key, color, first, sample.then(std::time::Instant::now), sampled)
+                let timed = sampled || core.trace.on();
+                (key, color, first, sample.then(std::time::Instant::now), sampled, timed)
             };
             self.current.set(Some(color));
             let mut n = 0;
             while let Some(task) = next {
-                let started = sampled.then(Instant::now);
+                let started = timed_events.then(Instant::now);
                 self.run_task(color, task);
                 n += 1;
                 let mut core = self.core.borrow_mut();
                 if let Some(t) = started {
-                    core.colors.ran(color, t);
+                    core.ran_timed(color, t, sampled);
                 }
                 core.after_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
@@ -716,7 +722,7 @@ impl WorkerCtx {
                 }
                 Some(TurnEnd::Push { to, color }) => {
                     core.counters.add(Counter::ColorsMovedOut, 1);
-                    core.colors.count(color, Event::MovedOut);
+                    core.note(color, Event::MovedOut, Some(to));
                     let home = crate::message::worker_id(me);
                     core.send(shared, to, Msg::Move { color, home, task: None, urgent: false });
                 }
