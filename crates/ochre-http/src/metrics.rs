@@ -87,6 +87,12 @@ pub fn render(
     }
     latency(&mut p, latency_us);
     if let Some(h) = runtime {
+        p.family(
+            "ochre_stalls_total",
+            "counter",
+            "Handlers found running longer than the stall threshold.",
+        );
+        p.sample("ochre_stalls_total", &[], h.stall_count());
         workers(&mut p, &h.stats());
         colors(&mut p, &h.color_stats());
     }

@@ -184,6 +184,17 @@ pub struct Config {
     /// looking, not for measuring throughput.
     #[serde(default)]
     pub trace_events: usize,
+    /// Stall detection ([`stall`](crate::stall)): a handler running longer than this is
+    /// reported while it runs (a log warning with its color and worker, and
+    /// [`Handle::stalls`](crate::Handle::stalls)), by a watchdog thread that looks every
+    /// quarter of it. `None`: no watchdog. Default 100 ms: a handler is meant to take
+    /// microseconds, and 100 ms is what a person notices; it costs one store per event.
+    #[serde(default = "stall_threshold_default")]
+    pub stall_threshold: Option<Duration>,
+}
+
+fn stall_threshold_default() -> Option<Duration> {
+    Some(Duration::from_millis(100))
 }
 
 fn color_stats_default() -> u32 {
@@ -217,6 +228,7 @@ impl Default for Config {
             follow: true,
             color_stats: color_stats_default(),
             trace_events: 0,
+            stall_threshold: stall_threshold_default(),
         }
     }
 }
@@ -276,6 +288,8 @@ impl Config {
         color_stats: u32,
         /// Sets [`Config::trace_events`].
         trace_events: usize,
+        /// Sets [`Config::stall_threshold`].
+        stall_threshold: Option<Duration>,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
@@ -310,6 +324,9 @@ impl Config {
         }
         if !(self.safety_flush_factor.is_finite() && self.safety_flush_factor > 0.0) {
             return Err("safety_flush_factor must be a positive number".into());
+        }
+        if self.stall_threshold == Some(Duration::ZERO) {
+            return Err("stall_threshold must be positive (None turns detection off)".into());
         }
         if self.steal_batch_max == 0 {
             return Err("steal_batch_max must be at least 1".into());

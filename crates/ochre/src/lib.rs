@@ -101,6 +101,7 @@ mod runtime;
 mod shared;
 #[cfg(all(test, not(loom)))]
 mod sim;
+pub mod stall;
 mod stats;
 mod steal;
 mod sync;
@@ -126,4 +127,5 @@ pub use padding::PADDED;
 pub use park::measure_wakeup;
 pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime, TOP_COLORS};
 pub use shared::PanicRecord;
+pub use stall::Stall;
 pub use stats::WorkerStats;

@@ -181,6 +181,7 @@ impl Builder {
             Shared::new(self.config, workers, spin_threshold, max_spinners, &tree)
                 .map_err(|e| Error::os("creating a wake-up channel", e))?,
         );
+        crate::stall::start(&shared).map_err(|e| Error::os("starting the stall watchdog", e))?;
         let gate = Arc::new(Gate {
             state: Mutex::new(GateState {
                 run: 0,
@@ -409,6 +410,16 @@ impl Runtime {
     /// trace.
     pub fn trace(&self) -> crate::trace::Trace {
         self.handle().trace()
+    }
+
+    /// The last stalls reported, as [`Handle::stalls`].
+    pub fn stalls(&self) -> Vec<crate::Stall> {
+        self.handle().stalls()
+    }
+
+    /// Stalls reported since the runtime was built, as [`Handle::stall_count`].
+    pub fn stall_count(&self) -> u64 {
+        self.handle().stall_count()
     }
 
     /// Closes the runtime: stops its workers and drops the events that never ran, without
@@ -711,6 +722,18 @@ impl Handle {
     /// Per-color statistics, as [`Runtime::color_stats`].
     pub fn color_stats(&self) -> crate::ColorStats {
         self.shared.color_stats.snapshot()
+    }
+
+    /// The last stalls reported (handlers found running longer than
+    /// [`Config::stall_threshold`]), oldest first, at most
+    /// [`STALLS_KEPT`](crate::stall::STALLS_KEPT).
+    pub fn stalls(&self) -> Vec<crate::Stall> {
+        self.shared.stalls.recent()
+    }
+
+    /// Stalls reported since the runtime was built.
+    pub fn stall_count(&self) -> u64 {
+        self.shared.stalls.count()
     }
 
     /// The trace, as [`Runtime::trace`].

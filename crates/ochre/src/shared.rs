@@ -188,6 +188,8 @@ pub(crate) struct Shared {
     pub(crate) color_stats: crate::color_stats::Published,
     /// Each worker's published trace records (`trace`).
     pub(crate) trace: crate::trace::Published,
+    /// Heartbeats and reported stalls (`stall`).
+    pub(crate) stalls: crate::stall::Stalls,
 }
 
 impl Shared {
@@ -240,6 +242,7 @@ impl Shared {
             tier,
             color_stats,
             trace: crate::trace::Published::new(workers),
+            stalls: crate::stall::Stalls::new(workers),
         })
     }
 

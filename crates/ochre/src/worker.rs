@@ -99,6 +99,8 @@ pub(crate) struct Core {
     pub(crate) colors: color_stats::Local,
     /// This worker's trace recorder (`trace`; off unless configured).
     pub(crate) trace: crate::trace::Recorder,
+    /// This worker's heartbeat for the stall watchdog (`stall`).
+    pub(crate) beat: crate::stall::Beat,
 }
 
 impl Core {
@@ -138,6 +140,7 @@ impl Core {
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
+            beat: crate::stall::Beat::new(id, config),
         }
     }
 
@@ -667,6 +670,7 @@ impl WorkerCtx {
                 core.turns = core.turns.wrapping_add(1);
                 let sample = steal::turn_sample(&shared.config)
                     .is_some_and(|n| core.turns.is_multiple_of(n));
+                core.beat.start_turn(shared, color);
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
                 (key, color, first, sample.then(std::time::Instant::now), sampled, timed)
@@ -682,11 +686,13 @@ impl WorkerCtx {
                     core.ran_timed(color, t, sampled);
                 }
                 core.after_event(shared);
+                core.beat.next_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
             }
             self.current.set(None);
             ran += n;
             let mut core = self.core.borrow_mut();
+            core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
             if let Some(t0) = timed {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
