@@ -1,5 +1,6 @@
 //! The cost of per-color statistics (`Config::color_stats`): ping-pong and producer-consumer
-//! with them at their default sample period (`ochre`), off, and sampled 16 times as often.
+//! with them at their default sample period (`ochre`), off, and sampled 16 times as often; and
+//! with the stall watchdog's heartbeat off too (`Config::stall_threshold`).
 //!
 //! Each sample runs on a runtime built for it and warmed up (`peers::on_fresh_runtime`), the
 //! three configurations interleaved; the check is on the paired ratio (per repetition, default
@@ -12,18 +13,22 @@ use crate::harness::{measure_case, BenchReport, Options, System};
 use crate::peers::{self, BuildOchre};
 use crate::{pingpong, prodcons};
 
-/// The configurations compared: name and sample period.
-const SETTINGS: [(&str, u32); 3] = [("ochre", 1024), ("stats off", 0), ("stats 1 in 64", 64)];
+/// The configurations compared: name, sample period, stall watchdog on.
+const SETTINGS: [(&str, u32, bool); 4] = [
+    ("ochre", 1024, true),
+    ("stats off", 0, true),
+    ("stats 1 in 64", 64, true),
+    ("stats and stall watch off", 0, false),
+];
 
 fn builds(workers: usize) -> Vec<(&'static str, BuildOchre)> {
     SETTINGS
         .iter()
-        .map(|&(name, period)| {
+        .map(|&(name, period, stall)| {
+            let stall = stall.then_some(std::time::Duration::from_millis(100));
+            let config = Config::default().color_stats(period).stall_threshold(stall);
             let build: BuildOchre = Box::new(move || {
-                Runtime::builder()
-                    .workers(workers)
-                    .config(Config::default().color_stats(period))
-                    .build()
+                Runtime::builder().workers(workers).config(config.clone()).build()
             });
             (name, build)
         })
@@ -37,6 +42,11 @@ pub fn run(opts: &Options) -> BenchReport {
         "Per-color statistics: default sample period (ochre) vs off vs 1 in 64, higher is better.",
     );
     debug_assert_eq!(Config::default().color_stats, SETTINGS[0].1, "ochre is the default");
+    report.notes.push(
+        "`stats and stall watch off` also turns off the stall watchdog's heartbeat (one store \
+         per event): its ratio to `stats off` is that heartbeat's cost"
+            .into(),
+    );
     for &w in &opts.workers {
         let builds = builds(w);
         let epw = pingpong::events_per_worker(opts);
@@ -76,6 +86,7 @@ mod tests {
     #[test]
     fn the_default_configuration_is_the_first_setting() {
         assert_eq!(Config::default().color_stats, SETTINGS[0].1);
+        assert!(Config::default().stall_threshold.is_some() && SETTINGS[0].2);
         assert_eq!(SETTINGS[1].1, 0, "off is measured");
     }
 }
