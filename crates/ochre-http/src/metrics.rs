@@ -147,6 +147,9 @@ fn workers(p: &mut Page, stats: &[ochre::WorkerStats]) {
     }
 }
 
+/// A per-color family: name, type, help, and the value of one color.
+type ColorFamily = (&'static str, &'static str, &'static str, fn(&ochre::ColorSummary) -> String);
+
 fn colors(p: &mut Page, stats: &ochre::ColorStats) {
     p.family(
         "ochre_color_stats_sample_period",
@@ -155,7 +158,7 @@ fn colors(p: &mut Page, stats: &ochre::ColorStats) {
     );
     p.sample("ochre_color_stats_sample_period", &[], stats.period);
     let top = stats.top(TOP_COLORS);
-    let families: [(&str, &str, &str, fn(&ochre::ColorSummary) -> String); 8] = [
+    let families: [ColorFamily; 8] = [
         ("ochre_color_events_total", "counter", "Events run by the top colors (estimated).", |s| {
             s.events.to_string()
         }),
