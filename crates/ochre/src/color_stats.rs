@@ -10,10 +10,10 @@
 //!   worker's own memory; no clock read, no map lookup. Moves and steals are rare and counted
 //!   exactly. Counts of events and run time are therefore estimates (`sampled × N`), exact with
 //!   `N = 1`.
-//! * **Per worker, no shared atomics on the hot path.** Each worker records into a [`Local`]
+//! * **Per worker, no shared atomics on the hot path.** Each worker records into a `Local`
 //!   table it alone owns (in its `Core`). Every so often (at most every [`FLUSH_EVERY`], and
 //!   before the worker sleeps, and always at the end of a run) it merges that table into its
-//!   slot of [`Published`] under a mutex that only readers contend for, and clears it. A
+//!   slot of `Published` under a mutex that only readers contend for, and clears it. A
 //!   reader ([`Handle::color_stats`](crate::Handle::color_stats)) locks each slot in turn and
 //!   merges them, so a snapshot is at most one flush old while the runtime runs and exact in a
 //!   run report (the workers flushed before they reported done).

@@ -11,12 +11,12 @@
 //! Invariants:
 //!
 //! * **Off costs a branch.** With [`Config::trace_events`](crate::Config) at 0 (the default)
-//!   every hook is one test of a field of the worker's own [`Recorder`].
+//!   every hook is one test of a field of the worker's own `Recorder`.
 //! * **Bounded memory.** Each worker keeps at most `trace_events` records in a ring; when it is
 //!   full the oldest record is dropped and counted ([`WorkerTrace::dropped`]), so a long run
 //!   keeps its end, which is what a person looking at a stop or a stall wants.
 //! * **No shared write on the hot path.** The ring is the worker's; at the end of each run the
-//!   worker appends it to its slot of [`Published`] (same bound, same drop-oldest), which
+//!   worker appends it to its slot of `Published` (same bound, same drop-oldest), which
 //!   [`Handle::trace`](crate::Handle::trace) reads. Spans of one worker never overlap, and the
 //!   spans of one color never overlap either (a color runs on one worker at a time, and its
 //!   hand-over from one worker to another orders the first's end before the second's start).
