@@ -67,7 +67,9 @@
 //! across them. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
 //! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
 //! loop), `alloc` (EMA), `message` (thin tasks), `cpu_share` (placement), `io`, `stats`,
-//! `config`.
+//! `config`; seeing inside: [`color_stats`] (sampled per-color statistics), [`trace`] (an
+//! opt-in recorder, exported as Chrome trace JSON), [`stall`] (a watchdog that reports a
+//! handler running too long).
 //!
 //! ## Baseline
 //!
