@@ -686,8 +686,10 @@ impl WorkerCtx {
                     core.ran_timed(color, t, sampled);
                 }
                 core.after_event(shared);
-                core.beat.next_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
+                if next.is_some() {
+                    core.beat.next_event(shared);
+                }
             }
             self.current.set(None);
             ran += n;
