@@ -43,8 +43,8 @@ pub fn run(opts: &Options) -> BenchReport {
     );
     debug_assert_eq!(Config::default().color_stats, SETTINGS[0].1, "ochre is the default");
     report.notes.push(
-        "`stats and stall watch off` also turns off the stall watchdog's heartbeat (one store \
-         per event): its ratio to `stats off` is that heartbeat's cost"
+        "`stats and stall watch off` also turns off the stall watchdog's heartbeat (three stores \
+         a turn): its ratio to `stats off` is that heartbeat's cost"
             .into(),
     );
     for &w in &opts.workers {

@@ -172,8 +172,10 @@ pub struct Config {
     /// exactly. 0: off; 1: every event (exact, for tests). Default 1024: a sampled post or turn
     /// reads the clock twice (65 ns a read on the study's virtual machine) and updates a map and
     /// a histogram, about 200 ns; at 1 in 64 that cost ping-pong (53 ns an event) 7% and
-    /// producer-consumer 14% (`ochre bench color-stats`, 7 paired reps); at 1 in 1024 it is
-    /// within the 3% goal (same benchmark).
+    /// producer-consumer 6-14% (`ochre bench color-stats`, paired reps); at 1 in 1024 the
+    /// paired on/off medians of 41 reps were 0.975-1.001 on ping-pong and 0.952-1.012 on
+    /// producer-consumer (1 and 2 workers, four runs on the shared 2-CPU machine): the 3% goal
+    /// within its noise, not clearly below it.
     #[serde(default = "color_stats_default")]
     pub color_stats: u32,
     /// Traces ([`trace`](crate::trace)): each worker records its handler runs, idle spells,
@@ -187,8 +189,9 @@ pub struct Config {
     /// Stall detection ([`stall`](crate::stall)): a handler running longer than this is
     /// reported while it runs (a log warning with its color and worker, and
     /// [`Handle::stalls`](crate::Handle::stalls)), by a watchdog thread that looks every
-    /// quarter of it. `None`: no watchdog. Default 100 ms: a handler is meant to take
-    /// microseconds, and 100 ms is what a person notices; it costs one store per event.
+    /// quarter of it; a turn (up to `turn_budget` events of one color) that long is reported
+    /// too. `None`: no watchdog. Default 100 ms: a handler is meant to take microseconds, and
+    /// 100 ms is what a person notices; it costs three stores a turn.
     #[serde(default = "stall_threshold_default")]
     pub stall_threshold: Option<Duration>,
 }

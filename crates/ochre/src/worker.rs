@@ -687,9 +687,6 @@ impl WorkerCtx {
                 }
                 core.after_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
-                if next.is_some() {
-                    core.beat.next_event(shared);
-                }
             }
             self.current.set(None);
             ran += n;
