@@ -15,6 +15,7 @@
 pub mod ablation;
 pub mod actors;
 pub mod alloc;
+pub mod color_stats;
 pub mod costs;
 pub mod harness;
 pub mod loadgen;
@@ -31,8 +32,19 @@ pub use harness::{BenchReport, Options};
 
 /// The benchmarks, by name.
 pub const BENCHES: &[&str] = &[
-    "pingpong", "prodcons", "wakeup", "steal", "alloc", "costs", "ablation", "sws", "loadgen",
-    "actors", "mr", "servers",
+    "pingpong",
+    "prodcons",
+    "wakeup",
+    "steal",
+    "alloc",
+    "costs",
+    "ablation",
+    "sws",
+    "loadgen",
+    "actors",
+    "mr",
+    "servers",
+    "color-stats",
 ];
 
 /// Runs the benchmark called `name`.
@@ -50,6 +62,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "actors" => Some(actors::run(opts)),
         "mr" => Some(mr::run(opts)),
         "servers" => Some(servers::run(opts)),
+        "color-stats" => Some(color_stats::run(opts)),
         _ => None,
     }
 }

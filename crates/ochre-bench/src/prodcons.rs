@@ -122,7 +122,7 @@ const _: () = assert!(std::mem::size_of::<Job>() == 16);
 const SORT22_NS: u64 = 30_000;
 
 /// Rounds for one sample: enough for ~`target` of work, at least 20.
-fn rounds(opts: &Options, cost: u64, workers: usize) -> u64 {
+pub(crate) fn rounds(opts: &Options, cost: u64, workers: usize) -> u64 {
     let target_ns: u64 = if opts.quick { 40_000_000 } else { 150_000_000 };
     let cost = if cost == SORT22 { SORT22_NS } else { cost };
     let per_round = FAN_OUT as u64 * (cost + 300) / workers as u64;
@@ -717,7 +717,7 @@ fn scaling_checks(report: &mut BenchReport) {
 /// of its rounds (see `peers::on_fresh_runtime`). The round's shared state is leaked once for
 /// the case: the consumers' homes depend only on the number of workers, the same for every
 /// instance.
-fn ochre_fresh_system(
+pub(crate) fn ochre_fresh_system(
     build: &peers::BuildOchre,
     cost: u64,
     rounds: u64,

@@ -17,6 +17,7 @@ mod mr;
 mod sim;
 #[cfg(feature = "bench")]
 mod study;
+mod trace;
 
 #[derive(Parser)]
 #[command(
@@ -83,6 +84,10 @@ enum Command {
         /// Serve the counters as JSON at this path, to loopback clients (e.g. /.ochre/status).
         #[arg(long)]
         status_path: Option<String>,
+        /// Record the runtime's trace and write it to this file as Chrome trace JSON when the
+        /// server stops (open it in ui.perfetto.dev).
+        #[arg(long)]
+        trace: Option<PathBuf>,
         /// N-COPY: run this many independent server processes sharing the port
         /// (SO_REUSEPORT), each on its own subset of the CPUs.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -172,6 +177,7 @@ fn main() -> ExitCode {
             keepalive_timeout,
             access_log,
             status_path,
+            trace,
             copies,
             copy,
             print_config,
@@ -194,7 +200,8 @@ fn main() -> ExitCode {
                 status_path,
             };
             let placement = Placement { copies, copy: copy.unwrap_or(0), workers };
-            serve_config(config.as_deref(), flags).and_then(|c| serve(c, &listen, placement))
+            serve_config(config.as_deref(), flags)
+                .and_then(|c| serve(c, &listen, placement, trace.as_deref()))
         }
     };
     exit(result)
@@ -385,14 +392,21 @@ fn serve_config(file: Option<&Path>, f: ServeFlags) -> Result<ochre_http::Server
     Ok(c)
 }
 
-fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Result<(), String> {
+fn serve(
+    config: ochre_http::ServerConfig,
+    listen: &str,
+    place: Placement,
+    trace_file: Option<&Path>,
+) -> Result<(), String> {
     use ochre::io::{signal, Listener};
     let root = config.root.clone();
     let backlog = config.backlog.unwrap_or_else(ochre::io::net::max_backlog);
     let workers = place.workers;
     let server = ochre_http::Server::new(config, ochre::Color(1))
         .map_err(|e| format!("cannot serve {}: {e}", root.display()))?;
-    let mut builder = ochre::Runtime::builder().cpus(place.cpus()?);
+    let mut builder = ochre::Runtime::builder()
+        .cpus(place.cpus()?)
+        .config(trace::config(ochre::Config::default(), trace_file));
     if let Some(w) = workers {
         builder = builder.workers(w as usize);
     }
@@ -451,6 +465,18 @@ fn serve(config: ochre_http::ServerConfig, listen: &str, place: Placement) -> Re
         lat["p100"],
         status["status"]
     );
+    for c in report.top_colors.iter().take(5) {
+        eprintln!(
+            "ochre serve: color {}: ~{} events, ~{:.1} ms run (p99 {} us)",
+            c.color.0,
+            c.events,
+            c.run_ns as f64 / 1e6,
+            c.run_p99_ns / 1000
+        );
+    }
+    if let Some(path) = trace_file {
+        trace::write(&rt, path)?;
+    }
     Ok(())
 }
 

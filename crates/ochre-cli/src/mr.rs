@@ -38,6 +38,10 @@ pub(crate) struct MrArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Record the runtime's trace and write it to this file as Chrome trace JSON at the end
+    /// (open it in ui.perfetto.dev).
+    #[arg(long, conflicts_with = "streaming")]
+    trace: Option<PathBuf>,
     /// Hadoop Streaming: be the mapper (input on stdin, `key TAB value` lines out) or the
     /// reducer (sorted `key TAB value` lines in, one line per key out).
     #[arg(long, value_parser = ["map", "reduce"], conflicts_with_all = ["input", "verify", "json"])]
@@ -72,12 +76,11 @@ pub(crate) fn run(args: &MrArgs) -> Result<(), String> {
     }
     let app = args.app.as_deref().ok_or("an application is needed")?;
     let rt = || {
-        let mut b = Runtime::builder().abort_on_panic(true);
+        let config = if args.baseline { Config::baseline() } else { Config::default() };
+        let config = crate::trace::config(config, args.trace.as_deref());
+        let mut b = Runtime::builder().config(config).abort_on_panic(true);
         if let Some(w) = args.workers {
             b = b.workers(w as usize);
-        }
-        if args.baseline {
-            b = b.config(Config::baseline()).abort_on_panic(true);
         }
         b.build().map_err(|e| format!("starting the runtime: {e}"))
     };
@@ -94,7 +97,11 @@ pub(crate) fn run(args: &MrArgs) -> Result<(), String> {
         None => {}
     }
     let input = args.input.as_deref().ok_or("--input is needed")?;
-    let report = apps::run(app, input, &rt()?, args.verify).map_err(|e| e.to_string())?;
+    let runtime = rt()?;
+    let report = apps::run(app, input, &runtime, args.verify).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.trace {
+        crate::trace::write(&runtime, path)?;
+    }
     let mut text = String::new();
     if args.json {
         text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";

@@ -47,6 +47,7 @@ use ochre::{Color, ColorCell};
 
 use crate::cache::{with_worker_cache, Body, FileCache, FileInfo, Lookup};
 use crate::framing;
+use crate::metrics;
 use crate::path::{decode_target, TargetError};
 use crate::response::{error_response, Head};
 use crate::ServerShared;
@@ -530,13 +531,27 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
         );
         st.close_after_write |= !r.keep_alive;
     };
-    if server.config.status_path.as_deref().is_some_and(|p| r.target.split('?').next() == Some(p)) {
+    let path = r.target.split('?').next().unwrap_or_default();
+    let status = server.config.status_path.as_deref();
+    let metrics = status.and_then(|p| path.strip_prefix(p)) == Some("/metrics");
+    if status == Some(path) || metrics {
         if !conn.peer.ip().is_loopback() {
             return error(st, 404);
         }
-        let body = serde_json::to_vec_pretty(&server.counters.to_json()).unwrap_or_default();
+        let (body, kind) = if metrics {
+            let handle = ochre::current_handle();
+            let text =
+                metrics::render(&server.counters, &server.counters.latency(), handle.as_ref());
+            (text.into_bytes(), metrics::CONTENT_TYPE)
+        } else {
+            let mut json = server.counters.to_json();
+            if let Some(h) = ochre::current_handle() {
+                json["top_colors"] = serde_json::json!(h.color_stats().top(metrics::TOP_COLORS));
+            }
+            (serde_json::to_vec_pretty(&json).unwrap_or_default(), "application/json")
+        };
         let mut head = Head::new(200)
-            .header("Content-Type", "application/json")
+            .header("Content-Type", kind)
             .header("Content-Length", body.len())
             .header("Cache-Control", "no-store")
             .finish(r.keep_alive, r.http10);

@@ -23,6 +23,7 @@ mod cache;
 pub mod config;
 mod conn;
 mod framing;
+mod metrics;
 mod notify;
 pub mod path;
 mod response;

@@ -122,6 +122,34 @@ impl Counters {
         serde_json::Value::Object(m)
     }
 
+    /// Requests and body bytes of each reported worker, and responses per status code
+    /// (`"other"` for the codes not in [`CODES`]), for the metrics page.
+    pub fn snapshot(&self) -> Snapshot {
+        let shown = self.shown.load(Ordering::Relaxed);
+        let mut codes = [0u64; CODES.len() + 1];
+        let mut workers = Vec::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            for (t, c) in codes.iter_mut().zip(w.by_code.iter()) {
+                *t += c.load(Ordering::Relaxed);
+            }
+            let pair = (w.requests.load(Ordering::Relaxed), w.body_bytes.load(Ordering::Relaxed));
+            // Blocks past the reported workers (shared by workers beyond the blocks) count in
+            // the last reported one, so that totals never change.
+            if i < shown {
+                workers.push(pair);
+            } else if let Some(last) = workers.last_mut() {
+                last.0 += pair.0;
+                last.1 += pair.1;
+            }
+        }
+        let by_code = codes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (CODES.get(i).map_or("other".to_string(), |c| c.to_string()), n))
+            .collect();
+        Snapshot { workers, by_code }
+    }
+
     /// The counters as JSON: totals, per status, latency, per worker.
     pub fn to_json(&self) -> serde_json::Value {
         let mut per_worker = Vec::new();
@@ -154,6 +182,14 @@ impl Counters {
             "workers": per_worker,
         })
     }
+}
+
+/// The counters at one moment (see [`Counters::snapshot`]).
+pub struct Snapshot {
+    /// Per reported worker: requests answered and body bytes sent.
+    pub workers: Vec<(u64, u64)>,
+    /// Responses per status code, every code of [`CODES`] then `"other"`.
+    pub by_code: Vec<(String, u64)>,
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.

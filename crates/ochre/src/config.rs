@@ -167,6 +167,41 @@ pub struct Config {
     /// puts it (libasync-smp), unless stolen.
     #[serde(default = "yes")]
     pub follow: bool,
+    /// Per-color statistics ([`color_stats`](crate::color_stats)): one turn and one post in this
+    /// many is measured (run time, wait, events of its color); moves and steals are counted
+    /// exactly. 0: off; 1: every event (exact, for tests). Default 1024: a sampled post or turn
+    /// reads the clock twice (65 ns a read on the study's virtual machine) and updates a map and
+    /// a histogram, about 200 ns; at 1 in 64 that cost ping-pong (53 ns an event) 7% and
+    /// producer-consumer 6-14% (`ochre bench color-stats`, paired reps); at 1 in 1024 the
+    /// paired on/off medians of 41 reps were 0.975-1.001 on ping-pong and 0.952-1.012 on
+    /// producer-consumer (1 and 2 workers, four runs on the shared 2-CPU machine): the 3% goal
+    /// within its noise, not clearly below it.
+    #[serde(default = "color_stats_default")]
+    pub color_stats: u32,
+    /// Traces ([`trace`](crate::trace)): each worker records its handler runs, idle spells,
+    /// sleeps, moves, steals and batch flushes in a ring of this many records (40 bytes each;
+    /// the oldest dropped and counted when full), read with
+    /// [`Runtime::trace`](crate::Runtime::trace). 0 (the default): off, a branch per hook.
+    /// On, every event reads the clock twice (65 ns a read on the study's machine): a tool for
+    /// looking, not for measuring throughput.
+    #[serde(default)]
+    pub trace_events: usize,
+    /// Stall detection ([`stall`](crate::stall)): a handler running longer than this is
+    /// reported while it runs (a log warning with its color and worker, and
+    /// [`Handle::stalls`](crate::Handle::stalls)), by a watchdog thread that looks every
+    /// quarter of it; a turn (up to `turn_budget` events of one color) that long is reported
+    /// too. `None`: no watchdog. Default 100 ms: a handler is meant to take microseconds, and
+    /// 100 ms is what a person notices; it costs three stores a turn.
+    #[serde(default = "stall_threshold_default")]
+    pub stall_threshold: Option<Duration>,
+}
+
+fn stall_threshold_default() -> Option<Duration> {
+    Some(Duration::from_millis(100))
+}
+
+fn color_stats_default() -> u32 {
+    1024
 }
 
 fn yes() -> bool {
@@ -194,6 +229,9 @@ impl Default for Config {
             ema_cap: None,
             placement: true,
             follow: true,
+            color_stats: color_stats_default(),
+            trace_events: 0,
+            stall_threshold: stall_threshold_default(),
         }
     }
 }
@@ -249,6 +287,12 @@ impl Config {
         placement: bool,
         /// Sets [`Config::follow`].
         follow: bool,
+        /// Sets [`Config::color_stats`].
+        color_stats: u32,
+        /// Sets [`Config::trace_events`].
+        trace_events: usize,
+        /// Sets [`Config::stall_threshold`].
+        stall_threshold: Option<Duration>,
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
@@ -283,6 +327,9 @@ impl Config {
         }
         if !(self.safety_flush_factor.is_finite() && self.safety_flush_factor > 0.0) {
             return Err("safety_flush_factor must be a positive number".into());
+        }
+        if self.stall_threshold == Some(Duration::ZERO) {
+            return Err("stall_threshold must be positive (None turns detection off)".into());
         }
         if self.steal_batch_max == 0 {
             return Err("steal_batch_max must be at least 1".into());

@@ -56,7 +56,27 @@ pub(crate) fn post_task(color: Color, task: Task, urgent: bool) -> Result<(), Er
 /// hot path then builds and drops no error value, which cost a tenth of a post.)
 #[inline]
 fn post_closure<F: FnOnce() + Send + 'static>(color: Color, f: F, urgent: bool) -> Option<()> {
-    with_current(|ctx| ctx.core.borrow_mut().post_closure(&ctx.shared, color, f, urgent))
+    with_current(|ctx| {
+        let mut core = ctx.core.borrow_mut();
+        if core.colors.sample_post() {
+            return post_timed(ctx, core, color, f, urgent);
+        }
+        core.post_closure(&ctx.shared, color, f, urgent)
+    })
+}
+
+/// A post that carries its posting instant (one in the sample period, `color_stats`): out of
+/// line, so that the common post stays as small as it was.
+#[cold]
+#[inline(never)]
+fn post_timed<F: FnOnce() + Send + 'static>(
+    ctx: &WorkerCtx,
+    mut core: std::cell::RefMut<'_, crate::worker::Core>,
+    color: Color,
+    f: F,
+    urgent: bool,
+) {
+    core.post_closure(&ctx.shared, color, crate::color_stats::timed(f), urgent)
 }
 
 #[cold]
@@ -141,6 +161,13 @@ pub fn place(seed: u64) -> Color {
 /// The color of the running event, or `None` outside a handler.
 pub fn current_color() -> Option<Color> {
     with_current(|ctx| ctx.current.get()).flatten()
+}
+
+/// A handle to the runtime running the current handler, or `None` outside a handler (for a
+/// handler that reports on its runtime: [`Handle::stats`](crate::Handle::stats),
+/// [`Handle::color_stats`](crate::Handle::color_stats)).
+pub fn current_handle() -> Option<crate::Handle> {
+    with_current(|ctx| crate::runtime::Handle::from_shared(ctx.shared.clone()))
 }
 
 /// The index of the worker running the current handler, or `None` outside a handler.

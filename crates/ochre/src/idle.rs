@@ -96,7 +96,9 @@ pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
     let status = &ctx.shared.remotes[ctx.id].status;
     // Relaxed: a hint for senders' flush decisions (`worker`), not part of any protocol.
     status.idle.store(true, Ordering::Relaxed);
+    let traced = ctx.core.borrow().trace.start();
     let flow = idle_spell(ctx);
+    ctx.core.borrow_mut().trace.span_since(crate::trace::Kind::Idle, traced);
     status.idle.store(false, Ordering::Relaxed);
     flow
 }
@@ -289,7 +291,10 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     // A worker whose CPU was found shared wakes now and then to measure it again.
     let limit = ctx.core.borrow().cpu_share.sleep_limit();
     remote.parker.park(limit);
-    ctx.core.borrow_mut().last_sleep = Some(t.elapsed());
+    let mut core = ctx.core.borrow_mut();
+    core.last_sleep = Some(t.elapsed());
+    core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
+    drop(core);
     remote.poke.inbox.woke(locked);
     if shared.stopping() {
         Flow::Stop
@@ -310,6 +315,7 @@ fn sleep_in_poller(ctx: &WorkerCtx) -> Flow {
         let t = Instant::now();
         core.poll_io(shared, limit);
         core.last_sleep = Some(t.elapsed());
+        core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
         core.take_garbage()
     };
     drop(garbage);

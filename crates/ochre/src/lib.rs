@@ -67,7 +67,9 @@
 //! across them. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
 //! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
 //! loop), `alloc` (EMA), `message` (thin tasks), `cpu_share` (placement), `io`, `stats`,
-//! `config`.
+//! `config`; seeing inside: [`color_stats`] (sampled per-color statistics), [`trace`] (an
+//! opt-in recorder, exported as Chrome trace JSON), [`stall`] (a watchdog that reports a
+//! handler running too long).
 //!
 //! ## Baseline
 //!
@@ -83,6 +85,7 @@ pub mod alloc;
 mod cell;
 mod color;
 mod color_box;
+pub mod color_stats;
 mod config;
 mod context;
 mod cpu_share;
@@ -101,10 +104,12 @@ mod shared;
 #[cfg(all(any(test, feature = "sim"), not(loom)))]
 #[doc(hidden)]
 pub mod sim;
+pub mod stall;
 mod stats;
 mod steal;
 mod sync;
 pub mod topology;
+pub mod trace;
 mod worker;
 
 #[cfg(all(test, loom))]
@@ -113,15 +118,17 @@ mod loom_models;
 pub use cell::ColorCell;
 pub use color::Color;
 pub use color_box::{ColorBox, ColorBytes};
+pub use color_stats::{ColorStats, ColorSummary};
 pub use config::{Config, Spin, Steal, Wakeup};
 pub use context::{
-    current_color, current_worker, current_workers, pin, place, post, post_urgent, shutdown,
-    try_post,
+    current_color, current_handle, current_worker, current_workers, pin, place, post, post_urgent,
+    shutdown, try_post,
 };
 pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]
 pub use park::measure_wakeup;
-pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime};
+pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime, TOP_COLORS};
 pub use shared::PanicRecord;
+pub use stall::Stall;
 pub use stats::WorkerStats;

@@ -178,6 +178,7 @@ impl Builder {
             Shared::new(self.config, workers, spin_threshold, max_spinners, &tree)
                 .map_err(|e| Error::os("creating a wake-up channel", e))?,
         );
+        crate::stall::start(&shared).map_err(|e| Error::os("starting the stall watchdog", e))?;
         let gate = Arc::new(Gate {
             state: Mutex::new(GateState {
                 run: 0,
@@ -332,7 +333,14 @@ pub struct RunReport {
     pub spin_threshold: Duration,
     /// Things that did not go as configured but did not stop the run (a failed pinning).
     pub warnings: Vec<String>,
+    /// The colors that took the most run time during this run (at most [`TOP_COLORS`]; empty
+    /// with [`Config::color_stats`] off).
+    #[serde(default)]
+    pub top_colors: Vec<crate::ColorSummary>,
 }
+
+/// How many colors a [`RunReport`] names in `top_colors`.
+pub const TOP_COLORS: usize = 10;
 
 impl RunReport {
     /// Sum over workers.
@@ -386,6 +394,31 @@ impl Runtime {
         self.handle().stats()
     }
 
+    /// Per-color statistics since the runtime was built, merged over the workers (at most
+    /// [`FLUSH_EVERY`](crate::color_stats::FLUSH_EVERY) old for a busy worker while running;
+    /// empty with [`Config::color_stats`] off). [`ColorStats::top`](crate::ColorStats::top)
+    /// gives the colors that took the most time.
+    pub fn color_stats(&self) -> crate::ColorStats {
+        self.handle().color_stats()
+    }
+
+    /// What the workers recorded with [`Config::trace_events`] on, as of the end of the last
+    /// run (empty when off); [`Trace::chrome`](crate::trace::Trace::chrome) makes it a Chrome
+    /// trace.
+    pub fn trace(&self) -> crate::trace::Trace {
+        self.handle().trace()
+    }
+
+    /// The last stalls reported, as [`Handle::stalls`].
+    pub fn stalls(&self) -> Vec<crate::Stall> {
+        self.handle().stalls()
+    }
+
+    /// Stalls reported since the runtime was built, as [`Handle::stall_count`].
+    pub fn stall_count(&self) -> u64 {
+        self.handle().stall_count()
+    }
+
     /// Closes the runtime: stops its workers and drops the events that never ran, without
     /// running them. Returns how many there were. Dropping the runtime does the same.
     pub fn close(self) -> u64 {
@@ -428,6 +461,7 @@ impl Runtime {
         lock(&shared.panics).clear();
         *lock(&shared.abort) = None;
         let before = self.handle().stats();
+        let colors_before = (shared.config.color_stats != 0).then(|| self.color_stats());
         shared.post_external(
             home_of(color, shared.placement),
             Msg::Post { color, task: init, urgent: false, step: false },
@@ -468,6 +502,10 @@ impl Runtime {
             pending: pending(&after, shared),
             spin_threshold: shared.spin_threshold,
             warnings,
+            // Every worker flushed its table before reporting done: exact for the run.
+            top_colors: colors_before
+                .map(|b| self.color_stats().top_since(&b, TOP_COLORS))
+                .unwrap_or_default(),
         })
     }
 }
@@ -533,6 +571,10 @@ pub struct Handle {
 }
 
 impl Handle {
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Handle {
+        Handle { shared }
+    }
+
     /// Posts `f` as an event of `color`.
     ///
     /// # Panics
@@ -672,6 +714,28 @@ impl Handle {
     /// Counters of each worker since the runtime was built (at most one round old while running).
     pub fn stats(&self) -> Vec<WorkerStats> {
         self.shared.remotes.iter().map(|r| r.stats.read()).collect()
+    }
+
+    /// Per-color statistics, as [`Runtime::color_stats`].
+    pub fn color_stats(&self) -> crate::ColorStats {
+        self.shared.color_stats.snapshot()
+    }
+
+    /// The last stalls reported (handlers found running longer than
+    /// [`Config::stall_threshold`]), oldest first, at most
+    /// [`STALLS_KEPT`](crate::stall::STALLS_KEPT).
+    pub fn stalls(&self) -> Vec<crate::Stall> {
+        self.shared.stalls.recent()
+    }
+
+    /// Stalls reported since the runtime was built.
+    pub fn stall_count(&self) -> u64 {
+        self.shared.stalls.count()
+    }
+
+    /// The trace, as [`Runtime::trace`].
+    pub fn trace(&self) -> crate::trace::Trace {
+        self.shared.trace.snapshot()
     }
 
     /// Number of workers.

@@ -187,6 +187,12 @@ pub(crate) struct Shared {
     pub(crate) victims: Box<[Vec<Vec<usize>>]>,
     /// `tier[thief][victim]`: 1 + the index of the victim's group for that thief.
     pub(crate) tier: Box<[Box<[u8]>]>,
+    /// Each worker's published per-color statistics (`color_stats`).
+    pub(crate) color_stats: crate::color_stats::Published,
+    /// Each worker's published trace records (`trace`).
+    pub(crate) trace: crate::trace::Published,
+    /// Heartbeats and reported stalls (`stall`).
+    pub(crate) stalls: crate::stall::Stalls,
 }
 
 impl Shared {
@@ -216,6 +222,7 @@ impl Shared {
         let remotes = (0..workers)
             .map(|_| Ok(Remote::new(Parker::new(config.wakeup)?, PollerHandle::new()?)))
             .collect::<std::io::Result<Vec<_>>>()?;
+        let color_stats = crate::color_stats::Published::new(workers, config.color_stats);
         Ok(Shared {
             config,
             workers,
@@ -236,6 +243,9 @@ impl Shared {
             abort: Mutex::new(None),
             victims,
             tier,
+            color_stats,
+            trace: crate::trace::Published::new(workers),
+            stalls: crate::stall::Stalls::new(workers),
         })
     }
 

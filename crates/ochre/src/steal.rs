@@ -171,6 +171,9 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     let thief = thief - 1;
     let loans = lend(&mut core.queue, thief, &shared.config);
     core.counters.add(Counter::StealsOut, loans.len() as u64);
+    for loan in &loans {
+        core.note(loan.color, crate::color_stats::Event::LentOut, Some(thief));
+    }
     let from = crate::message::worker_id(core.id);
     core.send(shared, thief, Msg::Grant { from, loans });
     if shared.config.batching {

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::color::home_of;
+use crate::color_stats::{self, Event};
 use crate::cpu_share::CpuShare;
 use crate::follow;
 use crate::idle;
@@ -94,6 +95,12 @@ pub(crate) struct Core {
     /// User values released while the core is borrowed (cancelled handlers and timers), dropped
     /// once the borrow ends: their destructors may post.
     graveyard: Vec<Box<dyn std::any::Any + Send>>,
+    /// Per-color statistics recorded here since their last flush (`color_stats`).
+    pub(crate) colors: color_stats::Local,
+    /// This worker's trace recorder (`trace`; off unless configured).
+    pub(crate) trace: crate::trace::Recorder,
+    /// This worker's heartbeat for the stall watchdog (`stall`).
+    pub(crate) beat: crate::stall::Beat,
 }
 
 impl Core {
@@ -132,6 +139,9 @@ impl Core {
             graveyard: Vec::new(),
             cpu_share: CpuShare::none(),
             place_credit: vec![0; shared_workers],
+            colors: color_stats::Local::new(config.color_stats),
+            trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
+            beat: crate::stall::Beat::new(id, config),
         }
     }
 
@@ -255,6 +265,7 @@ impl Core {
         }
         self.count_sent(shared, batch.len() as u64);
         self.counters.add(Counter::BatchesSent, 1);
+        self.trace.flush(dest, batch.len());
         self.counters.add(Counter::BatchedMsgs, batch.len() as u64);
         // Quiet: nothing else to run here, so the receiver may move colors here (`follow`).
         let from = Sender { id: self.id, quiet: self.queue.is_quiet() };
@@ -432,6 +443,7 @@ impl Core {
             }
             Msg::Move { color, home, task, urgent } => {
                 self.counters.add(Counter::ColorsMovedIn, 1);
+                self.note(color, Event::MovedIn, Some(home as usize));
                 self.queue.adopt_moved(color, home as usize, task, urgent);
             }
             Msg::Grant { from, loans } => {
@@ -449,6 +461,7 @@ impl Core {
                 let tier = u64::from(shared.tier[self.id][from as usize]);
                 for loan in loans {
                     self.counters.add(Counter::StealsIn, 1);
+                    self.note(loan.color, Event::StolenIn, Some(from as usize));
                     self.counters.add(Counter::StealTiers, tier);
                     self.counters.add(Counter::StolenEvents, loan.events.len() as u64);
                     self.queue.adopt(from as usize, loan);
@@ -529,6 +542,9 @@ impl Core {
             self.counters.set(Counter::CpuShare, share as u64);
         }
         shared.remotes[self.id].stats.publish(&self.counters);
+        if heap_gauges {
+            self.colors.flush(shared.color_stats.slot(self.id), false);
+        }
         self.publish_ready(shared);
         if shared.config.steal == crate::Steal::Backlog {
             self.publish_backlog(shared);
@@ -642,6 +658,8 @@ impl WorkerCtx {
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);
         core.publish(shared);
+        core.colors.flush(shared.color_stats.slot(self.id), true);
+        core.trace.publish(shared.trace.slot(self.id));
     }
 
     /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
@@ -650,7 +668,7 @@ impl WorkerCtx {
         let turn_budget = shared.config.turn_budget;
         let mut ran = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, timed) = {
+            let (key, color, mut next, timed, sampled, timed_events) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -659,20 +677,28 @@ impl WorkerCtx {
                 core.turns = core.turns.wrapping_add(1);
                 let sample = steal::turn_sample(&shared.config)
                     .is_some_and(|n| core.turns.is_multiple_of(n));
-                (key, color, first, sample.then(std::time::Instant::now))
+                core.beat.start_turn(shared, color);
+                let sampled = core.colors.sample_turn();
+                let timed = sampled || core.trace.on();
+                (key, color, first, sample.then(std::time::Instant::now), sampled, timed)
             };
             self.current.set(Some(color));
             let mut n = 0;
             while let Some(task) = next {
+                let started = timed_events.then(Instant::now);
                 self.run_task(color, task);
                 n += 1;
                 let mut core = self.core.borrow_mut();
+                if let Some(t) = started {
+                    core.ran_timed(color, t, sampled);
+                }
                 core.after_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
             }
             self.current.set(None);
             ran += n;
             let mut core = self.core.borrow_mut();
+            core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
             if let Some(t0) = timed {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
@@ -710,6 +736,7 @@ impl WorkerCtx {
                 }
                 Some(TurnEnd::Push { to, color }) => {
                     core.counters.add(Counter::ColorsMovedOut, 1);
+                    core.note(color, Event::MovedOut, Some(to));
                     let home = crate::message::worker_id(me);
                     core.send(shared, to, Msg::Move { color, home, task: None, urgent: false });
                 }

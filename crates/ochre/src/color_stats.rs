@@ -1,0 +1,528 @@
+//! Per-color statistics, cheap enough to leave on: events run, run time and queue wait
+//! (histograms), moves and steals, per color; merged across workers on demand.
+//!
+//! How it stays cheap (the invariants):
+//!
+//! * **Sampled.** With a sample period of `N` ([`Config::color_stats`](crate::Config)), one turn
+//!   in `N` is measured (every event of that turn is timed and counted for its color) and one
+//!   post in `N` made by a handler carries its posting instant (its wait is recorded when it
+//!   starts). An unsampled turn or post costs one decrement and a branch of a counter in the
+//!   worker's own memory; no clock read, no map lookup. Moves and steals are rare and counted
+//!   exactly. Counts of events and run time are therefore estimates (`sampled × N`), exact with
+//!   `N = 1`.
+//! * **Per worker, no shared atomics on the hot path.** Each worker records into a `Local`
+//!   table it alone owns (in its `Core`). Every so often (at most every [`FLUSH_EVERY`], and
+//!   before the worker sleeps, and always at the end of a run) it merges that table into its
+//!   slot of `Published` under a mutex that only readers contend for, and clears it. A
+//!   reader ([`Handle::color_stats`](crate::Handle::color_stats)) locks each slot in turn and
+//!   merges them, so a snapshot is at most one flush old while the runtime runs and exact in a
+//!   run report (the workers flushed before they reported done).
+//! * **Bounded memory.** A table keeps at most [`MAX_COLORS`] colors; past it, the colors with
+//!   the least run time are folded into one "other" entry, so totals stay right and the top
+//!   colors (what a person looks for) stay named. Per-color histograms have one significant
+//!   digit (values within 10%) and grow only to the largest value recorded.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::Color;
+
+/// Most colors a table keeps by name (per worker, and in the merged view): 512 colors of two
+/// histograms of a few KiB each bound a worker's statistics to a few MiB. A guess: a server's
+/// busiest connections or a program's actors fit; the rest are summed as "other".
+pub const MAX_COLORS: usize = 512;
+/// Least time between two flushes of a worker's table made in the middle of busy rounds (a
+/// snapshot is at most this old for a busy worker; idle workers flush before they sleep).
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Significant digits of the per-color histograms (1: within 10%, a few hundred counters).
+const SIGFIG: u8 = 1;
+
+fn histogram() -> Histogram<u64> {
+    // An auto-resizing histogram from 1: cannot fail for sigfig 1.
+    Histogram::new(SIGFIG).unwrap_or_else(|_| unreachable!("sigfig 1 is valid"))
+}
+
+/// Records `v`: the histogram grows to hold it (`saturating_record` would clamp it to the
+/// histogram's present range instead).
+fn record(h: &mut Histogram<u64>, v: u64) {
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What is known of one color (or, in [`ColorStats::other`], of the colors folded together).
+#[derive(Clone, Debug)]
+pub struct ColorEntry {
+    /// The color (`Color(u64::MAX)` for "other").
+    pub color: Color,
+    /// Run time of the sampled events, in nanoseconds (one value per event).
+    pub run_ns: Histogram<u64>,
+    /// Time from post to start of the sampled posts' events, in nanoseconds (posts made by
+    /// handlers; I/O readiness, timers and outside posts carry no posting instant).
+    pub wait_ns: Histogram<u64>,
+    /// Sum of `run_ns`'s values (exact, unlike a sum over buckets).
+    pub run_ns_sum: u64,
+    /// Times the color moved to a worker for good (`follow`), counted where it arrived.
+    pub moves_in: u64,
+    /// Times the color moved away from its home.
+    pub moves_out: u64,
+    /// Times the color was stolen (counted by the thief).
+    pub steals_in: u64,
+    /// Times the color was lent to a thief (counted by the victim).
+    pub steals_out: u64,
+}
+
+impl ColorEntry {
+    fn new(color: Color) -> Self {
+        ColorEntry {
+            color,
+            run_ns: histogram(),
+            wait_ns: histogram(),
+            run_ns_sum: 0,
+            moves_in: 0,
+            moves_out: 0,
+            steals_in: 0,
+            steals_out: 0,
+        }
+    }
+
+    /// Sampled events run.
+    pub fn sampled_events(&self) -> u64 {
+        self.run_ns.len()
+    }
+
+    fn merge(&mut self, other: &ColorEntry) {
+        // Both auto-resize: addition cannot fail.
+        let _ = self.run_ns.add(&other.run_ns);
+        let _ = self.wait_ns.add(&other.wait_ns);
+        self.run_ns_sum += other.run_ns_sum;
+        self.moves_in += other.moves_in;
+        self.moves_out += other.moves_out;
+        self.steals_in += other.steals_in;
+        self.steals_out += other.steals_out;
+    }
+
+    /// A summary with estimates scaled by the sample `period`.
+    pub fn summary(&self, period: u32) -> ColorSummary {
+        let p = u64::from(period.max(1));
+        let q = |h: &Histogram<u64>, q: f64| if h.is_empty() { 0 } else { h.value_at_quantile(q) };
+        ColorSummary {
+            color: self.color,
+            sampled_events: self.sampled_events(),
+            events: self.sampled_events() * p,
+            run_ns: self.run_ns_sum * p,
+            run_p50_ns: q(&self.run_ns, 0.5),
+            run_p99_ns: q(&self.run_ns, 0.99),
+            run_max_ns: self.run_ns.max(),
+            sampled_waits: self.wait_ns.len(),
+            wait_p50_ns: q(&self.wait_ns, 0.5),
+            wait_p99_ns: q(&self.wait_ns, 0.99),
+            wait_max_ns: self.wait_ns.max(),
+            moves_in: self.moves_in,
+            moves_out: self.moves_out,
+            steals_in: self.steals_in,
+            steals_out: self.steals_out,
+        }
+    }
+}
+
+/// One color's figures as scalars (in run reports, JSON and the status page).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColorSummary {
+    /// The color (`u64::MAX`: the colors folded into "other").
+    pub color: Color,
+    /// Events timed (one turn in `period` is).
+    pub sampled_events: u64,
+    /// Events run, estimated (`sampled_events × period`).
+    pub events: u64,
+    /// Run time of its events in nanoseconds, estimated (sampled sum × period).
+    pub run_ns: u64,
+    /// Median run time of one event, ns.
+    pub run_p50_ns: u64,
+    /// 99th percentile run time of one event, ns.
+    pub run_p99_ns: u64,
+    /// Longest sampled event, ns.
+    pub run_max_ns: u64,
+    /// Posts whose wait was measured.
+    pub sampled_waits: u64,
+    /// Median wait from post to start, ns.
+    pub wait_p50_ns: u64,
+    /// 99th percentile wait from post to start, ns.
+    pub wait_p99_ns: u64,
+    /// Longest sampled wait, ns.
+    pub wait_max_ns: u64,
+    /// Moves to a worker for good (`follow`), counted on arrival.
+    pub moves_in: u64,
+    /// Moves away from its home.
+    pub moves_out: u64,
+    /// Times stolen.
+    pub steals_in: u64,
+    /// Times lent to a thief.
+    pub steals_out: u64,
+}
+
+/// The "other" color: where colors beyond [`MAX_COLORS`] are summed.
+pub const OTHER: Color = Color(u64::MAX);
+
+/// A table of colors with a bound on how many it names.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Table {
+    colors: FxHashMap<Color, ColorEntry>,
+    other: Option<ColorEntry>,
+}
+
+impl Table {
+    fn entry(&mut self, color: Color) -> &mut ColorEntry {
+        if self.colors.len() >= MAX_COLORS && !self.colors.contains_key(&color) {
+            self.fold();
+        }
+        self.colors.entry(color).or_insert_with(|| ColorEntry::new(color))
+    }
+
+    fn merge_entry(&mut self, e: &ColorEntry) {
+        self.entry(e.color).merge(e);
+    }
+
+    /// Folds the colors with the least run time into "other" until at most [`MAX_COLORS`]
+    /// remain named.
+    fn bound(&mut self) {
+        if self.colors.len() > MAX_COLORS {
+            self.fold();
+        }
+    }
+
+    /// Folds the colors with the least run time into "other", leaving three quarters of
+    /// [`MAX_COLORS`] named (headroom, so that folding is not redone at every insertion).
+    #[cold]
+    fn fold(&mut self) {
+        let mut by_time: Vec<(u64, u64, Color)> =
+            self.colors.values().map(|e| (e.run_ns_sum, e.run_ns.len(), e.color)).collect();
+        let drop = self.colors.len().saturating_sub(MAX_COLORS * 3 / 4);
+        if drop == 0 {
+            return;
+        }
+        by_time.select_nth_unstable(drop - 1);
+        for &(_, _, c) in &by_time[..drop] {
+            if let Some(e) = self.colors.remove(&c) {
+                self.other.get_or_insert_with(|| ColorEntry::new(OTHER)).merge(&e);
+            }
+        }
+    }
+}
+
+/// A worker's own recorder (in its `Core`): sampling counters and the table since last flush.
+pub(crate) struct Local {
+    /// Sample period; 0: off.
+    period: u32,
+    turn_tick: u32,
+    post_tick: u32,
+    table: Table,
+    last_flush: Option<Instant>,
+}
+
+impl Local {
+    pub(crate) fn new(period: u32) -> Self {
+        Local {
+            period,
+            turn_tick: period,
+            post_tick: period,
+            table: Table::default(),
+            last_flush: None,
+        }
+    }
+
+    /// At the start of a turn: whether to time its events.
+    #[inline]
+    pub(crate) fn sample_turn(&mut self) -> bool {
+        if self.period == 0 {
+            return false;
+        }
+        self.turn_tick -= 1;
+        if self.turn_tick != 0 {
+            return false;
+        }
+        self.turn_tick = self.period;
+        true
+    }
+
+    /// At a post by a handler: whether the event carries its posting instant.
+    #[inline]
+    pub(crate) fn sample_post(&mut self) -> bool {
+        if self.period == 0 {
+            return false;
+        }
+        self.post_tick -= 1;
+        if self.post_tick != 0 {
+            return false;
+        }
+        self.post_tick = self.period;
+        true
+    }
+
+    /// A sampled event of `color` ran from `started` to `ended`.
+    #[cold]
+    pub(crate) fn ran(&mut self, color: Color, started: Instant, ended: Instant) {
+        let ns = ended.saturating_duration_since(started).as_nanos().min(u128::from(u64::MAX / 4))
+            as u64;
+        let e = self.table.entry(color);
+        record(&mut e.run_ns, ns);
+        e.run_ns_sum = e.run_ns_sum.saturating_add(ns);
+    }
+
+    /// A sampled event of `color` waited `ns` from its post to its start.
+    #[cold]
+    pub(crate) fn waited(&mut self, color: Color, ns: u64) {
+        record(&mut self.table.entry(color).wait_ns, ns.min(u64::MAX / 4));
+    }
+
+    /// Counts a move or a steal of `color` (exact; nothing when statistics are off).
+    #[cold]
+    pub(crate) fn count(&mut self, color: Color, what: Event) {
+        if self.period == 0 {
+            return;
+        }
+        let e = self.table.entry(color);
+        match what {
+            Event::MovedIn => e.moves_in += 1,
+            Event::MovedOut => e.moves_out += 1,
+            Event::StolenIn => e.steals_in += 1,
+            Event::LentOut => e.steals_out += 1,
+        }
+    }
+
+    /// Merges the table into `slot` and clears it: always if `force` (end of a run; the lock is
+    /// then waited for), else if [`FLUSH_EVERY`] passed since the last flush and no reader holds
+    /// the slot (a worker never waits for a reader in the middle of a run).
+    pub(crate) fn flush(&mut self, slot: &Mutex<Table>, force: bool) {
+        if self.period == 0 || (self.table.colors.is_empty() && self.table.other.is_none()) {
+            return;
+        }
+        let now = Instant::now();
+        let mut published = if force {
+            lock(slot)
+        } else {
+            if self.last_flush.is_some_and(|t| now.duration_since(t) < FLUSH_EVERY) {
+                return;
+            }
+            match slot.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            }
+        };
+        for e in self.table.colors.values() {
+            published.merge_entry(e);
+        }
+        if let Some(o) = &self.table.other {
+            published.other.get_or_insert_with(|| ColorEntry::new(OTHER)).merge(o);
+        }
+        published.bound();
+        drop(published);
+        self.table.colors.clear();
+        self.table.other = None;
+        self.last_flush = Some(now);
+    }
+}
+
+/// A move or a steal, for [`Local::count`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Event {
+    MovedIn,
+    MovedOut,
+    StolenIn,
+    LentOut,
+}
+
+/// Each worker's published table, read by snapshots.
+pub(crate) struct Published {
+    slots: Box<[Mutex<Table>]>,
+    period: u32,
+}
+
+impl Published {
+    pub(crate) fn new(workers: usize, period: u32) -> Self {
+        Published { slots: (0..workers).map(|_| Mutex::new(Table::default())).collect(), period }
+    }
+
+    pub(crate) fn slot(&self, worker: usize) -> &Mutex<Table> {
+        &self.slots[worker]
+    }
+
+    /// Merges every worker's table.
+    pub(crate) fn snapshot(&self) -> ColorStats {
+        let mut all = Table::default();
+        let mut per_worker = Vec::with_capacity(self.slots.len());
+        for slot in self.slots.iter() {
+            let t = lock(slot);
+            let mut worker = ColorEntry::new(OTHER);
+            for e in t.colors.values() {
+                all.merge_entry(e);
+                worker.merge(e);
+            }
+            if let Some(o) = &t.other {
+                all.other.get_or_insert_with(|| ColorEntry::new(OTHER)).merge(o);
+                worker.merge(o);
+            }
+            drop(t);
+            per_worker.push(worker);
+        }
+        all.bound();
+        let mut colors: Vec<ColorEntry> = all.colors.into_values().collect();
+        colors.sort_by(|a, b| b.run_ns_sum.cmp(&a.run_ns_sum).then(a.color.0.cmp(&b.color.0)));
+        ColorStats { period: self.period, colors, other: all.other, workers: per_worker }
+    }
+}
+
+/// Per-color statistics merged over the workers ([`Runtime::color_stats`](crate::Runtime)).
+#[derive(Clone, Debug, Default)]
+pub struct ColorStats {
+    /// The sample period (one turn and one post in `period` measured; 0: statistics off).
+    pub period: u32,
+    /// The named colors, by sampled run time, largest first.
+    pub colors: Vec<ColorEntry>,
+    /// The colors folded together past [`MAX_COLORS`], if any.
+    pub other: Option<ColorEntry>,
+    /// Each worker's figures over all its colors (color [`OTHER`]).
+    pub workers: Vec<ColorEntry>,
+}
+
+impl ColorStats {
+    /// The `n` colors with the most run time, as summaries.
+    pub fn top(&self, n: usize) -> Vec<ColorSummary> {
+        self.colors.iter().take(n).map(|e| e.summary(self.period)).collect()
+    }
+
+    /// The entry of `color`, if it is named.
+    pub fn get(&self, color: Color) -> Option<&ColorEntry> {
+        self.colors.iter().find(|e| e.color == color)
+    }
+
+    /// The top `n` colors of what happened since `earlier` (a snapshot of the same runtime
+    /// taken before): counts and histograms are differences, so a run report shows its run.
+    pub fn top_since(&self, earlier: &ColorStats, n: usize) -> Vec<ColorSummary> {
+        let before: FxHashMap<Color, &ColorEntry> =
+            earlier.colors.iter().map(|e| (e.color, e)).collect();
+        let mut delta: Vec<ColorEntry> = self
+            .colors
+            .iter()
+            .map(|e| match before.get(&e.color) {
+                None => e.clone(),
+                Some(b) => {
+                    let mut d = e.clone();
+                    // A color folded into "other" and named again can have fewer counts now:
+                    // then its figures are kept whole rather than wrong.
+                    if d.run_ns.subtract(&b.run_ns).is_err()
+                        || d.wait_ns.subtract(&b.wait_ns).is_err()
+                    {
+                        return e.clone();
+                    }
+                    d.run_ns_sum = e.run_ns_sum.saturating_sub(b.run_ns_sum);
+                    d.moves_in = e.moves_in.saturating_sub(b.moves_in);
+                    d.moves_out = e.moves_out.saturating_sub(b.moves_out);
+                    d.steals_in = e.steals_in.saturating_sub(b.steals_in);
+                    d.steals_out = e.steals_out.saturating_sub(b.steals_out);
+                    d
+                }
+            })
+            .filter(|d| d.run_ns.len() + d.wait_ns.len() + d.moves_in + d.steals_in > 0)
+            .collect();
+        delta.sort_by(|a, b| b.run_ns_sum.cmp(&a.run_ns_sum).then(a.color.0.cmp(&b.color.0)));
+        delta.iter().take(n).map(|e| e.summary(self.period)).collect()
+    }
+}
+
+/// Wraps a posted closure so that its event records its wait (post to start) on the worker
+/// that runs it.
+#[inline]
+pub(crate) fn timed<F: FnOnce() + Send + 'static>(f: F) -> impl FnOnce() + Send + 'static {
+    let posted = Instant::now();
+    move || {
+        record_wait(posted);
+        f()
+    }
+}
+
+#[cold]
+fn record_wait(posted: Instant) {
+    let ns = posted.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+    crate::context::with_current(|ctx| {
+        let Some(color) = ctx.current.get() else { return };
+        // The core is free while a handler runs; `try_`: never panic in a nested borrow.
+        if let Ok(mut core) = ctx.core.try_borrow_mut() {
+            core.colors.waited(color, ns);
+        }
+    });
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_takes_one_in_period() {
+        let mut l = Local::new(4);
+        let n = (0..40).filter(|_| l.sample_turn()).count();
+        assert_eq!(n, 10);
+        let n = (0..40).filter(|_| l.sample_post()).count();
+        assert_eq!(n, 10);
+        let mut off = Local::new(0);
+        assert!(!(0..10).any(|_| off.sample_turn() || off.sample_post()));
+    }
+
+    #[test]
+    fn flush_merges_and_bounds() {
+        let slot = Mutex::new(Table::default());
+        let mut l = Local::new(1);
+        l.count(Color(3), Event::MovedIn);
+        for c in 0..(MAX_COLORS as u64 + 100) {
+            l.ran(Color(c), Instant::now(), Instant::now());
+            l.table.entry(Color(c)).run_ns_sum = c; // known order
+        }
+        l.flush(&slot, true);
+        let t = lock(&slot);
+        assert!(t.colors.len() <= MAX_COLORS);
+        let other = t.other.as_ref().expect("smallest colors folded");
+        let total: u64 =
+            t.colors.values().map(|e| e.run_ns.len()).sum::<u64>() + other.run_ns.len();
+        assert_eq!(total, MAX_COLORS as u64 + 100, "folding keeps every event");
+        // The largest colors stay named.
+        assert!(t.colors.contains_key(&Color(MAX_COLORS as u64 + 99)));
+        assert_eq!(other.moves_in, 1, "color 3 was among the smallest");
+    }
+
+    #[test]
+    fn snapshot_ranks_by_time_and_diffs() {
+        let p = Published::new(2, 1);
+        let mut a = Local::new(1);
+        let mut b = Local::new(1);
+        a.ran(Color(1), Instant::now(), Instant::now());
+        a.table.entry(Color(1)).run_ns_sum = 10;
+        b.ran(Color(2), Instant::now(), Instant::now());
+        b.table.entry(Color(2)).run_ns_sum = 50;
+        b.waited(Color(2), 1000);
+        a.flush(p.slot(0), true);
+        b.flush(p.slot(1), true);
+        let s1 = p.snapshot();
+        assert_eq!(s1.colors.iter().map(|e| e.color).collect::<Vec<_>>(), [Color(2), Color(1)]);
+        assert_eq!(s1.workers.len(), 2);
+        assert_eq!(s1.workers[1].wait_ns.len(), 1);
+        a.ran(Color(1), Instant::now(), Instant::now());
+        a.table.entry(Color(1)).run_ns_sum = 100;
+        a.flush(p.slot(0), true);
+        let s2 = p.snapshot();
+        let d = s2.top_since(&s1, 10);
+        assert_eq!(d.len(), 1, "only color 1 ran since: {d:?}");
+        assert_eq!((d[0].color, d[0].sampled_events, d[0].run_ns), (Color(1), 1, 100));
+        let top = s2.top(1);
+        assert_eq!(top[0].color, Color(1));
+        assert_eq!(top[0].sampled_events, 2);
+    }
+}

@@ -1,0 +1,221 @@
+//! Stall detection: a handler that runs longer than a threshold is reported while it runs,
+//! with its color and its worker (a log warning, a counter, the last few in
+//! [`Handle::stalls`](crate::Handle::stalls)). Handlers must not block; this finds the ones
+//! that do.
+//!
+//! The protocol (one word per worker, written by its owner only, read by one watchdog thread):
+//!
+//! * **Heartbeat, per turn.** Each worker publishes a sequence number: odd while it runs a turn
+//!   (up to `turn_budget` events of one color back to back), even between turns. At the start
+//!   of a turn it stores the turn's color, then an odd number; at its end, an even one: three
+//!   stores a turn, to a line only its owner writes, and no clock read (the watchdog keeps
+//!   time). Not per event: a store per event cost ping-pong (28 ns an event, 64-event turns)
+//!   about 5% (`bench color-stats`, 41 paired reps, 0.945-0.954), per turn nothing measurable.
+//!   So what is reported is a color that has held its worker that long: one blocking handler,
+//!   or a turn of handlers slow enough to add up to the threshold (64 of 1.6 ms at 100 ms),
+//!   which is no better.
+//! * **Watchdog.** Every quarter of the threshold it reads each worker's number. An odd number
+//!   seen unchanged for at least the threshold is an event that has run that long (at least:
+//!   it started before the watchdog first saw it, at most a quarter of the threshold before):
+//!   it is reported once. The color is read between two reads of the number (a sequence lock:
+//!   the color is stored before the number with release ordering, the watchdog reads the number
+//!   with acquire ordering, then the color, then the number again after an acquire fence): if
+//!   the number did not change, the color is the running event's.
+//! * **Lifetime.** The watchdog holds the runtime weakly and ends when the runtime is dropped.
+//!
+//! Time is wall-clock time: a worker thread the system does not run for a while (a machine
+//! busier than its CPUs, a `nice`d process) is reported too if it was in a handler; the
+//! benchmarks on the shared 2-CPU study machine saw one such report (103 ms) in a few minutes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::padding::Padded;
+use crate::shared::Shared;
+use crate::sync::{AtomicU64, Ordering};
+use crate::Color;
+
+/// Stalls kept for [`Handle::stalls`](crate::Handle::stalls) (all are counted).
+pub const STALLS_KEPT: usize = 64;
+
+/// A handler found running longer than the threshold.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stall {
+    /// The worker it runs on.
+    pub worker: usize,
+    /// Its color.
+    pub color: Color,
+    /// How long it had been running when reported, at least (the watchdog's view).
+    pub running_for: Duration,
+}
+
+/// One worker's heartbeat, written by the worker.
+#[derive(Default)]
+pub(crate) struct Word {
+    seq: AtomicU64,
+    color: AtomicU64,
+}
+
+/// The runtime's stall state: heartbeats, count, recent stalls.
+pub(crate) struct Stalls {
+    words: Box<[Padded<Word>]>,
+    count: AtomicU64,
+    recent: Mutex<VecDeque<Stall>>,
+}
+
+impl Stalls {
+    pub(crate) fn new(workers: usize) -> Self {
+        Stalls {
+            words: (0..workers).map(|_| Padded::new(Word::default())).collect(),
+            count: AtomicU64::new(0),
+            recent: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Stalls reported since the runtime was built.
+    pub(crate) fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The last [`STALLS_KEPT`] stalls, oldest first.
+    pub(crate) fn recent(&self) -> Vec<Stall> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    fn report(&self, stall: Stall) {
+        log::warn!(
+            "color {} has been running for {} ms on worker {}: a handler blocks, or a turn of \
+             slow ones (handlers must not block)",
+            stall.color.0,
+            stall.running_for.as_millis(),
+            stall.worker
+        );
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= STALLS_KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(stall);
+    }
+}
+
+/// A worker's side of the heartbeat (in its `Core`): its sequence number.
+pub(crate) struct Beat {
+    on: bool,
+    id: usize,
+    seq: u64,
+}
+
+impl Beat {
+    pub(crate) fn new(id: usize, config: &crate::Config) -> Self {
+        Beat { on: config.stall_threshold.is_some(), id, seq: 0 }
+    }
+
+    /// A turn of `color` starts with its first event.
+    #[inline]
+    pub(crate) fn start_turn(&mut self, shared: &Shared, color: Color) {
+        if self.on {
+            let w = &shared.stalls.words[self.id];
+            // Relaxed: published by the release store of the number just after.
+            w.color.store(color.0, Ordering::Relaxed);
+            self.seq = (self.seq | 1) + 2;
+            // Release: pairs with the watchdog's acquire load, which then sees this color.
+            w.seq.store(self.seq, Ordering::Release);
+        }
+    }
+
+    /// The turn ended: nothing runs.
+    #[inline]
+    pub(crate) fn end_turn(&mut self, shared: &Shared) {
+        if self.on {
+            self.seq += 1;
+            shared.stalls.words[self.id].seq.store(self.seq, Ordering::Release);
+        }
+    }
+}
+
+/// What the watchdog remembers of a worker.
+#[derive(Clone, Copy)]
+struct Seen {
+    seq: u64,
+    since: Instant,
+    reported: bool,
+}
+
+/// Starts the watchdog of `shared` if its configuration has a threshold.
+pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<()> {
+    let Some(threshold) = shared.config.stall_threshold else { return Ok(()) };
+    let weak = Arc::downgrade(shared);
+    let tick = (threshold / 4).max(Duration::from_millis(1));
+    std::thread::Builder::new()
+        .name("ochre-watchdog".into())
+        .spawn(move || watch(weak, threshold, tick))
+        .map(drop)
+}
+
+fn watch(shared: Weak<Shared>, threshold: Duration, tick: Duration) {
+    let mut seen: Vec<Seen> = Vec::new();
+    loop {
+        std::thread::sleep(tick);
+        let Some(shared) = shared.upgrade() else { return };
+        if shared.control.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = Instant::now();
+        if seen.is_empty() {
+            seen = vec![Seen { seq: 0, since: now, reported: false }; shared.workers];
+        }
+        for (worker, (w, s)) in shared.stalls.words.iter().zip(seen.iter_mut()).enumerate() {
+            // Acquire: pairs with the worker's release store (the color stored before it).
+            let seq = w.seq.load(Ordering::Acquire);
+            if seq != s.seq {
+                *s = Seen { seq, since: now, reported: false };
+                continue;
+            }
+            let running_for = now.duration_since(s.since);
+            if seq % 2 == 0 || s.reported || running_for < threshold {
+                continue;
+            }
+            let color = Color(w.color.load(Ordering::Relaxed));
+            // The color load stays before the second read of the number.
+            std::sync::atomic::fence(Ordering::Acquire);
+            if w.seq.load(Ordering::Relaxed) != seq {
+                continue; // The event ended meanwhile.
+            }
+            s.reported = true;
+            shared.stalls.report(Stall { worker, color, running_for });
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_beat_is_odd_while_an_event_runs() {
+        let shared = Arc::new(
+            Shared::new(
+                crate::Config::default(),
+                1,
+                Duration::ZERO,
+                1,
+                &crate::topology::Topology::flat(vec![0]),
+            )
+            .unwrap(),
+        );
+        let mut b = Beat::new(0, &shared.config);
+        let seq = || shared.stalls.words[0].seq.load(Ordering::Relaxed);
+        b.start_turn(&shared, Color(7));
+        let first = seq();
+        assert_eq!(first % 2, 1);
+        assert_eq!(shared.stalls.words[0].color.load(Ordering::Relaxed), 7);
+        b.end_turn(&shared);
+        assert_eq!(seq() % 2, 0);
+        b.start_turn(&shared, Color(8));
+        assert!(seq() % 2 == 1 && seq() != first, "a new turn is a new number");
+        b.end_turn(&shared);
+        assert_eq!(seq() % 2, 0);
+    }
+}

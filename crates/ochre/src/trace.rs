@@ -1,0 +1,449 @@
+//! Traces: an opt-in recorder of what each worker did and decided, exported as Chrome trace
+//! JSON (the `traceEvents` format that ui.perfetto.dev and chrome://tracing open as they are).
+//!
+//! What is recorded, per worker, with timestamps from one clock for the whole runtime
+//! (nanoseconds since the runtime was built): every handler run (a span, with its color); idle
+//! spells and, inside them, sleeps (spans: the gap between them and the next handler is the
+//! wake-up); the runtime's decisions: colors moved in and out (`follow`), stolen and lent,
+//! and each batch of messages handed to another worker (instants, with the color or the peer
+//! and the batch size).
+//!
+//! Invariants:
+//!
+//! * **Off costs a branch.** With [`Config::trace_events`](crate::Config) at 0 (the default)
+//!   every hook is one test of a field of the worker's own `Recorder`.
+//! * **Bounded memory.** Each worker keeps at most `trace_events` records in a ring; when it is
+//!   full the oldest record is dropped and counted ([`WorkerTrace::dropped`]), so a long run
+//!   keeps its end, which is what a person looking at a stop or a stall wants.
+//! * **No shared write on the hot path.** The ring is the worker's; at the end of each run the
+//!   worker appends it to its slot of `Published` (same bound, same drop-oldest), which
+//!   [`Handle::trace`](crate::Handle::trace) reads. Spans of one worker never overlap, and the
+//!   spans of one color never overlap either (a color runs on one worker at a time, and its
+//!   hand-over from one worker to another orders the first's end before the second's start).
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::color_stats::Event;
+use crate::Color;
+
+/// What a record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A handler ran (span; `color`).
+    Handler,
+    /// The worker had nothing to run: spinning, stealing, sleeping (span).
+    Idle,
+    /// The worker slept until woken (span, inside an idle spell).
+    Sleep,
+    /// A color moved here for good (instant; `color`).
+    MovedIn,
+    /// A color moved away from here, its home (instant; `color`, `peer`).
+    MovedOut,
+    /// A color was stolen by this worker (instant; `color`, `peer`: the victim).
+    Stolen,
+    /// A color was lent to a thief (instant; `color`, `peer`: the thief).
+    Lent,
+    /// A batch of messages was handed to another worker (instant; `peer`, `messages`).
+    Flush,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Handler => "handler",
+            Kind::Idle => "idle",
+            Kind::Sleep => "sleep",
+            Kind::MovedIn => "move in",
+            Kind::MovedOut => "move out",
+            Kind::Stolen => "steal",
+            Kind::Lent => "lend",
+            Kind::Flush => "flush",
+        }
+    }
+
+    fn category(self) -> &'static str {
+        match self {
+            Kind::Handler => "handler",
+            Kind::Idle | Kind::Sleep => "idle",
+            Kind::MovedIn | Kind::MovedOut | Kind::Stolen | Kind::Lent => "placement",
+            Kind::Flush => "transport",
+        }
+    }
+}
+
+/// One record: a span (`dur_ns > 0` or a handler) or an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Record {
+    /// What happened.
+    pub kind: Kind,
+    /// When it started, in nanoseconds since the runtime was built.
+    pub start_ns: u64,
+    /// How long it lasted (0 for instants).
+    pub dur_ns: u64,
+    /// The color concerned, if any.
+    pub color: Option<Color>,
+    /// The other worker concerned, if any.
+    pub peer: Option<u32>,
+    /// Messages in a flushed batch.
+    pub messages: u32,
+}
+
+/// The clock every worker's timestamps count from: the first use in the process (one clock
+/// for all runtimes of a process, so their traces line up).
+pub(crate) fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl crate::worker::Core {
+    /// A move or a steal of `color` (with the other worker): counted for the color
+    /// (`color_stats`) and traced.
+    #[inline]
+    pub(crate) fn note(&mut self, color: Color, what: Event, peer: Option<usize>) {
+        self.colors.count(color, what);
+        self.trace.placement(color, what, peer);
+    }
+
+    /// An event of `color` timed from `started` (sampled for `color_stats`, or traced) ended.
+    #[cold]
+    pub(crate) fn ran_timed(&mut self, color: Color, started: Instant, sampled: bool) {
+        let ended = Instant::now();
+        if sampled {
+            self.colors.ran(color, started, ended);
+        }
+        self.trace.handler(color, started, ended);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A bounded ring: pushing into a full one drops the oldest record and counts it.
+#[derive(Clone, Debug, Default)]
+struct Ring {
+    records: VecDeque<Record>,
+    dropped: u64,
+}
+
+impl Ring {
+    fn push(&mut self, r: Record, cap: usize) {
+        if self.records.len() >= cap {
+            self.records.pop_front();
+            self.dropped += 1;
+        }
+        self.records.push_back(r);
+    }
+}
+
+/// A worker's own recorder (in its `Core`).
+pub(crate) struct Recorder {
+    /// Ring capacity; 0: off.
+    cap: usize,
+    epoch: Instant,
+    ring: Ring,
+}
+
+impl Recorder {
+    pub(crate) fn new(cap: usize, epoch: Instant) -> Self {
+        Recorder { cap, epoch, ring: Ring::default() }
+    }
+
+    /// Whether traces are on.
+    #[inline]
+    pub(crate) fn on(&self) -> bool {
+        self.cap != 0
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos().min(u128::from(u64::MAX)) as u64
+    }
+
+    #[cold]
+    fn push(&mut self, kind: Kind, start: Instant, end: Option<Instant>, color: Option<Color>) {
+        self.push_full(kind, start, end, color, None, 0);
+    }
+
+    #[cold]
+    fn push_full(
+        &mut self,
+        kind: Kind,
+        start: Instant,
+        end: Option<Instant>,
+        color: Option<Color>,
+        peer: Option<u32>,
+        messages: u32,
+    ) {
+        let start_ns = self.ns(start);
+        let dur_ns = end.map_or(0, |e| self.ns(e).saturating_sub(start_ns));
+        let r = Record { kind, start_ns, dur_ns, color, peer, messages };
+        self.ring.push(r, self.cap);
+    }
+
+    /// A handler of `color` ran from `start` to `end`.
+    #[inline]
+    pub(crate) fn handler(&mut self, color: Color, start: Instant, end: Instant) {
+        if self.on() {
+            self.push(Kind::Handler, start, Some(end), Some(color));
+        }
+    }
+
+    /// A span of `kind` (idle, sleep) from `start` to now.
+    #[inline]
+    pub(crate) fn span_since(&mut self, kind: Kind, start: Option<Instant>) {
+        if let Some(start) = start.filter(|_| self.on()) {
+            self.push(kind, start, Some(Instant::now()), None);
+        }
+    }
+
+    /// When to start a span: now if traces are on (one clock read), else nothing.
+    #[inline]
+    pub(crate) fn start(&self) -> Option<Instant> {
+        self.on().then(Instant::now)
+    }
+
+    /// A batch of `messages` handed to worker `peer`.
+    #[inline]
+    pub(crate) fn flush(&mut self, peer: usize, messages: usize) {
+        if self.on() {
+            let now = Instant::now();
+            self.push_full(Kind::Flush, now, None, None, Some(peer as u32), messages as u32);
+        }
+    }
+
+    /// A move or a steal of `color`, with the other worker if known.
+    #[inline]
+    pub(crate) fn placement(&mut self, color: Color, what: Event, peer: Option<usize>) {
+        if self.on() {
+            let kind = match what {
+                Event::MovedIn => Kind::MovedIn,
+                Event::MovedOut => Kind::MovedOut,
+                Event::StolenIn => Kind::Stolen,
+                Event::LentOut => Kind::Lent,
+            };
+            let now = Instant::now();
+            self.push_full(kind, now, None, Some(color), peer.map(|p| p as u32), 0);
+        }
+    }
+
+    /// Appends the ring to `slot` (same bound, drop-oldest) and empties it: at the end of a run.
+    pub(crate) fn publish(&mut self, slot: &Mutex<WorkerTrace>) {
+        if !self.on() {
+            return;
+        }
+        let mut published = lock(slot);
+        let mut ring = Ring {
+            records: std::mem::take(&mut published.records).into(),
+            dropped: published.dropped,
+        };
+        ring.dropped += self.ring.dropped;
+        for r in self.ring.records.drain(..) {
+            ring.push(r, self.cap);
+        }
+        self.ring.dropped = 0;
+        published.records = ring.records.into();
+        published.dropped = ring.dropped;
+    }
+}
+
+/// One worker's records, oldest first.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WorkerTrace {
+    /// The records kept.
+    pub records: Vec<Record>,
+    /// Records dropped, oldest first, because the ring was full.
+    pub dropped: u64,
+}
+
+/// Each worker's published records.
+pub(crate) struct Published {
+    slots: Box<[Mutex<WorkerTrace>]>,
+}
+
+impl Published {
+    pub(crate) fn new(workers: usize) -> Self {
+        Published { slots: (0..workers).map(|_| Mutex::new(WorkerTrace::default())).collect() }
+    }
+
+    pub(crate) fn slot(&self, worker: usize) -> &Mutex<WorkerTrace> {
+        &self.slots[worker]
+    }
+
+    pub(crate) fn snapshot(&self) -> Trace {
+        Trace { workers: self.slots.iter().map(|s| lock(s).clone()).collect() }
+    }
+}
+
+/// What every worker recorded, as of the end of the last run
+/// ([`Runtime::trace`](crate::Runtime::trace)).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Trace {
+    /// Per worker, by index.
+    pub workers: Vec<WorkerTrace>,
+}
+
+/// A Chrome trace event (the "JSON object format" of the Trace Event Format).
+#[derive(Clone, Debug, Serialize)]
+pub struct ChromeEvent {
+    /// Event name (`handler`, `sleep`, `steal`, ..., or `thread_name` for metadata).
+    pub name: String,
+    /// Category (`handler`, `idle`, `placement`, `transport`, `__metadata`).
+    pub cat: &'static str,
+    /// Phase: `X` (complete span), `i` (instant), `M` (metadata).
+    pub ph: &'static str,
+    /// Start, in microseconds.
+    pub ts: f64,
+    /// Duration of an `X` event, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dur: Option<f64>,
+    /// Process id (1: the runtime).
+    pub pid: u32,
+    /// Thread id: the worker.
+    pub tid: usize,
+    /// Scope of an instant event (`t`: its thread).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s: Option<&'static str>,
+    /// Details.
+    pub args: ChromeArgs,
+}
+
+/// The details of a [`ChromeEvent`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChromeArgs {
+    /// The color, in decimal (a string: colors exceed JSON's exact integers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub color: Option<String>,
+    /// The other worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<u32>,
+    /// Messages in a flushed batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u32>,
+    /// Thread name, for metadata events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A whole Chrome trace: serialize it with serde_json and open it in ui.perfetto.dev.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChromeTrace {
+    /// The events, metadata first, then every worker's records in order.
+    #[serde(rename = "traceEvents")]
+    pub trace_events: Vec<ChromeEvent>,
+    /// `ns`: the viewer shows nanoseconds.
+    #[serde(rename = "displayTimeUnit")]
+    pub display_time_unit: &'static str,
+    /// Records dropped per worker (the rings were full).
+    #[serde(rename = "otherData")]
+    pub other_data: ChromeOther,
+}
+
+/// `otherData` of a [`ChromeTrace`].
+#[derive(Clone, Debug, Serialize)]
+pub struct ChromeOther {
+    /// Records dropped per worker, oldest first.
+    pub dropped: Vec<u64>,
+}
+
+impl Trace {
+    /// Records over all workers.
+    pub fn len(&self) -> usize {
+        self.workers.iter().map(|w| w.records.len()).sum()
+    }
+
+    /// True if nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The trace in the Chrome trace JSON format.
+    pub fn chrome(&self) -> ChromeTrace {
+        let mut events = Vec::with_capacity(self.len() + self.workers.len() + 1);
+        let meta = |name: &str, tid: usize, value: String| ChromeEvent {
+            name: name.into(),
+            cat: "__metadata",
+            ph: "M",
+            ts: 0.0,
+            dur: None,
+            pid: 1,
+            tid,
+            s: None,
+            args: ChromeArgs { name: Some(value), ..Default::default() },
+        };
+        events.push(meta("process_name", 0, "ochre".into()));
+        for tid in 0..self.workers.len() {
+            events.push(meta("thread_name", tid, format!("worker {tid}")));
+        }
+        for (tid, w) in self.workers.iter().enumerate() {
+            for r in &w.records {
+                let span = matches!(r.kind, Kind::Handler | Kind::Idle | Kind::Sleep);
+                events.push(ChromeEvent {
+                    name: r.kind.name().into(),
+                    cat: r.kind.category(),
+                    ph: if span { "X" } else { "i" },
+                    ts: r.start_ns as f64 / 1000.0,
+                    dur: span.then(|| r.dur_ns as f64 / 1000.0),
+                    pid: 1,
+                    tid,
+                    s: (!span).then_some("t"),
+                    args: ChromeArgs {
+                        color: r.color.map(|c| c.0.to_string()),
+                        peer: r.peer,
+                        messages: (r.kind == Kind::Flush).then_some(r.messages),
+                        name: None,
+                    },
+                });
+            }
+        }
+        ChromeTrace {
+            trace_events: events,
+            display_time_unit: "ns",
+            other_data: ChromeOther { dropped: self.workers.iter().map(|w| w.dropped).collect() },
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_full_ring_drops_the_oldest_and_counts() {
+        let epoch = Instant::now();
+        let mut r = Recorder::new(3, epoch);
+        for i in 0..5u64 {
+            let t = epoch + Duration::from_micros(i);
+            r.handler(Color(i), t, t + Duration::from_nanos(100));
+        }
+        let slot = Mutex::new(WorkerTrace::default());
+        r.publish(&slot);
+        let w = lock(&slot).clone();
+        assert_eq!(w.dropped, 2);
+        let colors: Vec<u64> = w.records.iter().map(|r| r.color.unwrap().0).collect();
+        assert_eq!(colors, [2, 3, 4]);
+        assert_eq!(w.records[0].dur_ns, 100);
+        // A second run appends, within the same bound.
+        r.handler(Color(9), epoch, epoch);
+        r.publish(&slot);
+        let w = lock(&slot).clone();
+        assert_eq!((w.records.len(), w.dropped), (3, 3));
+        assert_eq!(w.records[2].color, Some(Color(9)));
+    }
+
+    #[test]
+    fn off_records_nothing() {
+        let mut r = Recorder::new(0, Instant::now());
+        r.handler(Color(1), Instant::now(), Instant::now());
+        r.flush(1, 3);
+        assert!(r.start().is_none());
+        let slot = Mutex::new(WorkerTrace::default());
+        r.publish(&slot);
+        assert!(lock(&slot).records.is_empty());
+    }
+}
