@@ -169,13 +169,13 @@ pub struct Config {
     pub follow: bool,
     /// Per-color statistics ([`color_stats`](crate::color_stats)): one turn and one post in this
     /// many is measured (run time, wait, events of its color); moves and steals are counted
-    /// exactly. 0: off; 1: every event (exact, for tests). Default 1024: a sampled post or turn
-    /// reads the clock twice (65 ns a read on the study's virtual machine) and updates a map and
-    /// a histogram, about 200 ns; at 1 in 64 that cost ping-pong (53 ns an event) 7% and
-    /// producer-consumer 6-14% (`ochre bench color-stats`, paired reps); at 1 in 1024 the
-    /// paired on/off medians of 41 reps were 0.975-1.001 on ping-pong and 0.952-1.012 on
-    /// producer-consumer (1 and 2 workers, four runs on the shared 2-CPU machine): the 3% goal
-    /// within its noise, not clearly below it.
+    /// exactly. 0: off; 1: every event (exact, for tests). Default 0 (off): a sampled post or
+    /// turn reads the clock twice (65 ns a read on the study's virtual machine) and updates a map
+    /// and a histogram, about 200 ns; at 1 in 64 that cost ping-pong (53 ns an event) 7% and
+    /// producer-consumer 6-14% (`ochre bench color-stats`, paired reps), and even at 1 in 1024
+    /// producer-consumer at 2 workers lost 7-10% against off on a quiet machine (paired
+    /// medians of 11 reps, three runs: 0.905, 0.901, 0.925; ping-pong 0.98), a cost not found
+    /// yet: on by choice (1024 is a good period) until it is.
     #[serde(default = "color_stats_default")]
     pub color_stats: u32,
     /// Traces ([`trace`](crate::trace)): each worker records its handler runs, idle spells,
@@ -201,7 +201,7 @@ fn stall_threshold_default() -> Option<Duration> {
 }
 
 fn color_stats_default() -> u32 {
-    1024
+    0
 }
 
 fn yes() -> bool {

@@ -30,6 +30,8 @@ const QUICK_SECONDS: &[(&str, f64)] = &[
     // Not measured in a study yet: `bench servers --quick` (3 repetitions) took 268 s; with 5,
     // about this.
     ("servers", 330.0),
+    // Not measured in a study yet: `bench color-stats --quick` alone took 3 s.
+    ("color-stats", 4.0),
 ];
 
 /// Expected seconds of a benchmark missing from [`QUICK_SECONDS`].
