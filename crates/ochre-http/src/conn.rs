@@ -484,6 +484,61 @@ pub(crate) fn not_modified(r: &Request, info: &FileInfo) -> bool {
     false
 }
 
+/// The answer to a request for a found file, as SWS and the servers built on its semantics
+/// (`site`) give it: 304 when not modified, 416 with its page for a range beyond the file, else
+/// 200 or 206 with the file's heads.
+pub(crate) struct FileAnswer {
+    pub(crate) code: u16,
+    /// The head, finished (with the page of a 416).
+    pub(crate) head: Vec<u8>,
+    /// Bytes of content that follow the head's line and headers (the access log's size).
+    pub(crate) sent: u64,
+    /// The file's bytes to send after the head, first and last (inclusive), if any.
+    pub(crate) body: Option<(u64, u64)>,
+}
+
+/// Answers `r` for the file `info` (see [`FileAnswer`]).
+pub(crate) fn file_answer(r: &Request, info: &FileInfo) -> FileAnswer {
+    if not_modified(r, info) {
+        let head = Head::new(304)
+            .header("ETag", &info.etag)
+            .header("Last-Modified", &info.last_modified)
+            .finish(r.keep_alive, r.http10);
+        return FileAnswer { code: 304, head, sent: 0, body: None };
+    }
+    let (code, first, last) = match if r.head_only { None } else { byte_range(r, info) } {
+        Some(Err(())) => {
+            let page = crate::response::error_page(416);
+            let mut head = Head::new(416)
+                .header("Content-Range", format!("bytes */{}", info.size))
+                .header("Content-Type", "text/html; charset=utf-8")
+                .header("Content-Length", page.len())
+                .finish(r.keep_alive, r.http10);
+            head.extend_from_slice(&page);
+            return FileAnswer { code: 416, head, sent: page.len() as u64, body: None };
+        }
+        Some(Ok((a, b))) => (206, a, b),
+        None => (200, 0, info.size.saturating_sub(1)),
+    };
+    let len = if info.size == 0 { 0 } else { last - first + 1 };
+    let mut head = Head::new(code)
+        .header("Content-Type", &info.content_type)
+        .header("Content-Length", len)
+        .header("Last-Modified", &info.last_modified)
+        .header("ETag", &info.etag)
+        .header("Accept-Ranges", "bytes");
+    if code == 206 {
+        head = head.header("Content-Range", format!("bytes {first}-{last}/{}", info.size));
+    }
+    let send_body = !r.head_only && len > 0;
+    FileAnswer {
+        code,
+        head: head.finish(r.keep_alive, r.http10),
+        sent: if r.head_only { 0 } else { len },
+        body: send_body.then_some((first, last)),
+    }
+}
+
 /// The byte range asked for: `Some(Ok((first, last)))`, `Some(Err(()))` if unsatisfiable,
 /// `None` to serve the whole file (no range, or one the server may ignore).
 pub(crate) fn byte_range(r: &Request, info: &FileInfo) -> Option<Result<(u64, u64), ()>> {
@@ -602,48 +657,13 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
             return error(st, 500);
         }
     };
-    if not_modified(&r, &info) {
-        let head = Head::new(304)
-            .header("ETag", &info.etag)
-            .header("Last-Modified", &info.last_modified)
-            .finish(r.keep_alive, r.http10);
-        respond(conn, st, 304, head, 0, &r.line);
-        st.close_after_write |= !r.keep_alive;
-        return;
-    }
-    let (code, first, last) = match if r.head_only { None } else { byte_range(&r, &info) } {
-        Some(Err(())) => {
-            let body = crate::response::error_page(416);
-            let mut head = Head::new(416)
-                .header("Content-Range", format!("bytes */{}", info.size))
-                .header("Content-Type", "text/html; charset=utf-8")
-                .header("Content-Length", body.len())
-                .finish(r.keep_alive, r.http10);
-            let len = body.len() as u64;
-            head.extend_from_slice(&body);
-            respond(conn, st, 416, head, len, &r.line);
-            st.close_after_write |= !r.keep_alive;
-            return;
-        }
-        Some(Ok((a, b))) => (206, a, b),
-        None => (200, 0, info.size.saturating_sub(1)),
-    };
-    let len = if info.size == 0 { 0 } else { last - first + 1 };
-    let mut head = Head::new(code)
-        .header("Content-Type", &info.content_type)
-        .header("Content-Length", len)
-        .header("Last-Modified", &info.last_modified)
-        .header("ETag", &info.etag)
-        .header("Accept-Ranges", "bytes");
-    if code == 206 {
-        head = head.header("Content-Range", format!("bytes {first}-{last}/{}", info.size));
-    }
-    let sent = if r.head_only { 0 } else { len };
-    respond(conn, st, code, head.finish(r.keep_alive, r.http10), sent, &r.line);
+    let answer = file_answer(&r, &info);
+    respond(conn, st, answer.code, answer.head, answer.sent, &r.line);
     st.close_after_write |= !r.keep_alive;
-    if r.head_only || len == 0 {
+    let Some((first, last)) = answer.body else {
         return;
-    }
+    };
+    let len = last + 1 - first;
     match &info.body {
         Body::Memory(data) => {
             st.out_bytes += len as usize;

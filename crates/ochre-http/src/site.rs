@@ -21,10 +21,10 @@ use std::sync::Arc;
 pub use crate::cache::FileCache;
 use crate::cache::{with_worker_cache, Body, Lookup};
 use crate::config::ServerConfig;
-use crate::conn::{byte_range, has_token, header, not_modified, Request};
+use crate::conn::{file_answer, has_token, header, FileAnswer, Request};
 use crate::framing;
 use crate::path::{decode_target, TargetError};
-use crate::response::{error_page, error_response, Head};
+use crate::response::{error_response, Head};
 
 /// Most header fields parsed, as SWS does.
 const MAX_HEADERS: usize = 128;
@@ -261,52 +261,15 @@ impl Site {
                 return error(r, 500);
             }
         };
-        if not_modified(r, &info) {
-            let head = Head::new(304)
-                .header("ETag", &info.etag)
-                .header("Last-Modified", &info.last_modified)
-                .finish(r.keep_alive, r.http10);
-            return simple(304, head);
-        }
-        let (code, first, last) = match if r.head_only { None } else { byte_range(r, &info) } {
-            Some(Err(())) => {
-                let body = error_page(416);
-                let mut head = Head::new(416)
-                    .header("Content-Range", format!("bytes */{}", info.size))
-                    .header("Content-Type", "text/html; charset=utf-8")
-                    .header("Content-Length", body.len())
-                    .finish(r.keep_alive, r.http10);
-                head.extend_from_slice(&body);
-                return simple(416, head);
-            }
-            Some(Ok((a, b))) => (206, a, b),
-            None => (200, 0, info.size.saturating_sub(1)),
-        };
-        let len = if info.size == 0 { 0 } else { last - first + 1 };
-        let mut head = Head::new(code)
-            .header("Content-Type", &info.content_type)
-            .header("Content-Length", len)
-            .header("Last-Modified", &info.last_modified)
-            .header("ETag", &info.etag)
-            .header("Accept-Ranges", "bytes");
-        if code == 206 {
-            head = head.header("Content-Range", format!("bytes {first}-{last}/{}", info.size));
-        }
-        let head = head.finish(r.keep_alive, r.http10);
-        let body = if r.head_only || len == 0 {
-            None
-        } else {
-            Some(match &info.body {
-                Body::Memory(data) => Payload::Memory {
-                    data: data.clone(),
-                    start: first as usize,
-                    end: last as usize + 1,
-                },
-                Body::Disk(file) => {
-                    Payload::File { file: file.clone(), offset: first, end: last + 1 }
-                }
-            })
-        };
+        let FileAnswer { code, head, body, .. } = file_answer(r, &info);
+        let body = body.map(|(first, last)| match &info.body {
+            Body::Memory(data) => Payload::Memory {
+                data: data.clone(),
+                start: first as usize,
+                end: last as usize + 1,
+            },
+            Body::Disk(file) => Payload::File { file: file.clone(), offset: first, end: last + 1 },
+        });
         Answer { code, head, body, close: !r.keep_alive }
     }
 }
