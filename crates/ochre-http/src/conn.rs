@@ -337,13 +337,8 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
         if st.closed || st.close_after_write || st.out_bytes >= OUT_HIGH_WATER {
             return;
         }
-        if st.discard > 0 {
-            let n = st.discard.min(st.inbuf.len() as u64) as usize;
-            st.inbuf.drain(..n);
-            st.discard -= n as u64;
-            if st.discard > 0 {
-                return;
-            }
+        if !crate::site::discard_body(&mut st.inbuf, &mut st.discard) {
+            return;
         }
         if st.inbuf.is_empty() {
             return;

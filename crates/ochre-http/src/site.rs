@@ -274,6 +274,15 @@ impl Site {
     }
 }
 
+/// Drops from `inbuf` the body bytes of a refused request still to be discarded (`left`,
+/// counted down as they go): true once none is left, false while more are to come.
+pub fn discard_body(inbuf: &mut Vec<u8>, left: &mut u64) -> bool {
+    let n = (*left).min(inbuf.len() as u64) as usize;
+    inbuf.drain(..n);
+    *left -= n as u64;
+    *left == 0
+}
+
 /// An error answer to a well-framed request (the connection is kept if the request allows).
 fn error(r: &Request, code: u16) -> Answer {
     Answer {

@@ -108,13 +108,8 @@ impl Conn {
             if self.closing || self.out_bytes >= OUT_HIGH_WATER {
                 return;
             }
-            if self.discard > 0 {
-                let n = self.discard.min(self.inbuf.len() as u64) as usize;
-                self.inbuf.drain(..n);
-                self.discard -= n as u64;
-                if self.discard > 0 {
-                    return;
-                }
+            if !ochre_http::site::discard_body(&mut self.inbuf, &mut self.discard) {
+                return;
             }
             let step = match cache.as_deref_mut() {
                 Some(c) => site.step_with(&self.inbuf, self.served, c),

@@ -228,6 +228,21 @@ pub(crate) struct Local {
     last_flush: Option<Instant>,
 }
 
+/// Counts one down on `left`, which restarts at `period` each time it reaches 0: true then,
+/// once in `period` calls (never with `period` 0, statistics off).
+#[inline]
+fn tick(left: &mut u32, period: u32) -> bool {
+    if period == 0 {
+        return false;
+    }
+    *left -= 1;
+    if *left != 0 {
+        return false;
+    }
+    *left = period;
+    true
+}
+
 impl Local {
     pub(crate) fn new(period: u32) -> Self {
         Local {
@@ -242,29 +257,13 @@ impl Local {
     /// At the start of a turn: whether to time its events.
     #[inline]
     pub(crate) fn sample_turn(&mut self) -> bool {
-        if self.period == 0 {
-            return false;
-        }
-        self.turn_tick -= 1;
-        if self.turn_tick != 0 {
-            return false;
-        }
-        self.turn_tick = self.period;
-        true
+        tick(&mut self.turn_tick, self.period)
     }
 
     /// At a post by a handler: whether the event carries its posting instant.
     #[inline]
     pub(crate) fn sample_post(&mut self) -> bool {
-        if self.period == 0 {
-            return false;
-        }
-        self.post_tick -= 1;
-        if self.post_tick != 0 {
-            return false;
-        }
-        self.post_tick = self.period;
-        true
+        tick(&mut self.post_tick, self.period)
     }
 
     /// A sampled event of `color` ran from `started` to `ended`.

@@ -2,24 +2,20 @@
 //! colors by run time, waits measured, per-run figures in the run report, and nothing at all
 //! when off.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use ochre::{Color, Config, Runtime};
 
 fn rt(workers: usize, period: u32) -> Runtime {
-    let config = Config::default().color_stats(period);
-    Runtime::builder().workers(workers).pin(false).config(config).build().unwrap()
-}
-
-fn spin_for(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
+    common::runtime(workers, Config::default().color_stats(period))
 }
 
 /// The driver posts 100 cheap events to color 1, 10 costly ones (200 µs) to color 2, and
 /// 5 to color 3.
+use common::spin_for;
+
 fn workload() {
     for _ in 0..100 {
         ochre::post(Color(1), || {});

@@ -2,25 +2,21 @@
 //! event's fields checked, handler spans of one color never overlapping, the runtime's
 //! decisions present, and the ring's bound.
 
+mod common;
+
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ochre::{Color, Config, Runtime};
 use serde_json::Value;
 
 fn rt(workers: usize, ring: usize) -> Runtime {
-    let config = Config::default().trace_events(ring);
-    Runtime::builder().workers(workers).pin(false).config(config).build().unwrap()
-}
-
-fn spin_for(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
+    common::runtime(workers, Config::default().trace_events(ring))
 }
 
 /// A fan-out over 20 colors, several events each, some costly, with cross-worker posts.
+use common::spin_for;
+
 fn workload() {
     for round in 0..5u64 {
         for c in 0..20u64 {
