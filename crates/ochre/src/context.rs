@@ -87,7 +87,8 @@ fn not_in_runtime(what: &str) -> ! {
 
 /// Posts `f` as an event of `color`, at the tail of the color's queue.
 ///
-/// Events of one color posted by one handler run in the order posted.
+/// Events of one color posted by one handler run in the order posted, and so do those posted by
+/// the handlers of one color (as an actor's messages to another actor).
 ///
 /// # Panics
 ///

@@ -32,8 +32,9 @@
 //!
 //! 1. **Exclusion**: two events of one color never run at the same time.
 //! 2. **Order**: events of one color posted by one poster (one event, or one outside thread) run
-//!    in the order posted; [`post_urgent`] puts an event before the color's queued events that
-//!    have not started.
+//!    in the order posted, and so do those posted by the events of one color (an actor's
+//!    messages to another arrive in order), wherever the two colors move meanwhile;
+//!    [`post_urgent`] puts an event before the color's queued events that have not started.
 //! 3. **Exactly once**: every accepted post runs exactly once, also while colors move between
 //!    workers (stealing) and across a shutdown (what did not run stays queued for the next
 //!    [`Runtime::run`]; dropping the runtime drops it unrun).

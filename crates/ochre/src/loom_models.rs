@@ -155,6 +155,11 @@ fn deliver(to: &ModelWorker, msg: Msg) {
     deliver_from(crate::inbox::OUTSIDE, to, msg);
 }
 
+fn deliver_sync(from: usize, to: &ModelWorker, ask: crate::queue::SyncAsk) {
+    let from_id = crate::message::worker_id(from);
+    deliver_from(from, to, Msg::Sync { color: ask.color, from: from_id, epoch: ask.epoch });
+}
+
 fn deliver_from(from: usize, to: &ModelWorker, msg: Msg) {
     // No parking in this model: the workers step instead of sleeping.
     let _ = to.inbox.push_batch(vec![msg], Sender { id: from, quiet: true });
@@ -202,8 +207,16 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                     peer(to),
                     Msg::Forward { color, home: crate::message::worker_id(me.id), task, urgent },
                 ),
-                Route::Remote { .. } => unreachable!("posts go to the home"),
+                Route::Remote { .. } | Route::Held(_) => unreachable!("posts go to the home"),
             },
+            Msg::Sync { color, from, epoch } => {
+                deliver_from(me.id, peer(from as usize), Msg::Synced { color, epoch })
+            }
+            Msg::Synced { color, epoch } => {
+                if let Some(ask) = q.synced(color, epoch) {
+                    deliver_sync(me.id, peer(ask.home), ask);
+                }
+            }
             Msg::Forward { color, home, task, urgent } => {
                 q.accept_forward(color, home as usize, task, urgent)
             }
@@ -401,6 +414,61 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
         assert_eq!(crate::sync::lock(&poster.queue).lease(c), None);
         let at = |tag| oracle.position(tag);
         assert!(at(0) < at(1) && at(2) < at(3), "a poster's events ran out of order");
+    });
+}
+
+/// Order per poster color across a move: an event of color `a` on worker 1 posted 0 and 1 to
+/// color `c`, homed on worker 0 (on their way, through the home); the home moves `c` to worker
+/// 1 with the first, and `a`'s next event, on worker 1, posts 2 to `c`, which worker 1 may now
+/// hold: the fence holds it until the home's forwards are in. 0, 1, 2 run in that order, once
+/// each, and `c` ends back home.
+#[test]
+fn loom_a_color_moved_to_its_poster_keeps_the_posters_order() {
+    model(|| {
+        let placement = crate::color::Placement::flat(2);
+        let c = Color(0);
+        let home_id = crate::color::home_of(c, placement);
+        let poster_id = 1 - home_id;
+        let a = (1..).map(Color).find(|&a| crate::color::home_of(a, placement) == poster_id);
+        let a = a.unwrap();
+        let oracle = ColorOracle::new();
+        let worker = |id| {
+            Arc::new(ModelWorker {
+                id,
+                queue: Mutex::new(ColorQueue::new(id, placement)),
+                inbox: Inbox::new(),
+            })
+        };
+        let (home, poster) = (worker(home_id), worker(poster_id));
+        for tag in [0, 1] {
+            let msg = Msg::Post { color: c, task: oracle.event(tag), urgent: false, step: false };
+            deliver_from(poster_id, &home, msg);
+        }
+        // `a`'s next event, queued on worker 1: it posts 2 to `c` as a handler does.
+        let next = {
+            let (home, me, e2) = (home.clone(), poster.clone(), oracle.event(2));
+            Task::new(move || {
+                let mut q = crate::sync::lock(&me.queue);
+                let dest = q.route(c);
+                match q.post_to(dest, e2, false) {
+                    Route::Queued | Route::Held(None) => {}
+                    Route::Held(Some(ask)) => deliver_sync(poster_id, &home, ask),
+                    Route::Remote { task, .. } => deliver_from(
+                        poster_id,
+                        &home,
+                        Msg::Post { color: c, task, urgent: false, step: false },
+                    ),
+                    Route::Forward { .. } | Route::Move { .. } => unreachable!("c is homed on 0"),
+                }
+            })
+        };
+        assert!(matches!(crate::sync::lock(&poster.queue).post(a, next, false), Route::Queued));
+        let nobody = loom::thread::spawn(|| {});
+        run_both(&home, &poster, true, nobody);
+        assert_eq!(oracle.ran.load(Ordering::SeqCst), 3, "an event was lost");
+        assert_eq!(crate::sync::lock(&home.queue).lease(c), Some(Lease::Local), "back home");
+        let at = |tag| oracle.position(tag);
+        assert!(at(0) < at(1) && at(1) < at(2), "the poster color's events ran out of order");
     });
 }
 

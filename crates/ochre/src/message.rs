@@ -200,6 +200,13 @@ pub(crate) enum Msg {
     StealRequest,
     /// Never lend this color, homed on the receiver.
     Pin { color: Color },
+    /// Worker `from`, which holds `color` (homed on the receiver) as a guest, holds back posts
+    /// made there until everything sent to the home before this message has been passed on
+    /// (`queue`, "Order per poster color"): answer [`Msg::Synced`] once routed.
+    Sync { color: Color, from: WorkerId, epoch: u64 },
+    /// The home's answer to [`Msg::Sync`]: every post it received before the `Sync` of `epoch`
+    /// was forwarded ahead of this message.
+    Synced { color: Color, epoch: u64 },
     /// I/O and timers for the receiver's poller and wheel (`io`). Boxed: the largest variant by
     /// far (64 bytes against 40), it made every message, and so every slot of a batch buffer,
     /// a whole cache line, on the path of every cross-worker post.
@@ -214,6 +221,20 @@ pub(crate) type WorkerId = u32;
 #[inline]
 pub(crate) fn worker_id(id: usize) -> WorkerId {
     id as WorkerId
+}
+
+impl Msg {
+    /// True if the message hands a color's execution to another worker (a move, a loan, a
+    /// return home): everything the color's events posted here must be pushed to the other
+    /// inboxes before it, so that the color's posts made over there come after them
+    /// (`queue`, "Order per poster color"). The sender flushes its other buffers first.
+    pub(crate) fn hands_over_a_color(&self) -> bool {
+        match self {
+            Msg::Move { .. } | Msg::Return { .. } => true,
+            Msg::Grant { loans, .. } => !loans.is_empty(),
+            _ => false,
+        }
+    }
 }
 
 // Checked where it matters: the size of every message in a batch buffer.

@@ -235,6 +235,12 @@ impl Outbox {
         &self.pending
     }
 
+    /// A destination other than `dest` whose buffer is non-empty (to send them all before a
+    /// message that hands a color over to `dest`: `Msg::hands_over_a_color`).
+    pub(crate) fn pending_other_than(&self, dest: usize) -> Option<usize> {
+        self.pending.iter().copied().find(|&d| d != dest)
+    }
+
     /// Destinations whose buffers are overdue for a safety flush at `now`; starts the age of
     /// buffers seen pending for the first time.
     pub(crate) fn overdue(&mut self, now: Instant, out: &mut Vec<usize>) {

@@ -35,6 +35,32 @@
 //!   order the home received them, the home's channel to the guest. A loan moves a prefix of the
 //!   color's queue ahead of anything forwarded later, on that same channel.
 //! * **Exactly once.** Events move by value, from queue to message to queue; each is popped once.
+//!
+//! ## Order per poster color
+//!
+//! Events of one color posted by the events of another color run in the order posted, across
+//! moves and loans of either (an actor's messages to another actor arrive in order). Two rules:
+//!
+//! * **Hand-over after the posts.** A message that hands a color to another worker (`Move`,
+//!   `Grant`, `Return`) is pushed only after everything the sender had buffered for other workers
+//!   ([`Msg::hands_over_a_color`](crate::message::Msg::hands_over_a_color)). Inboxes are one stack
+//!   each, one modification order: the color's later posts, made over there after it took the
+//!   hand-over, reach any inbox after its earlier ones.
+//! * **A fence on guests.** Posts to a color go to its home, which forwards them to the guest,
+//!   except posts made on the guest itself, which stay there: those could overtake a post of the
+//!   same poster color still on its way through the home (made before the guest got the color,
+//!   or before the poster color came to this worker). So each slot records when its color
+//!   arrived (`arrived`, a counter of arrivals on this worker), and a guest slot a fence: posts
+//!   to it from a color that arrived after its last sync are *held* aside, and the guest sends
+//!   the home a `Sync`; the home answers `Synced` behind everything it received before, so when
+//!   the answer comes every earlier post of those colors has been forwarded ahead of it, and
+//!   their held posts join the queue (the others wait for a later `Sync`: every held post was
+//!   made by a color that arrived after the last sync, so a poster's posts never pass its held
+//!   ones). Home colors need no fence: every post to them comes through their home's inbox or is
+//!   made here.
+//! * **Held posts keep both colors here.** A guest with held posts, and a color whose posts are
+//!   held here (`holding`), do not leave (no move, loan or return) until those posts joined a
+//!   queue: the poster's later posts, made elsewhere and forwarded here, would pass them.
 
 use std::collections::VecDeque;
 
@@ -87,6 +113,52 @@ struct Slot {
     event_ns: u64,
     /// Who posts to the color (`follow`).
     traffic: Traffic,
+    /// When the color came to this worker: [`ColorQueue::arrivals`] at its arrival (0 for a home
+    /// color that never left).
+    arrived: u64,
+    /// A guest's fence on posts made here (see "Order per poster color").
+    fence: Fence,
+    /// Posts of this color held by fences here: while any, the color stays.
+    holding: u32,
+}
+
+/// The fence of a guest slot: which posters' posts may join its queue directly, and the posts
+/// held until a `Synced` says that nothing of theirs is still on its way through the home.
+#[derive(Default)]
+struct Fence {
+    /// Posts from colors that arrived at or before this count of arrivals are in order here
+    /// (`None`: not synced since the color came).
+    synced: Option<u64>,
+    /// A `Sync` is on its way, sent at this count of arrivals.
+    asked: Option<u64>,
+    /// Posts waiting for a sync, in posting order.
+    held: VecDeque<Held>,
+    /// The latest arrival among the colors whose posts are held.
+    need: u64,
+}
+
+/// A post held by a fence.
+struct Held {
+    task: Task,
+    urgent: bool,
+    /// Its poster color's arrival: a sync at or after it lets the post in.
+    need: u64,
+    /// Its poster color's slot (it stays while it holds posts), if a color posted it.
+    poster: Option<usize>,
+}
+
+impl Fence {
+    fn admits(&self, arrived: u64) -> bool {
+        self.synced.is_some_and(|s| s >= arrived)
+    }
+}
+
+/// A guest asks its color's home to sync (`Msg::Sync`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SyncAsk {
+    pub(crate) home: usize,
+    pub(crate) color: Color,
+    pub(crate) epoch: u64,
 }
 
 /// Where a post went.
@@ -100,6 +172,8 @@ pub(crate) enum Route {
     /// The color, idle here, moves to the worker `to` that posted the event (`follow`): send it
     /// the event as the color's first.
     Move { to: usize, task: Task },
+    /// Held by the guest's fence; send the `Sync` if one is asked.
+    Held(Option<SyncAsk>),
 }
 
 /// Where a post goes, decided before the event is built ([`ColorQueue::route`]).
@@ -109,6 +183,9 @@ pub(crate) enum Dest {
     Here { key: usize, me: usize },
     /// The color (slot `key`) is lent to `to`.
     Forward { key: usize, to: usize },
+    /// This worker holds the color as a guest whose fence holds posts from a color that
+    /// arrived at `need`.
+    Held { key: usize, need: u64, me: usize },
     /// The color's home is another worker.
     Remote { home: usize },
 }
@@ -117,7 +194,7 @@ impl Dest {
     /// The worker that will run the event (barring a steal meanwhile).
     pub(crate) fn runs_on(self) -> usize {
         match self {
-            Dest::Here { me, .. } => me,
+            Dest::Here { me, .. } | Dest::Held { me, .. } => me,
             Dest::Forward { to, .. } => to,
             Dest::Remote { home } => home,
         }
@@ -201,6 +278,12 @@ pub(crate) struct ColorQueue {
     /// How long an event takes here, over every sampled turn (ns, moving average; 0 until one
     /// is): the estimate for a color not sampled itself.
     event_ns: u64,
+    /// Colors that came to this worker so far (moved, lent, forwarded here, or back home): each
+    /// arrival is numbered by it (`Slot::arrived`).
+    arrivals: u64,
+    /// The latest arrival among dropped home slots: a home color's new slot takes it, as it
+    /// may be one of them.
+    dropped_arrival: u64,
 }
 
 impl ColorQueue {
@@ -215,6 +298,8 @@ impl ColorQueue {
             pending: 0,
             guests: GuestFilter::default(),
             event_ns: 0,
+            arrivals: 0,
+            dropped_arrival: 0,
         }
     }
 
@@ -265,6 +350,15 @@ impl ColorQueue {
         };
         match self.slots[key].lease {
             Lease::Away { to, .. } => Dest::Forward { key, to },
+            Lease::Guest { .. } if self.running != Some(key) => {
+                // The poster is the running color; no color runs: anything may have arrived.
+                let need = self.running.map_or(self.arrivals, |r| self.slots[r].arrived);
+                if self.slots[key].fence.admits(need) {
+                    Dest::Here { key, me: self.me }
+                } else {
+                    Dest::Held { key, need, me: self.me }
+                }
+            }
             _ => Dest::Here { key, me: self.me },
         }
     }
@@ -288,7 +382,11 @@ impl ColorQueue {
             let slot = &mut self.slots[key];
             if slot.lease == Lease::Local {
                 slot.traffic.post_from(poster);
-                let idle = slot.events.is_empty() && !slot.queued && !running && !slot.pinned;
+                let idle = slot.events.is_empty()
+                    && !slot.queued
+                    && !running
+                    && !slot.pinned
+                    && slot.holding == 0;
                 if idle && moves(slot.traffic) {
                     slot.traffic.reset();
                     slot.lease = Lease::Away { to: poster, outstanding: 1, moved: true };
@@ -326,7 +424,83 @@ impl ColorQueue {
                 Route::Forward { to, task }
             }
             Dest::Remote { home } => Route::Remote { home, task },
+            Dest::Held { key, need, .. } => {
+                let arrivals = self.arrivals;
+                let poster = self.running;
+                if let Some(p) = poster {
+                    self.slots[p].holding += 1;
+                }
+                let slot = &mut self.slots[key];
+                if local {
+                    slot.traffic.local_post(false);
+                }
+                let fence = &mut slot.fence;
+                fence.held.push_back(Held { task, urgent, need, poster });
+                fence.need = fence.need.max(need);
+                if fence.asked.is_some() {
+                    return Route::Held(None);
+                }
+                fence.asked = Some(arrivals);
+                let Lease::Guest { home, .. } = slot.lease else {
+                    unreachable!("a fence on a color not held as a guest")
+                };
+                Route::Held(Some(SyncAsk { home, color: slot.color, epoch: arrivals }))
+            }
         }
+    }
+
+    /// The home answered this worker's `Sync` of `epoch` for `color`: posts held for colors that
+    /// had arrived by then join the queue. Returns a new `Sync` to send if posts of a color that
+    /// arrived later are held.
+    pub(crate) fn synced(&mut self, color: Color, epoch: u64) -> Option<SyncAsk> {
+        let &key = self.index.get(&color)?;
+        let arrivals = self.arrivals;
+        let slot = &mut self.slots[key];
+        let Lease::Guest { home, .. } = slot.lease else {
+            debug_assert!(false, "Synced for color {color:?} in lease {:?}", slot.lease);
+            return None;
+        };
+        let fence = &mut slot.fence;
+        fence.asked = None;
+        fence.synced = fence.synced.max(Some(epoch));
+        if fence.held.is_empty() {
+            return None;
+        }
+        let held = std::mem::take(&mut fence.held);
+        let mut ask = None;
+        if epoch < fence.need {
+            fence.asked = Some(arrivals);
+            ask = Some(SyncAsk { home, color, epoch: arrivals });
+        }
+        fence.need = 0;
+        for h in held {
+            if h.need > epoch {
+                let fence = &mut self.slots[key].fence;
+                fence.need = fence.need.max(h.need);
+                fence.held.push_back(h);
+                continue;
+            }
+            if let Some(p) = h.poster {
+                let poster = &mut self.slots[p];
+                poster.holding -= 1;
+                if poster.holding == 0
+                    && poster.events.is_empty()
+                    && matches!(poster.lease, Lease::Guest { .. })
+                {
+                    // A guest that stayed only for its held posts: an empty turn ends it, and
+                    // gives it back as any emptied guest.
+                    self.schedule(p, false);
+                }
+            }
+            self.enqueue(key, h.task, h.urgent);
+        }
+        ask
+    }
+
+    /// Numbers a color's arrival on this worker (`Slot::arrived`).
+    fn arrive(&mut self, key: usize) {
+        self.arrivals += 1;
+        self.slots[key].arrived = self.arrivals;
     }
 
     /// Accepts an event that the color's home forwarded to this worker, the borrower.
@@ -357,6 +531,7 @@ impl ColorQueue {
         );
         slot.lease = Lease::Guest { home, received: u64::from(task.is_some()), resident: true };
         slot.traffic.reset();
+        self.arrive(key);
         if let Some(task) = task {
             self.enqueue(key, task, urgent);
         }
@@ -369,6 +544,7 @@ impl ColorQueue {
             return;
         }
         let key = self.guest_slot(loan.color, home);
+        self.arrive(key);
         let slot = &mut self.slots[key];
         if let Lease::Guest { received, .. } = &mut slot.lease {
             *received += n as u64;
@@ -400,6 +576,7 @@ impl ColorQueue {
                 }
                 slot.traffic.reset();
                 slot.lease = Lease::Local;
+                self.arrive(key);
                 self.maybe_release(key);
             }
         } else {
@@ -455,9 +632,10 @@ impl ColorQueue {
             self.ready.push_back(key);
             return None;
         }
-        let (lease, pinned) = (slot.lease, slot.pinned);
+        let (lease, pinned) = (slot.lease, slot.pinned || slot.holding > 0);
         let ready = self.ready.len();
         match lease {
+            Lease::Guest { .. } if !slot.fence.held.is_empty() || slot.holding > 0 => None,
             Lease::Guest { home, received, resident } => {
                 if resident && !self.gives_back(key) && shed(Some(home), ready, cost) != Some(home)
                 {
@@ -544,6 +722,7 @@ impl ColorQueue {
         };
         s.lease == Lease::Local
             && !s.pinned
+            && s.holding == 0
             && per_event > 0
             && (s.events.len() as u64).saturating_mul(per_event) >= floor_ns
     }
@@ -576,7 +755,7 @@ impl ColorQueue {
         let s = &self.slots[key];
         // With a floor, a color not sampled yet stays: a few turns tell whether it is worth
         // moving, and moving a light one costs more than waiting does.
-        s.lease == Lease::Local && !s.pinned && s.weight_ns >= min_weight_ns
+        s.lease == Lease::Local && !s.pinned && s.holding == 0 && s.weight_ns >= min_weight_ns
     }
 
     /// True if at least `n` waiting colors could be lent now (looks at the first 64 only).
@@ -667,7 +846,9 @@ impl ColorQueue {
             }
             None => {
                 self.guests.insert(color);
-                self.insert(color, Lease::Guest { home, received: 0, resident: false })
+                let key = self.insert(color, Lease::Guest { home, received: 0, resident: false });
+                self.arrive(key);
+                key
             }
         }
     }
@@ -683,6 +864,9 @@ impl ColorQueue {
             weight_ns: 0,
             event_ns: 0,
             traffic: Traffic::default(),
+            arrived: self.dropped_arrival,
+            fence: Fence::default(),
+            holding: 0,
         });
         self.index.insert(color, key);
         key
@@ -719,11 +903,13 @@ impl ColorQueue {
         if slot.events.is_empty()
             && !slot.queued
             && !slot.pinned
+            && slot.holding == 0
             && slot.lease == Lease::Local
             && self.running != Some(key)
             && self.slots.len() > KEEP_IDLE_SLOTS_UNDER
         {
             let color = slot.color;
+            self.dropped_arrival = self.dropped_arrival.max(slot.arrived);
             self.slots.remove(key);
             self.index.remove(&color);
         }
@@ -889,7 +1075,10 @@ mod tests {
         events.push_back(task(&log, 0));
         t.adopt(0, Loan { color: c, events, urgent: 0 });
         assert!(t.lend(0).is_none(), "a borrowed color was lent on");
-        assert!(matches!(t.post(c, task(&log, 1), false), Route::Queued));
+        // Posted outside a turn (any color may have arrived): held until the home syncs.
+        let Route::Held(Some(ask)) = t.post(c, task(&log, 1), false) else { panic!("not held") };
+        assert_eq!((ask.home, ask.color), (0, c));
+        assert_eq!(t.synced(c, ask.epoch), None);
         // Holding a guest, another color of the same home still goes home (looked up).
         let other = color_on(0, 2, 1);
         assert!(matches!(t.post(other, task(&log, 9), false), Route::Remote { home: 0, .. }));
@@ -1065,8 +1254,10 @@ mod tests {
         };
         assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 1, moved: true }));
         g.adopt_moved(c, 0, Some(first), false);
-        // The borrower's own posts to it are local; others' are forwarded by the home.
-        assert!(matches!(g.post(c, task(&log, 2), false), Route::Queued));
+        // The borrower's own posts to it are local once the home synced; others' are forwarded
+        // by the home.
+        let Route::Held(Some(ask)) = g.post(c, task(&log, 2), false) else { panic!("not held") };
+        assert_eq!(g.synced(c, ask.epoch), None);
         let Route::Forward { to: 1, task: fwd } = receive(&mut h, c, task(&log, 3), 2) else {
             panic!("not forwarded")
         };
@@ -1076,6 +1267,33 @@ mod tests {
         assert!(matches!(g.post(c, task(&log, 4), false), Route::Queued));
         run_all(&mut g);
         assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_fence_lets_in_the_posts_of_colors_that_arrived_before_its_sync_and_keeps_posters_here() {
+        let log = Log::default();
+        let mut g = ColorQueue::new(1, Placement::flat(3));
+        let (c, a) = (color_on(0, 3, 0), color_on(2, 3, 0));
+        g.adopt_moved(c, 0, None, false);
+        let Route::Held(Some(first)) = g.post(c, task(&log, 0), false) else { panic!() };
+        // `a` arrives (lent by worker 2) after that sync was asked; its event posts to `c`.
+        g.adopt(2, Loan { color: a, events: VecDeque::from([task(&log, 9)]), urgent: 0 });
+        let (ka, _) = g.start_turn().unwrap();
+        g.pop(ka).unwrap().run();
+        assert!(matches!(g.post(c, task(&log, 1), false), Route::Held(None)), "one sync at a time");
+        assert_eq!(g.end_turn(ka), None, "a color whose posts are held stays");
+        // The first sync lets in the post made before `a` came, and asks again for `a`'s.
+        let Some(second) = g.synced(c, first.epoch) else { panic!("no second sync asked") };
+        assert!(second.epoch > first.epoch);
+        assert_eq!(run_all(&mut g), vec![]);
+        assert_eq!(*log.lock().unwrap(), vec![9, 0]);
+        assert_eq!(g.synced(c, second.epoch), None);
+        // `a`'s post joins; `a`, empty, goes home; `c`, a resident, stays.
+        let back = run_all(&mut g);
+        assert_eq!(back, vec![Returned { home: 2, color: a, ran: 1, resident: false }]);
+        assert_eq!(*log.lock().unwrap(), vec![9, 0, 1]);
+        // Synced: later posts of colors that were here go straight in.
+        assert!(matches!(g.post(c, task(&log, 2), false), Route::Queued));
     }
 
     #[test]

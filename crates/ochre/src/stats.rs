@@ -58,6 +58,9 @@ counters! {
     posts_remote = PostsRemote,
     /// Of the posts above, those posted urgent (head of the color's queue).
     posts_urgent = PostsUrgent,
+    /// Local posts held until the home of the guest color they went to confirmed that nothing
+    /// of their poster color was still on its way there (`queue`, "Order per poster color").
+    posts_held = PostsHeld,
     /// Outgoing batches handed to other workers.
     batches_sent = BatchesSent,
     /// Messages in those batches (mean batch size = batched_msgs / batches_sent).

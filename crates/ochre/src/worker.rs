@@ -199,8 +199,21 @@ impl Core {
                 self.event_remote_dest = home;
                 self.send(shared, home, Msg::Post { color, task, urgent, step: false });
             }
+            Route::Held(ask) => {
+                self.counters.add(Counter::PostsLocal, 1);
+                self.counters.add(Counter::PostsHeld, 1);
+                if let Some(ask) = ask {
+                    self.ask_sync(shared, ask);
+                }
+            }
             Route::Move { .. } => unreachable!("only a received post moves a color"),
         }
+    }
+
+    /// Asks a guest color's home to sync (`queue`, "Order per poster color").
+    fn ask_sync(&mut self, shared: &Shared, ask: crate::queue::SyncAsk) {
+        let from = crate::message::worker_id(self.id);
+        self.send(shared, ask.home, Msg::Sync { color: ask.color, from, epoch: ask.epoch });
     }
 
     /// libasync-smp's post: lock the queue of the worker that holds the color, once per event,
@@ -229,6 +242,11 @@ impl Core {
     /// Sends a message to another worker (or, on the locked transport, possibly to this one).
     pub(crate) fn send(&mut self, shared: &Shared, dest: usize, msg: Msg) {
         if shared.config.batching {
+            if msg.hands_over_a_color() {
+                // Everything the color posted here goes out before it does (`queue`, "Order per
+                // poster color").
+                self.flush_all_but(shared, dest);
+            }
             self.turn_sends += 1;
             if let Some(batch) = self.outbox.push(dest, msg, &shared.remotes[self.id].returns) {
                 self.deliver(shared, dest, batch);
@@ -271,6 +289,15 @@ impl Core {
     /// Sends every outgoing buffer.
     pub(crate) fn flush_all(&mut self, shared: &Shared) {
         while let Some(&d) = self.outbox.pending_dests().first() {
+            let batch = self.outbox.take(d);
+            self.deliver(shared, d, batch);
+        }
+    }
+
+    /// Sends every outgoing buffer but `dest`'s.
+    #[cold]
+    fn flush_all_but(&mut self, shared: &Shared, dest: usize) {
+        while let Some(d) = self.outbox.pending_other_than(dest) {
             let batch = self.outbox.take(d);
             self.deliver(shared, d, batch);
         }
@@ -402,6 +429,13 @@ impl Core {
                 let from = follow.then_some((sender, step));
                 match self.receive_post(shared, color, task, urgent, from) {
                     Route::Queued => {}
+                    // Received posts are for colors homed here, never guests; should one be, its
+                    // fence holds it like a local post.
+                    Route::Held(ask) => {
+                        if let Some(ask) = ask {
+                            self.ask_sync(shared, ask);
+                        }
+                    }
                     Route::Move { to, task } => {
                         *may_move = false;
                         self.counters.add(Counter::ColorsMovedOut, 1);
@@ -455,6 +489,15 @@ impl Core {
                 }
             }
             Msg::Return { color, ran } => self.queue.returned(color, ran),
+            Msg::Sync { color, from, epoch } => {
+                // Behind every forward of the posts received before it, on the same channel.
+                self.send(shared, from as usize, Msg::Synced { color, epoch });
+            }
+            Msg::Synced { color, epoch } => {
+                if let Some(ask) = self.queue.synced(color, epoch) {
+                    self.ask_sync(shared, ask);
+                }
+            }
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),

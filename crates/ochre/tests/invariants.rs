@@ -6,7 +6,9 @@
 //! a shutdown in the middle). An oracle checks:
 //!
 //! 1. exclusion: a per-color in-use flag, set and cleared by every event of that color;
-//! 2. order: per (poster, color) sequence numbers, for normal and for urgent posts separately;
+//! 2. order: per (poster, color) sequence numbers, for normal and for urgent posts separately, where
+//!    the poster is one event, and again where it is the posting event's color (an actor's
+//!    messages to another arrive in order, across moves and loans of either);
 //! 3. exactly once: every event id that was posted runs once, none twice, none lost (also across a
 //!    shutdown and the run that drains what it left).
 //!
@@ -32,6 +34,10 @@ struct Oracle {
     /// Per color: (poster, urgent) -> last sequence number seen. Only touched by events of that
     /// color, so (if exclusion holds) never contended.
     last_seq: Vec<Mutex<HashMap<(u64, bool), u64>>>,
+    /// Per color: (destination color, urgent) -> posts made so far by the color's events.
+    color_sent: Vec<Mutex<HashMap<(u64, bool), u64>>>,
+    /// Per color: (posting color, urgent) -> last sequence number seen.
+    color_seen: Vec<Mutex<HashMap<(u64, bool), u64>>>,
     violations: Mutex<Vec<String>>,
     shutdown_after: Option<u64>,
     ran: AtomicU64,
@@ -47,6 +53,8 @@ impl Oracle {
             next_id: AtomicU64::new(0),
             budget: AtomicI64::new(budget),
             last_seq: (0..colors).map(|_| Mutex::new(HashMap::new())).collect(),
+            color_sent: (0..colors).map(|_| Mutex::new(HashMap::new())).collect(),
+            color_seen: (0..colors).map(|_| Mutex::new(HashMap::new())).collect(),
             violations: Mutex::new(Vec::new()),
             shutdown_after,
             ran: AtomicU64::new(0),
@@ -75,6 +83,8 @@ struct Ev {
     poster: u64,
     seq: u64,
     urgent: bool,
+    /// The posting event's color and the post's number among that color's posts to this color.
+    by_color: Option<(u64, u64)>,
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -116,6 +126,20 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
         }
         last.insert(key, ev.seq);
     }
+    if let Some((pc, pseq)) = ev.by_color {
+        let mut seen = o.color_seen[c].lock().unwrap();
+        let key = (pc, ev.urgent);
+        if let Some(&l) = seen.get(&key) {
+            if pseq <= l {
+                o.violation(format!(
+                    "order per poster color: color {pc} to color {} urgent={} ran post {pseq} \
+                     after {l}",
+                    ev.color, ev.urgent
+                ));
+            }
+        }
+        seen.insert(key, pseq);
+    }
 
     // Children, chosen by a generator seeded from (seed, id): the same seed, the same workload.
     let mut rng = splitmix(o.seed ^ ev.id.wrapping_mul(0x2545_f491_4f6c_dd1d));
@@ -134,7 +158,20 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
         let urgent = (rng >> 40).is_multiple_of(8);
         let seq = seqs.entry((color, urgent)).or_insert(0);
         *seq += 1;
-        let child = Ev { id: o.new_id(), color, poster: ev.id, seq: *seq, urgent };
+        let pseq = {
+            let mut sent = o.color_sent[c].lock().unwrap();
+            let n = sent.entry((color, urgent)).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let child = Ev {
+            id: o.new_id(),
+            color,
+            poster: ev.id,
+            seq: *seq,
+            urgent,
+            by_color: Some((ev.color, pseq)),
+        };
         let o2 = o.clone();
         let f = move || run_event(&o2, child);
         if urgent {
@@ -165,7 +202,7 @@ fn outside_poster(o: Arc<Oracle>, handle: Handle, t: u64, count: u64) {
         let urgent = (rng >> 40).is_multiple_of(8);
         let seq = seqs.entry((color, urgent)).or_insert(0);
         *seq += 1;
-        let ev = Ev { id: o.new_id(), color, poster, seq: *seq, urgent };
+        let ev = Ev { id: o.new_id(), color, poster, seq: *seq, urgent, by_color: None };
         let o2 = o.clone();
         let f = move || run_event(&o2, ev);
         let r = if urgent {
@@ -250,6 +287,7 @@ fn stress_once(
                     poster: u64::MAX / 2,
                     seq: r + 1,
                     urgent: false,
+                    by_color: None,
                 };
                 let o3 = o2.clone();
                 ochre::post(Color(ev.color), move || run_event(&o3, ev));

@@ -620,6 +620,7 @@ impl<'w> Sim<'w> {
                     Route::Remote { home, task } => {
                         self.send(k, home, Msg::Post { color, task, urgent, step: false })
                     }
+                    Route::Held(ask) => self.ask_sync(k, ask),
                 }
             }
             Msg::Forward { color, home, task, urgent } => {
@@ -640,6 +641,13 @@ impl<'w> Sim<'w> {
                 }
             }
             Msg::Return { color, ran } => self.cores[k].queue.returned(color, ran),
+            Msg::Sync { color, from, epoch } => {
+                self.send(k, from as usize, Msg::Synced { color, epoch })
+            }
+            Msg::Synced { color, epoch } => {
+                let ask = self.cores[k].queue.synced(color, epoch);
+                self.ask_sync(k, ask);
+            }
             Msg::StealRequest => self.answer(k),
             Msg::Pin { color } => self.cores[k].queue.pin(color),
             Msg::Io(_) => {}
@@ -755,7 +763,20 @@ impl<'w> Sim<'w> {
                 core.event_remote_dest = home;
                 self.send(k, home, Msg::Post { color, task, urgent: false, step: false });
             }
+            Route::Held(ask) => {
+                self.report.posts_local += 1;
+                self.cores[k].now += cost.local_post_ns as u64;
+                self.ask_sync(k, ask);
+            }
             Route::Move { .. } => {}
+        }
+    }
+
+    /// Asks a guest color's home to sync (`worker::Core::ask_sync`).
+    fn ask_sync(&mut self, k: usize, ask: Option<crate::queue::SyncAsk>) {
+        if let Some(a) = ask {
+            let msg = Msg::Sync { color: a.color, from: k as u32, epoch: a.epoch };
+            self.send(k, a.home, msg);
         }
     }
 
@@ -764,6 +785,11 @@ impl<'w> Sim<'w> {
         self.report.msgs += 1;
         if !self.setup.config.batching {
             return self.deliver(k, dest, vec![msg]);
+        }
+        if msg.hands_over_a_color() {
+            while let Some(d) = self.cores[k].outbox.pending_other_than(dest) {
+                self.flush_to(k, d);
+            }
         }
         let core = &mut self.cores[k];
         core.turn_sends += 1;
