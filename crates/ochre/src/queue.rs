@@ -675,6 +675,11 @@ impl ColorQueue {
         }
     }
 
+    /// True while a color's turn is on (between `start_turn` and its end).
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
     /// True if nothing waits or runs here.
     pub(crate) fn is_quiet(&self) -> bool {
         self.ready.is_empty() && self.running.is_none()

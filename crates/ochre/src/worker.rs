@@ -75,6 +75,8 @@ pub(crate) struct Core {
     event_remote_dest: usize,
     /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
     turn_sends: u32,
+    /// True while the inbox is being filed in the middle of a handler ([`Core::send`]).
+    filing: bool,
     /// The ready count last written to this worker's status (`publish_ready`).
     published_ready: usize,
     /// The last backlog flag published (`publish_backlog`).
@@ -127,6 +129,7 @@ impl Core {
             event_remote_posts: 0,
             event_remote_dest: 0,
             turn_sends: 0,
+            filing: false,
             published_ready: 0,
             published_backlog: false,
             heap_gauges_in: 0,
@@ -250,6 +253,16 @@ impl Core {
             self.turn_sends += 1;
             if let Some(batch) = self.outbox.push(dest, msg, &shared.remotes[self.id].returns) {
                 self.deliver(shared, dest, batch);
+                // A handler that posts a full batch may post many more before it returns (a
+                // producer's loop): the messages it received meanwhile are filed now, once per
+                // batch, so that a color moved here (`follow`) or given back home takes this
+                // handler's next posts, instead of the old home forwarding all of them until the
+                // handler ends. Filing only queues events; none runs.
+                if self.queue.is_running() && !self.filing {
+                    self.filing = true;
+                    self.take_inbox(shared);
+                    self.filing = false;
+                }
             } else if self.outbox.offers_early(dest)
                 && shared.remotes[dest].status.idle.load(Ordering::Relaxed)
             {
