@@ -190,7 +190,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 task,
                 urgent,
                 (follow && from != crate::inbox::OUTSIDE).then_some(from),
-                |_| true,
+                |_, _| true,
             ) {
                 Route::Queued => {}
                 Route::Move { to, task } => deliver_from(

@@ -374,7 +374,7 @@ impl ColorQueue {
         task: Task,
         urgent: bool,
         from: Option<usize>,
-        moves: impl FnOnce(Traffic) -> bool,
+        moves: impl FnOnce(Traffic, u64) -> bool,
     ) -> Route {
         let dest = self.route(color);
         if let (Dest::Here { key, .. }, Some(poster)) = (dest, from.filter(|&f| f != self.me)) {
@@ -387,7 +387,7 @@ impl ColorQueue {
                     && !running
                     && !slot.pinned
                     && slot.holding == 0;
-                if idle && moves(slot.traffic) {
+                if idle && moves(slot.traffic, slot.event_ns) {
                     slot.traffic.reset();
                     slot.lease = Lease::Away { to: poster, outstanding: 1, moved: true };
                     return Route::Move { to: poster, task };
@@ -1229,12 +1229,13 @@ mod tests {
 
     /// `receive_post` from `poster` with the policy of `follow`, the poster's batch quiet.
     fn receive(q: &mut ColorQueue, c: Color, t: Task, poster: usize) -> Route {
-        q.receive_post(c, t, false, Some(poster), |traffic| {
+        q.receive_post(c, t, false, Some(poster), |traffic, _| {
             let (poster_share, home_share) = (1000, 1000);
             follow::moves(&follow::Offer {
                 traffic,
                 quiet: true,
                 step: false,
+                cheap_stream: false,
                 poster_ready: 0,
                 home_ready: 0,
                 poster_share,
@@ -1318,7 +1319,7 @@ mod tests {
             t.run();
         }
         assert!(matches!(receive(&mut h, busy, task(&log, 9), 1), Route::Queued), "running");
-        let outside = h.receive_post(busy, task(&log, 9), false, None, |_| true);
+        let outside = h.receive_post(busy, task(&log, 9), false, None, |_, _| true);
         assert!(matches!(outside, Route::Queued), "a post from outside the runtime moves nothing");
         assert_eq!(h.lease(busy), Some(Lease::Local));
     }

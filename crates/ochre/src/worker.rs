@@ -403,8 +403,9 @@ impl Core {
                 // One color per batch may move, as tokio's LIFO slot holds one task: the poster
                 // takes its partner, not every receiver of a fan-out.
                 let mut may_move = true;
+                let stream = if shared.config.follow { follow::stream(&batch) } else { None };
                 for msg in batch.drain(..) {
-                    self.receive(shared, msg, from, &mut may_move);
+                    self.receive(shared, msg, from, &mut may_move, stream);
                 }
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
                 self.outbox.recycle(batch, shared.remotes.get(from.id).map(|r| &*r.returns));
@@ -415,7 +416,7 @@ impl Core {
             while let Some(msg) = remote.poke.inbox.pop_locked() {
                 taken += 1;
                 // The locked FIFO does not say who sent what: colors stay where they are.
-                self.receive(shared, msg, Sender::worker(OUTSIDE), &mut false);
+                self.receive(shared, msg, Sender::worker(OUTSIDE), &mut false, None);
             }
         }
         if taken > 0 {
@@ -429,17 +430,26 @@ impl Core {
     }
 
     /// Routes one message of a batch from `sender`; while `may_move`, a post may move its color
-    /// to the sender (then no more of this batch may).
-    fn receive(&mut self, shared: &Shared, msg: Msg, sender: Sender, may_move: &mut bool) {
+    /// to the sender (then no more of this batch may). `stream`: the color the whole batch posts
+    /// to, if it is a stream (`follow::stream`).
+    fn receive(
+        &mut self,
+        shared: &Shared,
+        msg: Msg,
+        sender: Sender,
+        may_move: &mut bool,
+        stream: Option<Color>,
+    ) {
         match msg {
             Msg::Post { color, task, urgent, step } => {
-                // Only quiet batches and chain steps can move a color (`follow::worth_asking`):
-                // the posts of a fan-out or a stream take the plain path, uncounted.
+                // Only quiet batches, chain steps and streams can move a color
+                // (`follow::worth_asking`): the posts of a fan-out take the plain path, uncounted.
+                let stream = stream == Some(color);
                 let follow = *may_move
-                    && (sender.quiet || step)
+                    && (sender.quiet || step || stream)
                     && shared.config.follow
                     && sender.id < shared.workers;
-                let from = follow.then_some((sender, step));
+                let from = follow.then_some((sender, step, stream));
                 match self.receive_post(shared, color, task, urgent, from) {
                     Route::Queued => {}
                     // Received posts are for colors homed here, never guests; should one be, its
@@ -518,8 +528,8 @@ impl Core {
     }
 
     /// Routes a post received as the color's home; from a `sender` worker, with whether the
-    /// post was a chain step (`None`: colors do not follow), the color may move to it
-    /// (`follow::moves`).
+    /// post was a chain step and whether it came in a stream to the color (`None`: colors do
+    /// not follow), the color may move to it (`follow::moves`).
     #[inline]
     fn receive_post(
         &mut self,
@@ -527,13 +537,14 @@ impl Core {
         color: Color,
         task: Task,
         urgent: bool,
-        from: Option<(Sender, bool)>,
+        from: Option<(Sender, bool, bool)>,
     ) -> Route {
         let me = self.id;
         let home_ready = self.queue.ready_len();
-        self.queue.receive_post(color, task, urgent, from.map(|(s, _)| s.id), |traffic| {
-            let Some((sender, step)) = from else { return false };
-            if !follow::worth_asking(&traffic, sender.quiet, step) {
+        self.queue.receive_post(color, task, urgent, from.map(|(s, ..)| s.id), |traffic, cost| {
+            let Some((sender, step, stream)) = from else { return false };
+            let cheap_stream = stream && follow::cheap(cost);
+            if !follow::worth_asking(&traffic, sender.quiet, step, cheap_stream) {
                 return false;
             }
             // Relaxed: hints, published by each worker at the end of its rounds.
@@ -543,6 +554,7 @@ impl Core {
                 traffic,
                 quiet: sender.quiet,
                 step,
+                cheap_stream,
                 poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
                 home_ready,
                 poster_share: share(sender.id),

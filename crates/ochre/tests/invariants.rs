@@ -143,18 +143,21 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
 
     // Children, chosen by a generator seeded from (seed, id): the same seed, the same workload.
     let mut rng = splitmix(o.seed ^ ev.id.wrapping_mul(0x2545_f491_4f6c_dd1d));
-    let children = rng % 4;
+    // Now and then a stream: many posts to one color from one event (a producer's loop), which
+    // may move that color here in the middle of the event (`follow::stream`).
+    let stream = (rng >> 20).is_multiple_of(32).then(|| (rng >> 8) % o.colors);
+    let children = if stream.is_some() { 24 } else { rng % 4 };
     let mut seqs: HashMap<(u64, bool), u64> = HashMap::new();
     for _ in 0..children {
         if o.budget.fetch_sub(1, Ordering::Relaxed) <= 0 {
             break;
         }
         rng = splitmix(rng);
-        let color = match rng % 10 {
+        let color = stream.unwrap_or(match rng % 10 {
             0..=2 => ev.color,                  // same color: local fast path
             3..=4 => (ev.color + 1) % o.colors, // a neighbour
             _ => (rng >> 8) % o.colors,         // anywhere: mostly another worker
-        };
+        });
         let urgent = (rng >> 40).is_multiple_of(8);
         let seq = seqs.entry((color, urgent)).or_insert(0);
         *seq += 1;

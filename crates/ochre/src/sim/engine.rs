@@ -574,8 +574,10 @@ impl<'w> Sim<'w> {
             let receive = msgs.len() as f64 * cost.receive_ns + lines * cost.line(d) / 4.0;
             self.cores[k].now += receive as u64;
             let mut may_move = batching;
+            let follows = batching && self.setup.config.follow;
+            let stream = if follows { follow::stream(&msgs) } else { None };
             for msg in msgs.drain(..) {
-                self.receive(k, msg, from, quiet, &mut may_move);
+                self.receive(k, msg, from, quiet, &mut may_move, stream);
             }
             if batching {
                 self.cores[k].outbox.recycle(msgs, self.returns.get(from));
@@ -585,27 +587,39 @@ impl<'w> Sim<'w> {
     }
 
     /// Routes one message (`worker::Core::receive`).
-    fn receive(&mut self, k: usize, msg: Msg, from: usize, quiet: bool, may_move: &mut bool) {
+    fn receive(
+        &mut self,
+        k: usize,
+        msg: Msg,
+        from: usize,
+        quiet: bool,
+        may_move: &mut bool,
+        stream: Option<Color>,
+    ) {
         match msg {
             Msg::Post { color, task, urgent, step } => {
-                let follow = *may_move && (quiet || step) && self.setup.config.follow;
+                let stream = stream == Some(color);
+                let follow = *may_move && (quiet || step || stream) && self.setup.config.follow;
                 let offer = follow.then_some(step);
                 let home_ready = self.cores[k].queue.ready_len();
                 let poster_ready = self.net.status[from].ready;
                 let poster = offer.map(|_| from);
-                let route = self.cores[k].queue.receive_post(color, task, urgent, poster, |tr| {
-                    let Some(step) = offer else { return false };
-                    follow::worth_asking(&tr, quiet, step)
-                        && follow::moves(&follow::Offer {
-                            traffic: tr,
-                            quiet,
-                            step,
-                            poster_ready,
-                            home_ready,
-                            poster_share: FULL,
-                            home_share: FULL,
-                        })
-                });
+                let route =
+                    self.cores[k].queue.receive_post(color, task, urgent, poster, |tr, cost| {
+                        let Some(step) = offer else { return false };
+                        let cheap_stream = stream && follow::cheap(cost);
+                        follow::worth_asking(&tr, quiet, step, cheap_stream)
+                            && follow::moves(&follow::Offer {
+                                traffic: tr,
+                                quiet,
+                                step,
+                                cheap_stream,
+                                poster_ready,
+                                home_ready,
+                                poster_share: FULL,
+                                home_share: FULL,
+                            })
+                    });
                 match route {
                     Route::Queued => {}
                     Route::Move { to, task } => {
