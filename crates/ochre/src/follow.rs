@@ -42,8 +42,11 @@
 //!
 //! **Leaving a shared CPU.** A worker that gets clearly less of its CPU than an idle worker
 //! (another process shares it) sends each color at home here whose queue empties to the idle
-//! worker with the most CPU ([`relief`], a `Move` without an event); the color's partners follow
-//! it there by the rules above, which never move a color to the shared worker. The idle worker
+//! worker with the most CPU ([`relief`], a `Move` without an event), and so does a post that
+//! reaches such a color idle (the `Move` carries the post: a driver whose first event comes from
+//! outside runs its long handler on the free CPU); the color's partners follow it there by the
+//! rules above, which never move a color to the shared worker, and it does not go back to a
+//! home whose CPU is clearly worse ([`goes_home`]). The idle worker
 //! takes no work by stealing (`Steal::FromSharedCpus` does, measured worse): only idle colors
 //! move, so a color's order and exclusion stay the lending protocol's.
 //!
@@ -236,6 +239,23 @@ pub(crate) fn sheds(ready: usize, mine: u32, cheap: bool, home: impl FnOnce() ->
         && ((crowded && home.share + RELIEF_MARGIN > mine) || home.share >= mine + RELIEF_MARGIN)
 }
 
+/// At a borrower whose resident color's queue just emptied: give it back to its `home`? When its
+/// traffic moved on (`moved_on`, [`gives_back`]), unless the home gets clearly less of its CPU
+/// than this worker (`mine`): a color that [`relief`] sent here keeps hearing from its home,
+/// forwarded, and going back would undo the relief at every window; else as [`sheds`] says.
+pub(crate) fn goes_home(
+    moved_on: bool,
+    ready: usize,
+    mine: u32,
+    cheap: bool,
+    home: impl FnOnce() -> Peer,
+) -> bool {
+    if moved_on {
+        return home().share + RELIEF_MARGIN > mine;
+    }
+    sheds(ready, mine, cheap, home)
+}
+
 /// Where a color at home here, whose queue just emptied, should go because this worker gets
 /// clearly less of its CPU (`mine`) than an idle worker does: the idle worker with the largest
 /// share, if it beats `mine` by [`RELIEF_MARGIN`]. Its partners follow it there (`moves`).
@@ -319,6 +339,15 @@ mod tests {
         }
         posts_from(&mut t, 1, 2);
         assert!(moves(&offer(t)));
+    }
+
+    #[test]
+    fn a_resident_whose_traffic_moved_on_goes_home_unless_the_home_cpu_is_clearly_worse() {
+        let home = |share| move || Peer { id: 0, idle: false, share };
+        assert!(goes_home(true, 0, FULL, false, home(FULL)), "traffic moved on");
+        assert!(!goes_home(true, 0, FULL, false, home(FULL / 2)), "the home's CPU is shared");
+        assert!(goes_home(true, 0, FULL / 2, false, home(FULL / 2)), "both shared alike");
+        assert!(!goes_home(false, 0, FULL, false, home(FULL)), "nothing says so");
     }
 
     fn posts(colors: &[u64]) -> Vec<Msg> {

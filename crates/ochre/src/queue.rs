@@ -374,23 +374,27 @@ impl ColorQueue {
         task: Task,
         urgent: bool,
         from: Option<usize>,
-        moves: impl FnOnce(Traffic, u64) -> bool,
+        moves: impl FnOnce(Traffic, u64) -> Option<usize>,
     ) -> Route {
         let dest = self.route(color);
-        if let (Dest::Here { key, .. }, Some(poster)) = (dest, from.filter(|&f| f != self.me)) {
+        if let Dest::Here { key, .. } = dest {
             let running = self.running == Some(key);
+            let me = self.me;
             let slot = &mut self.slots[key];
             if slot.lease == Lease::Local {
-                slot.traffic.post_from(poster);
+                if let Some(poster) = from.filter(|&f| f != me) {
+                    slot.traffic.post_from(poster);
+                }
                 let idle = slot.events.is_empty()
                     && !slot.queued
                     && !running
                     && !slot.pinned
                     && slot.holding == 0;
-                if idle && moves(slot.traffic, slot.event_ns) {
+                let to = if idle { moves(slot.traffic, slot.event_ns) } else { None };
+                if let Some(to) = to.filter(|&to| to != me) {
                     slot.traffic.reset();
-                    slot.lease = Lease::Away { to: poster, outstanding: 1, moved: true };
-                    return Route::Move { to: poster, task };
+                    slot.lease = Lease::Away { to, outstanding: 1, moved: true };
+                    return Route::Move { to, task };
                 }
             }
             self.enqueue(key, task, urgent);
@@ -608,7 +612,7 @@ impl ColorQueue {
     /// an emptied guest (a resident only if its traffic moved on).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn end_turn(&mut self, key: usize) -> Option<Returned> {
-        match self.end_turn_shedding(key, |_, _, _| None) {
+        match self.end_turn_shedding(key, |home, _, _, moved_on| home.filter(|_| moved_on)) {
             Some(TurnEnd::Return(r)) => Some(r),
             _ => None,
         }
@@ -622,7 +626,7 @@ impl ColorQueue {
     pub(crate) fn end_turn_shedding(
         &mut self,
         key: usize,
-        shed: impl FnOnce(Option<usize>, usize, u64) -> Option<usize>,
+        shed: impl FnOnce(Option<usize>, usize, u64, bool) -> Option<usize>,
     ) -> Option<TurnEnd> {
         self.running = None;
         let cost = self.event_cost(key);
@@ -637,8 +641,7 @@ impl ColorQueue {
         match lease {
             Lease::Guest { .. } if !slot.fence.held.is_empty() || slot.holding > 0 => None,
             Lease::Guest { home, received, resident } => {
-                if resident && !self.gives_back(key) && shed(Some(home), ready, cost) != Some(home)
-                {
+                if resident && shed(Some(home), ready, cost, self.gives_back(key)) != Some(home) {
                     return None;
                 }
                 let color = self.slots.remove(key).color;
@@ -646,7 +649,7 @@ impl ColorQueue {
                 self.guests.remove(color);
                 Some(TurnEnd::Return(Returned { home, color, ran: received, resident }))
             }
-            Lease::Local => match shed(None, ready, cost) {
+            Lease::Local => match shed(None, ready, cost, false) {
                 Some(to) if to != self.me && !pinned => {
                     let slot = &mut self.slots[key];
                     slot.traffic.reset();
@@ -1230,17 +1233,17 @@ mod tests {
     /// `receive_post` from `poster` with the policy of `follow`, the poster's batch quiet.
     fn receive(q: &mut ColorQueue, c: Color, t: Task, poster: usize) -> Route {
         q.receive_post(c, t, false, Some(poster), |traffic, _| {
-            let (poster_share, home_share) = (1000, 1000);
-            follow::moves(&follow::Offer {
+            let offer = follow::Offer {
                 traffic,
                 quiet: true,
                 step: false,
                 cheap_stream: false,
                 poster_ready: 0,
                 home_ready: 0,
-                poster_share,
-                home_share,
-            })
+                poster_share: 1000,
+                home_share: 1000,
+            };
+            follow::moves(&offer).then_some(poster)
         })
     }
 
@@ -1319,8 +1322,8 @@ mod tests {
             t.run();
         }
         assert!(matches!(receive(&mut h, busy, task(&log, 9), 1), Route::Queued), "running");
-        let outside = h.receive_post(busy, task(&log, 9), false, None, |_, _| true);
-        assert!(matches!(outside, Route::Queued), "a post from outside the runtime moves nothing");
+        let outside = h.receive_post(busy, task(&log, 9), false, None, |_, _| Some(1));
+        assert!(matches!(outside, Route::Queued), "a running color moves for no one");
         assert_eq!(h.lease(busy), Some(Lease::Local));
     }
 

@@ -541,24 +541,34 @@ impl Core {
     ) -> Route {
         let me = self.id;
         let home_ready = self.queue.ready_len();
+        let mine = self.cpu_share.share();
         self.queue.receive_post(color, task, urgent, from.map(|(s, ..)| s.id), |traffic, cost| {
-            let Some((sender, step, stream)) = from else { return false };
-            let cheap_stream = stream && follow::cheap(cost);
-            if !follow::worth_asking(&traffic, sender.quiet, step, cheap_stream) {
-                return false;
-            }
             // Relaxed: hints, published by each worker at the end of its rounds.
             let status = |w: usize| &shared.remotes[w].status;
             let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
-            follow::moves(&follow::Offer {
-                traffic,
-                quiet: sender.quiet,
-                step,
-                cheap_stream,
-                poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
-                home_ready,
-                poster_share: share(sender.id),
-                home_share: share(me),
+            if let Some((sender, step, stream)) = from {
+                let cheap_stream = stream && follow::cheap(cost);
+                let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
+                    && follow::moves(&follow::Offer {
+                        traffic,
+                        quiet: sender.quiet,
+                        step,
+                        cheap_stream,
+                        poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
+                        home_ready,
+                        poster_share: share(sender.id),
+                        home_share: share(me),
+                    });
+                if moves {
+                    return Some(sender.id);
+                }
+            }
+            // Off a shared CPU, with the post (`follow::relief`).
+            if !shared.config.follow {
+                return None;
+            }
+            follow::relief(mine, || {
+                (0..shared.workers).filter(|&w| w != me).map(|w| peer(shared, w))
             })
         })
     }
@@ -760,22 +770,15 @@ impl WorkerCtx {
                 core.queue.record_turn(key, ns, n);
             }
             let (me, mine) = (core.id, core.cpu_share.share());
-            let shed = |home: Option<usize>, ready, cost| {
+            let shed = |home: Option<usize>, ready, cost, moved_on| {
                 if !shared.config.follow {
                     return None;
                 }
-                // Relaxed: hints other workers publish.
-                let peer = |w: usize| {
-                    let status = &shared.remotes[w].status;
-                    follow::Peer {
-                        id: w,
-                        idle: status.idle.load(Ordering::Relaxed),
-                        share: status.cpu_share.load(Ordering::Relaxed) as u32,
-                    }
-                };
+                let peer = |w: usize| peer(shared, w);
                 match home {
                     Some(h) => {
-                        follow::sheds(ready, mine, follow::cheap(cost), || peer(h)).then_some(h)
+                        let cheap = follow::cheap(cost);
+                        follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
                     None => {
                         follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(peer))
@@ -832,6 +835,17 @@ impl WorkerCtx {
             });
         }
         shared.record_panic(PanicRecord { color, worker: self.id, message });
+    }
+}
+
+/// What this worker knows of worker `w` for `follow`'s decisions (Relaxed: hints other workers
+/// publish).
+fn peer(shared: &Shared, w: usize) -> follow::Peer {
+    let status = &shared.remotes[w].status;
+    follow::Peer {
+        id: w,
+        idle: status.idle.load(Ordering::Relaxed),
+        share: status.cpu_share.load(Ordering::Relaxed) as u32,
     }
 }
 

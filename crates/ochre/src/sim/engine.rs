@@ -606,9 +606,9 @@ impl<'w> Sim<'w> {
                 let poster = offer.map(|_| from);
                 let route =
                     self.cores[k].queue.receive_post(color, task, urgent, poster, |tr, cost| {
-                        let Some(step) = offer else { return false };
+                        let step = offer?;
                         let cheap_stream = stream && follow::cheap(cost);
-                        follow::worth_asking(&tr, quiet, step, cheap_stream)
+                        let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
                             && follow::moves(&follow::Offer {
                                 traffic: tr,
                                 quiet,
@@ -618,7 +618,10 @@ impl<'w> Sim<'w> {
                                 home_ready,
                                 poster_share: FULL,
                                 home_share: FULL,
-                            })
+                            });
+                        // CPU shares are not modelled: every share is whole, `relief` never
+                        // moves a color.
+                        moves.then_some(from)
                     });
                 match route {
                     Route::Queued => {}
@@ -857,7 +860,7 @@ impl<'w> Sim<'w> {
     fn end_turn(&mut self, k: usize, key: usize) {
         let follow_on = self.setup.config.follow;
         let status = &self.net.status;
-        let shed = |home: Option<usize>, ready: usize, cost: u64| {
+        let shed = |home: Option<usize>, ready: usize, cost: u64, moved_on: bool| {
             if !follow_on {
                 return None;
             }
@@ -867,7 +870,10 @@ impl<'w> Sim<'w> {
                 share: FULL,
             };
             match home {
-                Some(h) => follow::sheds(ready, FULL, follow::cheap(cost), || peer(h)).then_some(h),
+                Some(h) => {
+                    let cheap = follow::cheap(cost);
+                    follow::goes_home(moved_on, ready, FULL, cheap, || peer(h)).then_some(h)
+                }
                 None => follow::relief(FULL, || (0..status.len()).filter(|&w| w != k).map(peer)),
             }
         };
