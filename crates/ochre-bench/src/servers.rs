@@ -415,7 +415,10 @@ fn semi_open_curves(
         report.curves.push(curve);
     }
     report.notes.push(format!(
-        "[{case}] semi-open loop: Poisson session arrivals, {SEMI_BURST} requests per burst and          {} per session on average, think times {:?} within a burst and {:?} after it;          {warmup} s warm-up and {secs} s measured per rate (sessions last ~3.5 s, so the          shortest warm-up sees them still building up: `offered` is what was sent)",
+        "[{case}] semi-open loop: Poisson session arrivals, {SEMI_BURST} requests per burst and \
+         {} per session on average, think times {:?} within a burst and {:?} after it; \
+         {warmup} s warm-up and {secs} s measured per rate (sessions last ~3.5 s, so the \
+         shortest warm-up sees them still building up: `offered` is what was sent)",
         1.0 / SEMI_LEAVE,
         SemiOpenLoop::PARIAG_THINK,
         SemiOpenLoop::PARIAG_INACTIVE,
