@@ -69,6 +69,44 @@ pub struct BenchReport {
     pub checks: Vec<Check>,
     /// Things the reader should know (skipped peers...).
     pub notes: Vec<String>,
+    /// Throughput against load, one curve per system, case and load model (benchmarks that
+    /// sweep a load; absent from the JSON of the others, and from older reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub curves: Vec<Curve>,
+}
+
+/// A system's throughput at each load of a sweep (one probe each, not repeated: the shape of
+/// the curve, not a figure to compare to a tenth).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Curve {
+    /// The system.
+    pub system: String,
+    /// The case (as the rows name it).
+    pub case: String,
+    /// The load model: `closed` (keep-alive clients, no think time) or `semi-open` (sessions
+    /// with active and inactive think times).
+    pub model: String,
+    /// What the load counts: `connections`, `sessions/s`...
+    pub load_unit: String,
+    /// The points, by increasing load.
+    pub points: Vec<CurvePoint>,
+}
+
+/// One probe of a [`Curve`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// The load, in the curve's unit.
+    pub load: f64,
+    /// Requests per second it offered, where the model fixes it (semi-open: sessions per second
+    /// times requests per session); `None` for a closed loop, whose offered load is what the
+    /// server allows.
+    pub offered: Option<f64>,
+    /// Successful responses per second; `None` if the probe failed.
+    pub throughput: Option<f64>,
+    /// The 99th percentile of latency, in milliseconds, when measured.
+    pub p99_ms: Option<f64>,
+    /// Why the probe failed (errors by kind), if it did.
+    pub error: Option<String>,
 }
 
 /// A goal stated by an issue, checked on the measured medians.

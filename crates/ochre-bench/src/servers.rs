@@ -10,6 +10,15 @@
 //! `harness::measure_case`: every system in turn, alternated, a warm-up and `reps` kept samples;
 //! the table shows medians and each median's ratio to SWS's (the `vs ochre` column).
 //!
+//! Beside the closed-loop curves, each server's throughput-vs-load curve under the semi-open
+//! loop with the thesis's two think times (§6.2: 0.343 s active within a burst, 3.0 s inactive
+//! after it): sessions arrive at each rate of [`SESSION_RATES`] (Poisson), a few requests per
+//! burst and per session ([`SEMI_BURST`], [`SEMI_LEAVE`]), one probe per rate, on the 1 KiB
+//! file at each core count (`--quick`: fewer rates, shorter probes, the largest core count
+//! only). Many connections, mostly idle: what the closed loop does not show. Both kinds of
+//! curves are in the JSON (`curves`) and the notes; each probe is bounded (warm-up, measure,
+//! a request timeout) and stops by itself.
+//!
 //! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
 //! servers get the others, and share the injector's CPU only when they are given every CPU
 //! (alike for all). Each server's threads are pinned to its CPUs (`ochre_servers::Plan`).
@@ -20,17 +29,29 @@ use std::time::Duration;
 use ochre::Runtime;
 use ochre_http::ServerConfig;
 use ochre_load::fileset::FileSet;
-use ochre_load::{ClosedLoop, LoadReport, Phases, Target};
+use ochre_load::{ClosedLoop, LoadReport, Phases, SemiOpenLoop, Target};
 use ochre_servers::ncopy::{start_copies, Balance};
 use ochre_servers::{Arch, Plan, Running};
 
-use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::harness::{measure_case, BenchReport, Curve, CurvePoint, Options, System};
 use crate::sws::{nginx_path, sample_seconds, server_cpus, setup, specweb, target_of, Nginx};
 
 /// Client connections tried by the search for each server's best point.
 pub const CONNECTIONS: [usize; 3] = [16, 64, 256];
 /// Pool sizes (read/parse and write stages) tried for `staged`.
 pub const POOLS: [usize; 3] = [1, 2, 4];
+
+/// Sessions per second at the points of the semi-open curves (`--quick`: [`QUICK_SESSION_RATES`]).
+/// A session lasts about 3.5 s (mostly thinking), so the highest rate keeps some 5,600
+/// connections open at once: within the connection cap and the descriptor limit of the test
+/// machine (20,000, for the servers and the injector in one process).
+pub const SESSION_RATES: [f64; 3] = [100.0, 400.0, 1600.0];
+/// The semi-open curves' rates under `--quick`.
+pub const QUICK_SESSION_RATES: [f64; 2] = [100.0, 400.0];
+/// Mean requests per burst of the semi-open loop (a page and its embedded objects).
+pub const SEMI_BURST: f64 = 5.0;
+/// Probability that a session leaves after a reply: 5 requests per session on average.
+pub const SEMI_LEAVE: f64 = 0.2;
 
 /// The systems, in table order.
 pub const SYSTEMS: [&str; 6] = ["threads", "symped", "staged", "sws", "hyper", "nginx"];
@@ -57,17 +78,103 @@ fn drive_reconnecting(
         Duration::from_secs(5),
     );
     let r = ochre_load::closed_loop(rt, target, &model, &phases).map_err(|e| e.to_string())?;
-    let errors: u64 = r.errors.iter().sum();
-    if errors > 0 {
-        let kinds: Vec<String> = ochre_load::ErrorKind::ALL
-            .iter()
-            .zip(r.errors)
-            .filter(|(_, n)| *n > 0)
-            .map(|(k, n)| format!("{k:?} {n}"))
-            .collect();
-        return Err(format!("{errors} errors ({})", kinds.join(", ")));
+    match error_kinds(&r) {
+        Some(e) => Err(e),
+        None => Ok(r),
     }
-    Ok(r)
+}
+
+/// The errors of a run by kind, if it had any.
+fn error_kinds(r: &LoadReport) -> Option<String> {
+    let errors: u64 = r.errors.iter().sum();
+    if errors == 0 {
+        return None;
+    }
+    let kinds: Vec<String> = ochre_load::ErrorKind::ALL
+        .iter()
+        .zip(r.errors)
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k:?} {n}"))
+        .collect();
+    Some(format!("{errors} errors ({})", kinds.join(", ")))
+}
+
+/// One semi-open probe: `sessions` per second for `warmup` then `secs` measured. Errors are the
+/// report's (by kind), not a failure: overload is what the curve is about.
+fn semi_open(
+    rt: &Runtime,
+    target: &Target,
+    sessions: f64,
+    warmup: f64,
+    secs: f64,
+) -> Result<LoadReport, String> {
+    let model = SemiOpenLoop {
+        arrival_rate: sessions,
+        leave: SEMI_LEAVE,
+        think: SemiOpenLoop::PARIAG_THINK,
+        poisson: true,
+        inactive_think: SemiOpenLoop::PARIAG_INACTIVE,
+        requests_per_burst: SEMI_BURST,
+    };
+    let phases = Phases::new(
+        Duration::from_secs_f64(warmup),
+        Duration::from_secs_f64(secs),
+        Duration::from_secs(5),
+    );
+    ochre_load::semi_open_loop(rt, target, &model, &phases).map_err(|e| e.to_string())
+}
+
+/// A curve's point from a probe at `load`: its throughput, what it offered (requests sent per
+/// second of the measured phase, semi-open only), its p99 and its errors.
+fn point(load: f64, r: &Result<LoadReport, String>, offered: bool) -> CurvePoint {
+    match r {
+        Ok(r) => {
+            let secs = r.measured.as_secs_f64();
+            CurvePoint {
+                load,
+                offered: (offered && secs > 0.0).then(|| r.sent as f64 / secs),
+                throughput: Some(r.throughput),
+                p99_ms: r.percentile(99.0).map(|us| us as f64 / 1000.0),
+                error: error_kinds(r),
+            }
+        }
+        Err(e) => CurvePoint {
+            load,
+            offered: None,
+            throughput: None,
+            p99_ms: None,
+            error: Some(e.clone()),
+        },
+    }
+}
+
+/// A curve as a note: `load unit -> req/s (offered, p99, errors)` per point.
+fn curve_note(case: &str, c: &Curve) -> String {
+    let points: Vec<String> = c
+        .points
+        .iter()
+        .map(|p| {
+            let mut s = match p.throughput {
+                Some(t) => format!("{} {}: {t:.0}", p.load, c.load_unit),
+                None => format!("{} {}: failed", p.load, c.load_unit),
+            };
+            let mut extra = Vec::new();
+            if let Some(o) = p.offered {
+                extra.push(format!("offered {o:.0}"));
+            }
+            if let Some(ms) = p.p99_ms {
+                extra.push(format!("p99 {ms:.1} ms"));
+            }
+            if let Some(e) = &p.error {
+                extra.push(e.clone());
+            }
+            if !extra.is_empty() {
+                s += &format!(" ({})", extra.join(", "));
+            }
+            s
+        })
+        .collect();
+    format!("[{case}] {} {} curve (req/s by load): {}", c.system, c.model, points.join("; "))
 }
 
 /// A server under test: one of `ochre_servers`' architectures, or nginx.
@@ -84,6 +191,9 @@ impl Live {
         }
     }
 }
+
+/// A server started at its best point, with that point's connections; or why not.
+type Started = Result<(Live, usize), String>;
 
 /// Starts `system` on `cpus` with stage pools of `pool` threads.
 fn start(
@@ -111,7 +221,7 @@ fn start(
 struct Best {
     pool: usize,
     clients: usize,
-    curve: Vec<(usize, usize, Result<f64, String>)>,
+    curve: Vec<(usize, usize, Result<LoadReport, String>)>,
 }
 
 /// Probes `system` at every point of the search and keeps the best.
@@ -131,12 +241,12 @@ fn search(
         let live = start(system, root, dir, cpus, pool)?;
         let target = target_of(&live.url(), mix)?;
         for clients in CONNECTIONS {
-            curve.push((pool, clients, drive(load, &target, clients, secs).map(|r| r.throughput)));
+            curve.push((pool, clients, drive(load, &target, clients, secs)));
         }
     }
     let best = curve
         .iter()
-        .filter_map(|(p, c, r)| r.as_ref().ok().map(|r| (*p, *c, *r)))
+        .filter_map(|(p, c, r)| r.as_ref().ok().map(|r| (*p, *c, r.throughput)))
         .max_by(|a, b| a.2.total_cmp(&b.2))
         .ok_or_else(|| {
             let why: Vec<String> = curve
@@ -154,7 +264,8 @@ pub fn run(opts: &Options) -> BenchReport {
         "servers",
         "Server architectures: requests/s of each at its best point (connections and pool sizes \
          found by a search), keep-alive closed loop, `ochre load` as the injector: a 1 KiB file, \
-         and a SPECweb99-like set. vs ochre: ratio to SWS.",
+         and a SPECweb99-like set. vs ochre: ratio to SWS. Curves (closed and semi-open loops) \
+         in the notes and the JSON.",
     );
     let Some(setup) = setup(&mut report, "servers") else { return report };
     let load = match setup.load_runtime() {
@@ -203,7 +314,7 @@ pub fn run(opts: &Options) -> BenchReport {
                                 String::new()
                             };
                             match r {
-                                Ok(r) => format!("{pool}{c} conns {r:.0}"),
+                                Ok(r) => format!("{pool}{c} conns {:.0}", r.throughput),
                                 Err(e) => format!("{pool}{c} conns failed ({e})"),
                             }
                         })
@@ -218,6 +329,18 @@ pub fn run(opts: &Options) -> BenchReport {
                             String::new()
                         }
                     ));
+                    report.curves.push(Curve {
+                        system: system.to_string(),
+                        case: case.clone(),
+                        model: "closed".into(),
+                        load_unit: "connections".into(),
+                        points: b
+                            .curve
+                            .iter()
+                            .filter(|(p, _, _)| *p == b.pool)
+                            .map(|(_, c, r)| point(*c as f64, r, false))
+                            .collect(),
+                    });
                     let live = start(system, root, dir, &server_cpus, b.pool)?;
                     Ok((live, b.clients))
                 });
@@ -235,6 +358,10 @@ pub fn run(opts: &Options) -> BenchReport {
                 })
                 .collect();
             measure_case(&mut report, &case, w, "req/s", opts.reps, runs);
+            let widest = opts.workers.iter().copied().filter(|&w| w <= cpus.len()).max();
+            if mix.is_none() && (!opts.quick || Some(w) == widest) {
+                semi_open_curves(&mut report, opts, &case, &load, &lives);
+            }
             drop(lives);
             relative_to_sws(&mut report, &case);
             checks(&mut report, &case);
@@ -255,6 +382,47 @@ pub fn run(opts: &Options) -> BenchReport {
     diagnosis(&mut report, opts, root, cpus, injector);
     let _ = std::fs::remove_dir_all(dir);
     report
+}
+
+/// The semi-open curve of every server started for `case` (at its best closed-loop point: the
+/// pool size matters to `staged`; the connections are the sessions'), one probe per rate.
+fn semi_open_curves(
+    report: &mut BenchReport,
+    opts: &Options,
+    case: &str,
+    load: &Runtime,
+    lives: &[(&str, Started)],
+) {
+    let (rates, warmup, secs): (&[f64], f64, f64) =
+        if opts.quick { (&QUICK_SESSION_RATES, 0.5, 1.0) } else { (&SESSION_RATES, 2.0, 3.0) };
+    for (system, live) in lives {
+        let Ok((live, _)) = live else { continue };
+        let points = match target_of(&live.url(), None) {
+            Ok(target) => rates
+                .iter()
+                .map(|&rate| point(rate, &semi_open(load, &target, rate, warmup, secs), true))
+                .collect(),
+            Err(e) => vec![point(rates[0], &Err(e), true)],
+        };
+        let curve = Curve {
+            system: system.to_string(),
+            case: case.to_string(),
+            model: "semi-open".into(),
+            load_unit: "sessions/s".into(),
+            points,
+        };
+        report.notes.push(curve_note(case, &curve));
+        report.curves.push(curve);
+    }
+    report.notes.push(format!(
+        "[{case}] semi-open loop: Poisson session arrivals, {SEMI_BURST} requests per burst and \
+         {} per session on average, think times {:?} within a burst and {:?} after it; \
+         {warmup} s warm-up and {secs} s measured per rate (sessions last ~3.5 s, so the \
+         shortest warm-up sees them still building up: `offered` is what was sent)",
+        1.0 / SEMI_LEAVE,
+        SemiOpenLoop::PARIAG_THINK,
+        SemiOpenLoop::PARIAG_INACTIVE,
+    ));
 }
 
 /// Sets every row's ratio column of `case` to its median over SWS's (the harness's column is
@@ -532,6 +700,67 @@ mod tests {
             max: median,
             vs_ochre: None,
         }
+    }
+
+    #[test]
+    fn a_probe_becomes_a_point_with_its_offered_load_latency_and_errors() {
+        let mut t = ochre_load::Tally::new();
+        for i in 0..400u64 {
+            t.record_ok(Duration::from_millis(i), Duration::from_micros(1000 + i), 1024);
+        }
+        t.sent = 450;
+        t.record_error(Duration::from_millis(5), ochre_load::ErrorKind::ALL[0]);
+        let r = LoadReport::from_tally("semi-open".into(), &t, Duration::from_secs(2));
+        let p = point(100.0, &Ok(r.clone()), true);
+        assert_eq!((p.load, p.throughput, p.offered), (100.0, Some(200.0), Some(225.0)));
+        let p99 = p.p99_ms.unwrap();
+        assert!((1.3..1.5).contains(&p99), "p99 {p99} ms");
+        assert!(p.error.as_deref().unwrap().starts_with("1 errors"), "{:?}", p.error);
+        // A closed loop's offered load is what the server allowed: not reported.
+        assert_eq!(point(16.0, &Ok(r), false).offered, None);
+        let failed = point(400.0, &Err("refused".into()), true);
+        assert_eq!((failed.throughput, failed.error.as_deref()), (None, Some("refused")));
+        let c = Curve {
+            system: "sws".into(),
+            case: "1 KiB, 1c".into(),
+            model: "semi-open".into(),
+            load_unit: "sessions/s".into(),
+            points: vec![
+                point(
+                    100.0,
+                    &Ok(LoadReport::from_tally(
+                        "m".into(),
+                        &ochre_load::Tally::new(),
+                        Duration::from_secs(1),
+                    )),
+                    true,
+                ),
+                failed,
+            ],
+        };
+        let note = curve_note("1 KiB, 1c", &c);
+        assert!(note.starts_with("[1 KiB, 1c] sws semi-open curve"), "{note}");
+        assert!(note.contains("100 sessions/s: 0 (offered 0"), "{note}");
+        assert!(note.contains("400 sessions/s: failed (refused)"), "{note}");
+    }
+
+    #[test]
+    fn curves_are_in_the_json_and_reports_without_them_still_read() {
+        let mut r = BenchReport::new("servers", "t");
+        let old = serde_json::to_string(&r).unwrap();
+        assert!(!old.contains("curves"), "no empty curves in the JSON: {old}");
+        r.curves.push(Curve {
+            system: "threads".into(),
+            case: "1 KiB, 2c".into(),
+            model: "closed".into(),
+            load_unit: "connections".into(),
+            points: vec![point(16.0, &Err("x".into()), false)],
+        });
+        let back: BenchReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.curves.len(), 1);
+        assert_eq!(back.curves[0].points[0].error.as_deref(), Some("x"));
+        let read: BenchReport = serde_json::from_str(&old).unwrap();
+        assert!(read.curves.is_empty());
     }
 
     #[test]

@@ -355,6 +355,10 @@ fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
 ///   the allocator workload and its per-worker scaling;
 /// - `prodcons-shared-lines.svg`: the cache lines holding arrays bound for two workers, per
 ///   allocator and worker count (absolute: EMA's 0 has no ratio).
+///
+/// Servers asks four too: `servers.svg` (each server at its best point), `servers-ncopy.svg`
+/// (balanced vs kernel hashing), and `servers-closed.svg` and `servers-semi-open.svg`
+/// (throughput vs load of each server, closed and semi-open loops).
 fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     let mut add = |name: String, svg: Option<String>| {
@@ -379,6 +383,11 @@ fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
                 |row| row.case.contains("N-COPY"),
             )?,
         );
+        for (model, file) in
+            [("closed", "servers-closed.svg"), ("semi-open", "servers-semi-open.svg")]
+        {
+            add(file.into(), curve_plot(r, model)?);
+        }
         return Ok(out);
     }
     if r.bench != "prodcons" {
@@ -633,6 +642,67 @@ fn value_plot(
     Ok(Some(svg))
 }
 
+/// Throughput against load of the curves of `model` (`closed`: against connections;
+/// `semi-open`: against sessions per second), one line per server and case, log-scaled load.
+/// Failed probes are left out of their line; None when no curve has two points.
+fn curve_plot(r: &BenchReport, model: &str) -> Result<Option<String>, String> {
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut unit = String::new();
+    for c in r.curves.iter().filter(|c| c.model == model) {
+        let pts: Vec<(f64, f64)> = c
+            .points
+            .iter()
+            .filter_map(|p| Some((p.load, p.throughput?)))
+            .filter(|(l, t)| *l > 0.0 && t.is_finite())
+            .collect();
+        if pts.len() >= 2 {
+            unit.clone_from(&c.load_unit);
+            lines.push((format!("{} [{}]", c.system, c.case), pts));
+        }
+    }
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let all = || lines.iter().flat_map(|(_, p)| p.iter());
+    let lo = all().map(|q| q.0).fold(f64::INFINITY, f64::min);
+    let hi = all().map(|q| q.0).fold(0.0f64, f64::max);
+    let top = all().map(|q| q.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+    let mut svg = String::new();
+    {
+        let area = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
+        area.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&area)
+            .caption(format!("servers: throughput vs load, {model} loop"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((lo / 1.3..hi * 1.3).log_scale(), 0f64..top)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("load ({unit}, log)"))
+            .y_desc("req/s")
+            .draw()
+            .map_err(plot_error)?;
+        for (i, (name, pts)) in lines.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+                .map_err(plot_error)?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(plot_error)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        area.present().map_err(plot_error)?;
+    }
+    Ok(Some(svg))
+}
+
 /// Producer-consumer as the thesis's Fig 5.16: share of the ideal rate (workers / cost) that
 /// each of `systems` reaches, against the handler cost, one line per system and worker count.
 fn cost_plot(r: &BenchReport, systems: &[&str]) -> Result<Option<String>, String> {
@@ -717,7 +787,42 @@ fn cost_plot(r: &BenchReport, systems: &[&str]) -> Result<Option<String>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ochre_bench::harness::{Check, Row};
+    use ochre_bench::harness::{Check, Curve, CurvePoint, Row};
+
+    fn curve(system: &str, model: &str, points: &[(f64, Option<f64>)]) -> Curve {
+        Curve {
+            system: system.into(),
+            case: "1 KiB, 1c".into(),
+            model: model.into(),
+            load_unit: if model == "closed" { "connections" } else { "sessions/s" }.into(),
+            points: points
+                .iter()
+                .map(|&(load, throughput)| CurvePoint {
+                    load,
+                    offered: None,
+                    throughput,
+                    p99_ms: None,
+                    error: throughput.is_none().then(|| "refused".into()),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn servers_curves_are_drawn_per_loop_and_server() {
+        let mut r = BenchReport::new("servers", "t");
+        r.curves.push(curve("sws", "closed", &[(16.0, Some(9000.0)), (64.0, Some(12000.0))]));
+        r.curves.push(curve("threads", "closed", &[(16.0, Some(7000.0)), (64.0, None)]));
+        r.curves.push(curve("sws", "semi-open", &[(100.0, Some(480.0)), (400.0, Some(1900.0))]));
+        let charts = charts(&r).unwrap();
+        let names: Vec<&str> = charts.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["servers-closed.svg", "servers-semi-open.svg"]);
+        let (closed, semi) = (&charts[0].1, &charts[1].1);
+        assert!(closed.contains("sws [1 KiB, 1c]"));
+        // One point left after its failed probe: no line for threads.
+        assert!(!closed.contains("threads"));
+        assert!(semi.contains("sessions/s") && !semi.contains("connections"));
+    }
 
     fn row(bench: &str, system: &str, case: &str, unit: &str, median: f64) -> Row {
         Row {
@@ -754,6 +859,7 @@ mod tests {
             ],
             checks: vec![Check { goal: "a goal".into(), measured: 0.7, held: true }],
             notes: vec!["a note".into()],
+            ..BenchReport::default()
         };
         pingpong.rows[0].vs_ochre = Some(1.0);
         let mut prodcons = BenchReport { bench: "prodcons".into(), ..BenchReport::default() };

@@ -7,7 +7,8 @@
 //! builds its answer with the same heads (`response`): a server calls it until it says
 //! [`Step::Partial`], sends each answer's head then its body (in memory, or a range of a file
 //! for `sendfile`), discards `discard` body bytes after the head, and closes after an answer
-//! marked `close`. What stays with the server: reading, writing, timeouts, the connection cap.
+//! marked `close`. What stays with the server: reading, writing, timeouts (it sends
+//! [`Site::request_timeout`] when a head is late), the connection cap.
 //!
 //! Invariants: a step never panics on any input; an answer to a malformed or over-limit head
 //! closes the connection (nothing after it can be trusted) and consumes the whole buffer.
@@ -145,6 +146,17 @@ impl Site {
         self.parse(inbuf, served, |rel| {
             with_worker_cache(self.id, || self.new_cache(), |c| c.lookup(rel))
         })
+    }
+
+    /// What SWS sends a client whose request head did not arrive whole within `read_timeout`
+    /// of its first byte: a 408 that closes the connection (the server then closes it).
+    pub fn request_timeout(&self) -> Answer {
+        Answer {
+            code: 408,
+            head: error_response(408, false, false, false),
+            body: None,
+            close: true,
+        }
     }
 
     /// [`Site::step`] with the given cache.

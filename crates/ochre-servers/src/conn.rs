@@ -9,10 +9,17 @@
 //! the server's memory) and after an answer marked `close`; bytes of a request body are
 //! discarded before the next head is parsed. Writes gather a head with its in-memory body
 //! (`writev`) and send file bodies with `sendfile`, as SWS does.
+//!
+//! Head timeout, as SWS's: `head_since` is when the first byte of the request head not yet
+//! answered arrived (`None` when no byte of one is buffered); a head still incomplete
+//! `read_timeout` after it is answered with [`Site::request_timeout`] (408) and the connection
+//! closes. The models differ only in how they notice: a blocking read's timeout (threads), a
+//! periodic sweep (symped, staged).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use ochre_http::site::{FileCache, Payload, Site, Step};
 
@@ -52,6 +59,8 @@ pub(crate) struct Conn {
     closing: bool,
     /// The socket blocks: a read returns after one system call.
     blocking: bool,
+    /// When the first byte of the unanswered, incomplete head came (see the module doc).
+    head_since: Option<Instant>,
 }
 
 impl Conn {
@@ -67,6 +76,7 @@ impl Conn {
             served: 0,
             closing: false,
             blocking,
+            head_since: None,
         }
     }
 
@@ -83,6 +93,9 @@ impl Conn {
             match (&self.stream).read(&mut chunk) {
                 Ok(0) => return Io::Closed,
                 Ok(n) => {
+                    if self.head_since.is_none() && self.discard == 0 {
+                        self.head_since = Some(Instant::now());
+                    }
                     self.inbuf.extend_from_slice(&chunk[..n]);
                     if self.blocking || n < READ_CHUNK {
                         // Blocking: what came is what there is. Short read: the socket is
@@ -111,6 +124,13 @@ impl Conn {
             if !ochre_http::site::discard_body(&mut self.inbuf, &mut self.discard) {
                 return;
             }
+            if self.inbuf.is_empty() {
+                // Nothing of a next head yet (what came was body, now discarded).
+                self.head_since = None;
+                return;
+            }
+            // Bytes after a discarded body: a head has begun.
+            self.head_since.get_or_insert_with(Instant::now);
             let step = match cache.as_deref_mut() {
                 Some(c) => site.step_with(&self.inbuf, self.served, c),
                 None => site.step(&self.inbuf, self.served),
@@ -119,6 +139,8 @@ impl Conn {
             self.inbuf.drain(..used.min(self.inbuf.len()));
             self.discard = discard;
             self.served = self.served.saturating_add(1);
+            // Bytes left are the next pipelined head: its time starts now, as in SWS.
+            self.head_since = (!self.inbuf.is_empty()).then(Instant::now);
             self.closing |= answer.close;
             self.out_bytes += answer.head.len();
             self.out.push_back(Out::Head(answer.head, 0));
@@ -127,6 +149,32 @@ impl Conn {
                 self.out.push_back(Out::Body(body));
             }
         }
+    }
+
+    /// When the incomplete head must be complete (`limit` after its first byte); `None` when
+    /// no head is waiting for bytes (idle, or answers queued).
+    pub(crate) fn head_deadline(&self, limit: Duration) -> Option<Instant> {
+        if self.closing || !self.out.is_empty() {
+            return None;
+        }
+        self.head_since.map(|t| t + limit)
+    }
+
+    /// Whether a head has been incomplete for `limit` or more at `now`.
+    pub(crate) fn head_overdue(&self, now: Instant, limit: Duration) -> bool {
+        self.head_deadline(limit).is_some_and(|d| now >= d)
+    }
+
+    /// The head came too late: queues the 408 (and nothing more), and tries once to send it;
+    /// the caller closes the connection (a client that does not read is not waited for).
+    pub(crate) fn time_out(&mut self, site: &Site) {
+        let answer = site.request_timeout();
+        self.inbuf.clear();
+        self.head_since = None;
+        self.closing = true;
+        self.out_bytes += answer.head.len();
+        self.out.push_back(Out::Head(answer.head, 0));
+        let _ = self.write();
     }
 
     /// Whether answers wait to be sent.

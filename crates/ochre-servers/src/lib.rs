@@ -11,7 +11,9 @@
 //!   `ServeDir` on tokio's multi-thread runtime. Its bytes are its own (headers, error pages);
 //!   the others answer through [`ochre_http::site`], so they send what SWS sends.
 //!
-//! SWS itself is `ochre_http::Server` on ochre, started here as [`Arch::Sws`]. Every server here listens on loopback only,
+//! SWS itself is `ochre_http::Server` on ochre, started here as [`Arch::Sws`]. All of them answer
+//! a request head not complete within `read_timeout` of its first byte with 408 and close, as
+//! SWS does (hyper through its `header_read_timeout`, see [`hyper_server`]). Every server here listens on loopback only,
 //! bounds its connections (`max_connections`; beyond, a connection is closed at once) and its
 //! memory per connection, pins its threads to the CPUs it is given, and stops cleanly when its
 //! [`Running`] is stopped or dropped: listeners closed, connections shut, threads joined.
@@ -151,6 +153,13 @@ impl Source {
 
 /// How often a thread waiting for connections looks at its stop flag.
 pub(crate) const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// How often an event-driven server looks for idle connections and late heads: a second, or
+/// a quarter of `read_timeout` when that is shorter (so a 408 is at most that late), at
+/// least every 10 ms.
+pub(crate) fn sweep_every(config: &ServerConfig) -> Duration {
+    Duration::from_secs(1).min(config.read_timeout / 4).max(Duration::from_millis(10))
+}
 
 /// A running server. Stopping it (or dropping it) closes its listener, shuts its connections
 /// and joins its threads.

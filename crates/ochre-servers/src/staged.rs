@@ -21,7 +21,8 @@
 //! The pools' sizes are the model's knobs ([`Plan::pool`]); every thread may run on any CPU of the
 //! plan. Invariants: at most `max_connections` connections (beyond, closed at once); one
 //! connection is in one stage at a time; idle connections are closed after `keepalive_timeout`
-//! by the poller; stopping closes every connection the poller holds and joins every thread.
+//! by the poller, and a parked connection whose request head is incomplete `read_timeout`
+//! after its first byte gets 408 from the poller and is closed, as SWS does; stopping closes every connection the poller holds and joins every thread.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -153,6 +154,8 @@ fn poller(shared: &Shared, mut poll: Poll, from_stages: &Receiver<Back>) {
     let mut conns: slab::Slab<Entry> = slab::Slab::new();
     let mut events = Events::with_capacity(256);
     let idle = shared.site.config().keepalive_timeout;
+    let head = shared.site.config().read_timeout;
+    let tick = TICK.min(crate::sweep_every(shared.site.config()));
     let mut swept = Instant::now();
     let close = |poll: &Poll, conn: Conn| {
         let fd = conn.stream.as_raw_fd();
@@ -161,7 +164,7 @@ fn poller(shared: &Shared, mut poll: Poll, from_stages: &Receiver<Back>) {
         shared.active.fetch_sub(1, Ordering::SeqCst);
     };
     while !shared.stop.load(Ordering::Relaxed) {
-        if let Err(e) = poll.poll(&mut events, Some(TICK)) {
+        if let Err(e) = poll.poll(&mut events, Some(tick)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 break;
             }
@@ -213,15 +216,23 @@ fn poller(shared: &Shared, mut poll: Poll, from_stages: &Receiver<Back>) {
                 }
             }
         }
-        if now.duration_since(swept) >= TICK {
+        if now.duration_since(swept) >= tick {
             swept = now;
+            // Parked connections (a connection in a stage is busy, not late) to close.
             let stale: Vec<usize> = conns
                 .iter()
-                .filter(|(_, e)| e.conn.is_some() && now.duration_since(e.last) >= idle)
+                .filter(|(_, e)| {
+                    e.conn.as_ref().is_some_and(|c| {
+                        c.head_overdue(now, head) || now.duration_since(e.last) >= idle
+                    })
+                })
                 .map(|(k, _)| k)
                 .collect();
             for k in stale {
-                if let Some(c) = conns.remove(k).conn {
+                if let Some(mut c) = conns.remove(k).conn {
+                    if c.head_overdue(now, head) {
+                        c.time_out(&shared.site);
+                    }
                     close(&poll, c);
                 }
             }

@@ -13,15 +13,16 @@
 //! turn, through a queue and the waker of each.
 //!
 //! Invariants: at most `max_connections` connections over all loops (beyond, a new connection
-//! is closed at once); a connection idle for `keepalive_timeout` is closed by a sweep once a
-//! second; stopping closes every connection and joins every loop.
+//! is closed at once); a connection idle for `keepalive_timeout` is closed, and one whose request
+//! head is incomplete `read_timeout` after its first byte gets 408 and is closed, by a sweep
+//! every [`crate::sweep_every`]; stopping closes every connection and joins every loop.
 
 use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{unbounded, Receiver};
 use mio::unix::SourceFd;
@@ -34,8 +35,6 @@ use crate::{pin_to, Plan, Running, Source};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKE: Token = Token(usize::MAX);
-/// How often idle connections are looked for.
-const SWEEP: Duration = Duration::from_secs(1);
 
 struct Shared {
     site: Site,
@@ -133,6 +132,8 @@ fn event_loop(
     let site = &shared.site;
     let max = site.config().max_connections;
     let idle = site.config().keepalive_timeout;
+    let head = site.config().read_timeout;
+    let sweep = crate::sweep_every(site.config());
     let mut swept = Instant::now();
     let admit = |conns: &mut slab::Slab<Entry>, poll: &Poll, stream: TcpStream, now: Instant| {
         if shared.active.load(Ordering::Relaxed) >= max || stream.set_nonblocking(true).is_err() {
@@ -148,7 +149,7 @@ fn event_loop(
         }
     };
     while !shared.stop.load(Ordering::Relaxed) {
-        if let Err(e) = poll.poll(&mut events, Some(SWEEP)) {
+        if let Err(e) = poll.poll(&mut events, Some(sweep)) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -182,15 +183,25 @@ fn event_loop(
                 }
             }
         }
-        if now.duration_since(swept) >= SWEEP {
+        if now.duration_since(swept) >= sweep {
             swept = now;
-            let stale: Vec<usize> = conns
+            // (key, its head is late) of the connections to close.
+            let stale: Vec<(usize, bool)> = conns
                 .iter()
-                .filter(|(_, e)| now.duration_since(e.last) >= idle)
-                .map(|(k, _)| k)
+                .filter_map(|(k, e)| {
+                    if e.conn.head_overdue(now, head) {
+                        Some((k, true))
+                    } else {
+                        (now.duration_since(e.last) >= idle).then_some((k, false))
+                    }
+                })
                 .collect();
-            for k in stale {
-                close(shared, &poll, conns.remove(k));
+            for (k, late) in stale {
+                let mut e = conns.remove(k);
+                if late {
+                    e.conn.time_out(site);
+                }
+                close(shared, &poll, e);
             }
         }
     }

@@ -11,6 +11,8 @@
 //! Invariants: at most `max_connections` connection threads (beyond, a new connection is closed
 //! at once); a connection thread ends at the client's close, at the keep-alive timeout (a read
 //! timeout) or the write timeout, or when stopping shuts its socket; stopping waits for all.
+//! While a request head is incomplete the read timeout is what is left of `read_timeout` since
+//! its first byte, and when it expires the thread sends 408 and closes, as SWS does.
 
 use std::collections::HashMap;
 use std::io;
@@ -28,6 +30,8 @@ use crate::{pin_to, Plan, Running, Source};
 /// Stack of a connection thread: parsing keeps 4 KiB of header slots on the stack; the rest is
 /// small. Many threads must fit.
 const STACK: usize = 256 * 1024;
+/// The shortest read or write timeout set (zero would mean none).
+const MIN_WAIT: Duration = Duration::from_millis(1);
 /// Shards of the file cache.
 pub const SHARDS: usize = 16;
 
@@ -103,19 +107,36 @@ fn serve(shared: &Shared, id: u64, stream: TcpStream) {
     pin_to(&shared.cpus);
     let cfg = shared.site.config();
     let _ = stream.set_nonblocking(false); // A balancer's hand-off may be either.
-    let _ = stream.set_read_timeout(Some(cfg.keepalive_timeout.max(Duration::from_millis(1))));
-    let _ = stream.set_write_timeout(Some(cfg.write_timeout.max(Duration::from_millis(1))));
+    let keepalive = cfg.keepalive_timeout.max(MIN_WAIT);
+    let _ = stream.set_read_timeout(Some(keepalive));
+    let _ = stream.set_write_timeout(Some(cfg.write_timeout.max(MIN_WAIT)));
+    let mut waiting = keepalive;
     let mut conn = Conn::new(stream, true);
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        // A blocking read that would block is the keep-alive timeout.
+        // Between requests the read waits for keep-alive; within a head, for what is left of
+        // its time. The socket option is set only when that changes (mostly never: a head
+        // comes whole in one read).
+        let want = match conn.head_deadline(cfg.read_timeout) {
+            Some(d) => d.saturating_duration_since(Instant::now()).max(MIN_WAIT),
+            None => keepalive,
+        };
+        if want != waiting {
+            waiting = want;
+            let _ = conn.stream.set_read_timeout(Some(want));
+        }
+        // A blocking read that would block is a timeout: keep-alive, or the head's.
         let r = conn.read(&shared.site);
         {
             let shard = &shared.cache[id as usize % SHARDS];
             let mut cache = shard.lock().unwrap_or_else(|e| e.into_inner());
             conn.answer(&shared.site, Some(&mut cache));
+        }
+        if conn.head_overdue(Instant::now(), cfg.read_timeout) {
+            conn.time_out(&shared.site);
+            break;
         }
         let answered = conn.has_output();
         if conn.write() != Io::Ok || conn.done() || (r != Io::Ok && !answered) {
