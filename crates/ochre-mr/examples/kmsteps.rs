@@ -73,7 +73,16 @@ fn main() {
             }
         }
     }
+    // Paired: each repetition's time over the first configuration's in the same repetition.
+    let paired: Vec<f64> = (0..configs.len())
+        .map(|i| {
+            let mut r: Vec<f64> = times[i].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
+            r.sort_by(f64::total_cmp);
+            r.get(r.len() / 2).copied().unwrap_or(f64::NAN)
+        })
+        .collect();
     for (i, (name, _)) in configs.iter().enumerate() {
+        println!("{name:24} time / {}'s, paired median {:.3}", configs[0].0, paired[i]);
         let t = &mut times[i];
         t.sort_by(f64::total_cmp);
         let med = t.get(t.len() / 2).copied().unwrap_or(f64::NAN);
