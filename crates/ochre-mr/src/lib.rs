@@ -49,7 +49,8 @@
 //!    (Posted by an event, a lane's start would wait in the posting worker's outgoing batch
 //!    until the end of its round: with batching, after a turn of up to 64 of the first lane's
 //!    tasks.)
-//! 2. **Map** (one color per lane, each lane's color homed on its own worker): a lane event
+//! 2. **Map** (one color per lane, each lane's color homed on its own worker and pinned there,
+//!    so that neither stealing nor following moves two lanes onto one worker): a lane event
 //!    claims the next map task with one atomic increment, maps it into the lane's container, and
 //!    posts itself again; a worker that is slowed (its CPU shared with another process) claims
 //!    fewer tasks, so the lanes finish together without stealing. The container ([`Container`]:

@@ -330,6 +330,31 @@ mod tests {
     }
 
     #[test]
+    fn no_lane_is_stolen_with_plain_stealing_and_batching() {
+        // The ablation's "+batching" step: plain stealing, batched posts. K-means' sums are
+        // reduced in the last lane's event, so lanes are the only colors a thief could take;
+        // pinned, none may be lent (unpinned, a worker that launched an iteration lent it its
+        // fresh lane, and one worker then mapped the whole iteration).
+        let points: Vec<i32> = (0..60_000).map(|i| i * 7919 % 1000).collect();
+        let means = vec![1, 2, 3, 500, 500, 500, 900, 1, 9, 250, 750, 250];
+        let app = Arc::new(Kmeans::new(3, points, means).unwrap());
+        let config = ochre::Config::baseline()
+            .wakeup(ochre::Wakeup::Futex)
+            .spin(ochre::Spin::Reasoned { threshold: None })
+            .batching(true);
+        let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
+        assert_eq!(rt.config().steal, ochre::Steal::Plain, "the case needs plain stealing");
+        let want = app.sequential();
+        // Unpinned, 3 flows here lent a lane in 2 test runs of 3; 5 flows make it likelier.
+        for _ in 0..5 {
+            let (got, _) = Kmeans::run(&app, &rt).unwrap();
+            assert_eq!(got, want);
+        }
+        let lent: u64 = rt.stats().iter().map(|s| s.steals_out).sum();
+        assert_eq!(lent, 0, "a lane was lent to a thief");
+    }
+
+    #[test]
     fn two_obvious_clusters_are_found() {
         let points = vec![0, 0, 1, 1, 0, 1, 100, 100, 101, 100, 100, 99];
         let app = Kmeans::new(2, points, vec![0, 0, 1, 1]).unwrap();
