@@ -23,8 +23,6 @@
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
 
 use std::cell::Cell;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
@@ -182,14 +180,11 @@ enum State {
     Sleep { since: u64 },
 }
 
-/// What other cores can see of a core (its published hints, its idle state) and its place in
-/// the event heap.
+/// What other cores can see of a core (its published hints, its idle state).
 struct Status {
     state: State,
     ready: usize,
     backlog: bool,
-    /// Heap entries with another generation are stale.
-    gen: u64,
     /// Set when woken from a sleep: how long it slept (for `spin_budget`).
     slept: Option<u64>,
 }
@@ -226,7 +221,8 @@ struct Net {
     status: Vec<Status>,
     /// Steal-request slots: the thief and when its request becomes visible.
     slot: Vec<Option<(usize, u64)>>,
-    heap: BinaryHeap<Reverse<(u64, u64, usize, u64)>>,
+    /// Each core's next step, if it has one.
+    agenda: Agenda,
     seq: u64,
     spinners: usize,
     sleeping: usize,
@@ -242,11 +238,10 @@ impl Net {
         self.busy = self.busy + usize::from(is) - usize::from(was);
     }
 
+    /// Core `core`'s next step is at `at` (replacing the one it had: a core has at most one).
     fn schedule(&mut self, core: usize, at: u64) {
-        let st = &mut self.status[core];
-        st.gen += 1;
         self.seq += 1;
-        self.heap.push(Reverse((at, self.seq, core, st.gen)));
+        self.agenda.set(core, (at, self.seq));
     }
 
     /// A message reached `dest` at `at`: wake it if it spins or sleeps. Returns whether a
@@ -341,12 +336,14 @@ pub struct Sim<'w> {
     rng: u64,
     next_id: u64,
     /// Per color: the core it last ran on (its data is in that core's cache).
-    last_core: FxHashMap<Color, usize>,
+    last_core: LastCore,
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
     /// Reused buffers: arrivals taken from an inbox, destinations to flush.
     arrived: Vec<Arrival>,
+    /// Reused buffer: the arrivals left in an inbox for later.
+    later: Vec<Arrival>,
     scratch: Vec<usize>,
 }
 
@@ -384,13 +381,13 @@ impl<'w> Sim<'w> {
             })
             .collect();
         let status = (0..n)
-            .map(|_| Status { state: State::Busy, ready: 0, backlog: false, gen: 0, slept: None })
+            .map(|_| Status { state: State::Busy, ready: 0, backlog: false, slept: None })
             .collect();
         let net = Net {
             inbox: (0..n).map(|_| Vec::new()).collect(),
             status,
             slot: vec![None; n],
-            heap: BinaryHeap::new(),
+            agenda: Agenda::new(n),
             seq: 0,
             spinners: 0,
             sleeping: 0,
@@ -417,11 +414,12 @@ impl<'w> Sim<'w> {
             max_spinners,
             rng,
             next_id: 0,
-            last_core: FxHashMap::default(),
+            last_core: LastCore::default(),
             checks,
             report: Report::default(),
             posts: Vec::new(),
             arrived: Vec::new(),
+            later: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -454,6 +452,8 @@ impl<'w> Sim<'w> {
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
     pub fn run(mut self) -> Report {
+        // The tasks' storage, until this returns (see `blocks`).
+        let _blocks = super::blocks::Installed::new();
         let n = self.cores.len();
         for c in self.work.pinned() {
             let h = home_of(c, self.placement);
@@ -468,10 +468,7 @@ impl<'w> Sim<'w> {
         for k in 0..n {
             self.net.schedule(k, 0);
         }
-        while let Some(Reverse((t, _, k, gen))) = self.net.heap.pop() {
-            if gen != self.net.status[k].gen {
-                continue;
-            }
+        while let Some((k, (t, _))) = self.net.agenda.pop() {
             self.report.steps += 1;
             self.step(k, t);
             if self.report.events >= self.setup.max_events {
@@ -556,14 +553,17 @@ impl<'w> Sim<'w> {
         if inbox.iter().all(|a| a.at <= now) {
             arrived.append(inbox);
         } else {
-            let mut i = 0;
-            while i < inbox.len() {
-                if inbox[i].at <= now {
-                    arrived.push(inbox.remove(i));
+            // Split in one pass, each part in inbox order (not `remove` per arrival: quadratic).
+            let mut later = std::mem::take(&mut self.later);
+            for a in inbox.drain(..) {
+                if a.at <= now {
+                    arrived.push(a);
                 } else {
-                    i += 1;
+                    later.push(a);
                 }
             }
+            std::mem::swap(inbox, &mut later);
+            self.later = later;
         }
         let batching = self.setup.config.batching;
         for a in arrived.drain(..) {
@@ -676,7 +676,7 @@ impl<'w> Sim<'w> {
         };
         let start = self.cores[k].now;
         let mut t = start + self.setup.cost.turn_ns as u64;
-        if let Some(prev) = self.last_core.insert(color, k) {
+        if let Some(prev) = self.last_core.replace(color, k) {
             if prev != k {
                 let d = self.distance(prev, k);
                 t += (self.setup.cost.color_lines * self.setup.cost.line(d)) as u64;
@@ -1049,10 +1049,141 @@ impl<'w> Sim<'w> {
         self.report.sleeps += 1;
         self.net.sleeping += 1;
         self.net.set_state(k, State::Sleep { since: now });
-        self.net.status[k].gen += 1; // no step until woken
+        self.net.agenda.remove(k); // no step until woken
         if let Some(at) = self.next_arrival(k) {
             self.net.arrive(k, at, &self.setup.cost, &mut self.report);
         }
+    }
+}
+
+/// Per color, the core it last ran on: a table indexed by the color for the small numbers that
+/// workloads use (a turn's look-up was a tenth of the host time of message-heavy runs in a hash
+/// map), a hash map for the others.
+///
+/// Invariant: a color is in `dense` (its entry not `NONE`) or in `sparse`, never both.
+#[derive(Default)]
+struct LastCore {
+    dense: Vec<u32>,
+    sparse: FxHashMap<Color, usize>,
+}
+
+impl LastCore {
+    /// Colors below this are kept in the table (4 bytes each).
+    const DENSE: u64 = 1 << 20;
+    const NONE: u32 = u32::MAX;
+
+    /// Records that `color` runs on core `k`; returns the core it ran on before, if any.
+    fn replace(&mut self, color: Color, k: usize) -> Option<usize> {
+        match u32::try_from(k) {
+            Ok(k32) if color.0 < Self::DENSE && k32 != Self::NONE => {
+                let i = color.0 as usize;
+                if i >= self.dense.len() {
+                    self.dense.resize((i + 1).next_power_of_two(), Self::NONE);
+                }
+                let prev = std::mem::replace(&mut self.dense[i], k32);
+                (prev != Self::NONE).then_some(prev as usize)
+            }
+            _ => self.sparse.insert(color, k),
+        }
+    }
+}
+
+/// The cores' next steps: an indexed binary min-heap of at most one entry per core, keyed by
+/// (virtual time, scheduling sequence number), so that steps run in order of their start and
+/// ties in order of scheduling. Rescheduling a core moves its entry instead of leaving a stale
+/// one behind (a heap of stale entries grew with every message and cost a tenth of the host
+/// time of message-heavy runs).
+///
+/// Invariants: `heap` holds each scheduled core once; `pos[c]` is `c`'s index in `heap`, or
+/// `ABSENT`; every entry's key is no smaller than its parent's.
+struct Agenda {
+    heap: Vec<usize>,
+    pos: Vec<usize>,
+    key: Vec<(u64, u64)>,
+}
+
+const ABSENT: usize = usize::MAX;
+
+impl Agenda {
+    fn new(cores: usize) -> Agenda {
+        Agenda {
+            heap: Vec::with_capacity(cores),
+            pos: vec![ABSENT; cores],
+            key: vec![(0, 0); cores],
+        }
+    }
+
+    /// Sets core `c`'s next step to `key`, whether or not it had one.
+    fn set(&mut self, c: usize, key: (u64, u64)) {
+        let old = self.key[c];
+        self.key[c] = key;
+        match self.pos[c] {
+            ABSENT => {
+                self.pos[c] = self.heap.len();
+                self.heap.push(c);
+                self.up(self.heap.len() - 1);
+            }
+            i if key < old => self.up(i),
+            i => self.down(i),
+        }
+    }
+
+    /// Removes core `c`'s next step, if it has one.
+    fn remove(&mut self, c: usize) {
+        let i = self.pos[c];
+        if i == ABSENT {
+            return;
+        }
+        self.pos[c] = ABSENT;
+        let last = self.heap.pop().unwrap_or(c);
+        if last != c {
+            self.heap[i] = last;
+            self.pos[last] = i;
+            self.down(i);
+            self.up(self.pos[last]);
+        }
+    }
+
+    /// Takes the earliest step: its core and key.
+    fn pop(&mut self) -> Option<(usize, (u64, u64))> {
+        let &c = self.heap.first()?;
+        self.remove(c);
+        Some((c, self.key[c]))
+    }
+
+    fn up(&mut self, mut i: usize) {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.key[self.heap[parent]] <= self.key[self.heap[i]] {
+                break;
+            }
+            self.swap(i, parent);
+            i = parent;
+        }
+    }
+
+    fn down(&mut self, mut i: usize) {
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut least = i;
+            if l < self.heap.len() && self.key[self.heap[l]] < self.key[self.heap[least]] {
+                least = l;
+            }
+            if r < self.heap.len() && self.key[self.heap[r]] < self.key[self.heap[least]] {
+                least = r;
+            }
+            if least == i {
+                return;
+            }
+            self.swap(i, least);
+            i = least;
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.pos[self.heap[a]] = a;
+        self.pos[self.heap[b]] = b;
     }
 }
 
