@@ -468,9 +468,13 @@ impl<'w> Sim<'w> {
         for k in 0..n {
             self.net.schedule(k, 0);
         }
-        while let Some((k, (t, _))) = self.net.agenda.pop() {
+        while let Some((k, key)) = self.net.agenda.first() {
             self.report.steps += 1;
-            self.step(k, t);
+            self.step(k, key.0);
+            // The step's entry stays in the agenda while it runs, as most steps schedule their
+            // core's next one, which then replaces it in one pass (popping it first cost a
+            // second); an entry the step did not replace is spent.
+            self.net.agenda.spent(k, key);
             if self.report.events >= self.setup.max_events {
                 self.report.truncated = true;
                 break;
@@ -1144,11 +1148,18 @@ impl Agenda {
         }
     }
 
-    /// Takes the earliest step: its core and key.
-    fn pop(&mut self) -> Option<(usize, (u64, u64))> {
+    /// The earliest step: its core and key.
+    fn first(&self) -> Option<(usize, (u64, u64))> {
         let &c = self.heap.first()?;
-        self.remove(c);
         Some((c, self.key[c]))
+    }
+
+    /// Removes core `c`'s entry if it is still the one with `key` (keys are unique: their
+    /// sequence numbers are).
+    fn spent(&mut self, c: usize, key: (u64, u64)) {
+        if self.pos[c] != ABSENT && self.key[c] == key {
+            self.remove(c);
+        }
     }
 
     fn up(&mut self, mut i: usize) {
@@ -1218,5 +1229,64 @@ pub(super) mod tests_support {
 
     pub(crate) fn violations(c: Checks) -> Vec<String> {
         c.violations
+    }
+}
+
+#[cfg(test)]
+mod agenda_tests {
+    use super::{Agenda, LastCore};
+    use crate::Color;
+
+    /// The agenda runs steps in the order of a plain sorted list of the live entries, through
+    /// random schedules, reschedules (earlier and later) and removals.
+    #[test]
+    fn the_agenda_pops_in_key_order_through_reschedules_and_removals() {
+        let cores = 13;
+        let mut agenda = Agenda::new(cores);
+        let mut live: Vec<Option<(u64, u64)>> = vec![None; cores];
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for seq in 0..20_000u64 {
+            let c = (next() % cores as u64) as usize;
+            match next() % 4 {
+                0 => {
+                    agenda.remove(c);
+                    live[c] = None;
+                }
+                1 => {
+                    let want = live
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(c, k)| k.map(|k| (k, c)))
+                        .min()
+                        .map(|(k, c)| (c, k));
+                    assert_eq!(agenda.first(), want);
+                    if let Some((c, k)) = want {
+                        agenda.spent(c, k);
+                        live[c] = None;
+                    }
+                }
+                _ => {
+                    let key = (next() % 64, seq);
+                    agenda.set(c, key);
+                    live[c] = Some(key);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn last_core_remembers_small_and_large_colors() {
+        let mut last = LastCore::default();
+        assert_eq!(last.replace(Color(5), 3), None);
+        assert_eq!(last.replace(Color(5), 7), Some(3));
+        assert_eq!(last.replace(Color(u64::MAX), 1), None);
+        assert_eq!(last.replace(Color(u64::MAX), 2), Some(1));
+        assert_eq!(last.replace(Color(6), 0), None);
     }
 }
