@@ -812,8 +812,11 @@ impl<'w> Sim<'w> {
         let core = &mut self.cores[k];
         core.turn_sends += 1;
         core.now += self.setup.cost.remote_post_ns as u64;
-        let now = self.base + Duration::from_nanos(core.now);
-        if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], || now) {
+        // The clock is read only when the buffer fills (`Instant` arithmetic per message was a
+        // few percent of a fan-out's host time).
+        let (base, at) = (self.base, core.now);
+        let now = move || base + Duration::from_nanos(at);
+        if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
             self.deliver(k, dest, batch);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);
@@ -1092,109 +1095,76 @@ impl LastCore {
     }
 }
 
-/// The cores' next steps: an indexed binary min-heap of at most one entry per core, keyed by
-/// (virtual time, scheduling sequence number), so that steps run in order of their start and
-/// ties in order of scheduling. Rescheduling a core moves its entry instead of leaving a stale
-/// one behind (a heap of stale entries grew with every message and cost a tenth of the host
-/// time of message-heavy runs).
+/// The cores' next steps: a tournament tree over the cores, each core's next step keyed by
+/// (virtual time, scheduling sequence number) packed in a `u128`, so that steps run in order of
+/// their start and ties in order of scheduling. A core has at most one entry: rescheduling it
+/// replaces the entry (a binary heap of stale entries grew with every message and cost a tenth
+/// of the host time of message-heavy runs), and an update walks one fixed leaf-to-root path,
+/// one comparison of two adjacent nodes per level, without the data-dependent swaps of a heap.
 ///
-/// Invariants: `heap` holds each scheduled core once; `pos[c]` is `c`'s index in `heap`, or
-/// `ABSENT`; every entry's key is no smaller than its parent's.
+/// Invariants: leaf `width + c` holds core `c`'s next step, key `NONE` if it has none (keys are
+/// unique, their sequence numbers are; cores from `cores` to `width` never have one); node `i`
+/// (`1 <= i < width`) holds the least key under it and that key's core.
 struct Agenda {
-    heap: Vec<usize>,
-    pos: Vec<usize>,
-    key: Vec<(u64, u64)>,
+    node: Vec<(u128, u32)>,
+    width: usize,
 }
 
-const ABSENT: usize = usize::MAX;
+const NONE: u128 = u128::MAX;
+
+fn pack((at, seq): (u64, u64)) -> u128 {
+    (u128::from(at) << 64) | u128::from(seq)
+}
 
 impl Agenda {
     fn new(cores: usize) -> Agenda {
-        Agenda {
-            heap: Vec::with_capacity(cores),
-            pos: vec![ABSENT; cores],
-            key: vec![(0, 0); cores],
+        let width = cores.max(2).next_power_of_two();
+        let mut node = vec![(NONE, 0u32); 2 * width];
+        for c in 0..width {
+            node[width + c].1 = c as u32;
         }
+        // Every key is `NONE`: a node's least is its left child's.
+        for i in (1..width).rev() {
+            node[i] = node[2 * i];
+        }
+        Agenda { node, width }
     }
 
     /// Sets core `c`'s next step to `key`, whether or not it had one.
     fn set(&mut self, c: usize, key: (u64, u64)) {
-        let old = self.key[c];
-        self.key[c] = key;
-        match self.pos[c] {
-            ABSENT => {
-                self.pos[c] = self.heap.len();
-                self.heap.push(c);
-                self.up(self.heap.len() - 1);
-            }
-            i if key < old => self.up(i),
-            i => self.down(i),
-        }
+        self.node[self.width + c].0 = pack(key);
+        self.update(c);
     }
 
     /// Removes core `c`'s next step, if it has one.
     fn remove(&mut self, c: usize) {
-        let i = self.pos[c];
-        if i == ABSENT {
-            return;
-        }
-        self.pos[c] = ABSENT;
-        let last = self.heap.pop().unwrap_or(c);
-        if last != c {
-            self.heap[i] = last;
-            self.pos[last] = i;
-            self.down(i);
-            self.up(self.pos[last]);
+        if self.node[self.width + c].0 != NONE {
+            self.node[self.width + c].0 = NONE;
+            self.update(c);
         }
     }
 
     /// The earliest step: its core and key.
     fn first(&self) -> Option<(usize, (u64, u64))> {
-        let &c = self.heap.first()?;
-        Some((c, self.key[c]))
+        let (k, c) = self.node[1];
+        (k != NONE).then_some((c as usize, ((k >> 64) as u64, k as u64)))
     }
 
-    /// Removes core `c`'s entry if it is still the one with `key` (keys are unique: their
-    /// sequence numbers are).
+    /// Removes core `c`'s entry if it is still the one with `key`.
     fn spent(&mut self, c: usize, key: (u64, u64)) {
-        if self.pos[c] != ABSENT && self.key[c] == key {
+        if self.node[self.width + c].0 == pack(key) {
             self.remove(c);
         }
     }
 
-    fn up(&mut self, mut i: usize) {
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.key[self.heap[parent]] <= self.key[self.heap[i]] {
-                break;
-            }
-            self.swap(i, parent);
-            i = parent;
+    /// Recomputes the path from core `c`'s leaf to the root.
+    fn update(&mut self, c: usize) {
+        let mut i = (self.width + c) / 2;
+        while i >= 1 {
+            let (a, b) = (self.node[2 * i], self.node[2 * i + 1]);
+            self.node[i] = if b.0 < a.0 { b } else { a };
+            i /= 2;
         }
-    }
-
-    fn down(&mut self, mut i: usize) {
-        loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut least = i;
-            if l < self.heap.len() && self.key[self.heap[l]] < self.key[self.heap[least]] {
-                least = l;
-            }
-            if r < self.heap.len() && self.key[self.heap[r]] < self.key[self.heap[least]] {
-                least = r;
-            }
-            if least == i {
-                return;
-            }
-            self.swap(i, least);
-            i = least;
-        }
-    }
-
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.pos[self.heap[a]] = a;
-        self.pos[self.heap[b]] = b;
     }
 }
 
