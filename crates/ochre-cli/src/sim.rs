@@ -96,7 +96,9 @@ enum SimCommand {
 
 pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
     match &args.command {
-        SimCommand::Speed { cores, reps, only } => speed(*cores as usize, *reps as usize, only.as_deref()),
+        SimCommand::Speed { cores, reps, only } => {
+            speed(*cores as usize, *reps as usize, only.as_deref())
+        }
         SimCommand::Run { case, cores, calibration } => {
             let cal = match calibration {
                 Some(p) => load(p)?,
