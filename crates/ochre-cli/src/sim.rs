@@ -40,6 +40,12 @@ enum SimCommand {
         /// Simulated cores.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
         cores: u32,
+        /// Repetitions of each workload (the medians are over these).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        reps: u32,
+        /// Run only the workloads whose name contains this (e.g. `ring`).
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Simulate one case (a validation case's name, e.g. `actors bank`) and print its report.
     Run {
@@ -90,7 +96,9 @@ enum SimCommand {
 
 pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
     match &args.command {
-        SimCommand::Speed { cores } => speed(*cores as usize),
+        SimCommand::Speed { cores, reps, only } => {
+            speed(*cores as usize, *reps as usize, only.as_deref())
+        }
         SimCommand::Run { case, cores, calibration } => {
             let cal = match calibration {
                 Some(p) => load(p)?,
@@ -195,46 +203,71 @@ fn rate_report(
     (if per_core { v / cores as f64 } else { v }, r)
 }
 
-fn speed(cores: usize) -> Result<(), String> {
+fn speed(cores: usize, reps: usize, only: Option<&str>) -> Result<(), String> {
     let t = Topology::named("opteron16").ok_or("no topology")?;
+    let wanted = |name: &str| only.is_none_or(|o| name.contains(o));
     println!(
         "{:<26} {:>5} {:>10} {:>8} {:>8} {:>14} {:>14}",
         "workload", "cores", "events", "wall s", "cpu s", "events/wall s", "events/cpu s"
     );
-    let mut rates = Vec::new();
-    for rep in 0..5 {
+    // Per workload, in the order run: its name and each repetition's (events/wall s,
+    // events/cpu s). The workloads alternate within a repetition, so that a noisy moment of the
+    // shared machine spreads over all of them.
+    let mut rates: Vec<(&str, Vec<(f64, f64)>)> = Vec::new();
+    for _ in 0..reps.max(1) {
         let ring = Program::Ring { actors: 1000, tokens: 64, hops: 2_000_000 };
         let cases: Vec<(&str, Box<dyn Measured>)> = vec![
             ("ping-pong (local chains)", Box::new(PingPong::new(cores, &t, 500_000, 0))),
             ("prodcons 1 us", Box::new(ProdCons::new(cores, &t, 1_000, 5_000))),
             ("thread ring, 64 tokens", Box::new(Actors::new(ring, 50))),
         ];
-        for (name, mut work) in cases {
+        for (name, mut work) in cases.into_iter().filter(|(name, _)| wanted(name)) {
             let setup = Setup::new(cores, t.clone(), Config::default());
             let (start, cpu0) = (Instant::now(), thread_cpu());
             let r = simulate(setup, &mut *work);
             let wall = start.elapsed().as_secs_f64();
             let cpu = (thread_cpu().saturating_sub(cpu0)).as_secs_f64().max(1e-9);
             let (v, vc) = (r.events as f64 / wall, r.events as f64 / cpu);
-            if rep == 4 {
-                println!(
-                    "{name:<26} {cores:>5} {:>10} {wall:>8.3} {cpu:>8.3} {v:>14.0} {vc:>14.0}",
-                    r.events
-                );
+            println!(
+                "{name:<26} {cores:>5} {:>10} {wall:>8.3} {cpu:>8.3} {v:>14.0} {vc:>14.0}",
+                r.events
+            );
+            match rates.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, all)) => all.push((v, vc)),
+                None => rates.push((name, vec![(v, vc)])),
             }
-            rates.push((v, vc));
         }
     }
-    let med = |f: fn(&(f64, f64)) -> f64| {
-        let mut all: Vec<f64> = rates.iter().map(f).collect();
+    if rates.is_empty() {
+        return Err(format!("no workload matches `{}`", only.unwrap_or("")));
+    }
+    // Median and spread (min-max) of one figure over a set of repetitions, in M/s.
+    let stats = |all: &mut Vec<f64>| {
         all.sort_by(f64::total_cmp);
-        all[all.len() / 2] / 1e6
+        (all[all.len() / 2] / 1e6, all[0] / 1e6, all[all.len() - 1] / 1e6)
     };
     println!(
-        "median over 5 repetitions of the 3 workloads: {:.1} M simulated events per second of \
-         wall time, {:.1} M per second of this thread's CPU time (the machine is shared)",
-        med(|r| r.0),
-        med(|r| r.1)
+        "\n{:<26} {:>26} {:>26}",
+        "median (min-max), M ev/s", "per second of wall time", "per second of CPU time"
+    );
+    let mut every: Vec<(f64, f64)> = Vec::new();
+    for (name, all) in &rates {
+        every.extend(all);
+        let (w, w0, w1) = stats(&mut all.iter().map(|r| r.0).collect());
+        let (c, c0, c1) = stats(&mut all.iter().map(|r| r.1).collect());
+        println!(
+            "{name:<26} {:>26} {:>26}",
+            format!("{w:.1} ({w0:.1}-{w1:.1})"),
+            format!("{c:.1} ({c0:.1}-{c1:.1})")
+        );
+    }
+    let (w, _, _) = stats(&mut every.iter().map(|r| r.0).collect());
+    let (c, _, _) = stats(&mut every.iter().map(|r| r.1).collect());
+    println!(
+        "median over {} repetitions of the {} workloads: {w:.1} M simulated events per second \
+         of wall time, {c:.1} M per second of this thread's CPU time (the machine is shared)",
+        reps.max(1),
+        rates.len()
     );
     Ok(())
 }

@@ -23,8 +23,6 @@
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
 
 use std::cell::Cell;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
@@ -182,14 +180,11 @@ enum State {
     Sleep { since: u64 },
 }
 
-/// What other cores can see of a core (its published hints, its idle state) and its place in
-/// the event heap.
+/// What other cores can see of a core (its published hints, its idle state).
 struct Status {
     state: State,
     ready: usize,
     backlog: bool,
-    /// Heap entries with another generation are stale.
-    gen: u64,
     /// Set when woken from a sleep: how long it slept (for `spin_budget`).
     slept: Option<u64>,
 }
@@ -226,7 +221,8 @@ struct Net {
     status: Vec<Status>,
     /// Steal-request slots: the thief and when its request becomes visible.
     slot: Vec<Option<(usize, u64)>>,
-    heap: BinaryHeap<Reverse<(u64, u64, usize, u64)>>,
+    /// Each core's next step, if it has one.
+    agenda: Agenda,
     seq: u64,
     spinners: usize,
     sleeping: usize,
@@ -242,11 +238,10 @@ impl Net {
         self.busy = self.busy + usize::from(is) - usize::from(was);
     }
 
+    /// Core `core`'s next step is at `at` (replacing the one it had: a core has at most one).
     fn schedule(&mut self, core: usize, at: u64) {
-        let st = &mut self.status[core];
-        st.gen += 1;
         self.seq += 1;
-        self.heap.push(Reverse((at, self.seq, core, st.gen)));
+        self.agenda.set(core, (at, self.seq));
     }
 
     /// A message reached `dest` at `at`: wake it if it spins or sleeps. Returns whether a
@@ -341,12 +336,14 @@ pub struct Sim<'w> {
     rng: u64,
     next_id: u64,
     /// Per color: the core it last ran on (its data is in that core's cache).
-    last_core: FxHashMap<Color, usize>,
+    last_core: LastCore,
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
     /// Reused buffers: arrivals taken from an inbox, destinations to flush.
     arrived: Vec<Arrival>,
+    /// Reused buffer: the arrivals left in an inbox for later.
+    later: Vec<Arrival>,
     scratch: Vec<usize>,
 }
 
@@ -384,13 +381,13 @@ impl<'w> Sim<'w> {
             })
             .collect();
         let status = (0..n)
-            .map(|_| Status { state: State::Busy, ready: 0, backlog: false, gen: 0, slept: None })
+            .map(|_| Status { state: State::Busy, ready: 0, backlog: false, slept: None })
             .collect();
         let net = Net {
             inbox: (0..n).map(|_| Vec::new()).collect(),
             status,
             slot: vec![None; n],
-            heap: BinaryHeap::new(),
+            agenda: Agenda::new(n),
             seq: 0,
             spinners: 0,
             sleeping: 0,
@@ -417,11 +414,12 @@ impl<'w> Sim<'w> {
             max_spinners,
             rng,
             next_id: 0,
-            last_core: FxHashMap::default(),
+            last_core: LastCore::default(),
             checks,
             report: Report::default(),
             posts: Vec::new(),
             arrived: Vec::new(),
+            later: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -454,6 +452,8 @@ impl<'w> Sim<'w> {
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
     pub fn run(mut self) -> Report {
+        // The tasks' storage, until this returns (see `blocks`).
+        let _blocks = super::blocks::Installed::new();
         let n = self.cores.len();
         for c in self.work.pinned() {
             let h = home_of(c, self.placement);
@@ -468,12 +468,13 @@ impl<'w> Sim<'w> {
         for k in 0..n {
             self.net.schedule(k, 0);
         }
-        while let Some(Reverse((t, _, k, gen))) = self.net.heap.pop() {
-            if gen != self.net.status[k].gen {
-                continue;
-            }
+        while let Some((k, key)) = self.net.agenda.first() {
             self.report.steps += 1;
-            self.step(k, t);
+            self.step(k, key.0);
+            // The step's entry stays in the agenda while it runs, as most steps schedule their
+            // core's next one, which then replaces it in one pass (popping it first cost a
+            // second); an entry the step did not replace is spent.
+            self.net.agenda.spent(k, key);
             if self.report.events >= self.setup.max_events {
                 self.report.truncated = true;
                 break;
@@ -556,14 +557,17 @@ impl<'w> Sim<'w> {
         if inbox.iter().all(|a| a.at <= now) {
             arrived.append(inbox);
         } else {
-            let mut i = 0;
-            while i < inbox.len() {
-                if inbox[i].at <= now {
-                    arrived.push(inbox.remove(i));
+            // Split in one pass, each part in inbox order (not `remove` per arrival: quadratic).
+            let mut later = std::mem::take(&mut self.later);
+            for a in inbox.drain(..) {
+                if a.at <= now {
+                    arrived.push(a);
                 } else {
-                    i += 1;
+                    later.push(a);
                 }
             }
+            std::mem::swap(inbox, &mut later);
+            self.later = later;
         }
         let batching = self.setup.config.batching;
         for a in arrived.drain(..) {
@@ -679,7 +683,7 @@ impl<'w> Sim<'w> {
         };
         let start = self.cores[k].now;
         let mut t = start + self.setup.cost.turn_ns as u64;
-        if let Some(prev) = self.last_core.insert(color, k) {
+        if let Some(prev) = self.last_core.replace(color, k) {
             if prev != k {
                 let d = self.distance(prev, k);
                 t += (self.setup.cost.color_lines * self.setup.cost.line(d)) as u64;
@@ -811,8 +815,11 @@ impl<'w> Sim<'w> {
         let core = &mut self.cores[k];
         core.turn_sends += 1;
         core.now += self.setup.cost.remote_post_ns as u64;
-        let now = self.base + Duration::from_nanos(core.now);
-        if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], || now) {
+        // The clock is read only when the buffer fills (`Instant` arithmetic per message was a
+        // few percent of a fan-out's host time).
+        let (base, at) = (self.base, core.now);
+        let now = move || base + Duration::from_nanos(at);
+        if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
             self.deliver(k, dest, batch);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);
@@ -1055,9 +1062,114 @@ impl<'w> Sim<'w> {
         self.report.sleeps += 1;
         self.net.sleeping += 1;
         self.net.set_state(k, State::Sleep { since: now });
-        self.net.status[k].gen += 1; // no step until woken
+        self.net.agenda.remove(k); // no step until woken
         if let Some(at) = self.next_arrival(k) {
             self.net.arrive(k, at, &self.setup.cost, &mut self.report);
+        }
+    }
+}
+
+/// Per color, the core it last ran on: a table indexed by the color for the small numbers that
+/// workloads use (a turn's look-up was a tenth of the host time of message-heavy runs in a hash
+/// map), a hash map for the others.
+///
+/// Invariant: a color is in `dense` (its entry not `NONE`) or in `sparse`, never both.
+#[derive(Default)]
+struct LastCore {
+    dense: Vec<u32>,
+    sparse: FxHashMap<Color, usize>,
+}
+
+impl LastCore {
+    /// Colors below this are kept in the table (4 bytes each).
+    const DENSE: u64 = 1 << 20;
+    const NONE: u32 = u32::MAX;
+
+    /// Records that `color` runs on core `k`; returns the core it ran on before, if any.
+    fn replace(&mut self, color: Color, k: usize) -> Option<usize> {
+        match u32::try_from(k) {
+            Ok(k32) if color.0 < Self::DENSE && k32 != Self::NONE => {
+                let i = color.0 as usize;
+                if i >= self.dense.len() {
+                    self.dense.resize((i + 1).next_power_of_two(), Self::NONE);
+                }
+                let prev = std::mem::replace(&mut self.dense[i], k32);
+                (prev != Self::NONE).then_some(prev as usize)
+            }
+            _ => self.sparse.insert(color, k),
+        }
+    }
+}
+
+/// The cores' next steps: a tournament tree over the cores, each core's next step keyed by
+/// (virtual time, scheduling sequence number) packed in a `u128`, so that steps run in order of
+/// their start and ties in order of scheduling. A core has at most one entry: rescheduling it
+/// replaces the entry (a binary heap of stale entries grew with every message and cost a tenth
+/// of the host time of message-heavy runs), and an update walks one fixed leaf-to-root path,
+/// one comparison of two adjacent nodes per level, without the data-dependent swaps of a heap.
+///
+/// Invariants: leaf `width + c` holds core `c`'s next step, key `NONE` if it has none (keys are
+/// unique, their sequence numbers are; cores from `cores` to `width` never have one); node `i`
+/// (`1 <= i < width`) holds the least key under it and that key's core.
+struct Agenda {
+    node: Vec<(u128, u32)>,
+    width: usize,
+}
+
+const NONE: u128 = u128::MAX;
+
+fn pack((at, seq): (u64, u64)) -> u128 {
+    (u128::from(at) << 64) | u128::from(seq)
+}
+
+impl Agenda {
+    fn new(cores: usize) -> Agenda {
+        let width = cores.max(2).next_power_of_two();
+        let mut node = vec![(NONE, 0u32); 2 * width];
+        for c in 0..width {
+            node[width + c].1 = c as u32;
+        }
+        // Every key is `NONE`: a node's least is its left child's.
+        for i in (1..width).rev() {
+            node[i] = node[2 * i];
+        }
+        Agenda { node, width }
+    }
+
+    /// Sets core `c`'s next step to `key`, whether or not it had one.
+    fn set(&mut self, c: usize, key: (u64, u64)) {
+        self.node[self.width + c].0 = pack(key);
+        self.update(c);
+    }
+
+    /// Removes core `c`'s next step, if it has one.
+    fn remove(&mut self, c: usize) {
+        if self.node[self.width + c].0 != NONE {
+            self.node[self.width + c].0 = NONE;
+            self.update(c);
+        }
+    }
+
+    /// The earliest step: its core and key.
+    fn first(&self) -> Option<(usize, (u64, u64))> {
+        let (k, c) = self.node[1];
+        (k != NONE).then_some((c as usize, ((k >> 64) as u64, k as u64)))
+    }
+
+    /// Removes core `c`'s entry if it is still the one with `key`.
+    fn spent(&mut self, c: usize, key: (u64, u64)) {
+        if self.node[self.width + c].0 == pack(key) {
+            self.remove(c);
+        }
+    }
+
+    /// Recomputes the path from core `c`'s leaf to the root.
+    fn update(&mut self, c: usize) {
+        let mut i = (self.width + c) / 2;
+        while i >= 1 {
+            let (a, b) = (self.node[2 * i], self.node[2 * i + 1]);
+            self.node[i] = if b.0 < a.0 { b } else { a };
+            i /= 2;
         }
     }
 }
@@ -1093,5 +1205,64 @@ pub(super) mod tests_support {
 
     pub(crate) fn violations(c: Checks) -> Vec<String> {
         c.violations
+    }
+}
+
+#[cfg(test)]
+mod agenda_tests {
+    use super::{Agenda, LastCore};
+    use crate::Color;
+
+    /// The agenda runs steps in the order of a plain sorted list of the live entries, through
+    /// random schedules, reschedules (earlier and later) and removals.
+    #[test]
+    fn the_agenda_pops_in_key_order_through_reschedules_and_removals() {
+        let cores = 13;
+        let mut agenda = Agenda::new(cores);
+        let mut live: Vec<Option<(u64, u64)>> = vec![None; cores];
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for seq in 0..20_000u64 {
+            let c = (next() % cores as u64) as usize;
+            match next() % 4 {
+                0 => {
+                    agenda.remove(c);
+                    live[c] = None;
+                }
+                1 => {
+                    let want = live
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(c, k)| k.map(|k| (k, c)))
+                        .min()
+                        .map(|(k, c)| (c, k));
+                    assert_eq!(agenda.first(), want);
+                    if let Some((c, k)) = want {
+                        agenda.spent(c, k);
+                        live[c] = None;
+                    }
+                }
+                _ => {
+                    let key = (next() % 64, seq);
+                    agenda.set(c, key);
+                    live[c] = Some(key);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn last_core_remembers_small_and_large_colors() {
+        let mut last = LastCore::default();
+        assert_eq!(last.replace(Color(5), 3), None);
+        assert_eq!(last.replace(Color(5), 7), Some(3));
+        assert_eq!(last.replace(Color(u64::MAX), 1), None);
+        assert_eq!(last.replace(Color(u64::MAX), 2), Some(1));
+        assert_eq!(last.replace(Color(6), 0), None);
     }
 }

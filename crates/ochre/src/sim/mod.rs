@@ -7,6 +7,7 @@
 //!   [`Setup::check`], the invariant checks (exclusion, order, exactly once).
 //! * [`cost`]: the [`CostModel`] and its defaults.
 //! * [`workload`]: the benchmarks' message patterns.
+//! * `blocks`: the free list that holds the simulated events' tasks.
 //! * `replay` (tests only): where stealing puts colors, step by step.
 //!
 //! What is not modelled: CPU shares (every simulated core gets its whole CPU, so
@@ -20,6 +21,7 @@
 //!
 //! Not a stable interface: `ochre sim` and the tests use it (feature `sim`).
 
+mod blocks;
 pub mod cost;
 pub mod engine;
 #[cfg(test)]
