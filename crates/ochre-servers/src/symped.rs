@@ -15,7 +15,7 @@
 //! Invariants: at most `max_connections` connections over all loops (beyond, a new connection
 //! is closed at once); a connection idle for `keepalive_timeout` is closed, and one whose request
 //! head is incomplete `read_timeout` after its first byte gets 408 and is closed, by a sweep
-//! every [`crate::sweep_every`]; stopping closes every connection and joins every loop.
+//! every `sweep_every` (lib.rs); stopping closes every connection and joins every loop.
 
 use std::io;
 use std::net::{TcpListener, TcpStream};
