@@ -330,6 +330,34 @@ fn plot_error(e: impl std::fmt::Display) -> String {
     format!("drawing a plot: {e}")
 }
 
+/// Draws each named line of points, a dot on every point, with its legend entry.
+fn draw_lines<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<
+        'a,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<
+            plotters::coord::combinators::LogCoord<f64>,
+            plotters::coord::types::RangedCoordf64,
+        >,
+    >,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(plot_error)?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(plot_error)?;
+    }
+    Ok(())
+}
+
 /// The series' legend, boxed, at `at`.
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
@@ -684,19 +712,7 @@ fn curve_plot(r: &BenchReport, model: &str) -> Result<Option<String>, String> {
             .y_desc("req/s")
             .draw()
             .map_err(plot_error)?;
-        for (i, (name, pts)) in lines.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-                .map_err(plot_error)?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(plot_error)?;
-        }
+        draw_lines(&mut chart, &lines)?;
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         area.present().map_err(plot_error)?;
     }
@@ -765,19 +781,7 @@ fn cost_plot(r: &BenchReport, systems: &[&str]) -> Result<Option<String>, String
             .y_desc("events/s x cost / workers")
             .draw()
             .map_err(plot_error)?;
-        for (i, (name, pts)) in lines.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-                .map_err(plot_error)?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(plot_error)?;
-        }
+        draw_lines(&mut chart, &lines)?;
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         area.present().map_err(plot_error)?;
     }
