@@ -205,16 +205,15 @@ impl Core {
             Route::Held(ask) => {
                 self.counters.add(Counter::PostsLocal, 1);
                 self.counters.add(Counter::PostsHeld, 1);
-                if let Some(ask) = ask {
-                    self.ask_sync(shared, ask);
-                }
+                self.ask_sync(shared, ask);
             }
             Route::Move { .. } => unreachable!("only a received post moves a color"),
         }
     }
 
-    /// Asks a guest color's home to sync (`queue`, "Order per poster color").
-    fn ask_sync(&mut self, shared: &Shared, ask: crate::queue::SyncAsk) {
+    /// Asks a guest color's home to sync (`queue`, "Order per poster color"), if the queue asked.
+    fn ask_sync(&mut self, shared: &Shared, ask: Option<crate::queue::SyncAsk>) {
+        let Some(ask) = ask else { return };
         let from = crate::message::worker_id(self.id);
         self.send(shared, ask.home, Msg::Sync { color: ask.color, from, epoch: ask.epoch });
     }
@@ -454,11 +453,7 @@ impl Core {
                     Route::Queued => {}
                     // Received posts are for colors homed here, never guests; should one be, its
                     // fence holds it like a local post.
-                    Route::Held(ask) => {
-                        if let Some(ask) = ask {
-                            self.ask_sync(shared, ask);
-                        }
-                    }
+                    Route::Held(ask) => self.ask_sync(shared, ask),
                     Route::Move { to, task } => {
                         *may_move = false;
                         self.counters.add(Counter::ColorsMovedOut, 1);
@@ -517,9 +512,8 @@ impl Core {
                 self.send(shared, from as usize, Msg::Synced { color, epoch });
             }
             Msg::Synced { color, epoch } => {
-                if let Some(ask) = self.queue.synced(color, epoch) {
-                    self.ask_sync(shared, ask);
-                }
+                let ask = self.queue.synced(color, epoch);
+                self.ask_sync(shared, ask);
             }
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
@@ -567,9 +561,7 @@ impl Core {
             if !shared.config.follow {
                 return None;
             }
-            follow::relief(mine, || {
-                (0..shared.workers).filter(|&w| w != me).map(|w| peer(shared, w))
-            })
+            relief(shared, me, mine)
         })
     }
 
@@ -780,9 +772,7 @@ impl WorkerCtx {
                         let cheap = follow::cheap(cost);
                         follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
-                    None => {
-                        follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(peer))
-                    }
+                    None => relief(shared, me, mine),
                 }
             };
             match core.queue.end_turn_shedding(key, shed) {
@@ -847,6 +837,11 @@ fn peer(shared: &Shared, w: usize) -> follow::Peer {
         idle: status.idle.load(Ordering::Relaxed),
         share: status.cpu_share.load(Ordering::Relaxed) as u32,
     }
+}
+
+/// Where worker `me`, getting `mine` of its CPU, should send an idle color (`follow::relief`).
+fn relief(shared: &Shared, me: usize, mine: u32) -> Option<usize> {
+    follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(|w| peer(shared, w)))
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
