@@ -260,6 +260,7 @@ pub(crate) fn goes_home(
 /// clearly less of its CPU (`mine`) than an idle worker does: the idle worker with the largest
 /// share, if it beats `mine` by [`RELIEF_MARGIN`]. Its partners follow it there (`moves`).
 /// `peers` is walked only when this worker's CPU is shared.
+#[inline]
 pub(crate) fn relief<I: Iterator<Item = Peer>>(
     mine: u32,
     peers: impl FnOnce() -> I,

@@ -629,13 +629,14 @@ impl ColorQueue {
         shed: impl FnOnce(Option<usize>, usize, u64, bool) -> Option<usize>,
     ) -> Option<TurnEnd> {
         self.running = None;
-        let cost = self.event_cost(key);
         let slot = &mut self.slots[key];
         if !slot.events.is_empty() {
             slot.queued = true;
             self.ready.push_back(key);
             return None;
         }
+        let cost = self.event_cost(key);
+        let slot = &mut self.slots[key];
         let (lease, pinned) = (slot.lease, slot.pinned || slot.holding > 0);
         let ready = self.ready.len();
         match lease {
@@ -906,7 +907,16 @@ impl ColorQueue {
         }
     }
 
+    #[inline]
     fn maybe_release(&mut self, key: usize) {
+        // The table's size first: under it (nearly always) nothing else needs reading.
+        if self.slots.len() > KEEP_IDLE_SLOTS_UNDER {
+            self.release_idle(key);
+        }
+    }
+
+    #[cold]
+    fn release_idle(&mut self, key: usize) {
         let slot = &self.slots[key];
         if slot.events.is_empty()
             && !slot.queued
@@ -914,7 +924,6 @@ impl ColorQueue {
             && slot.holding == 0
             && slot.lease == Lease::Local
             && self.running != Some(key)
-            && self.slots.len() > KEEP_IDLE_SLOTS_UNDER
         {
             let color = slot.color;
             self.dropped_arrival = self.dropped_arrival.max(slot.arrived);

@@ -160,10 +160,16 @@ pub(crate) fn min_work_ns(config: &crate::Config) -> u64 {
 /// A worker answers a steal request left in its slot, if any: lends a color or says no.
 #[inline]
 pub(crate) fn answer(core: &mut Core, shared: &Shared) {
-    let slot = &shared.remotes[core.id].poke.steal_request;
-    if slot.load(Ordering::Relaxed) == 0 {
-        return;
+    // Relaxed: a look, called between every two turns; the swap below takes the request.
+    if shared.remotes[core.id].poke.steal_request.load(Ordering::Relaxed) != 0 {
+        answer_request(core, shared);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn answer_request(core: &mut Core, shared: &Shared) {
+    let slot = &shared.remotes[core.id].poke.steal_request;
     let thief = slot.swap(0, Ordering::Acquire);
     if thief == 0 {
         return;

@@ -87,7 +87,8 @@ pub(crate) struct Core {
     pub(crate) cpu_share: CpuShare,
     /// Credits of the smooth weighted round robin of [`Core::place`].
     place_credit: Vec<i64>,
-    /// Turns started, for sampling their duration.
+    /// Turns to start before the next one whose duration is sampled (0: none are,
+    /// `steal::turn_sample`).
     turns: u32,
     overdue: Vec<usize>,
     /// Watched descriptors and timers (`io`).
@@ -133,7 +134,7 @@ impl Core {
             published_ready: 0,
             published_backlog: false,
             heap_gauges_in: 0,
-            turns: 0,
+            turns: crate::steal::turn_sample(config).unwrap_or(0),
             overdue: Vec::new(),
             io: IoCore::new(),
             graveyard: Vec::new(),
@@ -723,6 +724,7 @@ impl WorkerCtx {
     fn run_round(&self) -> usize {
         let shared = &*self.shared;
         let turn_budget = shared.config.turn_budget;
+        let turn_period = steal::turn_sample(&shared.config).unwrap_or(0);
         let mut ran = 0;
         while ran < shared.config.round_budget {
             let (key, color, mut next, timed, sampled, timed_events) = {
@@ -731,9 +733,19 @@ impl WorkerCtx {
                     break;
                 };
                 let first = core.queue.pop(key);
-                core.turns = core.turns.wrapping_add(1);
-                let sample = steal::turn_sample(&shared.config)
-                    .is_some_and(|n| core.turns.is_multiple_of(n));
+                // A countdown, not `turns % n`: a division a turn cost a ring's one-event turns
+                // more than the rest of the sampling.
+                let sample = match core.turns {
+                    0 => false,
+                    1 => {
+                        core.turns = turn_period;
+                        true
+                    }
+                    _ => {
+                        core.turns -= 1;
+                        false
+                    }
+                };
                 core.beat.start_turn(shared, color);
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
@@ -840,6 +852,7 @@ fn peer(shared: &Shared, w: usize) -> follow::Peer {
 }
 
 /// Where worker `me`, getting `mine` of its CPU, should send an idle color (`follow::relief`).
+#[inline]
 fn relief(shared: &Shared, me: usize, mine: u32) -> Option<usize> {
     follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(|w| peer(shared, w)))
 }
