@@ -182,19 +182,21 @@ fn rate(
     cost: &CostModel,
     work: &mut dyn Measured,
 ) -> f64 {
-    rate_report(cores, topology, config, cost, work).0
+    rate_report(cores, topology, config, cost, &[], work).0
 }
 
-/// [`rate`], and the run's report.
+/// [`rate`] with busy threads sharing the cores' CPUs (`Setup::busy`), and the run's report.
 fn rate_report(
     cores: usize,
     topology: &Topology,
     config: &Config,
     cost: &CostModel,
+    busy: &[f64],
     work: &mut dyn Measured,
 ) -> (f64, ochre::sim::Report) {
     let mut setup = Setup::new(cores, topology.clone(), config.clone());
     setup.cost = cost.clone();
+    setup.busy = busy.to_vec();
     let counted = work.counted();
     let per_core = work.per_core();
     let r = simulate(setup, work);
@@ -285,9 +287,16 @@ fn thread_cpu() -> Duration {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 enum Work {
     PingPong,
-    ProdCons { cost_ns: u64 },
+    ProdCons {
+        cost_ns: u64,
+    },
     Imbalanced,
-    Actor { program: &'static str },
+    /// An actor program; with `busy`, a thread spins on the last core's CPU (`bench actors`'
+    /// busy cases).
+    Actor {
+        program: &'static str,
+        busy: bool,
+    },
 }
 
 /// A benchmark figure: where it comes from (bench, system, case), its configuration and value.
@@ -370,17 +379,20 @@ fn case_specs() -> Vec<Measurement> {
             config,
         );
     }
-    for (name, _) in Program::suite(true) {
-        add(
-            format!("actors {name}"),
-            "actors",
-            "ochre",
-            name.into(),
-            2,
-            "msg/s",
-            Work::Actor { program: name },
-            Config::default(),
-        );
+    for busy in [false, true] {
+        for (name, _) in Program::suite(true) {
+            let case = if busy { format!("{name} busy") } else { name.to_string() };
+            add(
+                format!("actors {case}"),
+                "actors",
+                "ochre",
+                case,
+                2,
+                "msg/s",
+                Work::Actor { program: name, busy },
+                Config::default(),
+            );
+        }
     }
     v
 }
@@ -402,26 +414,32 @@ fn simulate_case_report(
     let t = Topology::flat((0..cores).collect());
     match work {
         Work::PingPong => {
-            rate_report(cores, &t, config, cost, &mut PingPong::new(cores, &t, 60_000, 0))
+            rate_report(cores, &t, config, cost, &[], &mut PingPong::new(cores, &t, 60_000, 0))
         }
         Work::ProdCons { cost_ns } => {
             let rounds = (4_000_000 / (cost_ns + 200)).clamp(30, 300);
-            rate_report(cores, &t, config, cost, &mut ProdCons::new(cores, &t, cost_ns, rounds))
+            let mut w = ProdCons::new(cores, &t, cost_ns, rounds);
+            rate_report(cores, &t, config, cost, &[], &mut w)
         }
-        Work::Imbalanced => rate_report(
-            cores,
-            &t,
-            config,
-            cost,
-            &mut Imbalanced::new(cores, &t, 4, 40, 400, 10_000),
-        ),
-        Work::Actor { program } => {
+        Work::Imbalanced => {
+            let mut w = Imbalanced::new(cores, &t, 4, 40, 400, 10_000);
+            rate_report(cores, &t, config, cost, &[], &mut w)
+        }
+        Work::Actor { program, busy } => {
             let Some((_, p)) = Program::suite(true).into_iter().find(|(n, _)| *n == program) else {
                 return none;
             };
-            // About 50k messages: rates do not depend on the size beyond start-up.
-            let p = p.scaled((p.messages() / 50_000).max(1));
-            rate_report(cores, &t, config, cost, &mut Actors::new(p, actor_msg_ns.max(0.0) as u64))
+            // About 50k messages: rates do not depend on the size beyond start-up. Busy: a
+            // spinning thread takes half of the last core's CPU while the worker wants it.
+            // Busy runs are ten times longer: many of the busy thread's 3 ms time slices.
+            let size = if busy { 500_000 } else { 50_000 };
+            let p = p.scaled((p.messages() / size).max(1));
+            let mut shares = vec![0.0; cores];
+            if busy {
+                shares[cores - 1] = 0.5;
+            }
+            let mut w = Actors::new(p, actor_msg_ns.max(0.0) as u64);
+            rate_report(cores, &t, config, cost, &shares, &mut w)
         }
     }
 }
@@ -558,10 +576,12 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
     }
 }
 
-/// Sum of squared log errors of `cal` over its cases.
+/// Sum of squared log errors of `cal` over its cases, but for the busy-CPU cases: those test
+/// the model of shared CPUs with the constants the quiet cases fix.
 fn misfit(cal: &Calibration) -> f64 {
     cal.measured
         .iter()
+        .filter(|m| !matches!(m.work, Some(Work::Actor { busy: true, .. })))
         .map(|m| {
             let s = simulate_case(m, &cal.cost, cal.actor_msg_ns);
             if s > 0.0 && m.measured > 0.0 {
