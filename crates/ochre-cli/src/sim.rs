@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ochre::sim::workload::{Actors, Imbalanced, Measured, PingPong, ProdCons, Program};
+use ochre::sim::workload::{Actors, Groups, Imbalanced, Measured, PingPong, ProdCons, Program};
 use ochre::sim::{simulate, CostModel, Setup};
 use ochre::topology::Topology;
 use ochre::{Config, Runtime, Spin, Steal};
@@ -833,23 +833,49 @@ fn predict(cal: &Calibration, quick: bool) -> BenchReport {
         agree(&mut r, &at("imbalanced: plain / off"), plain / off, 1.30, "slides: +30% (SFS)");
         let batch = of("batch") / plain;
         agree(&mut r, &at("imbalanced: batch / plain"), batch, 1.18, "slides: +18%");
-        let near = of("locality") / plain;
-        agree(&mut r, &at("imbalanced: locality / plain"), near, 1.27, "slides: +27%");
-        // Above, every heavy color waits on core 0: each thief asks the same victim, and the
-        // order of victims (locality) changes nothing. Here every other core holds heavy
-        // colors of 64 KiB of data each (1024 lines follow a stolen color, as the slides' SFS
-        // connections with their cipher state): a thief has near and far victims.
+        // Locality is not compared on this case: every heavy color waits on core 0, so each
+        // thief asks the same victim, and the order of victims changes nothing but timing.
+        // Every other core holds colors of 64 KiB of data each (1024 lines follow a stolen
+        // color), so that a thief has near and far victims. Long chains (4 of 400 events of
+        // 10 us per home, stolen once and run to their end): a transfer of 20-180 us per 4 ms
+        // chain, and the order of victims changes the balance more than the transfers. Short
+        // colors (32 per home, 4 events of 20 us each), the slides' SFS regime, where a
+        // connection's cipher state follows each stolen request: a far transfer costs as much
+        // as the work it brings.
         let big = CostModel { color_lines: 1024.0, ..cost.clone() };
         let homes: Vec<usize> = (0..n).step_by(2).collect();
-        let heavy = |config: &Config| {
-            let mut w = Imbalanced::spread(n, &t, &homes, 4, 0, 400, 10_000);
-            rate(n, &t, config, &big, &mut w)
-        };
         let plain_cfg = Config::default().steal(Steal::Plain);
-        let near = heavy(&plain_cfg.clone().steal_locality(true)) / heavy(&plain_cfg);
-        let case = at("spread imbalance, 64 KiB colors: locality / plain");
-        r.rows.push(row("stealing", "locality", case.clone(), n, "x", near));
-        agree(&mut r, &case, near, 1.27, "slides: +27%");
+        let near_cfg = plain_cfg.clone().steal_locality(true);
+        for (what, per_home, length, cost_ns, compared) in [
+            ("long chains", 4usize, 400u64, 10_000u64, false),
+            ("short colors", 32, 4, 20_000, true),
+        ] {
+            let spread = |config: &Config| {
+                let mut w = Imbalanced::spread(n, &t, &homes, per_home, 0, length, cost_ns);
+                rate(n, &t, config, &big, &mut w)
+            };
+            let near = spread(&near_cfg) / spread(&plain_cfg);
+            let case = at(&format!("spread imbalance, 64 KiB {what}: locality / plain"));
+            r.rows.push(row("stealing", "locality", case.clone(), n, "x", near));
+            if compared {
+                agree(&mut r, &case, near, 1.27, "slides: +27% (SFS)");
+            }
+        }
+        // Color groups (the memory-aware scheduling report's bubbles: threads that share data
+        // placed on one node, 5-10% less time for a memory-intensive program): rings of 8
+        // colors with 2 tokens each, one ring per core, members grouped or hashed.
+        for (label, config) in
+            [("", Config::default()), (" (colors fixed)", Config::default().follow(false))]
+        {
+            let rings = |grouped: bool| {
+                let mut w = Groups::new(grouped, n, 8, 2, 4_000 / k, 2_000);
+                rate(n, &t, &config, cost, &mut w)
+            };
+            let gain = rings(true) / rings(false);
+            let case = at(&format!("rings of 8{label}: grouped / hashed"));
+            r.rows.push(row("groups", "ochre", case.clone(), n, "x", gain));
+            agree(&mut r, &case, gain, 1.075, "memory-aware report: 5-10% less time");
+        }
     }
     r.notes.push(format!(
         "cost model: {} ({} measured cases), contention set to 0 for the simulated machines",

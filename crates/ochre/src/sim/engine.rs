@@ -15,7 +15,7 @@
 //!   clock is never read (the outbox's clock is a fixed base plus virtual time).
 //! * Steps are processed in order of their virtual start time (ties by insertion order). One
 //!   step is one round of a core's run loop (inbox, turns, flush), as the real worker takes its
-//!   inbox only between rounds; messages carry their arrival time, and a core sees only those
+//!   inbox only between rounds, or a stretch of whole turns of a long round ([`ROUND_STEP_NS`]); messages carry their arrival time, and a core sees only those
 //!   arrived by its current time. Between one sender and one receiver arrivals keep their order
 //!   (the transport's FIFO property that the lending protocol relies on).
 //! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
@@ -243,6 +243,8 @@ struct Core {
     last_arrival: Vec<u64>,
     /// Its CPU's time slices, if a busy thread shares that CPU.
     cpu: Option<SharedCpu>,
+    /// Set while a round is cut in steps ([`ROUND_STEP_NS`]): the events it has run so far.
+    mid_round: Option<usize>,
 }
 
 /// A core's CPU shared with a busy thread (as the Linux scheduler shares it between two
@@ -453,6 +455,7 @@ impl<'w> Sim<'w> {
                 events_since_check: 0,
                 last_arrival: vec![0; n],
                 cpu: shared_cpu(&setup, w),
+                mid_round: None,
             })
             .collect::<Vec<_>>();
         let status = cores
@@ -613,10 +616,16 @@ impl<'w> Sim<'w> {
     /// A round of the run loop (`worker::WorkerCtx::run`): inbox, steal slot, turns, flush; then
     /// the idle path if nothing ran.
     fn round(&mut self, k: usize) {
-        self.cores[k].now += self.setup.cost.round_ns as u64;
-        self.take_inbox(k);
-        self.answer(k);
-        let mut ran = 0;
+        let mut ran = match self.cores[k].mid_round.take() {
+            Some(ran) => ran,
+            None => {
+                self.cores[k].now += self.setup.cost.round_ns as u64;
+                self.take_inbox(k);
+                self.answer(k);
+                0
+            }
+        };
+        let start = self.cores[k].now;
         let round_budget = self.setup.config.round_budget.max(1);
         while ran < round_budget {
             let n = self.turn(k);
@@ -624,6 +633,14 @@ impl<'w> Sim<'w> {
                 break;
             }
             ran += n;
+            if ran < round_budget && self.cores[k].now >= start + ROUND_STEP_NS {
+                // The rest of the round is a later step: the other cores' steps due before
+                // now run first, and see what this one published after each turn (its ready
+                // count, its answers to their requests) at the right time.
+                self.cores[k].mid_round = Some(ran);
+                let at = self.cores[k].now;
+                return self.net.schedule(k, at);
+            }
         }
         self.flush_all(k);
         if self.cores[k].cpu.is_some() {
@@ -1395,6 +1412,13 @@ impl Agenda {
         }
     }
 }
+
+/// Longest stretch of a round run in one step, ns: a round of heavy turns is cut into steps of
+/// about this much (whole turns), so that cores do not drift apart by a whole round of virtual
+/// time between two interactions. With rounds in one step, a core that ran 128 events of 20 us
+/// in one round published its ready count only as seen at the round's end, and thieves never
+/// saw it loaded: `Imbalanced::spread` with short colors had no steal at all.
+const ROUND_STEP_NS: u64 = 10_000;
 
 /// How often a spinning core asks for a color (`idle::spin` asks every 1024 polls, tens of
 /// microseconds).

@@ -276,3 +276,16 @@ fn colors_leave_a_shared_cpu_for_an_idle_core() {
         fixed.makespan_ns
     );
 }
+
+#[test]
+fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
+    // Four cores each hold 32 colors of 4 events of 20 us: a round of 128 events, 2.5 ms. Run
+    // as one step, the round showed thieves its ready count only at its end (none waiting), and
+    // nothing was stolen; cut into steps (`ROUND_STEP_NS`), thieves take colors.
+    let t = Topology::named("harpertown8").expect("a named machine");
+    let homes: Vec<usize> = (0..8).step_by(2).collect();
+    let setup = Setup::new(8, t.clone(), Config::default().steal(Steal::Plain));
+    let r = simulate(setup, &mut Imbalanced::spread(8, &t, &homes, 32, 0, 4, 20_000));
+    assert!(r.stolen >= 8, "stolen {}", r.stolen);
+    assert!(r.makespan_ns < 32 * 4 * 20_000 * 9 / 10, "makespan {} ns", r.makespan_ns);
+}
