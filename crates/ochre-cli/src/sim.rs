@@ -905,8 +905,19 @@ fn handler(cost_ns: u64) -> String {
     }
 }
 
+/// The bench name of the prediction report's rows that pair a simulated comparison with the
+/// seeds' figure (`ochre study` plots them).
+pub(crate) const THESIS_SIGNS: &str = "thesis-signs";
+
 /// Records whether a simulated ratio agrees in sign (gain or loss) with the seeds' figure.
+/// Also adds the pair as rows of bench [`THESIS_SIGNS`] (systems `simulated` and `thesis`,
+/// case `<cores>c <comparison>`) for the study's plot.
 fn agree(r: &mut BenchReport, case: &str, simulated: f64, thesis: f64, source: &str) {
+    let cores = case.split(' ').next().and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
+    let what = case.split_once(") ").map_or(case, |(_, w)| w);
+    let short = format!("{cores}c {what}");
+    r.rows.push(row(THESIS_SIGNS, "simulated", short.clone(), cores, "x", simulated));
+    r.rows.push(row(THESIS_SIGNS, "thesis", short, cores, "x", thesis));
     let held = (simulated > 1.0) == (thesis > 1.0);
     r.check(
         format!("[{case}] x{simulated:.2} simulated; {source} (x{thesis:.2})"),
