@@ -804,6 +804,7 @@ impl<'w> Sim<'w> {
             return 0;
         };
         let start = self.cores[k].now;
+        let wait0 = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait);
         let mut t = start + self.setup.cost.turn_ns as u64;
         if let Some(prev) = self.last_core.replace(color, k) {
             if prev != k {
@@ -826,9 +827,11 @@ impl<'w> Sim<'w> {
         }
         if self.setup.cost.contention > 0.0 && self.net.busy > 1 {
             // Other cores running at the same time slow this one (shared caches, memory
-            // bandwidth, a shared host): the turn takes longer.
+            // bandwidth, a shared host): the turn takes longer. Its own time only: not the
+            // slices a busy thread took from it meanwhile (`SharedCpu`).
             let others = (self.net.busy - 1) as f64;
-            let turn = (self.cores[k].now - start) as f64;
+            let lost = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait - wait0);
+            let turn = (self.cores[k].now - start - lost) as f64;
             self.cores[k].now += (turn * self.setup.cost.contention * others) as u64;
         }
         let end = self.cores[k].now;
@@ -1415,10 +1418,12 @@ impl Agenda {
 
 /// Longest stretch of a round run in one step, ns: a round of heavy turns is cut into steps of
 /// about this much (whole turns), so that cores do not drift apart by a whole round of virtual
-/// time between two interactions. With rounds in one step, a core that ran 128 events of 20 us
+/// time between two interactions; as long as a spinner's interval between two requests
+/// ([`SPIN_STEAL_EVERY_NS`]), a thief's own granularity. (Against 10 us: simulated events per CPU
+/// second equal within noise, 2 x 3 reps alternating.) With rounds in one step, a core that ran 128 events of 20 us
 /// in one round published its ready count only as seen at the round's end, and thieves never
 /// saw it loaded: `Imbalanced::spread` with short colors had no steal at all.
-const ROUND_STEP_NS: u64 = 10_000;
+const ROUND_STEP_NS: u64 = 40_000;
 
 /// How often a spinning core asks for a color (`idle::spin` asks every 1024 polls, tens of
 /// microseconds).
