@@ -8,7 +8,10 @@
 //!   writes them), else measured here with `ochre-bench`'s functions (ping-pong,
 //!   producer-consumer, the stealing case; the actor programs only from a study).
 //! * `validate [--from DIR] [--calibration FILE] [--json FILE]`: one row per case and core
-//!   count: `case`, `cores`, `measured`, `simulated`, `error` (relative, signed).
+//!   count: `case`, `cores`, `measured`, `simulated`, `error` (relative, signed). The actor
+//!   programs' busy cases (a thread spins on the last worker's CPU) are simulated with a busy
+//!   thread sharing the last core (`Setup::busy`, 0.5) and are not fitted: they test the model
+//!   of shared CPUs with the constants the quiet cases fix.
 //! * `predict [--calibration FILE] [--json FILE]`: the seeds' many-core comparisons, simulated
 //!   on the thesis's 8-core Harpertown and 16-core Opteron and on a 2-socket 64-core machine.
 //!
