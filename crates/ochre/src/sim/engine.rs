@@ -15,9 +15,10 @@
 //!   clock is never read (the outbox's clock is a fixed base plus virtual time).
 //! * Steps are processed in order of their virtual start time (ties by insertion order). One
 //!   step is one round of a core's run loop (inbox, turns, flush), as the real worker takes its
-//!   inbox only between rounds, or a stretch of whole turns of a long round ([`ROUND_STEP_NS`]); messages carry their arrival time, and a core sees only those
-//!   arrived by its current time. Between one sender and one receiver arrivals keep their order
-//!   (the transport's FIFO property that the lending protocol relies on).
+//!   inbox only between rounds, or a stretch of whole turns of a long round (`ROUND_STEP_NS`);
+//!   messages carry their arrival time, and a core sees only those arrived by its current
+//!   time. Between one sender and one receiver arrivals keep their order (the transport's FIFO
+//!   property that the lending protocol relies on).
 //! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
@@ -1418,11 +1419,11 @@ impl Agenda {
 
 /// Longest stretch of a round run in one step, ns: a round of heavy turns is cut into steps of
 /// about this much (whole turns), so that cores do not drift apart by a whole round of virtual
-/// time between two interactions; as long as a spinner's interval between two requests
-/// ([`SPIN_STEAL_EVERY_NS`]), a thief's own granularity. (Against 10 us: simulated events per CPU
-/// second equal within noise, 2 x 3 reps alternating.) With rounds in one step, a core that ran 128 events of 20 us
+/// time between two interactions. With rounds in one step, a core that ran 128 events of 20 us
 /// in one round published its ready count only as seen at the round's end, and thieves never
-/// saw it loaded: `Imbalanced::spread` with short colors had no steal at all.
+/// saw it loaded: `Imbalanced::spread` with short colors had no steal at all. As long as a
+/// spinner's interval between two requests ([`SPIN_STEAL_EVERY_NS`]), a thief's own granularity
+/// (against 10 us: simulated events per CPU second equal within noise, 2 x 3 reps alternating).
 const ROUND_STEP_NS: u64 = 40_000;
 
 /// How often a spinning core asks for a color (`idle::spin` asks every 1024 polls, tens of
