@@ -8,7 +8,10 @@
 //!   writes them), else measured here with `ochre-bench`'s functions (ping-pong,
 //!   producer-consumer, the stealing case; the actor programs only from a study).
 //! * `validate [--from DIR] [--calibration FILE] [--json FILE]`: one row per case and core
-//!   count: `case`, `cores`, `measured`, `simulated`, `error` (relative, signed).
+//!   count: `case`, `cores`, `measured`, `simulated`, `error` (relative, signed). The actor
+//!   programs' busy cases (a thread spins on the last worker's CPU) are simulated with a busy
+//!   thread sharing the last core (`Setup::busy`, 0.5) and are not fitted: they test the model
+//!   of shared CPUs with the constants the quiet cases fix.
 //! * `predict [--calibration FILE] [--json FILE]`: the seeds' many-core comparisons, simulated
 //!   on the thesis's 8-core Harpertown and 16-core Opteron and on a 2-socket 64-core machine.
 //!
@@ -19,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ochre::sim::workload::{Actors, Imbalanced, Measured, PingPong, ProdCons, Program};
+use ochre::sim::workload::{Actors, Groups, Imbalanced, Measured, PingPong, ProdCons, Program};
 use ochre::sim::{simulate, CostModel, Setup};
 use ochre::topology::Topology;
 use ochre::{Config, Runtime, Spin, Steal};
@@ -182,19 +185,21 @@ fn rate(
     cost: &CostModel,
     work: &mut dyn Measured,
 ) -> f64 {
-    rate_report(cores, topology, config, cost, work).0
+    rate_report(cores, topology, config, cost, &[], work).0
 }
 
-/// [`rate`], and the run's report.
+/// [`rate`] with busy threads sharing the cores' CPUs (`Setup::busy`), and the run's report.
 fn rate_report(
     cores: usize,
     topology: &Topology,
     config: &Config,
     cost: &CostModel,
+    busy: &[f64],
     work: &mut dyn Measured,
 ) -> (f64, ochre::sim::Report) {
     let mut setup = Setup::new(cores, topology.clone(), config.clone());
     setup.cost = cost.clone();
+    setup.busy = busy.to_vec();
     let counted = work.counted();
     let per_core = work.per_core();
     let r = simulate(setup, work);
@@ -285,9 +290,16 @@ fn thread_cpu() -> Duration {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 enum Work {
     PingPong,
-    ProdCons { cost_ns: u64 },
+    ProdCons {
+        cost_ns: u64,
+    },
     Imbalanced,
-    Actor { program: &'static str },
+    /// An actor program; with `busy`, a thread spins on the last core's CPU (`bench actors`'
+    /// busy cases).
+    Actor {
+        program: &'static str,
+        busy: bool,
+    },
 }
 
 /// A benchmark figure: where it comes from (bench, system, case), its configuration and value.
@@ -370,17 +382,20 @@ fn case_specs() -> Vec<Measurement> {
             config,
         );
     }
-    for (name, _) in Program::suite(true) {
-        add(
-            format!("actors {name}"),
-            "actors",
-            "ochre",
-            name.into(),
-            2,
-            "msg/s",
-            Work::Actor { program: name },
-            Config::default(),
-        );
+    for busy in [false, true] {
+        for (name, _) in Program::suite(true) {
+            let case = if busy { format!("{name} busy") } else { name.to_string() };
+            add(
+                format!("actors {case}"),
+                "actors",
+                "ochre",
+                case,
+                2,
+                "msg/s",
+                Work::Actor { program: name, busy },
+                Config::default(),
+            );
+        }
     }
     v
 }
@@ -402,26 +417,32 @@ fn simulate_case_report(
     let t = Topology::flat((0..cores).collect());
     match work {
         Work::PingPong => {
-            rate_report(cores, &t, config, cost, &mut PingPong::new(cores, &t, 60_000, 0))
+            rate_report(cores, &t, config, cost, &[], &mut PingPong::new(cores, &t, 60_000, 0))
         }
         Work::ProdCons { cost_ns } => {
             let rounds = (4_000_000 / (cost_ns + 200)).clamp(30, 300);
-            rate_report(cores, &t, config, cost, &mut ProdCons::new(cores, &t, cost_ns, rounds))
+            let mut w = ProdCons::new(cores, &t, cost_ns, rounds);
+            rate_report(cores, &t, config, cost, &[], &mut w)
         }
-        Work::Imbalanced => rate_report(
-            cores,
-            &t,
-            config,
-            cost,
-            &mut Imbalanced::new(cores, &t, 4, 40, 400, 10_000),
-        ),
-        Work::Actor { program } => {
+        Work::Imbalanced => {
+            let mut w = Imbalanced::new(cores, &t, 4, 40, 400, 10_000);
+            rate_report(cores, &t, config, cost, &[], &mut w)
+        }
+        Work::Actor { program, busy } => {
             let Some((_, p)) = Program::suite(true).into_iter().find(|(n, _)| *n == program) else {
                 return none;
             };
-            // About 50k messages: rates do not depend on the size beyond start-up.
-            let p = p.scaled((p.messages() / 50_000).max(1));
-            rate_report(cores, &t, config, cost, &mut Actors::new(p, actor_msg_ns.max(0.0) as u64))
+            // About 50k messages: rates do not depend on the size beyond start-up. Busy: a
+            // spinning thread takes half of the last core's CPU while the worker wants it.
+            // Busy runs are ten times longer: many of the busy thread's 3 ms time slices.
+            let size = if busy { 500_000 } else { 50_000 };
+            let p = p.scaled((p.messages() / size).max(1));
+            let mut shares = vec![0.0; cores];
+            if busy {
+                shares[cores - 1] = 0.5;
+            }
+            let mut w = Actors::new(p, actor_msg_ns.max(0.0) as u64);
+            rate_report(cores, &t, config, cost, &shares, &mut w)
         }
     }
 }
@@ -558,10 +579,12 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
     }
 }
 
-/// Sum of squared log errors of `cal` over its cases.
+/// Sum of squared log errors of `cal` over its cases, but for the busy-CPU cases: those test
+/// the model of shared CPUs with the constants the quiet cases fix.
 fn misfit(cal: &Calibration) -> f64 {
     cal.measured
         .iter()
+        .filter(|m| !matches!(m.work, Some(Work::Actor { busy: true, .. })))
         .map(|m| {
             let s = simulate_case(m, &cal.cost, cal.actor_msg_ns);
             if s > 0.0 && m.measured > 0.0 {
@@ -813,23 +836,49 @@ fn predict(cal: &Calibration, quick: bool) -> BenchReport {
         agree(&mut r, &at("imbalanced: plain / off"), plain / off, 1.30, "slides: +30% (SFS)");
         let batch = of("batch") / plain;
         agree(&mut r, &at("imbalanced: batch / plain"), batch, 1.18, "slides: +18%");
-        let near = of("locality") / plain;
-        agree(&mut r, &at("imbalanced: locality / plain"), near, 1.27, "slides: +27%");
-        // Above, every heavy color waits on core 0: each thief asks the same victim, and the
-        // order of victims (locality) changes nothing. Here every other core holds heavy
-        // colors of 64 KiB of data each (1024 lines follow a stolen color, as the slides' SFS
-        // connections with their cipher state): a thief has near and far victims.
+        // Locality is not compared on this case: every heavy color waits on core 0, so each
+        // thief asks the same victim, and the order of victims changes nothing but timing.
+        // Every other core holds colors of 64 KiB of data each (1024 lines follow a stolen
+        // color), so that a thief has near and far victims. Long chains (4 of 400 events of
+        // 10 us per home, stolen once and run to their end): a transfer of 20-180 us per 4 ms
+        // chain, and the order of victims changes the balance more than the transfers. Short
+        // colors (32 per home, 4 events of 20 us each), the slides' SFS regime, where a
+        // connection's cipher state follows each stolen request: a far transfer costs as much
+        // as the work it brings.
         let big = CostModel { color_lines: 1024.0, ..cost.clone() };
         let homes: Vec<usize> = (0..n).step_by(2).collect();
-        let heavy = |config: &Config| {
-            let mut w = Imbalanced::spread(n, &t, &homes, 4, 0, 400, 10_000);
-            rate(n, &t, config, &big, &mut w)
-        };
         let plain_cfg = Config::default().steal(Steal::Plain);
-        let near = heavy(&plain_cfg.clone().steal_locality(true)) / heavy(&plain_cfg);
-        let case = at("spread imbalance, 64 KiB colors: locality / plain");
-        r.rows.push(row("stealing", "locality", case.clone(), n, "x", near));
-        agree(&mut r, &case, near, 1.27, "slides: +27%");
+        let near_cfg = plain_cfg.clone().steal_locality(true);
+        for (what, per_home, length, cost_ns, compared) in [
+            ("long chains", 4usize, 400u64, 10_000u64, false),
+            ("short colors", 32, 4, 20_000, true),
+        ] {
+            let spread = |config: &Config| {
+                let mut w = Imbalanced::spread(n, &t, &homes, per_home, 0, length, cost_ns);
+                rate(n, &t, config, &big, &mut w)
+            };
+            let near = spread(&near_cfg) / spread(&plain_cfg);
+            let case = at(&format!("spread imbalance, 64 KiB {what}: locality / plain"));
+            r.rows.push(row("stealing", "locality", case.clone(), n, "x", near));
+            if compared {
+                agree(&mut r, &case, near, 1.27, "slides: +27% (SFS)");
+            }
+        }
+        // Color groups (the memory-aware scheduling report's bubbles: threads that share data
+        // placed on one node, 5-10% less time for a memory-intensive program): rings of 8
+        // colors with 2 tokens each, one ring per core, members grouped or hashed.
+        for (label, config) in
+            [("", Config::default()), (" (colors fixed)", Config::default().follow(false))]
+        {
+            let rings = |grouped: bool| {
+                let mut w = Groups::new(grouped, n, 8, 2, 4_000 / k, 2_000);
+                rate(n, &t, &config, cost, &mut w)
+            };
+            let gain = rings(true) / rings(false);
+            let case = at(&format!("rings of 8{label}: grouped / hashed"));
+            r.rows.push(row("groups", "ochre", case.clone(), n, "x", gain));
+            agree(&mut r, &case, gain, 1.075, "memory-aware report: 5-10% less time");
+        }
     }
     r.notes.push(format!(
         "cost model: {} ({} measured cases), contention set to 0 for the simulated machines",
@@ -859,8 +908,19 @@ fn handler(cost_ns: u64) -> String {
     }
 }
 
+/// The bench name of the prediction report's rows that pair a simulated comparison with the
+/// seeds' figure (`ochre study` plots them).
+pub(crate) const THESIS_SIGNS: &str = "thesis-signs";
+
 /// Records whether a simulated ratio agrees in sign (gain or loss) with the seeds' figure.
+/// Also adds the pair as rows of bench [`THESIS_SIGNS`] (systems `simulated` and `thesis`,
+/// case `<cores>c <comparison>`) for the study's plot.
 fn agree(r: &mut BenchReport, case: &str, simulated: f64, thesis: f64, source: &str) {
+    let cores = case.split(' ').next().and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
+    let what = case.split_once(") ").map_or(case, |(_, w)| w);
+    let short = format!("{cores}c {what}");
+    r.rows.push(row(THESIS_SIGNS, "simulated", short.clone(), cores, "x", simulated));
+    r.rows.push(row(THESIS_SIGNS, "thesis", short, cores, "x", thesis));
     let held = (simulated > 1.0) == (thesis > 1.0);
     r.check(
         format!("[{case}] x{simulated:.2} simulated; {source} (x{thesis:.2})"),

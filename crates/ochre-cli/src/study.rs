@@ -418,6 +418,23 @@ fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
         }
         return Ok(out);
     }
+    if r.bench == "sim-validate" {
+        let title = "the simulator against the benchmarks: simulated / measured (1: exact)";
+        add("sim-validate.svg".into(), ratio_plot_against(r, title, "measured", |_| true)?);
+        return Ok(out);
+    }
+    if r.bench == "sim-predict" {
+        // The comparisons that have a figure in the seeds, on the thesis's machines (8 and 16
+        // cores): the simulated ratio beside the seeds' (above 1: a gain).
+        let title = "simulated comparisons and the seeds' figures, 8 and 16 cores (above 1: gain)";
+        add(
+            "sim-predict.svg".into(),
+            ratio_plot_of(r, title, None, |row| {
+                row.bench == crate::sim::THESIS_SIGNS && row.workers <= 16
+            })?,
+        );
+        return Ok(out);
+    }
     if r.bench != "prodcons" {
         add(format!("{}.svg", r.bench), ratio_plot(r)?);
         return Ok(out);
@@ -425,9 +442,10 @@ fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
     let runtimes = ["ochre", "ochre-baseline", "rayon", "tokio-mt", "channels", "one-core"];
     add(
         "prodcons-runtimes.svg".into(),
-        ratio_plot_of(
+        ratio_plot_against(
             r,
             "producer-consumer: each runtime against ochre, by handler cost (above 1: faster)",
+            "ochre",
             |row| {
                 row.unit == "ev/s"
                     && runtimes.contains(&row.system.as_str())
@@ -442,9 +460,10 @@ fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
         .collect();
     add(
         "prodcons-allocators.svg".into(),
-        ratio_plot_of(
+        ratio_plot_against(
             r,
             "event allocators: each against EMA (ochre), sort workload and 2w/1w scaling",
+            "ochre",
             |row| {
                 allocators.contains(&row.system.as_str())
                     && (row.case.contains("sort") && row.unit == "ev/s"
@@ -468,13 +487,26 @@ fn charts(r: &BenchReport) -> Result<Vec<(String, String)>, String> {
 /// something on a shared machine. None when the benchmark has no ochre row to compare with.
 fn ratio_plot(r: &BenchReport) -> Result<Option<String>, String> {
     let title = format!("{}: each system against ochre (above 1: faster)", r.bench);
-    ratio_plot_of(r, &title, |_| true)
+    ratio_plot_against(r, &title, "ochre", |_| true)
 }
 
-/// [`ratio_plot`] of the rows `keep` keeps, under `title`.
+/// [`ratio_plot`] of the rows `keep` keeps, against system `base`, under `title`.
+fn ratio_plot_against(
+    r: &BenchReport,
+    title: &str,
+    base: &str,
+    keep: impl Fn(&Row) -> bool,
+) -> Result<Option<String>, String> {
+    ratio_plot_of(r, title, Some(base), keep)
+}
+
+/// Bars on a log axis around 1, case by case, one per system with its min-max: each row's
+/// median over that of system `base` for its case, or the medians themselves (already ratios)
+/// when `base` is `None`.
 fn ratio_plot_of(
     r: &BenchReport,
     title: &str,
+    base: Option<&str>,
     keep: impl Fn(&Row) -> bool,
 ) -> Result<Option<String>, String> {
     let rows: Vec<&Row> = r.rows.iter().filter(|row| keep(row)).collect();
@@ -483,7 +515,10 @@ fn ratio_plot_of(
     let points: Vec<(usize, usize, f64, f64, f64)> = rows
         .iter()
         .filter_map(|row| {
-            let ochre = r.median_of("ochre", &row.case).filter(|&o| o > 0.0)?;
+            let ochre = match base {
+                Some(b) => r.median_of(b, &row.case).filter(|&o| o > 0.0)?,
+                None => 1.0,
+            };
             // For times (lower is better) the ratio is inverted so that above 1 is better.
             let lower_better = row.unit.ends_with("ns")
                 || row.unit.ends_with("µs")
@@ -948,6 +983,31 @@ mod tests {
         let lines = read("plots/prodcons-shared-lines.svg");
         assert!(lines.contains("shared lines 4w") && lines.contains("ochre-jemalloc"), "{lines}");
         std::fs::remove_dir_all(&out).unwrap();
+    }
+
+    #[test]
+    fn the_simulator_sections_plot_against_the_measured_and_the_seeds_figures() {
+        let mut v = BenchReport { bench: "sim-validate".into(), ..BenchReport::default() };
+        v.rows.push(row("sim-validate", "measured", "bank 2w", "msg/s", 10.0));
+        v.rows.push(row("sim-validate", "simulated", "bank 2w", "msg/s", 12.0));
+        let drawn = charts(&v).unwrap();
+        assert_eq!(drawn.len(), 1);
+        assert_eq!(drawn[0].0, "sim-validate.svg");
+        assert!(drawn[0].1.contains("1.20"), "simulated / measured written on its bar");
+        let mut p = BenchReport { bench: "sim-predict".into(), ..BenchReport::default() };
+        let mut pair = |cores: usize, system: &str, v: f64| {
+            let mut r = row(crate::sim::THESIS_SIGNS, system, &format!("{cores}c spin"), "x", v);
+            r.workers = cores;
+            p.rows.push(r);
+        };
+        pair(8, "simulated", 3.5);
+        pair(8, "thesis", 8.1);
+        pair(64, "simulated", 77.7);
+        let drawn = charts(&p).unwrap();
+        assert_eq!(drawn[0].0, "sim-predict.svg");
+        let svg = &drawn[0].1;
+        assert!(svg.contains("3.50") && svg.contains("8.10") && svg.contains("thesis"), "{svg}");
+        assert!(!svg.contains("77.70"), "only the thesis's machines, 8 and 16 cores");
     }
 
     #[test]

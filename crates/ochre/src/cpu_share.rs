@@ -164,10 +164,23 @@ impl CpuShare {
         let (run, delay) = parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)?;
         let previous = self.last.replace((now, run, delay));
         let (_, run0, delay0) = previous?;
+        self.window(run.saturating_sub(run0), delay.saturating_sub(delay0))
+    }
+
+    /// Takes one window's run time and run-queue delay (ns), as [`sample`](Self::sample) reads
+    /// them from the kernel, into the smoothed share; returns the new share when it changed.
+    /// The policy part of the measure: the simulator (`sim`) feeds its simulated windows here.
+    pub(crate) fn window(&mut self, run_ns: u64, delay_ns: u64) -> Option<u32> {
         let before = self.share;
-        let after =
-            self.update(window_share(run.saturating_sub(run0), delay.saturating_sub(delay0)));
+        let after = self.update(window_share(run_ns, delay_ns));
         (after != before).then_some(after)
+    }
+
+    /// A measure fed by its owner through [`window`](Self::window) (the simulator), starting
+    /// from `share` as a worker pinned to a CPU whose share was remembered does.
+    #[cfg(all(any(test, feature = "sim"), not(loom)))]
+    pub(crate) fn fed(share: u32) -> Self {
+        CpuShare { share: share.clamp(1, FULL), ..CpuShare::none() }
     }
 
     /// Takes one window's share (`None`: too quiet to tell) into the smoothed one; returns it.

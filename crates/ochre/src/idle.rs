@@ -180,7 +180,7 @@ const YIELD_EVERY: u32 = 256;
 /// A yield that takes this long means another thread ran: the CPU is shared.
 const SHARED_CPU: Duration = Duration::from_micros(50);
 /// How long a worker that found its CPU shared sleeps at once instead of spinning.
-const SHARED_CPU_PAUSE: Duration = Duration::from_millis(1);
+pub(crate) const SHARED_CPU_PAUSE: Duration = Duration::from_millis(1);
 
 /// Spins up to `budget` watching for work. Returns true if work came (or the run is stopping).
 /// With `quiet`, enters the parked state after its first `YIELD_EVERY` rounds (`parked` says

@@ -53,6 +53,15 @@ pub struct CostModel {
     /// of one's own. Calibration fits it on this machine's 2-worker figures; predictions for
     /// other machines leave it at 0 (it is this machine's, not theirs).
     pub contention: f64,
+    /// A scheduler time slice when a worker shares its CPU with a busy thread (Linux CFS, two
+    /// runnable threads: 3-4 ms each, `cpu_share`'s windows see both): how long the worker runs
+    /// before the other thread's turn, and how long a yield to that thread lasts.
+    #[serde(default = "default_slice_ns")]
+    pub slice_ns: f64,
+}
+
+fn default_slice_ns() -> f64 {
+    3_000_000.0
 }
 
 impl Default for CostModel {
@@ -77,6 +86,7 @@ impl Default for CostModel {
             work_scale: 1.0,
             work_fixed_ns: 0.0,
             contention: 0.0,
+            slice_ns: default_slice_ns(),
         }
     }
 }

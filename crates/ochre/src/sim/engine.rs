@@ -15,9 +15,10 @@
 //!   clock is never read (the outbox's clock is a fixed base plus virtual time).
 //! * Steps are processed in order of their virtual start time (ties by insertion order). One
 //!   step is one round of a core's run loop (inbox, turns, flush), as the real worker takes its
-//!   inbox only between rounds; messages carry their arrival time, and a core sees only those
-//!   arrived by its current time. Between one sender and one receiver arrivals keep their order
-//!   (the transport's FIFO property that the lending protocol relies on).
+//!   inbox only between rounds, or a stretch of whole turns of a long round (`ROUND_STEP_NS`);
+//!   messages carry their arrival time, and a core sees only those arrived by its current
+//!   time. Between one sender and one receiver arrivals keep their order (the transport's FIFO
+//!   property that the lending protocol relies on).
 //! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
@@ -29,7 +30,7 @@ use rustc_hash::FxHashMap;
 
 use super::cost::CostModel;
 use crate::color::{home_of, Placement};
-use crate::cpu_share::FULL;
+use crate::cpu_share::{CpuShare, FULL};
 use crate::follow;
 use crate::message::{Msg, Task};
 use crate::outbox::{self, Outbox};
@@ -101,6 +102,14 @@ pub struct Setup {
     pub spin_threshold: Option<Duration>,
     /// Stop after this many events (a runaway workload).
     pub max_events: u64,
+    /// Per core, the share of its CPU that a busy thread of another process takes while the
+    /// worker wants it (0.5: one spinning thread, as `bench actors`' busy cases); a core not
+    /// listed, or at 0, has its CPU to itself. See [`Sim`]'s time slices.
+    pub busy: Vec<f64>,
+    /// Each worker's CPU share measure (`cpu_share`) starts from what a previous run measured
+    /// on its CPU (`1 - busy`), as in a benchmark's later repetitions in one process; false: from
+    /// a whole CPU, as in a fresh process, and the first windows (10 ms each) must tell.
+    pub remembered_shares: bool,
 }
 
 impl Setup {
@@ -116,6 +125,8 @@ impl Setup {
             check: false,
             spin_threshold: None,
             max_events: 200_000_000,
+            busy: Vec::new(),
+            remembered_shares: true,
         }
     }
 }
@@ -151,6 +162,9 @@ pub struct Report {
     pub steps: u64,
     /// Whether the run stopped at `max_events`.
     pub truncated: bool,
+    /// Each core's CPU share as it last published it (thousandths; `cpu_share`): below 1000
+    /// only on a core that a busy thread shares ([`Setup::busy`]).
+    pub cpu_shares: Vec<u32>,
     /// Broken invariants found (with [`Setup::check`]); empty when all held.
     pub violations: Vec<String>,
 }
@@ -176,8 +190,16 @@ fn task_of(tag: Tag) -> Task {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum State {
     Busy,
-    Spin { until: u64 },
-    Sleep { since: u64 },
+    /// Spinning until `until`; with `yields`, the spin ends by yielding a CPU shared with a
+    /// busy thread, which takes it for a time slice (`idle::spin`'s yield that finds the CPU
+    /// shared).
+    Spin {
+        until: u64,
+        yields: bool,
+    },
+    Sleep {
+        since: u64,
+    },
 }
 
 /// What other cores can see of a core (its published hints, its idle state).
@@ -187,6 +209,13 @@ struct Status {
     backlog: bool,
     /// Set when woken from a sleep: how long it slept (for `spin_budget`).
     slept: Option<u64>,
+    /// Set when a message found it spinning after its spin had yielded the CPU: when it
+    /// yielded.
+    yielded: Option<u64>,
+    /// Its CPU share as it last published it (thousandths).
+    share: u32,
+    /// The busy thread's time slice on its CPU, ns (0: a CPU of its own).
+    their_slice: u64,
 }
 
 struct Arrival {
@@ -213,6 +242,36 @@ struct Core {
     events_since_check: u32,
     /// Latest arrival time per destination: keeps each pair's FIFO order under jitter.
     last_arrival: Vec<u64>,
+    /// Its CPU's time slices, if a busy thread shares that CPU.
+    cpu: Option<SharedCpu>,
+    /// Set while a round is cut in steps ([`ROUND_STEP_NS`]): the events it has run so far.
+    mid_round: Option<usize>,
+}
+
+/// A core's CPU shared with a busy thread (as the Linux scheduler shares it between two
+/// runnable threads): the worker runs `run_slice` of runnable time (running or spinning), then
+/// the busy thread runs `their_slice`, during which the worker's clock moves on and nothing of
+/// it runs. While the worker sleeps, the busy thread has the CPU, which pays back the worker's
+/// slice in proportion (a thread woken from a sleep preempts a busy one at once: the scheduler
+/// credits sleepers). A spinner yields the CPU after [`SPIN_YIELD_NS`] and finds it taken
+/// (`idle::spin`). The worker measures its share from its run time and its waits with the
+/// runtime's own measure (`CpuShare::window`), in windows of `cpu_share::SAMPLE_EVERY`.
+///
+/// Invariant: `credit < run_slice` between charges; `mark <= ` the core's clock.
+struct SharedCpu {
+    run_slice: u64,
+    their_slice: u64,
+    /// Runnable time since the worker's last turn began.
+    credit: u64,
+    /// Virtual time up to which runnable time is charged.
+    mark: u64,
+    /// The current measuring window: its start, run and wait times.
+    window_start: u64,
+    window_run: u64,
+    window_wait: u64,
+    measure: CpuShare,
+    /// No spinning before this time (`idle`: the CPU was found shared).
+    no_spin_until: u64,
 }
 
 /// The shared part of the simulated machine.
@@ -249,6 +308,24 @@ impl Net {
     fn arrive(&mut self, dest: usize, at: u64, cost: &CostModel, report: &mut Report) -> bool {
         match self.status[dest].state {
             State::Busy => false,
+            State::Spin { until, yields } if yields && at > until => {
+                // Its spin yielded the CPU at `until`, a busy thread ran a time slice, and then
+                // it went to sleep: it sees the message as the slice ends, or is woken.
+                self.spinners -= 1;
+                self.set_state(dest, State::Busy);
+                let st = &mut self.status[dest];
+                st.yielded = Some(until);
+                let back = until + st.their_slice;
+                if at <= back {
+                    self.schedule(dest, back);
+                    return false;
+                }
+                let wake = at + cost.wakeup_ns as u64;
+                st.slept = Some(wake - back);
+                report.wakeups += 1;
+                self.schedule(dest, wake);
+                true
+            }
             State::Spin { .. } => {
                 self.spinners -= 1;
                 report.spin_wins += 1;
@@ -378,10 +455,21 @@ impl<'w> Sim<'w> {
                 event_remote_dest: 0,
                 events_since_check: 0,
                 last_arrival: vec![0; n],
+                cpu: shared_cpu(&setup, w),
+                mid_round: None,
             })
-            .collect();
-        let status = (0..n)
-            .map(|_| Status { state: State::Busy, ready: 0, backlog: false, slept: None })
+            .collect::<Vec<_>>();
+        let status = cores
+            .iter()
+            .map(|c| Status {
+                state: State::Busy,
+                ready: 0,
+                backlog: false,
+                slept: None,
+                yielded: None,
+                share: c.cpu.as_ref().map_or(FULL, |c| c.measure.share()),
+                their_slice: c.cpu.as_ref().map_or(0, |c| c.their_slice),
+            })
             .collect();
         let net = Net {
             inbox: (0..n).map(|_| Vec::new()).collect(),
@@ -480,6 +568,7 @@ impl<'w> Sim<'w> {
                 break;
             }
         }
+        self.report.cpu_shares = self.net.status.iter().map(|s| s.share).collect();
         if let Some(mut checks) = self.checks.take() {
             if !self.report.truncated {
                 let ran: u64 = checks.ran.iter().map(|w| u64::from(w.count_ones())).sum();
@@ -499,17 +588,24 @@ impl<'w> Sim<'w> {
     fn step(&mut self, k: usize, t: u64) {
         let now = self.cores[k].now.max(t);
         self.cores[k].now = now;
+        if let Some(at) = self.net.status[k].yielded.take() {
+            self.yield_cpu(k, at);
+        }
         if let Some(slept) = self.net.status[k].slept.take() {
             self.cores[k].last_sleep = Some(Duration::from_nanos(slept));
+            self.woke(k, slept);
         }
         match self.net.status[k].state {
             State::Busy => self.round(k),
-            State::Spin { until } if now >= until => {
+            State::Spin { until, yields } if now >= until => {
                 self.net.spinners -= 1;
                 self.net.set_state(k, State::Busy);
+                if yields {
+                    self.yield_cpu(k, until);
+                }
                 self.sleep(k);
             }
-            State::Spin { until } => {
+            State::Spin { until, .. } => {
                 // A spinner asks for work now and then (`idle::spin`, every 1024 polls).
                 self.request(k);
                 self.net.schedule(k, until.min(now + SPIN_STEAL_EVERY_NS));
@@ -521,10 +617,16 @@ impl<'w> Sim<'w> {
     /// A round of the run loop (`worker::WorkerCtx::run`): inbox, steal slot, turns, flush; then
     /// the idle path if nothing ran.
     fn round(&mut self, k: usize) {
-        self.cores[k].now += self.setup.cost.round_ns as u64;
-        self.take_inbox(k);
-        self.answer(k);
-        let mut ran = 0;
+        let mut ran = match self.cores[k].mid_round.take() {
+            Some(ran) => ran,
+            None => {
+                self.cores[k].now += self.setup.cost.round_ns as u64;
+                self.take_inbox(k);
+                self.answer(k);
+                0
+            }
+        };
+        let start = self.cores[k].now;
         let round_budget = self.setup.config.round_budget.max(1);
         while ran < round_budget {
             let n = self.turn(k);
@@ -532,8 +634,20 @@ impl<'w> Sim<'w> {
                 break;
             }
             ran += n;
+            if ran < round_budget && self.cores[k].now >= start + ROUND_STEP_NS {
+                // The rest of the round is a later step: the other cores' steps due before
+                // now run first, and see what this one published after each turn (its ready
+                // count, its answers to their requests) at the right time.
+                self.cores[k].mid_round = Some(ran);
+                let at = self.cores[k].now;
+                return self.net.schedule(k, at);
+            }
         }
         self.flush_all(k);
+        if self.cores[k].cpu.is_some() {
+            self.charge_cpu(k);
+            self.sample_share(k);
+        }
         self.publish(k);
         if ran == 0 && self.cores[k].queue.ready_len() == 0 {
             self.idle(k);
@@ -608,24 +722,33 @@ impl<'w> Sim<'w> {
                 let home_ready = self.cores[k].queue.ready_len();
                 let poster_ready = self.net.status[from].ready;
                 let poster = offer.map(|_| from);
+                let follow_on = self.setup.config.follow;
+                let status = &self.net.status;
+                let mine = status[k].share;
                 let route =
                     self.cores[k].queue.receive_post(color, task, urgent, poster, |tr, cost| {
-                        let step = offer?;
-                        let cheap_stream = stream && follow::cheap(cost);
-                        let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
-                            && follow::moves(&follow::Offer {
-                                traffic: tr,
-                                quiet,
-                                step,
-                                cheap_stream,
-                                poster_ready,
-                                home_ready,
-                                poster_share: FULL,
-                                home_share: FULL,
-                            });
-                        // CPU shares are not modelled: every share is whole, `relief` never
-                        // moves a color.
-                        moves.then_some(from)
+                        if let Some(step) = offer {
+                            let cheap_stream = stream && follow::cheap(cost);
+                            let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
+                                && follow::moves(&follow::Offer {
+                                    traffic: tr,
+                                    quiet,
+                                    step,
+                                    cheap_stream,
+                                    poster_ready,
+                                    home_ready,
+                                    poster_share: status[from].share,
+                                    home_share: mine,
+                                });
+                            if moves {
+                                return Some(from);
+                            }
+                        }
+                        // Off a shared CPU, with the post (`follow::relief`).
+                        if !follow_on {
+                            return None;
+                        }
+                        follow::relief(mine, || peers(status, k))
                     });
                 match route {
                     Route::Queued => {}
@@ -682,6 +805,7 @@ impl<'w> Sim<'w> {
             return 0;
         };
         let start = self.cores[k].now;
+        let wait0 = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait);
         let mut t = start + self.setup.cost.turn_ns as u64;
         if let Some(prev) = self.last_core.replace(color, k) {
             if prev != k {
@@ -704,9 +828,11 @@ impl<'w> Sim<'w> {
         }
         if self.setup.cost.contention > 0.0 && self.net.busy > 1 {
             // Other cores running at the same time slow this one (shared caches, memory
-            // bandwidth, a shared host): the turn takes longer.
+            // bandwidth, a shared host): the turn takes longer. Its own time only: not the
+            // slices a busy thread took from it meanwhile (`SharedCpu`).
             let others = (self.net.busy - 1) as f64;
-            let turn = (self.cores[k].now - start) as f64;
+            let lost = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait - wait0);
+            let turn = (self.cores[k].now - start - lost) as f64;
             self.cores[k].now += (turn * self.setup.cost.contention * others) as u64;
         }
         let end = self.cores[k].now;
@@ -732,6 +858,10 @@ impl<'w> Sim<'w> {
         let cost = self.setup.cost.work(work);
         let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
         self.cores[k].now += spent;
+        if self.cores[k].cpu.is_some() {
+            // Before its posts leave: a slice of the busy thread may have come in between.
+            self.charge_cpu(k);
+        }
         self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         for (i, p) in posts.iter().enumerate() {
             let tag = self.tag(tag.id, i as u32, p.data);
@@ -867,21 +997,17 @@ impl<'w> Sim<'w> {
     fn end_turn(&mut self, k: usize, key: usize) {
         let follow_on = self.setup.config.follow;
         let status = &self.net.status;
+        let mine = status[k].share;
         let shed = |home: Option<usize>, ready: usize, cost: u64, moved_on: bool| {
             if !follow_on {
                 return None;
             }
-            let peer = |w: usize| follow::Peer {
-                id: w,
-                idle: status[w].state != State::Busy,
-                share: FULL,
-            };
             match home {
                 Some(h) => {
                     let cheap = follow::cheap(cost);
-                    follow::goes_home(moved_on, ready, FULL, cheap, || peer(h)).then_some(h)
+                    follow::goes_home(moved_on, ready, mine, cheap, || peer(status, h)).then_some(h)
                 }
-                None => follow::relief(FULL, || (0..status.len()).filter(|&w| w != k).map(peer)),
+                None => follow::relief(mine, || peers(status, k)),
             }
         };
         match self.cores[k].queue.end_turn_shedding(key, shed) {
@@ -941,7 +1067,7 @@ impl<'w> Sim<'w> {
             b
         };
         let seen = steal::Loaded {
-            share: FULL,
+            share: self.net.status[k].share,
             ready: core.queue.ready_len(),
             sleepers: self.net.sleeping > 0,
             asked: self.net.slot[k].is_some(),
@@ -989,10 +1115,11 @@ impl<'w> Sim<'w> {
         }
         let random = self.random();
         let config = &self.setup.config;
+        let mine = self.net.status[k].share;
         let victim = steal::candidates(&self.tiers[k], random).find(|&v| {
             let st = &self.net.status[v];
-            let seen = Candidate { ready: st.ready, backlog: st.backlog, share: FULL };
-            steal::worth_asking(config.steal, FULL, &seen) && self.net.slot[v].is_none()
+            let seen = Candidate { ready: st.ready, backlog: st.backlog, share: st.share };
+            steal::worth_asking(config.steal, mine, &seen) && self.net.slot[v].is_none()
         });
         let Some(v) = victim else { return };
         let visible = self.cores[k].now + self.setup.cost.line(self.distance(k, v)) as u64;
@@ -1012,17 +1139,28 @@ impl<'w> Sim<'w> {
             let at = self.cores[k].now;
             return self.net.schedule(k, at);
         }
-        let budget = crate::idle::spin_budget(
-            self.setup.config.spin,
-            self.threshold,
-            self.cores[k].last_sleep,
-        );
+        let now = self.cores[k].now;
+        // The CPU was found shared lately: no spinning (`idle`).
+        let paused = self.cores[k].cpu.as_ref().is_some_and(|c| now < c.no_spin_until);
+        let budget = if paused {
+            Duration::ZERO
+        } else {
+            crate::idle::spin_budget(
+                self.setup.config.spin,
+                self.threshold,
+                self.cores[k].last_sleep,
+            )
+        };
         if budget > Duration::ZERO && self.net.spinners < self.max_spinners {
-            let now = self.cores[k].now;
-            let until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
+            let mut until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
+            // On a shared CPU the spin's first yield finds the busy thread there.
+            let yields = self.cores[k].cpu.is_some() && until >= now + SPIN_YIELD_NS;
+            if yields {
+                until = now + SPIN_YIELD_NS;
+            }
             self.net.spinners += 1;
             self.report.spins += 1;
-            self.net.set_state(k, State::Spin { until });
+            self.net.set_state(k, State::Spin { until, yields });
             // A message already on its way is noticed when it lands.
             let next = self.next_arrival(k).map_or(until, |a| a.min(until));
             if next < until {
@@ -1055,6 +1193,9 @@ impl<'w> Sim<'w> {
     /// it lands (the sender would have seen the sleep announced).
     fn sleep(&mut self, k: usize) {
         self.cores[k].now += self.setup.cost.sleep_ns as u64;
+        if self.cores[k].cpu.is_some() {
+            self.charge_cpu(k);
+        }
         let now = self.cores[k].now;
         if self.has_arrived(k) {
             return self.net.schedule(k, now);
@@ -1068,6 +1209,108 @@ impl<'w> Sim<'w> {
         }
     }
 }
+
+impl Sim<'_> {
+    /// Charges core `k`'s runnable time since the last charge to its time slice, on a CPU
+    /// shared with a busy thread: each slice used up gives the busy thread its own, and the
+    /// core's clock moves on by as much (what the worker did after that point happens later).
+    fn charge_cpu(&mut self, k: usize) {
+        let core = &mut self.cores[k];
+        let Some(cpu) = core.cpu.as_mut() else { return };
+        let ran = core.now.saturating_sub(cpu.mark);
+        cpu.credit += ran;
+        cpu.window_run += ran;
+        while cpu.credit >= cpu.run_slice {
+            cpu.credit -= cpu.run_slice;
+            core.now += cpu.their_slice;
+            cpu.window_wait += cpu.their_slice;
+        }
+        cpu.mark = core.now;
+    }
+
+    /// Core `k`'s spin yielded its CPU at `at` and found the busy thread there: it waits for
+    /// that thread's slice, then spins no more for a while (`idle`'s pause).
+    fn yield_cpu(&mut self, k: usize, at: u64) {
+        let core = &mut self.cores[k];
+        let Some(cpu) = core.cpu.as_mut() else { return };
+        cpu.window_run += at.saturating_sub(cpu.mark);
+        cpu.window_wait += cpu.their_slice;
+        cpu.credit = 0;
+        let back = at + cpu.their_slice;
+        cpu.mark = back;
+        cpu.no_spin_until = back + crate::idle::SHARED_CPU_PAUSE.as_nanos() as u64;
+        core.now = core.now.max(back);
+    }
+
+    /// Core `k` woke from a sleep of `slept` ns: the busy thread had the CPU meanwhile, which
+    /// pays back the worker's slice; a worker whose share is below whole wakes every
+    /// `cpu_share::RECHECK` while asleep to measure, and each such window is quiet.
+    fn woke(&mut self, k: usize, slept: u64) {
+        let core = &mut self.cores[k];
+        let Some(cpu) = core.cpu.as_mut() else { return };
+        let repaid = (slept as u128 * cpu.run_slice as u128 / cpu.their_slice.max(1) as u128)
+            .min(u128::from(u64::MAX)) as u64;
+        cpu.credit = cpu.credit.saturating_sub(repaid);
+        cpu.mark = core.now;
+        let recheck = crate::cpu_share::RECHECK.as_nanos() as u64;
+        if cpu.measure.share() < FULL && slept >= recheck {
+            for _ in 0..(slept / recheck).min(32) {
+                let _ = cpu.measure.window(0, 0);
+            }
+            (cpu.window_start, cpu.window_run, cpu.window_wait) = (core.now, 0, 0);
+            self.net.status[k].share = cpu.measure.share();
+        }
+    }
+
+    /// At the end of core `k`'s round: a measuring window that is over goes into its CPU share
+    /// measure (`CpuShare::window`), which it publishes.
+    fn sample_share(&mut self, k: usize) {
+        let core = &mut self.cores[k];
+        let Some(cpu) = core.cpu.as_mut() else { return };
+        let every = crate::cpu_share::SAMPLE_EVERY.as_nanos() as u64;
+        if core.now < cpu.window_start + every {
+            return;
+        }
+        let _ = cpu.measure.window(cpu.window_run, cpu.window_wait);
+        (cpu.window_start, cpu.window_run, cpu.window_wait) = (core.now, 0, 0);
+        self.net.status[k].share = cpu.measure.share();
+    }
+}
+
+/// Core `w`'s CPU, if `setup` has a busy thread share it.
+fn shared_cpu(setup: &Setup, w: usize) -> Option<SharedCpu> {
+    // NaN and negative shares count as none.
+    let busy = setup.busy.get(w).copied().filter(|&b| b > 0.0)?.min(0.95);
+    let run_slice = setup.cost.slice_ns.max(1.0);
+    let their_slice = run_slice * busy / (1.0 - busy);
+    let start =
+        if setup.remembered_shares { ((1.0 - busy) * f64::from(FULL)) as u32 } else { FULL };
+    Some(SharedCpu {
+        run_slice: run_slice as u64,
+        their_slice: their_slice.max(1.0) as u64,
+        credit: 0,
+        mark: 0,
+        window_start: 0,
+        window_run: 0,
+        window_wait: 0,
+        measure: CpuShare::fed(start),
+        no_spin_until: 0,
+    })
+}
+
+/// What a core knows of core `w` for `follow`'s decisions (`worker::peer`).
+fn peer(status: &[Status], w: usize) -> follow::Peer {
+    follow::Peer { id: w, idle: status[w].state != State::Busy, share: status[w].share }
+}
+
+/// The other cores, for `follow::relief` (`worker::relief`).
+fn peers(status: &[Status], me: usize) -> impl Iterator<Item = follow::Peer> + '_ {
+    (0..status.len()).filter(move |&w| w != me).map(move |w| peer(status, w))
+}
+
+/// How long a spinner runs before its first yield of the CPU (`idle::spin` yields every 256
+/// polls, about 10 us).
+const SPIN_YIELD_NS: u64 = 10_000;
 
 /// Per color, the core it last ran on: a table indexed by the color for the small numbers that
 /// workloads use (a turn's look-up was a tenth of the host time of message-heavy runs in a hash
@@ -1173,6 +1416,15 @@ impl Agenda {
         }
     }
 }
+
+/// Longest stretch of a round run in one step, ns: a round of heavy turns is cut into steps of
+/// about this much (whole turns), so that cores do not drift apart by a whole round of virtual
+/// time between two interactions. With rounds in one step, a core that ran 128 events of 20 us
+/// in one round published its ready count only as seen at the round's end, and thieves never
+/// saw it loaded: `Imbalanced::spread` with short colors had no steal at all. As long as a
+/// spinner's interval between two requests ([`SPIN_STEAL_EVERY_NS`]), a thief's own granularity
+/// (against 10 us: simulated events per CPU second equal within noise, 2 x 3 reps alternating).
+const ROUND_STEP_NS: u64 = 40_000;
 
 /// How often a spinning core asks for a color (`idle::spin` asks every 1024 polls, tens of
 /// microseconds).

@@ -10,14 +10,18 @@
 //! * `blocks`: the free list that holds the simulated events' tasks.
 //! * `replay` (tests only): where stealing puts colors, step by step.
 //!
-//! What is not modelled: CPU shares (every simulated core gets its whole CPU, so
-//! `Steal::FromSharedCpus`, `follow::relief` and the share tests of `follow::moves` never
-//! fire), descriptors and timers (`io`), urgent posts, the allocators (EMA's placement is not
-//! charged), the quiescence protocol (a run ends when nothing is left to run or in flight), and
-//! contention between cores beyond [`CostModel::contention`]. Policies the worker still holds
-//! inline (its end-of-turn burst test, its safety-check interval, its grant back-off) are read
-//! through `outbox::is_burst`, `outbox::SAFETY_CHECK_EVERY` and `steal::backoff_after`, which
-//! `worker` should call too.
+//! CPU shares are modelled: a busy thread of another process may share a core's CPU
+//! ([`Setup::busy`]), taking time slices from the worker as the Linux scheduler does; each
+//! worker measures its share with the runtime's own measure (`CpuShare::window`), and
+//! `follow::relief`, the share tests of `follow::moves` / `sheds`, `Steal::FromSharedCpus` and
+//! the spinner's yield on a shared CPU act on it. What is not modelled: the share probe of an
+//! idle worker (`CpuShare::probe`; the busy threads never leave), placement of new work by
+//! share (`cpu_share::pick`), descriptors and timers (`io`), urgent posts, the allocators (EMA's
+//! placement is not charged), the quiescence protocol (a run ends when nothing is left to run or
+//! in flight), and contention between cores beyond [`CostModel::contention`]. Policies the
+//! worker still holds inline (its end-of-turn burst test, its safety-check interval, its grant
+//! back-off) are read through `outbox::is_burst`, `outbox::SAFETY_CHECK_EVERY` and
+//! `steal::backoff_after`, which `worker` should call too.
 //!
 //! Not a stable interface: `ochre sim` and the tests use it (feature `sim`).
 

@@ -69,6 +69,13 @@ fn schedule(seed: u64) -> Report {
     setup.seed = seed;
     setup.jitter = 0.5;
     setup.check = true;
+    if seed % 5 == 2 {
+        // Busy threads share every third core's CPU, with time slices short enough for these
+        // short runs to see many (preemption in mid-turn, yields, relief's moves).
+        setup.busy = (0..cores).map(|c| if c % 3 == 1 { 0.5 } else { 0.0 }).collect();
+        setup.cost.slice_ns = 20_000.0;
+        setup.remembered_shares = seed % 10 == 2;
+    }
     let colors = [8, 64, 500][(seed % 3) as usize];
     let mut storm = Storm { colors, budget: 3_000, rng: seed.wrapping_mul(0x2545_f491) | 1 };
     simulate(setup, &mut storm)
@@ -207,4 +214,78 @@ fn follow_gathers_a_ring_and_stealing_spreads_imbalance() {
     // Not 8x: a loaded core wakes one sleeper per `steal::NUDGE_EVERY_ROUNDS` turns, and
     // these turns are long (64 events of 10 us).
     assert!(on.makespan_ns < off.makespan_ns, "{} vs {}", on.makespan_ns, off.makespan_ns);
+}
+
+/// A chain of `hops` events of `cost_ns` on one color, then nothing.
+struct Chain {
+    hops: u64,
+    cost_ns: u64,
+}
+
+impl Workload for Chain {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        let left = if ev.data == ROOT { self.hops } else { ev.data };
+        if left > 1 {
+            out.push(Post { color: ev.color, data: left - 1 });
+        }
+        self.cost_ns
+    }
+}
+
+#[test]
+fn a_busy_thread_takes_its_share_of_a_core_and_the_worker_measures_it() {
+    let t = Topology::flat(vec![0]);
+    let run = |busy: f64, remembered: bool| {
+        let mut setup = Setup::new(1, t.clone(), Config::default());
+        setup.busy = vec![busy];
+        setup.remembered_shares = remembered;
+        // 100 ms of work: ten measuring windows, thirty time slices.
+        simulate(setup, &mut Chain { hops: 100_000, cost_ns: 1_000 })
+    };
+    let alone = run(0.0, true);
+    let half = run(0.5, false);
+    let quarter = run(0.25, false);
+    let ratio = |r: &Report| r.makespan_ns as f64 / alone.makespan_ns as f64;
+    assert!((ratio(&half) - 2.0).abs() < 0.1, "half the CPU: x{:.2} the time", ratio(&half));
+    assert!((ratio(&quarter) - 4.0 / 3.0).abs() < 0.1, "x{:.2}", ratio(&quarter));
+    assert_eq!(alone.cpu_shares, vec![1000]);
+    // From a whole CPU, the measure (`CpuShare::window`) finds the half in a few windows.
+    assert!((450..=550).contains(&half.cpu_shares[0]), "{:?}", half.cpu_shares);
+    assert!((700..=800).contains(&quarter.cpu_shares[0]), "{:?}", quarter.cpu_shares);
+}
+
+#[test]
+fn colors_leave_a_shared_cpu_for_an_idle_core() {
+    // A producer on core 0 fans out to consumers on both cores; a busy thread takes half of
+    // core 1. `follow::relief` sends core 1's consumers, with their posts, to core 0 when it
+    // idles; without colors following, they stay and run at half speed.
+    let t = Topology::flat(vec![0, 1]);
+    let run = |busy: f64, follow: bool| {
+        let mut setup = Setup::new(2, t.clone(), Config::default().follow(follow));
+        setup.busy = vec![0.0, busy];
+        simulate(setup, &mut ProdCons::new(2, &t, 10_000, 200))
+    };
+    let (quiet, shared, fixed) = (run(0.0, true), run(0.5, true), run(0.5, false));
+    assert_eq!(shared.cpu_shares[0], 1000);
+    assert!(shared.cpu_shares[1] < 600, "{:?}", shared.cpu_shares);
+    assert!(shared.moved > quiet.moved + 10, "moved {} vs {}", shared.moved, quiet.moved);
+    assert!(
+        shared.makespan_ns < fixed.makespan_ns,
+        "relief {} ns, without {} ns",
+        shared.makespan_ns,
+        fixed.makespan_ns
+    );
+}
+
+#[test]
+fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
+    // Four cores each hold 32 colors of 4 events of 20 us: a round of 128 events, 2.5 ms. Run
+    // as one step, the round showed thieves its ready count only at its end (none waiting), and
+    // nothing was stolen; cut into steps (`ROUND_STEP_NS`), thieves take colors.
+    let t = Topology::named("harpertown8").expect("a named machine");
+    let homes: Vec<usize> = (0..8).step_by(2).collect();
+    let setup = Setup::new(8, t.clone(), Config::default().steal(Steal::Plain));
+    let r = simulate(setup, &mut Imbalanced::spread(8, &t, &homes, 32, 0, 4, 20_000));
+    assert!(r.stolen >= 8, "stolen {}", r.stolen);
+    assert!(r.makespan_ns < 32 * 4 * 20_000 * 9 / 10, "makespan {} ns", r.makespan_ns);
 }

@@ -246,6 +246,82 @@ impl Measured for Imbalanced {
     }
 }
 
+/// Color groups (the memory-aware scheduling report's bubbles, `Color::grouped`): `groups`
+/// rings of `members` colors each, around which `tokens` tokens per ring go, `hops` hops per
+/// token, each hop an event of `cost_ns`. Grouped, a ring's members are one group, placed on
+/// one cache domain; else they are plain colors, hashed over all the cores. What the members
+/// share is their messages (each hop carries a cache line from its poster's core to the
+/// receiver's) and each color's own data (`CostModel::color_lines`, when it runs somewhere
+/// else than last time); data shared by a whole group beyond that is not modelled.
+pub struct Groups {
+    rings: Vec<Vec<Color>>,
+    tokens: usize,
+    hops: u64,
+    cost_ns: u64,
+}
+
+impl Groups {
+    /// The rings, as groups if `grouped`.
+    pub fn new(
+        grouped: bool,
+        groups: usize,
+        members: usize,
+        tokens: usize,
+        hops: u64,
+        cost_ns: u64,
+    ) -> Self {
+        let (groups, members) = (groups.clamp(1, 1 << 15), members.clamp(1, 1 << 15));
+        let rings = (0..groups)
+            .map(|g| {
+                (0..members)
+                    .map(|m| {
+                        if grouped {
+                            Color::grouped(g as u32, m as u32)
+                        } else {
+                            Color(10_000 + (g * members + m) as u64)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        Groups { rings, tokens: tokens.clamp(1, members), hops: hops.max(1), cost_ns }
+    }
+
+    fn hop(g: usize, m: usize, left: u64) -> u64 {
+        ((g as u64) << 48) | ((m as u64) << 32) | (left & 0xffff_ffff)
+    }
+}
+
+impl Workload for Groups {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        let members = self.rings[0].len();
+        if ev.data == ROOT {
+            for (g, ring) in self.rings.iter().enumerate() {
+                for t in 0..self.tokens {
+                    let m = t * members / self.tokens;
+                    out.push(Post { color: ring[m], data: Self::hop(g, m, self.hops) });
+                }
+            }
+            return 0;
+        }
+        let (g, m, left) =
+            ((ev.data >> 48) as usize, ((ev.data >> 32) & 0xffff) as usize, ev.data & 0xffff_ffff);
+        if left > 1 {
+            if let Some(ring) = self.rings.get(g) {
+                let next = (m + 1) % members;
+                out.push(Post { color: ring[next], data: Self::hop(g, next, left - 1) });
+            }
+        }
+        self.cost_ns
+    }
+}
+
+impl Measured for Groups {
+    fn counted(&self) -> u64 {
+        (self.rings.len() * self.tokens) as u64 * self.hops
+    }
+}
+
 /// The Savina actor programs of `ochre-bench` `actors`, one color per actor (`Color(1 + i)`),
 /// each message costing `msg_ns` plus its program's work.
 pub struct Actors {
