@@ -1,0 +1,34 @@
+//! Runs one application once, for profilers (callgrind counts instructions, robust to a noisy
+//! machine): `mrone APP INPUT MODE [WORKERS]`, MODE `load` (only load the input: subtract it),
+//! `seq` (the sequential reference) or `mr` (one MapReduce job on WORKERS workers, default 2).
+use std::sync::Arc;
+
+use ochre_mr::apps::{self, Application};
+
+fn one<A: Application>(input: &str, mode: &str, workers: usize) {
+    let app = Arc::new(A::load(input.as_ref()).expect("input"));
+    match mode {
+        "load" => {}
+        "seq" => {
+            std::hint::black_box(app.sequential());
+        }
+        _ => {
+            let rt = ochre::Runtime::builder().workers(workers).build().expect("runtime");
+            let (_, p) = A::run(&app, &rt).expect("job");
+            eprintln!("{}", p.line());
+        }
+    }
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let workers = a.get(4).and_then(|w| w.parse().ok()).unwrap_or(2);
+    let (app, input, mode) = (a[1].as_str(), a[2].as_str(), a[3].as_str());
+    match app {
+        "word-count" => one::<apps::word_count::WordCount>(input, mode, workers),
+        "histogram" => one::<apps::histogram::Histogram>(input, mode, workers),
+        "string-match" => one::<apps::string_match::StringMatch>(input, mode, workers),
+        "reverse-index" => one::<apps::reverse_index::ReverseIndex>(input, mode, workers),
+        other => panic!("{other}: not handled here"),
+    }
+}
