@@ -25,9 +25,11 @@
 //!
 //! Memory: each lane's state (its container's header) is a [`ColorBox`] made by the split
 //! event, so EMA places it for the lane's worker, as the thesis placed Phoenix's intermediate
-//! buffers. The runs handed to reduce are plain `Vec`s from the global allocator: placing
-//! their contents for the reduce color needs collections with a custom allocator
-//! (`allocator_api`, unstable) or fixed-size values in `ColorBytes`; not done yet.
+//! buffers. The runs a lane hands to reduce are [`ColorVec`]s: 1 KiB slabs EMA places for the
+//! reduce partition's worker (`Phases::intermediate_placed` counts their pairs). The lanes'
+//! hash tables and the keys' own heap storage (a word's bytes) come from the global allocator:
+//! EMA serves objects up to 1 KiB only, and `HashMap` takes another allocator only with the
+//! unstable `allocator_api`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -36,6 +38,7 @@ use std::time::{Duration, Instant};
 use ochre::{Color, ColorBox, ColorCell, Config, Runtime};
 use serde::Serialize;
 
+use crate::color_vec::ColorVec;
 use crate::store::{combine_into, hash_of, Container, Emitter, Store};
 use crate::MapReduce;
 
@@ -89,6 +92,9 @@ pub struct Phases {
     pub emitted: u64,
     /// Pairs left after combining in the lanes (what partition moved to reduce).
     pub intermediate: u64,
+    /// Of those, the pairs handed over in buffers EMA placed for their reduce partition's
+    /// worker (0 with EMA off).
+    pub intermediate_placed: u64,
 }
 
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -112,6 +118,7 @@ impl Phases {
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
         self.emitted += other.emitted;
         self.intermediate += other.intermediate;
+        self.intermediate_placed += other.intermediate_placed;
     }
 
     /// One line: `split 1.2 ms, map 80.1 ms, reduce 3.4 ms, merge 0.5 ms (total 86.0 ms)`.
@@ -120,7 +127,7 @@ impl Phases {
         format!(
             "split {}, map {}, reduce {}, merge {} (total {}); {} job(s), {} map tasks on {} \
              lanes ({} placed by EMA; the busiest mapped {}), {} reduce tasks, {} pairs \
-             emitted, {} after combining",
+             emitted, {} after combining ({} in buffers placed by EMA)",
             ms(self.split),
             ms(self.map),
             ms(self.reduce),
@@ -133,7 +140,8 @@ impl Phases {
             self.busiest_lane_tasks,
             self.reduce_tasks,
             self.emitted,
-            self.intermediate
+            self.intermediate,
+            self.intermediate_placed
         )
     }
 }
@@ -593,6 +601,9 @@ const MERGE: usize = 3;
 /// A sorted (or, unsorted jobs, any) run of reduced pairs.
 type Run<P> = Vec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
 
+/// A lane's pairs for one reduce partition, placed for the partition's worker.
+type Handed<P> = ColorVec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
+
 /// A lane's state, owned by the lane's color.
 struct Lane<P: MapReduce> {
     store: Option<Store<P::Key, P::Value>>,
@@ -643,7 +654,7 @@ struct State<P: MapReduce> {
     lanes_left: AtomicUsize,
     lanes_placed: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
-    runs: Vec<Mutex<Vec<Run<P>>>>,
+    runs: Vec<Mutex<Vec<Handed<P>>>>,
     reduce_left: AtomicUsize,
     /// Merge tree: `widths[l]` nodes at level `l` (level 0: the partitions); `slots[l][i]`
     /// holds the first child run to reach node `i` of level `l + 1`.
@@ -652,6 +663,7 @@ struct State<P: MapReduce> {
     marks: [AtomicU64; 4],
     emitted: AtomicU64,
     intermediate: AtomicU64,
+    intermediate_placed: AtomicU64,
     /// The most map tasks one lane mapped.
     busiest: AtomicU64,
     /// What the event that merges the root does with the output: the stage's step (start the
@@ -707,6 +719,7 @@ impl<P: MapReduce> State<P> {
             marks: Default::default(),
             emitted: AtomicU64::new(0),
             intermediate: AtomicU64::new(0),
+            intermediate_placed: AtomicU64::new(0),
             busiest: AtomicU64::new(0),
             then: Mutex::new(Some(then)),
             app,
@@ -740,6 +753,7 @@ impl<P: MapReduce> State<P> {
             busiest_lane_tasks: self.busiest.load(Ordering::Relaxed) as usize,
             emitted: self.emitted.load(Ordering::Relaxed),
             intermediate: self.intermediate.load(Ordering::Relaxed),
+            intermediate_placed: self.intermediate_placed.load(Ordering::Relaxed),
         }
     }
 
@@ -817,12 +831,15 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     };
     s.emitted.fetch_add(emitted, Ordering::Relaxed);
     s.busiest.fetch_max(tasks, Ordering::Relaxed);
-    let mut parts: Vec<Run<P>> = (0..s.reduce_colors.len()).map(|_| Vec::new()).collect();
+    // Each partition's run in slabs EMA places for the partition's worker (`ColorVec`).
+    let mut parts: Vec<Handed<P>> = s.reduce_colors.iter().map(|&c| ColorVec::new(c)).collect();
     if let Some(store) = store {
-        store.partition_into(&mut parts, |k| s.partition(k));
+        store.drain_into(|pair| parts[s.partition(&pair.0)].push(pair));
     }
-    let pairs: usize = parts.iter().map(Vec::len).sum();
+    let pairs: usize = parts.iter().map(ColorVec::len).sum();
     s.intermediate.fetch_add(pairs as u64, Ordering::Relaxed);
+    let placed: usize = parts.iter().filter(|r| r.is_placed()).map(ColorVec::len).sum();
+    s.intermediate_placed.fetch_add(placed as u64, Ordering::Relaxed);
     for (p, run) in parts.into_iter().enumerate() {
         if !run.is_empty() {
             lock(&s.runs[p]).push(run);
@@ -859,11 +876,11 @@ fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
     // (sorting every lane's pairs, then folding equal neighbours, cost word count 2.4x the
     // instructions: each word is in both lanes' runs, and comparing two words calls memcmp).
     let mut combined: Run<P> = if runs.len() <= 1 {
-        runs.pop().unwrap_or_default()
+        runs.iter_mut().flat_map(ColorVec::drain).collect()
     } else {
-        let largest = runs.iter().map(Vec::len).max().unwrap_or(0);
+        let largest = runs.iter().map(ColorVec::len).max().unwrap_or(0);
         let mut map = rustc_hash::FxHashMap::with_capacity_and_hasher(largest, Default::default());
-        for (k, v) in runs.into_iter().flatten() {
+        for (k, v) in runs.iter_mut().flat_map(ColorVec::drain) {
             combine_into(app, &mut map, k, v);
         }
         map.into_iter().collect()

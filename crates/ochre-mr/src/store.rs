@@ -50,12 +50,8 @@ impl<K: Hash + Eq, V> Store<K, V> {
         }
     }
 
-    /// Moves every pair into `parts` runs, pair `(k, v)` into run `partition(k)`.
-    pub(crate) fn partition_into(self, parts: &mut [Vec<(K, V)>], partition: impl Fn(&K) -> usize) {
-        let mut put = |(k, v): (K, V)| {
-            let p = partition(&k);
-            parts[p].push((k, v));
-        };
+    /// Hands every pair to `put`, emptying the store.
+    pub(crate) fn drain_into(self, mut put: impl FnMut((K, V))) {
         match self {
             Store::Hash(map) => map.into_iter().for_each(&mut put),
             Store::Dense { slots, spill } => {
