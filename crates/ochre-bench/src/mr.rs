@@ -193,7 +193,9 @@ fn runtime_checks(report: &mut BenchReport, small: &BenchReport) {
         }
     }
     report.notes.push(format!(
-        "small inputs (where the runtime's own cost shows: at medium size its instructions are          about 0.01% of a job), ochre / ochre-baseline (paired; ochre's median job time in          brackets): {}; over ochre-baseline (geometric means): {}",
+        "small inputs (where the runtime's own cost shows: at medium size its instructions are \
+         about 0.01% of a job), ochre / ochre-baseline (paired; ochre's median job time in \
+         brackets): {}; over ochre-baseline (geometric means): {}",
         per_app.join(", "),
         steps.join(", ")
     ));

@@ -29,6 +29,12 @@ fn main() {
         "histogram" => one::<apps::histogram::Histogram>(input, mode, workers),
         "string-match" => one::<apps::string_match::StringMatch>(input, mode, workers),
         "reverse-index" => one::<apps::reverse_index::ReverseIndex>(input, mode, workers),
+        "linear-regression" => {
+            one::<apps::linear_regression::LinearRegression>(input, mode, workers)
+        }
+        "matrix-multiply" => one::<apps::matrix_multiply::MatrixMultiply>(input, mode, workers),
+        "kmeans" => one::<apps::kmeans::Kmeans>(input, mode, workers),
+        "pca" => one::<apps::pca::Pca>(input, mode, workers),
         other => panic!("{other}: not handled here"),
     }
 }
