@@ -1,6 +1,7 @@
 //! Runs one application once, for profilers (callgrind counts instructions, robust to a noisy
 //! machine): `mrone APP INPUT MODE [WORKERS]`, MODE `load` (only load the input: subtract it),
-//! `seq` (the sequential reference) or `mr` (one MapReduce job on WORKERS workers, default 2).
+//! `seq` (the sequential reference), `seqthread` (the same on a new thread: its own malloc arena)
+//! or `mr` (one MapReduce job on WORKERS workers, default 2; `NOPIN=1`: workers not pinned).
 use std::sync::Arc;
 
 use ochre_mr::apps::{self, Application};
@@ -10,10 +11,22 @@ fn one<A: Application>(input: &str, mode: &str, workers: usize) {
     match mode {
         "load" => {}
         "seq" => {
+            let t = std::time::Instant::now();
             std::hint::black_box(app.sequential());
+            eprintln!("(total {:.1} ms)", t.elapsed().as_secs_f64() * 1e3);
+        }
+        "seqthread" => {
+            let app = app.clone();
+            let t = std::time::Instant::now();
+            let _ = std::thread::spawn(move || {
+                std::hint::black_box(app.sequential());
+            })
+            .join();
+            eprintln!("(total {:.1} ms)", t.elapsed().as_secs_f64() * 1e3);
         }
         _ => {
-            let rt = ochre::Runtime::builder().workers(workers).build().expect("runtime");
+            let pin = std::env::var_os("NOPIN").is_none();
+            let rt = ochre::Runtime::builder().workers(workers).pin(pin).build().expect("runtime");
             let (_, p) = A::run(&app, &rt).expect("job");
             eprintln!("{}", p.line());
         }
