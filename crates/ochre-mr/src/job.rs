@@ -25,9 +25,11 @@
 //!
 //! Memory: each lane's state (its container's header) is a [`ColorBox`] made by the split
 //! event, so EMA places it for the lane's worker, as the thesis placed Phoenix's intermediate
-//! buffers. The runs handed to reduce are plain `Vec`s from the global allocator: placing
-//! their contents for the reduce color needs collections with a custom allocator
-//! (`allocator_api`, unstable) or fixed-size values in `ColorBytes`; not done yet.
+//! buffers. The runs a lane hands to reduce are [`ColorVec`]s: 1 KiB slabs EMA places for the
+//! reduce partition's worker (`Phases::intermediate_placed` counts their pairs). The lanes'
+//! hash tables and the keys' own heap storage (a word's bytes) come from the global allocator:
+//! EMA serves objects up to 1 KiB only, and `HashMap` takes another allocator only with the
+//! unstable `allocator_api`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -36,7 +38,8 @@ use std::time::{Duration, Instant};
 use ochre::{Color, ColorBox, ColorCell, Config, Runtime};
 use serde::Serialize;
 
-use crate::store::{hash_of, Container, Emitter, Store};
+use crate::color_vec::ColorVec;
+use crate::store::{combine_into, hash_of, Container, Emitter, Store};
 use crate::MapReduce;
 
 /// Why a job did not produce its output.
@@ -89,6 +92,9 @@ pub struct Phases {
     pub emitted: u64,
     /// Pairs left after combining in the lanes (what partition moved to reduce).
     pub intermediate: u64,
+    /// Of those, the pairs handed over in buffers EMA placed for their reduce partition's
+    /// worker (0 with EMA off).
+    pub intermediate_placed: u64,
 }
 
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -112,6 +118,7 @@ impl Phases {
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
         self.emitted += other.emitted;
         self.intermediate += other.intermediate;
+        self.intermediate_placed += other.intermediate_placed;
     }
 
     /// One line: `split 1.2 ms, map 80.1 ms, reduce 3.4 ms, merge 0.5 ms (total 86.0 ms)`.
@@ -120,7 +127,7 @@ impl Phases {
         format!(
             "split {}, map {}, reduce {}, merge {} (total {}); {} job(s), {} map tasks on {} \
              lanes ({} placed by EMA; the busiest mapped {}), {} reduce tasks, {} pairs \
-             emitted, {} after combining",
+             emitted, {} after combining ({} in buffers placed by EMA)",
             ms(self.split),
             ms(self.map),
             ms(self.reduce),
@@ -133,7 +140,8 @@ impl Phases {
             self.busiest_lane_tasks,
             self.reduce_tasks,
             self.emitted,
-            self.intermediate
+            self.intermediate,
+            self.intermediate_placed
         )
     }
 }
@@ -593,6 +601,9 @@ const MERGE: usize = 3;
 /// A sorted (or, unsorted jobs, any) run of reduced pairs.
 type Run<P> = Vec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
 
+/// A lane's pairs for one reduce partition, placed for the partition's worker.
+type Handed<P> = ColorVec<(<P as MapReduce>::Key, <P as MapReduce>::Value)>;
+
 /// A lane's state, owned by the lane's color.
 struct Lane<P: MapReduce> {
     store: Option<Store<P::Key, P::Value>>,
@@ -643,7 +654,7 @@ struct State<P: MapReduce> {
     lanes_left: AtomicUsize,
     lanes_placed: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
-    runs: Vec<Mutex<Vec<Run<P>>>>,
+    runs: Vec<Mutex<Vec<Handed<P>>>>,
     reduce_left: AtomicUsize,
     /// Merge tree: `widths[l]` nodes at level `l` (level 0: the partitions); `slots[l][i]`
     /// holds the first child run to reach node `i` of level `l + 1`.
@@ -652,6 +663,7 @@ struct State<P: MapReduce> {
     marks: [AtomicU64; 4],
     emitted: AtomicU64,
     intermediate: AtomicU64,
+    intermediate_placed: AtomicU64,
     /// The most map tasks one lane mapped.
     busiest: AtomicU64,
     /// What the event that merges the root does with the output: the stage's step (start the
@@ -707,6 +719,7 @@ impl<P: MapReduce> State<P> {
             marks: Default::default(),
             emitted: AtomicU64::new(0),
             intermediate: AtomicU64::new(0),
+            intermediate_placed: AtomicU64::new(0),
             busiest: AtomicU64::new(0),
             then: Mutex::new(Some(then)),
             app,
@@ -740,6 +753,7 @@ impl<P: MapReduce> State<P> {
             busiest_lane_tasks: self.busiest.load(Ordering::Relaxed) as usize,
             emitted: self.emitted.load(Ordering::Relaxed),
             intermediate: self.intermediate.load(Ordering::Relaxed),
+            intermediate_placed: self.intermediate_placed.load(Ordering::Relaxed),
         }
     }
 
@@ -752,7 +766,13 @@ impl<P: MapReduce> State<P> {
                 return i * parts / n;
             }
         }
-        ((u128::from(hash_of(key)) * parts as u128) >> 64) as usize
+        // Bits 24..56 of the hash, scaled to `parts`: not its top 7 bits, which are the tags
+        // hashbrown compares before the keys (the reduce event combines a partition's keys in
+        // a hash table: with partitions cut on the top bits, its tags would vary in 4 bits
+        // instead of 7, and more probes would compare whole keys), nor its low bits, the
+        // table's bucket index.
+        let mid = (hash_of(key) >> 24) as u32;
+        ((u64::from(mid) * parts as u64) >> 32) as usize
     }
 }
 
@@ -811,12 +831,15 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     };
     s.emitted.fetch_add(emitted, Ordering::Relaxed);
     s.busiest.fetch_max(tasks, Ordering::Relaxed);
-    let mut parts: Vec<Run<P>> = (0..s.reduce_colors.len()).map(|_| Vec::new()).collect();
+    // Each partition's run in slabs EMA places for the partition's worker (`ColorVec`).
+    let mut parts: Vec<Handed<P>> = s.reduce_colors.iter().map(|&c| ColorVec::new(c)).collect();
     if let Some(store) = store {
-        store.partition_into(&mut parts, |k| s.partition(k));
+        store.drain_into(|pair| parts[s.partition(&pair.0)].push(pair));
     }
-    let pairs: usize = parts.iter().map(Vec::len).sum();
+    let pairs: usize = parts.iter().map(ColorVec::len).sum();
     s.intermediate.fetch_add(pairs as u64, Ordering::Relaxed);
+    let placed: usize = parts.iter().filter(|r| r.is_placed()).map(ColorVec::len).sum();
+    s.intermediate_placed.fetch_add(placed as u64, Ordering::Relaxed);
     for (p, run) in parts.into_iter().enumerate() {
         if !run.is_empty() {
             lock(&s.runs[p]).push(run);
@@ -846,31 +869,32 @@ fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
     if s.flow.cancelled.load(Ordering::Acquire) {
         return;
     }
-    let runs = std::mem::take(&mut *lock(&s.runs[part]));
+    let mut runs = std::mem::take(&mut *lock(&s.runs[part]));
     let app = &*s.app;
-    let combined: Run<P> = if s.sorted {
-        let mut all: Run<P> = runs.into_iter().flatten().collect();
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut out: Run<P> = Vec::with_capacity(all.len());
-        for (k, v) in all {
-            match out.last_mut() {
-                Some((last, acc)) if *last == k => app.combine(acc, v),
-                _ => out.push((k, v)),
-            }
+    // Each lane's run holds a key at most once (a store's invariant), so one run is already
+    // combined; several are combined in a hash table, then only the distinct keys are sorted
+    // (sorting every lane's pairs, then folding equal neighbours, cost word count 2.4x the
+    // instructions: each word is in both lanes' runs, and comparing two words calls memcmp).
+    let mut combined: Run<P> = if runs.len() <= 1 {
+        runs.iter_mut().flat_map(ColorVec::drain).collect()
+    } else if s.sorted && matches!(s.container, Container::Dense(_)) {
+        // A dense store hands its pairs over in slot order, and partitions are ranges of slots,
+        // so when the keys sort like their slots (histogram buckets, matrix rows, PCA's cells)
+        // every run arrives sorted: merging them costs a comparison per pair, where the hash
+        // table and the sort below cost PCA's covariance job 4% of its instructions.
+        let runs: Vec<Run<P>> = runs.iter_mut().map(|r| r.drain().collect()).collect();
+        if runs.iter().all(|r| r.is_sorted_by(|a, b| a.0 < b.0)) {
+            runs.into_iter().reduce(|a, b| merge_combining(app, a, b)).unwrap_or_default()
+        } else {
+            combine_all(app, runs.into_iter().flatten(), 0)
         }
-        out
     } else {
-        let mut map = rustc_hash::FxHashMap::default();
-        for (k, v) in runs.into_iter().flatten() {
-            match map.entry(k) {
-                std::collections::hash_map::Entry::Occupied(mut e) => app.combine(e.get_mut(), v),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(v);
-                }
-            }
-        }
-        map.into_iter().collect()
+        let largest = runs.iter().map(ColorVec::len).max().unwrap_or(0);
+        combine_all(app, runs.iter_mut().flat_map(ColorVec::drain), largest)
     };
+    if s.sorted {
+        combined.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    }
     let run: Run<P> = combined
         .into_iter()
         .map(|(k, v)| {
@@ -882,6 +906,46 @@ fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
         s.mark(REDUCE);
     }
     merge_up(&s, part, run);
+}
+
+/// The pairs of `pairs` with the values of equal keys combined, in no particular order
+/// (`capacity`: the distinct keys expected).
+fn combine_all<P: MapReduce>(
+    app: &P,
+    pairs: impl Iterator<Item = (P::Key, P::Value)>,
+    capacity: usize,
+) -> Run<P> {
+    let mut map = rustc_hash::FxHashMap::with_capacity_and_hasher(capacity, Default::default());
+    for (k, v) in pairs {
+        combine_into(app, &mut map, k, v);
+    }
+    map.into_iter().collect()
+}
+
+/// Merges two runs each sorted by key with distinct keys into one, combining the values of a
+/// key present in both.
+fn merge_combining<P: MapReduce>(app: &P, left: Run<P>, right: Run<P>) -> Run<P> {
+    let mut out = Vec::with_capacity(left.len() + right.len());
+    let (mut a, mut b) = (left.into_iter().peekable(), right.into_iter().peekable());
+    loop {
+        let order = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.0.cmp(&y.0),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => break,
+        };
+        match order {
+            std::cmp::Ordering::Less => out.extend(a.next()),
+            std::cmp::Ordering::Greater => out.extend(b.next()),
+            std::cmp::Ordering::Equal => {
+                if let (Some((k, mut v)), Some((_, w))) = (a.next(), b.next()) {
+                    app.combine(&mut v, w);
+                    out.push((k, v));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Phase 5: carries `run`, the result of node `idx` of level 0, up the merge tree as far as
@@ -950,6 +1014,31 @@ mod tests {
         assert_eq!(keys, vec![1, 2, 3, 4, 9, 10]);
         assert_eq!(join(false, l, r).len(), 6);
         assert_eq!(join::<i32, ()>(true, vec![], vec![]), vec![]);
+    }
+
+    /// Adds values; nothing to map.
+    struct Sum;
+    impl MapReduce for Sum {
+        type Split = ();
+        type Key = u32;
+        type Value = u64;
+        fn split(&self, _: usize) -> Vec<()> {
+            Vec::new()
+        }
+        fn map(&self, _: &(), _: &mut Emitter<'_, Self>) {}
+        fn combine(&self, acc: &mut u64, value: u64) {
+            *acc += value;
+        }
+    }
+
+    #[test]
+    fn merging_sorted_runs_combines_the_keys_both_hold() {
+        let merged = merge_combining(&Sum, vec![(1, 1), (3, 10), (5, 100)], vec![(2, 2), (3, 20)]);
+        assert_eq!(merged, vec![(1, 1), (2, 2), (3, 30), (5, 100)]);
+        assert_eq!(merge_combining(&Sum, vec![], vec![(4, 4)]), vec![(4, 4)]);
+        let mut all = combine_all(&Sum, [(7, 1), (8, 2), (7, 3)].into_iter(), 0);
+        all.sort_unstable();
+        assert_eq!(all, vec![(7, 4), (8, 2)]);
     }
 
     #[test]

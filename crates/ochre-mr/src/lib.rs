@@ -61,10 +61,12 @@
 //!    ([`MapReduce::combine`]): a lane holds one value per distinct key.
 //! 3. **Partition**: when no task is left, each lane cuts its container into the reduce
 //!    partitions (by key index for a dense container, else by FxHash) and hands each partition
-//!    its run; the last lane posts the reduce events.
+//!    its run, in 1 KiB slabs that EMA places for the partition's worker (Phoenix's
+//!    intermediate buffers); the last lane posts the reduce events.
 //! 4. **Reduce** (one color per partition, homed round robin over the workers): gathers its
-//!    runs from every lane, combines the values of equal keys, applies [`MapReduce::reduce`]
-//!    once per key, and sorts its pairs by key. When the lanes hand over only a few thousand
+//!    runs from every lane, combines the values of equal keys (in a hash table when several
+//!    lanes handed it runs), applies [`MapReduce::reduce`] once per key, and sorts its pairs
+//!    by key. When the lanes hand over only a few thousand
 //!    pairs in all, the last lane reduces every partition in its own event instead: cheaper
 //!    than waking other workers for them.
 //! 5. **Merge**: sorted runs meet in a binary tree; the second run to reach a node merges the
@@ -84,6 +86,7 @@
 #![warn(missing_docs)]
 
 pub mod apps;
+mod color_vec;
 mod job;
 mod store;
 

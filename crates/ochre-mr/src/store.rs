@@ -50,12 +50,8 @@ impl<K: Hash + Eq, V> Store<K, V> {
         }
     }
 
-    /// Moves every pair into `parts` runs, pair `(k, v)` into run `partition(k)`.
-    pub(crate) fn partition_into(self, parts: &mut [Vec<(K, V)>], partition: impl Fn(&K) -> usize) {
-        let mut put = |(k, v): (K, V)| {
-            let p = partition(&k);
-            parts[p].push((k, v));
-        };
+    /// Hands every pair to `put`, emptying the store.
+    pub(crate) fn drain_into(self, mut put: impl FnMut((K, V))) {
         match self {
             Store::Hash(map) => map.into_iter().for_each(&mut put),
             Store::Dense { slots, spill } => {
@@ -97,6 +93,12 @@ impl<'a, P: MapReduce> Emitter<'a, P> {
     #[inline]
     pub fn emit(&mut self, key: P::Key, value: P::Value) {
         self.emitted += 1;
+        self.put(key, value);
+    }
+
+    /// Folds `(key, value)` into the store (not counted).
+    #[inline]
+    fn put(&mut self, key: P::Key, value: P::Value) {
         let app = self.app;
         match self.store {
             Store::Hash(map) => combine_into(app, map, key, value),
@@ -122,22 +124,31 @@ impl<'a, P: MapReduce> Emitter<'a, P> {
         P::Key: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = P::Key> + ?Sized,
     {
-        match self.store {
-            Store::Hash(map) => {
-                self.emitted += 1;
-                match map.get_mut(key) {
-                    Some(acc) => self.app.combine(acc, value),
-                    None => {
-                        map.insert(key.to_owned(), value);
-                    }
-                }
+        // Only the hash path of a key already held is inline: it runs per record in the
+        // map's inner loop (word count: per word), and the whole body, other containers and
+        // the first sight of a key included, made the caller's per-record closure too big to
+        // inline into its scanning loop (callgrind: 10% more instructions than the
+        // sequential reference, word count).
+        self.emitted += 1;
+        if let Store::Hash(map) = self.store {
+            if let Some(acc) = map.get_mut(key) {
+                return self.app.combine(acc, value);
             }
-            _ => self.emit(key.to_owned(), value),
         }
+        self.put_new(key.to_owned(), value);
+    }
+
+    /// The rest of [`Emitter::emit_ref`], out of line: a key new to a hash store, or another
+    /// container.
+    #[cold]
+    #[inline(never)]
+    fn put_new(&mut self, key: P::Key, value: P::Value) {
+        self.put(key, value);
     }
 }
 
-fn combine_into<P: MapReduce>(
+/// Folds `(key, value)` into `map`'s value for `key`, or inserts it.
+pub(crate) fn combine_into<P: MapReduce>(
     app: &P,
     map: &mut FxHashMap<P::Key, P::Value>,
     key: P::Key,
