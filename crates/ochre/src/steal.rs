@@ -58,6 +58,16 @@ pub(crate) fn candidates(tiers: &[Vec<usize>], random: u64) -> impl Iterator<Ite
     })
 }
 
+/// The workers a loaded worker tries to wake for stealing, in order: the nearest tier first
+/// (with locality-aware stealing the tiers are the topology's, nearest first; without, one tier
+/// in index order). A thief asks its nearest victims first, so waking a sleeper near the loaded
+/// worker is what lets locality help it: the simulator found that waking the lowest-numbered
+/// sleeper sent thieves to the wrong victims (locality / plain 0.90 -> 1.08 at 8 simulated
+/// cores, 1.00 at 32).
+pub(crate) fn nudge_order(tiers: &[Vec<usize>]) -> impl Iterator<Item = usize> + '_ {
+    tiers.iter().flatten().copied()
+}
+
 /// What a thief knows of a candidate victim: the hints it publishes (`shared::Status`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Candidate {
@@ -221,8 +231,8 @@ pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
         // only cost a system call here and a wasted request there.
         return;
     }
-    for (i, r) in shared.remotes.iter().enumerate() {
-        if i != core.id && r.rouse(!shared.config.batching) {
+    for w in nudge_order(&shared.victims[core.id]) {
+        if shared.remotes[w].rouse(!shared.config.batching) {
             core.counters.add(Counter::WakeupsSent, 1);
             return;
         }
@@ -321,6 +331,17 @@ mod tests {
 
     fn inbox_msgs(shared: &Shared, w: usize) -> Vec<Msg> {
         shared.remotes[w].poke.inbox.take_batches().flatten().collect()
+    }
+
+    #[test]
+    fn a_loaded_worker_wakes_its_nearest_sleepers_first() {
+        // The thesis's 8-core machine: pairs share an L2, fours a package.
+        let t = crate::topology::Topology::synthetic("package:2 l2:2 core:2").unwrap();
+        let order: Vec<usize> = nudge_order(&victim_tiers(&t, 5, 8, true)).collect();
+        assert_eq!(order, vec![4, 6, 7, 0, 1, 2, 3], "same L2, then same package, then the rest");
+        // Without locality: every other worker, in index order.
+        let order: Vec<usize> = nudge_order(&victim_tiers(&t, 5, 8, false)).collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4, 6, 7]);
     }
 
     #[test]

@@ -1077,8 +1077,8 @@ impl<'w> Sim<'w> {
         if !steal::worth_nudging(config.steal, &seen, || core.queue.has_lendable(floor, 2)) {
             return;
         }
-        let Some(w) = (0..self.cores.len())
-            .find(|&w| w != k && matches!(self.net.status[w].state, State::Sleep { .. }))
+        let Some(w) = steal::nudge_order(&self.tiers[k])
+            .find(|&w| matches!(self.net.status[w].state, State::Sleep { .. }))
         else {
             return;
         };
