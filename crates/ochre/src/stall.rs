@@ -1,7 +1,7 @@
 //! Stall detection: a handler that runs longer than a threshold is reported while it runs,
-//! with its color and its worker (a log warning, a counter, the last few in
-//! [`Handle::stalls`](crate::Handle::stalls)). Handlers must not block; this finds the ones
-//! that do.
+//! with its color and its worker (a log warning, at most one every [`STALL_LOG_EVERY`] with the
+//! number of the others; a counter; the last few in [`Handle::stalls`](crate::Handle::stalls)).
+//! Handlers must not block; this finds the ones that do.
 //!
 //! The protocol (one word per worker, written by its owner only, read by one watchdog thread):
 //!
@@ -57,11 +57,19 @@ pub(crate) struct Word {
     color: AtomicU64,
 }
 
+/// At most one stall is logged in this long (the others are counted, kept in
+/// [`Handle::stalls`](crate::Handle::stalls), and their number is logged with the next one): a
+/// job whose turns of slow handlers pass the threshold one after another (MapReduce's map
+/// lanes on a loaded machine) otherwise wrote a warning every few hundred milliseconds.
+pub const STALL_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// The runtime's stall state: heartbeats, count, recent stalls.
 pub(crate) struct Stalls {
     words: Box<[Padded<Word>]>,
     count: AtomicU64,
     recent: Mutex<VecDeque<Stall>>,
+    /// When a stall was last logged, and the stalls not logged since.
+    logged: Mutex<(Option<Instant>, u64)>,
 }
 
 impl Stalls {
@@ -70,6 +78,7 @@ impl Stalls {
             words: (0..workers).map(|_| Padded::new(Word::default())).collect(),
             count: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::new()),
+            logged: Mutex::new((None, 0)),
         }
     }
 
@@ -84,13 +93,27 @@ impl Stalls {
     }
 
     fn report(&self, stall: Stall) {
-        log::warn!(
-            "color {} has been running for {} ms on worker {}: a handler blocks, or a turn of \
-             slow ones (handlers must not block)",
-            stall.color.0,
-            stall.running_for.as_millis(),
-            stall.worker
-        );
+        let now = Instant::now();
+        let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+        match logged.0 {
+            Some(last) if now.duration_since(last) < STALL_LOG_EVERY => logged.1 += 1,
+            _ => {
+                let more = std::mem::take(&mut logged.1);
+                let more = match more {
+                    0 => String::new(),
+                    n => format!(" ({n} more since the last warning, not logged)"),
+                };
+                log::warn!(
+                    "color {} has been running for {} ms on worker {}: a handler blocks, or a \
+                     turn of slow ones (handlers must not block){more}",
+                    stall.color.0,
+                    stall.running_for.as_millis(),
+                    stall.worker
+                );
+                logged.0 = Some(now);
+            }
+        }
+        drop(logged);
         self.count.fetch_add(1, Ordering::Relaxed);
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if recent.len() >= STALLS_KEPT {
@@ -192,6 +215,20 @@ fn watch(shared: Weak<Shared>, threshold: Duration, tick: Duration) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stalls_are_all_counted_and_kept_but_logged_at_most_once_a_period() {
+        let stalls = Stalls::new(2);
+        for k in 0..3 {
+            let running_for = Duration::from_millis(100 + k);
+            stalls.report(Stall { worker: 1, color: Color(k), running_for });
+        }
+        assert_eq!(stalls.count(), 3);
+        assert_eq!(stalls.recent().len(), 3);
+        let logged = stalls.logged.lock().unwrap();
+        assert!(logged.0.is_some(), "the first was logged");
+        assert_eq!(logged.1, 2, "the next two, within the period, were not");
+    }
 
     #[test]
     fn the_beat_is_odd_while_an_event_runs() {
