@@ -98,6 +98,9 @@ enum SimCommand {
 }
 
 pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
+    if matches!(args.command, SimCommand::Run { .. } | SimCommand::Speed { .. }) {
+        quiet_on_closed_pipe();
+    }
     match &args.command {
         SimCommand::Speed { cores, reps, only } => {
             speed(*cores as usize, *reps as usize, only.as_deref())
@@ -927,6 +930,16 @@ fn agree(r: &mut BenchReport, case: &str, simulated: f64, thesis: f64, source: &
         simulated,
         held,
     );
+}
+
+/// A reader that stops early (`ochre sim run CASE | head -1`) ends this command quietly, as it
+/// ends `cat`: the default action of SIGPIPE, which Rust programs ignore (so `println!` to a
+/// closed pipe panicked). Only for commands that print and compute, never for those that serve
+/// or measure servers, where a client's early close must not end the process.
+fn quiet_on_closed_pipe() {
+    // SAFETY: setting a signal's disposition to its default is async-signal-safe and touches no
+    // Rust state; no other thread exists yet that relies on SIGPIPE being ignored.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
 #[cfg(test)]

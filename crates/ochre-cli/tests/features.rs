@@ -55,3 +55,22 @@ fn a_build_without_bench_says_what_it_lacks() {
         assert!(said.contains("without the `bench` feature"), "{args:?}: {said}");
     }
 }
+
+/// A reader that closes the pipe early (`ochre sim run CASE | head -1`) ends the command
+/// quietly, as it ends `cat`: no panic message.
+#[cfg(feature = "bench")]
+#[test]
+fn a_simulation_printed_into_a_closed_pipe_ends_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["sim", "run", "pingpong"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close our end of its output before it writes: every write it makes meets a closed pipe.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
