@@ -8,6 +8,10 @@
 //! re-entrant access from inside `with`. This is the colored-events idiom of the seeds (the web
 //! server's active-connection counter, shared by Accept and DecAcceptedClients through one color)
 //! without `unsafe` in user code.
+//!
+//! For a color that admits readers ([`Color::with_readers`]), [`ColorCell::read`] also opens the
+//! value, shared, inside a read of the color: reads never run beside an exclusive event of it
+//! (`reader`), and touch neither the value mutably nor the borrow flag.
 
 use std::cell::{Cell, UnsafeCell};
 
@@ -57,6 +61,24 @@ impl<T> ColorCell<T> {
         // SAFETY: we run in an event of the owning color and hold the borrow flag, so no other
         // reference to the value exists now (module doc).
         Ok(f(unsafe { &mut *self.value.get() }))
+    }
+
+    /// Runs `f` on a shared reference to the value: from an exclusive event of the cell's color
+    /// (not inside its `with`), or from a read of it ([`post_read`](crate::post_read)), which may
+    /// run beside other reads on other threads (hence `T: Sync`). Otherwise
+    /// [`Error::WrongColor`], and `f` is not called.
+    pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> Result<R, Error>
+    where
+        T: Sync,
+    {
+        if crate::reader::current_read() == Some(self.color) {
+            // SAFETY: a read of the owning color runs: no exclusive event of it runs now, and
+            // the reader-writer word orders this read after the last one's writes (`reader`,
+            // Acquire/Release); other reads only take shared references (`T: Sync`). `with`
+            // refuses inside a read (its color is the lane's), so no `&mut` exists.
+            return Ok(f(unsafe { &*self.value.get() }));
+        }
+        self.with(|v| f(v))
     }
 
     /// The value, through exclusive ownership of the cell.

@@ -100,6 +100,7 @@ mod outbox;
 mod padding;
 mod park;
 mod queue;
+mod reader;
 mod runtime;
 mod shared;
 #[cfg(all(any(test, feature = "sim"), not(loom)))]
@@ -129,6 +130,7 @@ pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]
 pub use park::measure_wakeup;
+pub use reader::{current_read, post_read, try_post_read};
 pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime, TOP_COLORS};
 pub use shared::PanicRecord;
 pub use stall::Stall;

@@ -724,12 +724,26 @@ impl WorkerCtx {
         let shared = &*self.shared;
         let turn_budget = shared.config.turn_budget;
         let mut ran = 0;
+        // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
+        let mut waited = 0;
         while ran < shared.config.round_budget {
             let (key, color, mut next, timed, sampled, timed_events) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
                 };
+                if color.admits_readers() && !crate::reader::begin_write(shared, color) {
+                    // Reads of it run: back of the ready list, events untouched; run the other
+                    // colors, and once each was tried, leave the round to take the inbox.
+                    core.queue.end_turn_shedding(key, |_, _, _, _| None);
+                    waited += 1;
+                    if waited > core.queue.ready_len() {
+                        drop(core);
+                        crate::reader::wait_for_reads(ran);
+                        break;
+                    }
+                    continue;
+                }
                 let first = core.queue.pop(key);
                 core.turns = core.turns.wrapping_add(1);
                 let sample = steal::turn_sample(&shared.config)
@@ -790,6 +804,9 @@ impl WorkerCtx {
                 }
                 None => {}
             }
+            if color.admits_readers() {
+                crate::reader::end_write(shared, &mut core, color);
+            }
             core.end_of_turn_flush(shared);
             if shared.config.steal != crate::Steal::Off {
                 // Thieves judge victims by the ready count (by the advertised backlog with
@@ -812,6 +829,12 @@ impl WorkerCtx {
         let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) else {
             return;
         };
+        self.panicked(color, payload);
+    }
+
+    /// Counts and records a handler's panic (or aborts the run, by configuration); also for
+    /// reads, which catch their own to name the color read (`reader`).
+    pub(crate) fn panicked(&self, color: Color, payload: Box<dyn std::any::Any + Send>) {
         let message = panic_message(payload.as_ref());
         // Dropping a payload can itself panic; keep that from unwinding into the run loop.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));

@@ -1,0 +1,511 @@
+//! Reader colors: events of a color that may run beside each other, never beside the color's
+//! exclusive events (a reader-writer color; the *tints* of Jannotti et al. that the thesis cites
+//! in §2.2.2).
+//!
+//! ## The mode is per color, the kind of event per post
+//!
+//! A color admits readers when it is made with [`Color::with_readers`](crate::Color): the mode is
+//! in the color's value (bit 62 of an ungrouped color), like the group bit, so every worker knows
+//! it without reading shared state. Each post then says what it is: [`post_read`] posts a
+//! *read* (shared), [`post`](crate::post) an exclusive event, as for any color. Why not any color,
+//! chosen per post: an exclusive turn of a color that admits readers must first take the color's
+//! reader-writer word, and a color that could start admitting readers at any moment would make
+//! every turn of every color look the color up in a shared table (a cost on the hot path of
+//! programs that never read), or make the first read wait for a hand-shake with whichever worker
+//! runs the color. With the mode in the value, a turn of an ordinary color pays one bit test, and
+//! [`post_read`] on an ordinary color simply posts an exclusive event (a read may always run
+//! alone: correct, without the parallelism).
+//!
+//! ## Where a read runs
+//!
+//! A read runs on the worker that posts it: it is queued as an event of that worker's *lane*, a
+//! reserved color homed there and pinned (`Readers::lane`), so posting a read is a local push
+//! (no cross-core hop, no wait behind the color's home), and reads of one color posted on
+//! different workers run at the same time. Reads posted from outside threads
+//! ([`Handle::post_read`](crate::Handle::post_read)) go to the lanes round robin. Inside a read,
+//! [`current_read`] is the color read and [`current_color`](crate::current_color) the lane, so a
+//! [`ColorCell`](crate::ColorCell) of the color opens for reading ([`ColorCell::read`]) and
+//! refuses writing.
+//!
+//! ## The protocol (`ReadState`, one per color that admits readers)
+//!
+//! One word: the count of admitted readers, `WAITING` (an exclusive turn waits for them to
+//! drain) and `WRITER` (an exclusive turn runs); and a list of *parked* reads under a mutex.
+//! Only the worker that holds the color starts its exclusive turns, so at most one writer
+//! contends at a time.
+//!
+//! * **A read** is admitted (count + 1, compare-and-swap, Acquire) when neither flag is set, runs,
+//!   and leaves (count - 1, Release). With a flag set it parks, under the mutex after checking the
+//!   word again there, with the worker it was posted on.
+//! * **An exclusive turn** of the color (worker loop, `worker::run_round`) takes `WRITER` when
+//!   the count is zero (compare-and-swap, Acquire, pairs with the readers' Release: their reads
+//!   happen before the turn). Otherwise it sets `WAITING` and the color goes to the back of the
+//!   worker's ready list with its events untouched (a turn of zero events); the worker runs its
+//!   other colors and tries again, leaving its round when every ready color was tried, to take
+//!   its inbox (granted reads may be in it).
+//! * **The end of that turn**, under the mutex: the parked reads are *granted* (the count set to
+//!   their number, `WRITER` cleared, Release) and posted back to the lanes of their workers,
+//!   where they run without asking again.
+//!
+//! Why this is correct:
+//!
+//! * **Exclusion.** A read runs only counted; a turn starts only with `WRITER` set from a zero
+//!   count, and while `WRITER` or `WAITING` is set no read is admitted (granted reads were
+//!   counted before `WRITER` was cleared). A read that finds a flag parks under the mutex, and
+//!   the turn's end takes the same mutex to clear `WRITER`: a read that parked is granted, one
+//!   that comes later sees the word clear. (`loom_models`: `loom_reader_*`.)
+//! * **No starvation of writers.** Reads that come while a turn waits park behind it (the
+//!   fairness rule of tokio's `RwLock`: write-preferring, first come first served by phase), so
+//!   the count only falls and the waiting turn starts once the reads running at the time end.
+//!   **Nor of readers**: the reads parked during a turn are granted at its end, before the next
+//!   turn can start, so a stream of writes lets the parked reads through after each turn.
+//! * **Exactly once.** A read is a task that moves from the lane to the parked list and back to
+//!   a lane, by value; every post of a read is counted as an event of the lane (parked reads
+//!   are not: [`RunReport::pending`](crate::RunReport) does not count them).
+//! * **Order.** Exclusive events keep their order per poster (a waiting turn keeps its queue).
+//!   Reads are ordered with nothing: a read posted after the poster's exclusive event of the
+//!   color may run before it (post the read from the write when it must see it).
+//! * **Shutdown.** A turn that waits at a shutdown keeps its color queued and `WAITING` set; the
+//!   reads parked behind it stay parked and are granted when that turn runs at the next
+//!   [`Runtime::run`](crate::Runtime::run). Dropping the runtime drops them unrun, like queued
+//!   events. Quiescence cannot end a run with a read parked: a read parks only behind a turn
+//!   that is queued or running, and that worker is not idle.
+//! * **Stealing and following.** Nothing of the protocol is tied to a worker: a color stolen or
+//!   moved while its turn waits takes its queue along, and its new holder tries the word. Lanes
+//!   are pinned (reads stay where posted); a granted read goes to its own worker's lane.
+//! * **Panics** in a read are caught around it, counted and reported with the color read; the
+//!   read leaves the count all the same.
+//!
+//! Cost: a color's state lives in a table sharded by color, created at its first read or turn
+//! and kept for the runtime's life (a few dozen bytes per color); each worker caches the states
+//! it used, so a read costs two lookups in a worker-local map and two atomic operations on its
+//! color's word. Ordinary colors' turns pay a bit test.
+
+use std::cell::{Cell, RefCell};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::color::{home_of, Placement};
+use crate::context::with_current;
+use crate::sync::{lock, AtomicU64, Mutex, Ordering};
+use crate::{Color, Error};
+
+/// An exclusive turn of the color runs.
+const WRITER: u64 = 1 << 63;
+/// An exclusive turn of the color waits for the admitted reads to end.
+const WAITING: u64 = 1 << 62;
+/// The count of admitted reads (running, or granted and on their way to run).
+const COUNT: u64 = WAITING - 1;
+
+/// A color's reader-writer word, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Word(u64);
+
+impl Word {
+    pub(crate) fn readers(self) -> u64 {
+        self.0 & COUNT
+    }
+    pub(crate) fn writer(self) -> bool {
+        self.0 & WRITER != 0
+    }
+    #[cfg(any(test, loom))]
+    pub(crate) fn waiting(self) -> bool {
+        self.0 & WAITING != 0
+    }
+    /// A read may be admitted: no turn runs or waits.
+    fn admits_reads(self) -> bool {
+        self.0 & (WRITER | WAITING) == 0
+    }
+}
+
+/// A read that found a turn running or waiting, kept until that turn ends.
+pub(crate) struct Parked {
+    /// The worker it was posted on (`usize::MAX` for an outside thread: any lane).
+    pub(crate) origin: usize,
+    pub(crate) read: Box<dyn FnOnce() + Send>,
+}
+
+/// The reader-writer state of one color (module doc, "The protocol").
+pub(crate) struct ReadState {
+    word: AtomicU64,
+    parked: Mutex<Vec<Parked>>,
+}
+
+impl ReadState {
+    pub(crate) fn new() -> ReadState {
+        ReadState { word: AtomicU64::new(0), parked: Mutex::new(Vec::new()) }
+    }
+
+    #[cfg(any(test, loom))]
+    pub(crate) fn word(&self) -> Word {
+        Word(self.word.load(Ordering::SeqCst))
+    }
+
+    /// Admits a read if no turn runs or waits.
+    #[inline]
+    pub(crate) fn try_read(&self) -> bool {
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if !Word(w).admits_reads() {
+                return false;
+            }
+            // Acquire: pairs with the Release of the last turn's end (its writes are seen).
+            match self.word.compare_exchange_weak(w, w + 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// An admitted read (or a granted one) ended.
+    #[inline]
+    pub(crate) fn end_read(&self) {
+        // Release: pairs with the Acquire of the turn that starts once the count is zero.
+        let before = self.word.fetch_sub(1, Ordering::Release);
+        debug_assert!(Word(before).readers() > 0, "a read left a count of zero");
+    }
+
+    /// Admits `read` now (returned, to run) or parks it behind the running or waiting turn.
+    #[cold]
+    pub(crate) fn read_or_park(&self, read: Parked) -> Option<Parked> {
+        let mut parked = lock(&self.parked);
+        // Checked again under the mutex that the turn's end takes to clear `WRITER`: either
+        // that end comes after and grants this read, or it came before and the word is clear.
+        if self.try_read() {
+            return Some(read);
+        }
+        parked.push(read);
+        None
+    }
+
+    /// Starts an exclusive turn if no read is admitted; else marks a turn waiting (reads that
+    /// come now park) and returns false.
+    pub(crate) fn try_write(&self) -> bool {
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            debug_assert!(!Word(w).writer(), "two exclusive turns of one color");
+            let next = if Word(w).readers() == 0 { WRITER } else { w | WAITING };
+            // Acquire: pairs with the Release of the last read's end (`end_read`).
+            match self.word.compare_exchange_weak(w, next, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return next == WRITER,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Ends the exclusive turn: the parked reads are admitted (granted) and returned, for the
+    /// caller to post to their lanes.
+    pub(crate) fn end_write(&self) -> Vec<Parked> {
+        let mut parked = lock(&self.parked);
+        let granted = std::mem::take(&mut *parked);
+        // Release: pairs with the Acquire of the next reads and turn. Under the mutex: a read
+        // parking now is either in `granted` or sees the cleared word (`read_or_park`).
+        self.word.store(granted.len() as u64, Ordering::Release);
+        drop(parked);
+        granted
+    }
+}
+
+/// Ungrouped colors reserved for lanes start here (bit 62 clear: lanes admit no readers).
+const LANE_BASE: u64 = 0x3fff_ff00_0000_0000;
+
+/// How many reserved colors are tried for one homed on a given worker: a try fails with
+/// probability `1 - 1/n` for `n` workers, so this is ample below many thousand workers (past it
+/// the lane is homed elsewhere: reads of that worker then cross to it, still correct).
+const LANE_TRIES: u64 = 1 << 20;
+
+/// States are sharded by color; a shard's mutex is taken once per color and worker (each
+/// worker caches what it found). A guess: enough that a burst of new colors on many workers
+/// rarely meets on one.
+const SHARDS: usize = 16;
+
+/// One shard of the table: the states of some colors.
+type States = FxHashMap<Color, Arc<ReadState>>;
+
+/// The runtime's table of reader-writer states and its workers' lanes.
+pub(crate) struct Readers {
+    /// Tells the tables of two runtimes apart in the worker-local caches.
+    id: u64,
+    shards: Box<[Mutex<States>]>,
+    lanes: Box<[Color]>,
+    /// Round robin over lanes for reads posted from outside threads.
+    next_lane: AtomicU64,
+}
+
+impl Readers {
+    pub(crate) fn new(placement: Placement) -> Readers {
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let lanes = (0..placement.workers)
+            .map(|w| {
+                (0..LANE_TRIES)
+                    .map(|k| Color(LANE_BASE + k))
+                    .find(|&c| home_of(c, placement) == w)
+                    .unwrap_or(Color(LANE_BASE + w as u64))
+            })
+            .collect();
+        Readers {
+            id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            shards: (0..SHARDS).map(|_| Mutex::new(FxHashMap::default())).collect(),
+            lanes,
+            next_lane: AtomicU64::new(0),
+        }
+    }
+
+    /// The lane of worker `w`: the color its reads run as.
+    pub(crate) fn lane(&self, w: usize) -> Color {
+        self.lanes[w % self.lanes.len()]
+    }
+
+    /// The state of `color`, created at first use.
+    fn state(&self, color: Color) -> Arc<ReadState> {
+        let shard = &self.shards[(color.0 as usize ^ (color.0 >> 32) as usize) % SHARDS];
+        lock(shard).entry(color).or_insert_with(|| Arc::new(ReadState::new())).clone()
+    }
+}
+
+/// The states a worker used, by color, for one runtime's table.
+struct Cache {
+    owner: u64,
+    states: FxHashMap<Color, Arc<ReadState>>,
+    /// This thread's lane was pinned.
+    lane_pinned: bool,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> =
+        RefCell::new(Cache { owner: 0, states: FxHashMap::default(), lane_pinned: false });
+    /// The color of the running read, if a read runs.
+    static READING: Cell<Option<Color>> = const { Cell::new(None) };
+}
+
+/// Runs `f` on the state of `color` in `readers`, through this thread's cache. `f` is runtime
+/// code: it must not post, run handlers or reach the cache again.
+fn with_state<R>(readers: &Readers, color: Color, f: impl FnOnce(&ReadState) -> R) -> R {
+    CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.owner != readers.id {
+            *cache = Cache { owner: readers.id, states: FxHashMap::default(), lane_pinned: false };
+        }
+        let state = cache.states.entry(color).or_insert_with(|| readers.state(color));
+        f(state)
+    })
+}
+
+/// Pins this worker's lane once per runtime (reads stay where they are posted).
+fn pin_lane_once(ctx: &crate::worker::WorkerCtx, lane: Color) {
+    let first = CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.owner != ctx.shared.readers.id {
+            *cache = Cache {
+                owner: ctx.shared.readers.id,
+                states: FxHashMap::default(),
+                lane_pinned: false,
+            };
+        }
+        !std::mem::replace(&mut cache.lane_pinned, true)
+    });
+    if first && home_of(lane, ctx.shared.placement) == ctx.id {
+        ctx.core.borrow_mut().queue.pin(lane);
+    }
+}
+
+/// Starts an exclusive turn of `color`, a color that admits readers (worker loop): false if
+/// reads of it run; the turn must then wait (module doc).
+pub(crate) fn begin_write(shared: &crate::shared::Shared, color: Color) -> bool {
+    with_state(&shared.readers, color, |s| s.try_write())
+}
+
+/// Ends the exclusive turn of `color` begun by [`begin_write`]: the reads parked behind it are
+/// granted and posted to their workers' lanes.
+pub(crate) fn end_write(
+    shared: &crate::shared::Shared,
+    core: &mut crate::worker::Core,
+    color: Color,
+) {
+    let granted = with_state(&shared.readers, color, |s| s.end_write());
+    for p in granted {
+        let lane = match p.origin {
+            usize::MAX => shared.readers.lane(core.id),
+            w => shared.readers.lane(w),
+        };
+        let read = p.read;
+        core.post(shared, lane, crate::message::Task::new(move || run_granted(color, read)), false);
+    }
+}
+
+/// A worker whose ready colors all wait for reads leaves its round: if it ran nothing, it
+/// yields its CPU first, for the reads it waits for (with more workers than CPUs they may be
+/// preempted), and its loop comes back to take its inbox (granted reads may be there).
+#[cold]
+pub(crate) fn wait_for_reads(ran: usize) {
+    if ran == 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// The read of `color` as posted: admitted or parked when it runs.
+fn run_read<F: FnOnce() + Send + 'static>(color: Color, origin: usize, f: F) {
+    let admitted = with_current(|ctx| with_state(&ctx.shared.readers, color, |s| s.try_read()));
+    match admitted {
+        Some(true) => run_admitted(color, f),
+        Some(false) => {
+            let parked = Parked { origin, read: Box::new(f) };
+            let now = with_current(|ctx| {
+                with_state(&ctx.shared.readers, color, |s| s.read_or_park(parked))
+            });
+            if let Some(Some(p)) = now {
+                run_admitted(color, p.read);
+            }
+        }
+        // Reads run on workers only (their lanes).
+        None => debug_assert!(false, "a read ran outside a worker"),
+    }
+}
+
+/// A read granted at the end of a turn (already counted).
+fn run_granted(color: Color, read: Box<dyn FnOnce() + Send>) {
+    run_admitted(color, read);
+}
+
+/// Runs an admitted read, then leaves the count, whatever `f` does; a panic is reported with
+/// the color read.
+fn run_admitted<F: FnOnce()>(color: Color, f: F) {
+    let previous = READING.with(|r| r.replace(Some(color)));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    READING.with(|r| r.set(previous));
+    with_current(|ctx| {
+        with_state(&ctx.shared.readers, color, |s| s.end_read());
+        if let Err(payload) = result {
+            ctx.panicked(color, payload);
+        }
+    });
+}
+
+/// Posts `f` as a *read* of `color`: it may run at the same time as other reads of `color`, never
+/// at the same time as an exclusive event of `color` ([`post`](crate::post)). It runs on this
+/// worker. For a color made without [`Color::with_readers`] it is an ordinary exclusive post.
+///
+/// Reads are not ordered with the poster's other posts: a read posted after an exclusive event
+/// of the color may run before it. Inside the read, [`current_read`] is `color`, and a
+/// [`ColorCell`](crate::ColorCell) of `color` opens with [`ColorCell::read`](crate::ColorCell).
+///
+/// ```
+/// use std::sync::Arc;
+/// use ochre::{Color, ColorCell, Runtime};
+///
+/// let rt = Runtime::builder().workers(2).pin(false).build()?;
+/// let table = Color::with_readers(7);
+/// let cell = Arc::new(ColorCell::new(table, vec![1u64, 2, 3]));
+/// let c = cell.clone();
+/// rt.run(Color::DEFAULT, move || {
+///     let w = c.clone();
+///     // Exclusive: may change the value.
+///     ochre::post(table, move || w.with(|v| v.push(4)).unwrap());
+///     for _ in 0..4 {
+///         let r = c.clone();
+///         // Reads: may run beside each other, never beside the push.
+///         ochre::post_read(table, move || {
+///             let len = r.read(|v| v.len()).unwrap();
+///             assert!(len == 3 || len == 4);
+///         });
+///     }
+/// })?;
+/// # Ok::<(), ochre::Error>(())
+/// ```
+///
+/// # Panics
+///
+/// If called outside an ochre handler: use [`Handle::post_read`](crate::Handle::post_read) from
+/// other threads, or [`try_post_read`].
+pub fn post_read<F: FnOnce() + Send + 'static>(color: Color, f: F) {
+    if try_post_read(color, f).is_err() {
+        panic!("ochre::post_read: {}", Error::NotInRuntime);
+    }
+}
+
+/// Like [`post_read`], but returns [`Error::NotInRuntime`] instead of panicking outside a
+/// handler.
+pub fn try_post_read<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result<(), Error> {
+    if !color.admits_readers() {
+        return crate::try_post(color, f);
+    }
+    let (lane, origin) = with_current(|ctx| {
+        let lane = ctx.shared.readers.lane(ctx.id);
+        pin_lane_once(ctx, lane);
+        (lane, ctx.id)
+    })
+    .ok_or(Error::NotInRuntime)?;
+    crate::try_post(lane, move || run_read(color, origin, f))
+}
+
+/// Posts a read from an outside thread, on a lane chosen round robin ([`crate::Handle`]).
+pub(crate) fn post_read_outside<F: FnOnce() + Send + 'static>(
+    handle: &crate::Handle,
+    shared: &crate::shared::Shared,
+    color: Color,
+    f: F,
+) -> Result<(), Error> {
+    if !color.admits_readers() {
+        return handle.try_post(color, f);
+    }
+    let w = shared.readers.next_lane.fetch_add(1, Ordering::Relaxed) as usize % shared.workers;
+    handle.try_post(shared.readers.lane(w), move || run_read(color, usize::MAX, f))
+}
+
+/// The color whose read is running, or `None` outside a read ([`post_read`]).
+pub fn current_read() -> Option<Color> {
+    READING.with(|r| r.get())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_word_packs_count_and_flags_apart() {
+        assert_eq!(COUNT & (WRITER | WAITING), 0);
+        assert_eq!(COUNT | WRITER | WAITING, u64::MAX);
+        let w = Word(WAITING | 3);
+        assert_eq!((w.readers(), w.waiting(), w.writer()), (3, true, false));
+        assert!(!w.admits_reads() && !Word(WRITER).admits_reads() && Word(5).admits_reads());
+    }
+
+    #[test]
+    fn a_waiting_turn_stops_new_reads_and_starts_when_the_count_drains() {
+        let s = ReadState::new();
+        assert!(s.try_read() && s.try_read());
+        assert!(!s.try_write(), "two reads run");
+        assert_eq!(s.word(), Word(WAITING | 2));
+        assert!(!s.try_read(), "a read after a waiting turn waits for it");
+        let parked = s.read_or_park(Parked { origin: 1, read: Box::new(|| {}) });
+        assert!(parked.is_none());
+        s.end_read();
+        assert!(!s.try_write());
+        s.end_read();
+        assert!(s.try_write());
+        assert_eq!(s.word(), Word(WRITER));
+        let granted = s.end_write();
+        assert_eq!(granted.len(), 1);
+        assert_eq!(granted[0].origin, 1);
+        assert_eq!(s.word(), Word(1), "the parked read is counted when granted");
+        assert!(!s.try_write(), "the next turn waits for the granted read");
+        s.end_read();
+        assert!(s.try_write());
+        assert!(s.end_write().is_empty());
+        assert_eq!(s.word(), Word(0));
+    }
+
+    #[test]
+    fn lanes_are_homed_on_their_workers_and_admit_no_readers() {
+        for n in [1, 2, 3, 16, 64] {
+            let p = Placement::flat(n);
+            let r = Readers::new(p);
+            for w in 0..n {
+                assert_eq!(home_of(r.lane(w), p), w);
+                assert!(!r.lane(w).admits_readers());
+            }
+        }
+    }
+}
