@@ -97,3 +97,34 @@ impl<T> std::fmt::Debug for ColorCell<T> {
         f.debug_struct("ColorCell").field("color", &self.color).finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::reader::reading;
+
+    /// Reads of a reader color's cell on two threads at once (as reads on two workers): shared
+    /// references only (Miri checks there is no data race); writing is refused inside a read,
+    /// and a read of another color opens nothing.
+    #[test]
+    fn reads_share_the_value_and_cannot_write_it() {
+        let c = Color::with_readers(3);
+        let cell = std::sync::Arc::new(ColorCell::new(c, vec![1u32, 2, 3]));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let cell = cell.clone();
+                std::thread::spawn(move || {
+                    reading(c, || {
+                        assert_eq!(cell.read(|v| v.iter().sum::<u32>()).unwrap(), 6);
+                        assert!(cell.with(|v| v.push(4)).is_err(), "a read cannot write");
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        reading(Color::with_readers(4), || assert!(cell.read(|v| v.len()).is_err()));
+        assert!(cell.read(|v| v.len()).is_err(), "outside any event of the color");
+    }
+}

@@ -30,30 +30,33 @@
 //! ## The protocol (`ReadState`, one per color that admits readers)
 //!
 //! One word: the count of admitted readers, `WAITING` (an exclusive turn waits for them to
-//! drain) and `WRITER` (an exclusive turn runs); and a list of *parked* reads under a mutex.
-//! Only the worker that holds the color starts its exclusive turns, so at most one writer
-//! contends at a time.
+//! drain), `WRITER` (an exclusive turn runs) and `PARKED` (reads wait for the turn's end); and a
+//! list of parked reads under a mutex. Only the worker that holds the color starts its exclusive
+//! turns, so at most one writer contends at a time.
 //!
-//! * **A read** is admitted (count + 1, compare-and-swap, Acquire) when neither flag is set, runs,
-//!   and leaves (count - 1, Release). With a flag set it parks, under the mutex after checking the
-//!   word again there, with the worker it was posted on.
+//! * **A read** is admitted (count + 1, compare-and-swap, Acquire) when neither `WRITER` nor
+//!   `WAITING` is set, runs, and leaves (count - 1, Release). With one set it parks: under the
+//!   mutex, it sets `PARKED` if a flag is still set (else it is admitted after all) and joins the
+//!   list, with the worker it was posted on.
 //! * **An exclusive turn** of the color (worker loop, `worker::run_round`) takes `WRITER` when
 //!   the count is zero (compare-and-swap, Acquire, pairs with the readers' Release: their reads
 //!   happen before the turn). Otherwise it sets `WAITING` and the color goes to the back of the
 //!   worker's ready list with its events untouched (a turn of zero events); the worker runs its
 //!   other colors and tries again, leaving its round when every ready color was tried, to take
 //!   its inbox (granted reads may be in it).
-//! * **The end of that turn**, under the mutex: the parked reads are *granted* (the count set to
-//!   their number, `WRITER` cleared, Release) and posted back to the lanes of their workers,
-//!   where they run without asking again.
+//! * **The end of that turn** clears the word with one compare-and-swap from exactly `WRITER`
+//!   (no mutex: the common case). If `PARKED` is set, under the mutex, the parked reads are
+//!   *granted* (the count set to their number, the flags cleared, Release) and posted back to the
+//!   lanes of their workers, where they run without asking again.
 //!
 //! Why this is correct:
 //!
 //! * **Exclusion.** A read runs only counted; a turn starts only with `WRITER` set from a zero
 //!   count, and while `WRITER` or `WAITING` is set no read is admitted (granted reads were
-//!   counted before `WRITER` was cleared). A read that finds a flag parks under the mutex, and
-//!   the turn's end takes the same mutex to clear `WRITER`: a read that parked is granted, one
-//!   that comes later sees the word clear. (`loom_models`: `loom_reader_*`.)
+//!   counted before `WRITER` was cleared). A read that finds a flag parks under the mutex and
+//!   marks the word `PARKED` there; the turn's end either clears the word before that mark (the
+//!   read, checking again, is admitted) or finds the mark, fails its lock-free clear and takes
+//!   the same mutex (the read is granted). (`loom_models`: `loom_reader_*`.)
 //! * **No starvation of writers.** Reads that come while a turn waits park behind it (the
 //!   fairness rule of tokio's `RwLock`: write-preferring, first come first served by phase), so
 //!   the count only falls and the waiting turn starts once the reads running at the time end.
@@ -96,8 +99,10 @@ use crate::{Color, Error};
 const WRITER: u64 = 1 << 63;
 /// An exclusive turn of the color waits for the admitted reads to end.
 const WAITING: u64 = 1 << 62;
+/// Reads are parked: the turn's end must take the mutex to grant them.
+const PARKED: u64 = 1 << 61;
 /// The count of admitted reads (running, or granted and on their way to run).
-const COUNT: u64 = WAITING - 1;
+const COUNT: u64 = PARKED - 1;
 
 /// A color's reader-writer word, unpacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +118,10 @@ impl Word {
     #[cfg(any(test, loom))]
     pub(crate) fn waiting(self) -> bool {
         self.0 & WAITING != 0
+    }
+    #[cfg(any(test, loom))]
+    pub(crate) fn parked(self) -> bool {
+        self.0 & PARKED != 0
     }
     /// A read may be admitted: no turn runs or waits.
     fn admits_reads(self) -> bool {
@@ -171,10 +180,19 @@ impl ReadState {
     #[cold]
     pub(crate) fn read_or_park(&self, read: Parked) -> Option<Parked> {
         let mut parked = lock(&self.parked);
-        // Checked again under the mutex that the turn's end takes to clear `WRITER`: either
-        // that end comes after and grants this read, or it came before and the word is clear.
-        if self.try_read() {
-            return Some(read);
+        // Under the mutex, `PARKED` is set only while a flag is: the turn's end then fails its
+        // lock-free clear and takes the mutex, so it grants this read; or that clear came
+        // first, and the read is admitted here.
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            let (next, admitted) =
+                if Word(w).admits_reads() { (w + 1, true) } else { (w | PARKED, false) };
+            // Acquire: as `try_read`.
+            match self.word.compare_exchange_weak(w, next, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) if admitted => return Some(read),
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
         }
         parked.push(read);
         None
@@ -186,10 +204,11 @@ impl ReadState {
         let mut w = self.word.load(Ordering::Relaxed);
         loop {
             debug_assert!(!Word(w).writer(), "two exclusive turns of one color");
-            let next = if Word(w).readers() == 0 { WRITER } else { w | WAITING };
+            // Taking the color keeps `PARKED` (reads parked while the turn waited).
+            let next = if Word(w).readers() == 0 { WRITER | (w & PARKED) } else { w | WAITING };
             // Acquire: pairs with the Release of the last read's end (`end_read`).
             match self.word.compare_exchange_weak(w, next, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return next == WRITER,
+                Ok(_) => return next & WRITER != 0,
                 Err(now) => w = now,
             }
         }
@@ -198,10 +217,20 @@ impl ReadState {
     /// Ends the exclusive turn: the parked reads are admitted (granted) and returned, for the
     /// caller to post to their lanes.
     pub(crate) fn end_write(&self) -> Vec<Parked> {
+        // Nothing parked (the common case): one compare-and-swap, no mutex. Release: pairs with
+        // the Acquire of the next reads and turn.
+        if self.word.compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed).is_ok() {
+            return Vec::new();
+        }
+        self.end_write_granting()
+    }
+
+    #[cold]
+    fn end_write_granting(&self) -> Vec<Parked> {
         let mut parked = lock(&self.parked);
         let granted = std::mem::take(&mut *parked);
-        // Release: pairs with the Acquire of the next reads and turn. Under the mutex: a read
-        // parking now is either in `granted` or sees the cleared word (`read_or_park`).
+        // Release: as above. Under the mutex: a read parking now is either in `granted` or sees
+        // the cleared word (`read_or_park`). Clears `WRITER` and `PARKED`.
         self.word.store(granted.len() as u64, Ordering::Release);
         drop(parked);
         granted
@@ -454,6 +483,15 @@ pub(crate) fn post_read_outside<F: FnOnce() + Send + 'static>(
     handle.try_post(shared.readers.lane(w), move || run_read(color, usize::MAX, f))
 }
 
+/// Runs `f` as if inside a read of `color` (tests of `ColorCell::read` without a runtime).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn reading<R>(color: Color, f: impl FnOnce() -> R) -> R {
+    let previous = READING.with(|r| r.replace(Some(color)));
+    let r = f();
+    READING.with(|r| r.set(previous));
+    r
+}
+
 /// The color whose read is running, or `None` outside a read ([`post_read`]).
 pub fn current_read() -> Option<Color> {
     READING.with(|r| r.get())
@@ -465,8 +503,9 @@ mod tests {
 
     #[test]
     fn the_word_packs_count_and_flags_apart() {
-        assert_eq!(COUNT & (WRITER | WAITING), 0);
-        assert_eq!(COUNT | WRITER | WAITING, u64::MAX);
+        assert_eq!(COUNT & (WRITER | WAITING | PARKED), 0);
+        assert_eq!([WRITER, WAITING, PARKED].iter().fold(COUNT, |a, b| a ^ b), u64::MAX);
+        assert!(Word(WAITING | PARKED | 2).parked() && !Word(WAITING | 2).parked());
         let w = Word(WAITING | 3);
         assert_eq!((w.readers(), w.waiting(), w.writer()), (3, true, false));
         assert!(!w.admits_reads() && !Word(WRITER).admits_reads() && Word(5).admits_reads());
@@ -481,11 +520,12 @@ mod tests {
         assert!(!s.try_read(), "a read after a waiting turn waits for it");
         let parked = s.read_or_park(Parked { origin: 1, read: Box::new(|| {}) });
         assert!(parked.is_none());
+        assert_eq!(s.word(), Word(WAITING | PARKED | 2));
         s.end_read();
         assert!(!s.try_write());
         s.end_read();
         assert!(s.try_write());
-        assert_eq!(s.word(), Word(WRITER));
+        assert_eq!(s.word(), Word(WRITER | PARKED), "the turn keeps the mark of parked reads");
         let granted = s.end_write();
         assert_eq!(granted.len(), 1);
         assert_eq!(granted[0].origin, 1);
