@@ -513,7 +513,7 @@ mod readers {
     use loom::sync::atomic::AtomicUsize;
 
     use super::model;
-    use crate::reader::{Parked, ReadState};
+    use crate::reader::{Admitted, Parked, ReadState};
     use crate::sync::Ordering;
 
     struct World {
@@ -527,23 +527,28 @@ mod readers {
     unsafe impl Sync for World {}
 
     /// A read as the runtime makes it: it reads the value and leaves the count.
-    fn read(w: &Arc<World>) -> Box<dyn FnOnce() + Send> {
+    fn read(w: &Arc<World>, how: Admitted) -> Box<dyn FnOnce() + Send> {
         let w = w.clone();
         Box::new(move || {
             // SAFETY (model): loom checks that no write is concurrent with this read.
             let v = w.value.with(|p| unsafe { *p });
             assert!(v <= 2);
             w.ran.fetch_add(1, Ordering::SeqCst);
-            w.state.end_read();
+            w.state.end_read(how);
         })
     }
 
-    /// A read posted now: admitted and run, or parked (`run_read`).
-    fn post_read(w: &Arc<World>) {
-        if w.state.try_read() {
-            read(w)();
-        } else if let Some(p) = w.state.read_or_park(Parked { origin: 0, read: read(w) }) {
-            (p.read)();
+    /// A read posted now on worker `slot`: admitted and run, or parked (`run_read`); a parked
+    /// read, once granted, leaves the word's count.
+    fn post_read(w: &Arc<World>, slot: usize) {
+        if w.state.try_read(slot) {
+            read(w, Admitted::Slot(slot))();
+        } else if let Some(p) =
+            w.state.read_or_park(slot, Parked { origin: slot, read: read(w, Admitted::Granted) })
+        {
+            // Admitted on the slow path: it counts in the slot, not as granted.
+            drop(p);
+            read(w, Admitted::Slot(slot))();
         }
     }
 
@@ -560,7 +565,7 @@ mod readers {
 
     fn world() -> Arc<World> {
         Arc::new(World {
-            state: ReadState::new(),
+            state: ReadState::new(2),
             value: UnsafeCell::new(0),
             ran: AtomicUsize::new(0),
         })
@@ -573,9 +578,9 @@ mod readers {
         model(|| {
             let w = world();
             let readers: Vec<_> = (0..2)
-                .map(|_| {
+                .map(|slot| {
                     let w = w.clone();
-                    loom::thread::spawn(move || post_read(&w))
+                    loom::thread::spawn(move || post_read(&w, slot))
                 })
                 .collect();
             for p in turn(&w, 1) {
@@ -585,7 +590,7 @@ mod readers {
                 r.join().unwrap();
             }
             assert_eq!(w.ran.load(Ordering::SeqCst), 2);
-            assert_eq!(w.state.word().readers(), 0);
+            assert_eq!(w.state.reads(), 0);
             assert!(!w.state.word().writer() && !w.state.word().waiting());
         });
     }
@@ -599,7 +604,8 @@ mod readers {
             let w = world();
             // A read parked behind the first turn, granted at its end.
             assert!(w.state.try_write());
-            assert!(w.state.read_or_park(Parked { origin: 1, read: read(&w) }).is_none());
+            let parked = Parked { origin: 1, read: read(&w, Admitted::Granted) };
+            assert!(w.state.read_or_park(1, parked).is_none());
             let granted = w.state.end_write();
             assert_eq!(granted.len(), 1);
             let g = loom::thread::spawn(move || {
@@ -608,14 +614,14 @@ mod readers {
                 }
             });
             let w2 = w.clone();
-            let r = loom::thread::spawn(move || post_read(&w2));
+            let r = loom::thread::spawn(move || post_read(&w2, 0));
             for p in turn(&w, 2) {
                 (p.read)();
             }
             g.join().unwrap();
             r.join().unwrap();
             assert_eq!(w.ran.load(Ordering::SeqCst), 2);
-            assert_eq!(w.state.word().readers(), 0);
+            assert_eq!(w.state.reads(), 0);
         });
     }
 }

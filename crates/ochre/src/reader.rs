@@ -92,7 +92,8 @@ use rustc_hash::FxHashMap;
 
 use crate::color::{home_of, Placement};
 use crate::context::with_current;
-use crate::sync::{lock, AtomicU64, Mutex, Ordering};
+use crate::padding::Padded;
+use crate::sync::{fence, lock, AtomicU64, Mutex, Ordering};
 use crate::{Color, Error};
 
 /// An exclusive turn of the color runs.
@@ -138,13 +139,29 @@ pub(crate) struct Parked {
 
 /// The reader-writer state of one color (module doc, "The protocol").
 pub(crate) struct ReadState {
+    /// The flags, and the count of granted reads.
     word: AtomicU64,
+    /// The reads admitted on each worker, each count in its own cache line: a read writes only
+    /// its worker's line, so reads on two workers do not pass a line between them.
+    slots: Box<[Padded<AtomicU64>]>,
     parked: Mutex<Vec<Parked>>,
 }
 
+/// How an admitted read leaves: from its worker's slot, or from the word's count (granted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admitted {
+    Slot(usize),
+    Granted,
+}
+
 impl ReadState {
-    pub(crate) fn new() -> ReadState {
-        ReadState { word: AtomicU64::new(0), parked: Mutex::new(Vec::new()) }
+    /// The state of a color of a runtime of `workers` workers.
+    pub(crate) fn new(workers: usize) -> ReadState {
+        ReadState {
+            word: AtomicU64::new(0),
+            slots: (0..workers.max(1)).map(|_| Padded::new(AtomicU64::new(0))).collect(),
+            parked: Mutex::new(Vec::new()),
+        }
     }
 
     #[cfg(any(test, loom))]
@@ -152,44 +169,65 @@ impl ReadState {
         Word(self.word.load(Ordering::SeqCst))
     }
 
-    /// Admits a read if no turn runs or waits.
+    /// Reads admitted and not ended, granted ones included.
+    #[cfg(any(test, loom))]
+    pub(crate) fn reads(&self) -> u64 {
+        let slots: u64 = self.slots.iter().map(|s| s.load(Ordering::SeqCst)).sum();
+        slots + self.word().readers()
+    }
+
+    /// Admits a read on worker `slot` if no turn runs or waits.
     #[inline]
-    pub(crate) fn try_read(&self) -> bool {
-        let mut w = self.word.load(Ordering::Relaxed);
-        loop {
-            if !Word(w).admits_reads() {
-                return false;
-            }
-            // Acquire: pairs with the Release of the last turn's end (its writes are seen).
-            match self.word.compare_exchange_weak(w, w + 1, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) => w = now,
-            }
+    pub(crate) fn try_read(&self, slot: usize) -> bool {
+        let count = &self.slots[slot];
+        count.fetch_add(1, Ordering::Relaxed);
+        // A store-load pair against the turn's (`try_write`), each side with a SeqCst fence
+        // between its write and its read: either this read sees `WAITING`, or the turn sees
+        // this count. (A fence, not SeqCst accesses: loom checks fences exactly.) Acquire: pairs
+        // with the Release of the last turn's end (its writes are seen).
+        fence(Ordering::SeqCst);
+        if Word(self.word.load(Ordering::Acquire)).admits_reads() {
+            return true;
         }
+        // A turn runs or waits: back off (it tries again).
+        count.fetch_sub(1, Ordering::Release);
+        false
     }
 
-    /// An admitted read (or a granted one) ended.
+    /// An admitted read ended.
     #[inline]
-    pub(crate) fn end_read(&self) {
-        // Release: pairs with the Acquire of the turn that starts once the count is zero.
-        let before = self.word.fetch_sub(1, Ordering::Release);
-        debug_assert!(Word(before).readers() > 0, "a read left a count of zero");
+    pub(crate) fn end_read(&self, how: Admitted) {
+        // Release: pairs with the turn's loads that see the count zero (`try_write`).
+        let before = match how {
+            Admitted::Slot(slot) => self.slots[slot].fetch_sub(1, Ordering::Release),
+            Admitted::Granted => Word(self.word.fetch_sub(1, Ordering::Release)).readers(),
+        };
+        debug_assert!(before > 0, "a read left a count of zero");
     }
 
-    /// Admits `read` now (returned, to run) or parks it behind the running or waiting turn.
+    /// Admits `read` on worker `slot` now (returned, to run) or parks it behind the running or
+    /// waiting turn.
     #[cold]
-    pub(crate) fn read_or_park(&self, read: Parked) -> Option<Parked> {
+    pub(crate) fn read_or_park(&self, slot: usize, read: Parked) -> Option<Parked> {
         let mut parked = lock(&self.parked);
         // Under the mutex, `PARKED` is set only while a flag is: the turn's end then fails its
         // lock-free clear and takes the mutex, so it grants this read; or that clear came
         // first, and the read is admitted here.
         let mut w = self.word.load(Ordering::Relaxed);
         loop {
-            let (next, admitted) =
-                if Word(w).admits_reads() { (w + 1, true) } else { (w | PARKED, false) };
-            // Acquire: as `try_read`.
-            match self.word.compare_exchange_weak(w, next, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) if admitted => return Some(read),
+            if Word(w).admits_reads() {
+                if self.try_read(slot) {
+                    return Some(read);
+                }
+                w = self.word.load(Ordering::Relaxed);
+                continue;
+            }
+            match self.word.compare_exchange_weak(
+                w,
+                w | PARKED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => break,
                 Err(now) => w = now,
             }
@@ -198,17 +236,24 @@ impl ReadState {
         None
     }
 
-    /// Starts an exclusive turn if no read is admitted; else marks a turn waiting (reads that
-    /// come now park) and returns false.
+    /// Starts an exclusive turn if no read is admitted; else leaves the turn marked waiting
+    /// (reads that come now park) and returns false.
     pub(crate) fn try_write(&self) -> bool {
+        // The store-load pair of `try_read`, from this side. Acquire (here and on the slots):
+        // pairs with the Release of the reads' ends (they happen before the turn).
+        let w = self.word.fetch_or(WAITING, Ordering::Acquire);
+        debug_assert!(!Word(w).writer(), "two exclusive turns of one color");
+        fence(Ordering::SeqCst);
+        if Word(w).readers() > 0 || self.slots.iter().any(|s| s.load(Ordering::Acquire) != 0) {
+            return false;
+        }
+        // No read is admitted, and none can be while `WAITING` is set (only this turn grants):
+        // take the color, keeping `PARKED` (reads parked while the turn waited).
         let mut w = self.word.load(Ordering::Relaxed);
         loop {
-            debug_assert!(!Word(w).writer(), "two exclusive turns of one color");
-            // Taking the color keeps `PARKED` (reads parked while the turn waited).
-            let next = if Word(w).readers() == 0 { WRITER | (w & PARKED) } else { w | WAITING };
-            // Acquire: pairs with the Release of the last read's end (`end_read`).
+            let next = WRITER | (w & PARKED);
             match self.word.compare_exchange_weak(w, next, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return next & WRITER != 0,
+                Ok(_) => return true,
                 Err(now) => w = now,
             }
         }
@@ -218,7 +263,7 @@ impl ReadState {
     /// caller to post to their lanes.
     pub(crate) fn end_write(&self) -> Vec<Parked> {
         // Nothing parked (the common case): one compare-and-swap, no mutex. Release: pairs with
-        // the Acquire of the next reads and turn.
+        // the next reads' and turn's SeqCst loads of the word.
         if self.word.compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed).is_ok() {
             return Vec::new();
         }
@@ -230,7 +275,8 @@ impl ReadState {
         let mut parked = lock(&self.parked);
         let granted = std::mem::take(&mut *parked);
         // Release: as above. Under the mutex: a read parking now is either in `granted` or sees
-        // the cleared word (`read_or_park`). Clears `WRITER` and `PARKED`.
+        // the cleared word (`read_or_park`). Clears `WRITER` and `PARKED`; the granted reads
+        // are counted in the word.
         self.word.store(granted.len() as u64, Ordering::Release);
         drop(parked);
         granted
@@ -290,7 +336,10 @@ impl Readers {
     /// The state of `color`, created at first use.
     fn state(&self, color: Color) -> Arc<ReadState> {
         let shard = &self.shards[(color.0 as usize ^ (color.0 >> 32) as usize) % SHARDS];
-        lock(shard).entry(color).or_insert_with(|| Arc::new(ReadState::new())).clone()
+        lock(shard)
+            .entry(color)
+            .or_insert_with(|| Arc::new(ReadState::new(self.lanes.len())))
+            .clone()
     }
 }
 
@@ -376,36 +425,38 @@ pub(crate) fn wait_for_reads(ran: usize) {
 
 /// The read of `color` as posted: admitted or parked when it runs.
 fn run_read<F: FnOnce() + Send + 'static>(color: Color, origin: usize, f: F) {
-    let admitted = with_current(|ctx| with_state(&ctx.shared.readers, color, |s| s.try_read()));
-    match admitted {
-        Some(true) => run_admitted(color, f),
-        Some(false) => {
-            let parked = Parked { origin, read: Box::new(f) };
-            let now = with_current(|ctx| {
-                with_state(&ctx.shared.readers, color, |s| s.read_or_park(parked))
-            });
-            if let Some(Some(p)) = now {
-                run_admitted(color, p.read);
-            }
-        }
+    let Some((slot, admitted)) = with_current(|ctx| {
+        (ctx.id, with_state(&ctx.shared.readers, color, |s| s.try_read(ctx.id)))
+    }) else {
         // Reads run on workers only (their lanes).
-        None => debug_assert!(false, "a read ran outside a worker"),
+        debug_assert!(false, "a read ran outside a worker");
+        return;
+    };
+    if admitted {
+        return run_admitted(color, Admitted::Slot(slot), f);
+    }
+    let parked = Parked { origin, read: Box::new(f) };
+    let now = with_current(|ctx| {
+        with_state(&ctx.shared.readers, color, |s| s.read_or_park(slot, parked))
+    });
+    if let Some(Some(p)) = now {
+        run_admitted(color, Admitted::Slot(slot), p.read);
     }
 }
 
 /// A read granted at the end of a turn (already counted).
 fn run_granted(color: Color, read: Box<dyn FnOnce() + Send>) {
-    run_admitted(color, read);
+    run_admitted(color, Admitted::Granted, read);
 }
 
 /// Runs an admitted read, then leaves the count, whatever `f` does; a panic is reported with
 /// the color read.
-fn run_admitted<F: FnOnce()>(color: Color, f: F) {
+fn run_admitted<F: FnOnce()>(color: Color, how: Admitted, f: F) {
     let previous = READING.with(|r| r.replace(Some(color)));
     let result = catch_unwind(AssertUnwindSafe(f));
     READING.with(|r| r.set(previous));
     with_current(|ctx| {
-        with_state(&ctx.shared.readers, color, |s| s.end_read());
+        with_state(&ctx.shared.readers, color, |s| s.end_read(how));
         if let Err(payload) = result {
             ctx.panicked(color, payload);
         }
@@ -513,17 +564,19 @@ mod tests {
 
     #[test]
     fn a_waiting_turn_stops_new_reads_and_starts_when_the_count_drains() {
-        let s = ReadState::new();
-        assert!(s.try_read() && s.try_read());
+        let s = ReadState::new(2);
+        assert!(s.try_read(0) && s.try_read(1));
+        assert_eq!(s.reads(), 2);
         assert!(!s.try_write(), "two reads run");
-        assert_eq!(s.word(), Word(WAITING | 2));
-        assert!(!s.try_read(), "a read after a waiting turn waits for it");
-        let parked = s.read_or_park(Parked { origin: 1, read: Box::new(|| {}) });
+        assert_eq!(s.word(), Word(WAITING));
+        assert!(!s.try_read(0), "a read after a waiting turn waits for it");
+        assert_eq!(s.reads(), 2, "and backs off its count");
+        let parked = s.read_or_park(0, Parked { origin: 1, read: Box::new(|| {}) });
         assert!(parked.is_none());
-        assert_eq!(s.word(), Word(WAITING | PARKED | 2));
-        s.end_read();
+        assert_eq!(s.word(), Word(WAITING | PARKED));
+        s.end_read(Admitted::Slot(0));
         assert!(!s.try_write());
-        s.end_read();
+        s.end_read(Admitted::Slot(1));
         assert!(s.try_write());
         assert_eq!(s.word(), Word(WRITER | PARKED), "the turn keeps the mark of parked reads");
         let granted = s.end_write();
@@ -531,10 +584,12 @@ mod tests {
         assert_eq!(granted[0].origin, 1);
         assert_eq!(s.word(), Word(1), "the parked read is counted when granted");
         assert!(!s.try_write(), "the next turn waits for the granted read");
-        s.end_read();
+        s.end_read(Admitted::Granted);
         assert!(s.try_write());
         assert!(s.end_write().is_empty());
         assert_eq!(s.word(), Word(0));
+        assert!(s.read_or_park(1, Parked { origin: 1, read: Box::new(|| {}) }).is_some());
+        assert_eq!(s.reads(), 1, "a clear word admits a read on the slow path too");
     }
 
     #[test]
