@@ -29,31 +29,37 @@
 //!
 //! ## The protocol (`ReadState`, one per color that admits readers)
 //!
-//! One word: the count of admitted readers, `WAITING` (an exclusive turn waits for them to
-//! drain), `WRITER` (an exclusive turn runs) and `PARKED` (reads wait for the turn's end); and a
-//! list of parked reads under a mutex. Only the worker that holds the color starts its exclusive
-//! turns, so at most one writer contends at a time.
+//! One word: `WAITING` (an exclusive turn waits for the reads to drain), `WRITER` (an exclusive
+//! turn runs), `PARKED` (reads wait for the turn's end) and the count of *granted* reads; one
+//! count of admitted reads per worker, each in its own cache line (a read writes only its
+//! worker's line: reads on two workers pass no line between them, the "big-reader" layout of
+//! per-CPU reader-writer locks); and a list of parked reads under a mutex. Only the worker that
+//! holds the color starts its exclusive turns, so at most one writer contends at a time.
 //!
-//! * **A read** is admitted (count + 1, compare-and-swap, Acquire) when neither `WRITER` nor
-//!   `WAITING` is set, runs, and leaves (count - 1, Release). With one set it parks: under the
-//!   mutex, it sets `PARKED` if a flag is still set (else it is admitted after all) and joins the
-//!   list, with the worker it was posted on.
-//! * **An exclusive turn** of the color (worker loop, `worker::run_round`) takes `WRITER` when
-//!   the count is zero (compare-and-swap, Acquire, pairs with the readers' Release: their reads
-//!   happen before the turn). Otherwise it sets `WAITING` and the color goes to the back of the
-//!   worker's ready list with its events untouched (a turn of zero events); the worker runs its
-//!   other colors and tries again, leaving its round when every ready color was tried, to take
-//!   its inbox (granted reads may be in it).
+//! * **A read** on worker `w` adds one to `w`'s count, then (a SeqCst fence between) reads the
+//!   word (Acquire): with neither `WRITER` nor `WAITING` set it runs, and leaves (count - 1,
+//!   Release). With one set it takes its one back and parks: under the mutex, it sets `PARKED`
+//!   if a flag is still set (else it tries again) and joins the list, with the worker it was
+//!   posted on.
+//! * **An exclusive turn** of the color (worker loop, `worker::run_round`) sets `WAITING`, then
+//!   (a SeqCst fence between) reads every worker's count and the granted count (Acquire: pairs
+//!   with the reads' Release, their reads happen before the turn). All zero: it takes `WRITER`.
+//!   Otherwise `WAITING` stays and the color goes to the back of the worker's ready list with
+//!   its events untouched (a turn of zero events); the worker runs its other colors and tries
+//!   again, leaving its round when every ready color was tried, to take its inbox (granted
+//!   reads may be in it). The two fences make a store-load pair: a read and a turn that race
+//!   cannot both miss each other (either the read sees `WAITING` or the turn sees its count).
 //! * **The end of that turn** clears the word with one compare-and-swap from exactly `WRITER`
 //!   (no mutex: the common case). If `PARKED` is set, under the mutex, the parked reads are
-//!   *granted* (the count set to their number, the flags cleared, Release) and posted back to the
-//!   lanes of their workers, where they run without asking again.
+//!   *granted* (the word's count set to their number, the flags cleared, Release) and posted
+//!   back to the lanes of their workers, where they run without asking again and leave the
+//!   word's count.
 //!
 //! Why this is correct:
 //!
-//! * **Exclusion.** A read runs only counted; a turn starts only with `WRITER` set from a zero
-//!   count, and while `WRITER` or `WAITING` is set no read is admitted (granted reads were
-//!   counted before `WRITER` was cleared). A read that finds a flag parks under the mutex and
+//! * **Exclusion.** A read runs only counted; a turn starts only after it saw every count zero
+//!   with `WAITING` set, and while `WRITER` or `WAITING` is set no read is admitted (the fence
+//!   pair; granted reads were counted before `WRITER` was cleared). A read that finds a flag parks under the mutex and
 //!   marks the word `PARKED` there; the turn's end either clears the word before that mark (the
 //!   read, checking again, is admitted) or finds the mark, fails its lock-free clear and takes
 //!   the same mutex (the read is granted). (`loom_models`: `loom_reader_*`.)
@@ -80,9 +86,11 @@
 //!   read leaves the count all the same.
 //!
 //! Cost: a color's state lives in a table sharded by color, created at its first read or turn
-//! and kept for the runtime's life (a few dozen bytes per color); each worker caches the states
-//! it used, so a read costs two lookups in a worker-local map and two atomic operations on its
-//! color's word. Ordinary colors' turns pay a bit test.
+//! and kept for the runtime's life (a cache line per worker per color: 256 bytes a color at 2
+//! workers, 2 KiB at 16); each worker caches the states it used, so a read costs two lookups in
+//! a worker-local map, two atomic operations on its worker's line and a fence; an exclusive
+//! turn, a read of every worker's line and three atomic operations on the word. Ordinary
+//! colors' turns pay a bit test.
 
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -395,14 +403,20 @@ pub(crate) fn begin_write(shared: &crate::shared::Shared, color: Color) -> bool 
     with_state(&shared.readers, color, |s| s.try_write())
 }
 
-/// Ends the exclusive turn of `color` begun by [`begin_write`]: the reads parked behind it are
-/// granted and posted to their workers' lanes.
-pub(crate) fn end_write(
+/// Ends the exclusive turn of `color` begun by [`begin_write`]; returns the reads parked behind
+/// it, granted, for [`grant`]. Called before the color may leave this worker: its next holder's
+/// turn must find the word clear.
+pub(crate) fn end_write(shared: &crate::shared::Shared, color: Color) -> Vec<Parked> {
+    with_state(&shared.readers, color, |s| s.end_write())
+}
+
+/// Posts reads granted by [`end_write`] to their workers' lanes.
+pub(crate) fn grant(
     shared: &crate::shared::Shared,
     core: &mut crate::worker::Core,
     color: Color,
+    granted: Vec<Parked>,
 ) {
-    let granted = with_state(&shared.readers, color, |s| s.end_write());
     for p in granted {
         let lane = match p.origin {
             usize::MAX => shared.readers.lane(core.id),
@@ -411,6 +425,15 @@ pub(crate) fn end_write(
         let read = p.read;
         core.post(shared, lane, crate::message::Task::new(move || run_granted(color, read)), false);
     }
+}
+
+/// Colors that do not follow their messages (`follow`): colors that admit readers, and lanes.
+/// A stopgap: with colors that follow, a program of few clients (`ochre bench readers`' `few`
+/// case, `tests/readers.rs`) lost parked reads (a turn left `WAITING` set and never came
+/// back); the cause is not found yet. Stealing still lends them.
+#[inline]
+pub(crate) fn stays(color: Color) -> bool {
+    color.admits_readers() || (LANE_BASE..LANE_BASE + LANE_TRIES).contains(&color.0)
 }
 
 /// A worker whose ready colors all wait for reads leaves its round: if it ran nothing, it

@@ -540,6 +540,9 @@ impl Core {
             // Relaxed: hints, published by each worker at the end of its rounds.
             let status = |w: usize| &shared.remotes[w].status;
             let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
+            if crate::reader::stays(color) {
+                return None;
+            }
             if let Some((sender, step, stream)) = from {
                 let cheap_stream = stream && follow::cheap(cost);
                 let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
@@ -777,7 +780,7 @@ impl WorkerCtx {
             }
             let (me, mine) = (core.id, core.cpu_share.share());
             let shed = |home: Option<usize>, ready, cost, moved_on| {
-                if !shared.config.follow {
+                if !shared.config.follow || crate::reader::stays(color) {
                     return None;
                 }
                 let peer = |w: usize| peer(shared, w);
@@ -789,6 +792,9 @@ impl WorkerCtx {
                     None => relief(shared, me, mine),
                 }
             };
+            // Before the color may leave (a return or move below can reach its next holder at
+            // once, and its next turn must find the word clear).
+            let granted = color.admits_readers().then(|| crate::reader::end_write(shared, color));
             match core.queue.end_turn_shedding(key, shed) {
                 Some(TurnEnd::Return(ret)) => {
                     if ret.resident {
@@ -804,8 +810,8 @@ impl WorkerCtx {
                 }
                 None => {}
             }
-            if color.admits_readers() {
-                crate::reader::end_write(shared, &mut core, color);
+            if let Some(granted) = granted {
+                crate::reader::grant(shared, &mut core, color, granted);
             }
             core.end_of_turn_flush(shared);
             if shared.config.steal != crate::Steal::Off {

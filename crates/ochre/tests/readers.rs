@@ -482,3 +482,64 @@ fn reads_from_a_handle_and_of_ordinary_colors() {
     drop(rt);
     assert!(matches!(handle.try_post_read(c, || {}), Err(ochre::Error::Closed)));
 }
+
+/// Few clients, one request in flight each (a read of a random object, one in ten a write),
+/// each answered by a post to the client, which sends the next: colors that follow their
+/// messages move clients and objects between the workers all the time. Every request is
+/// answered (none lost parked), no read overlaps a write. (`bench readers`' `few` case, of this
+/// shape, lost parked reads when reader colors followed their messages; its test in
+/// `ochre-bench` found it, this one did not.)
+#[test]
+fn few_clients_with_colors_that_follow_lose_no_read() {
+    for _ in 0..40 {
+        let rt = runtime(2, Config::default().follow(true));
+        let inside: Arc<Vec<Inside>> = Arc::new((0..64).map(|_| Inside::default()).collect());
+        let answered = Arc::new(AtomicU64::new(0));
+        let (ins, ans) = (inside.clone(), answered.clone());
+        rt.run(Color::DEFAULT, move || {
+            for c in 0..4u64 {
+                request(
+                    ins.clone(),
+                    ans.clone(),
+                    c,
+                    c.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+                    2000,
+                );
+            }
+        })
+        .unwrap();
+        assert_eq!(answered.load(Ordering::SeqCst), 4 * 2000, "requests lost");
+        let violations: u64 = inside.iter().map(|i| i.violations.load(Ordering::SeqCst)).sum();
+        assert_eq!(violations, 0);
+    }
+}
+
+fn request(ins: Arc<Vec<Inside>>, ans: Arc<AtomicU64>, c: u64, mut rng: u64, left: u64) {
+    if left == 0 {
+        return;
+    }
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    let obj = (rng % 64) as usize;
+    let color = Color::with_readers(500 + obj as u64);
+    let answer = move |ins: Arc<Vec<Inside>>, ans: Arc<AtomicU64>| {
+        ochre::post(Color(20 + c), move || {
+            ans.fetch_add(1, Ordering::SeqCst);
+            request(ins, ans, c, rng, left - 1);
+        });
+    };
+    if (rng >> 20).is_multiple_of(10) {
+        ochre::post(color, move || {
+            ins[obj].enter_write();
+            ins[obj].leave_write();
+            answer(ins, ans);
+        });
+    } else {
+        ochre::post_read(color, move || {
+            ins[obj].enter_read();
+            ins[obj].leave_read();
+            answer(ins, ans);
+        });
+    }
+}
