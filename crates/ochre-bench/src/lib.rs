@@ -23,6 +23,7 @@ pub mod mr;
 pub mod peers;
 pub mod pingpong;
 pub mod prodcons;
+pub mod readers;
 pub mod servers;
 pub mod steal;
 pub mod sws;
@@ -45,6 +46,7 @@ pub const BENCHES: &[&str] = &[
     "mr",
     "servers",
     "color-stats",
+    "readers",
 ];
 
 /// Runs the benchmark called `name`.
@@ -63,6 +65,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "mr" => Some(mr::run(opts)),
         "servers" => Some(servers::run(opts)),
         "color-stats" => Some(color_stats::run(opts)),
+        "readers" => Some(readers::run(opts)),
         _ => None,
     }
 }

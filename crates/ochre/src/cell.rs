@@ -8,6 +8,10 @@
 //! re-entrant access from inside `with`. This is the colored-events idiom of the seeds (the web
 //! server's active-connection counter, shared by Accept and DecAcceptedClients through one color)
 //! without `unsafe` in user code.
+//!
+//! For a color that admits readers ([`Color::with_readers`]), [`ColorCell::read`] also opens the
+//! value, shared, inside a read of the color: reads never run beside an exclusive event of it
+//! (`reader`), and touch neither the value mutably nor the borrow flag.
 
 use std::cell::{Cell, UnsafeCell};
 
@@ -59,6 +63,24 @@ impl<T> ColorCell<T> {
         Ok(f(unsafe { &mut *self.value.get() }))
     }
 
+    /// Runs `f` on a shared reference to the value: from an exclusive event of the cell's color
+    /// (not inside its `with`), or from a read of it ([`post_read`](crate::post_read)), which may
+    /// run beside other reads on other threads (hence `T: Sync`). Otherwise
+    /// [`Error::WrongColor`], and `f` is not called.
+    pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> Result<R, Error>
+    where
+        T: Sync,
+    {
+        if crate::reader::current_read() == Some(self.color) {
+            // SAFETY: a read of the owning color runs: no exclusive event of it runs now, and
+            // the reader-writer word orders this read after the last one's writes (`reader`,
+            // Acquire/Release); other reads only take shared references (`T: Sync`). `with`
+            // refuses inside a read (its color is the lane's), so no `&mut` exists.
+            return Ok(f(unsafe { &*self.value.get() }));
+        }
+        self.with(|v| f(v))
+    }
+
     /// The value, through exclusive ownership of the cell.
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
@@ -73,5 +95,36 @@ impl<T> ColorCell<T> {
 impl<T> std::fmt::Debug for ColorCell<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ColorCell").field("color", &self.color).finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::reader::reading;
+
+    /// Reads of a reader color's cell on two threads at once (as reads on two workers): shared
+    /// references only (Miri checks there is no data race); writing is refused inside a read,
+    /// and a read of another color opens nothing.
+    #[test]
+    fn reads_share_the_value_and_cannot_write_it() {
+        let c = Color::with_readers(3);
+        let cell = std::sync::Arc::new(ColorCell::new(c, vec![1u32, 2, 3]));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let cell = cell.clone();
+                std::thread::spawn(move || {
+                    reading(c, || {
+                        assert_eq!(cell.read(|v| v.iter().sum::<u32>()).unwrap(), 6);
+                        assert!(cell.with(|v| v.push(4)).is_err(), "a read cannot write");
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        reading(Color::with_readers(4), || assert!(cell.read(|v| v.len()).is_err()));
+        assert!(cell.read(|v| v.len()).is_err(), "outside any event of the color");
     }
 }

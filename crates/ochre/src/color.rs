@@ -17,6 +17,9 @@ pub struct Color(pub u64);
 /// Colors with this bit set are grouped: bits 32-62 hold the group, bits 0-31 the member.
 const GROUPED: u64 = 1 << 63;
 
+/// Ungrouped colors with this bit set admit readers (`reader`).
+const READERS: u64 = 1 << 62;
+
 impl Color {
     /// The color of events posted without one: a program that never colors anything is serial,
     /// and therefore correct, and parallelism is added one color at a time.
@@ -29,6 +32,22 @@ impl Color {
     /// set; `group` keeps 31 bits.
     pub const fn grouped(group: u32, member: u32) -> Color {
         Color(GROUPED | ((group as u64 & 0x7fff_ffff) << 32) | member as u64)
+    }
+
+    /// Color `id` (its low 62 bits) in the mode that admits readers: besides its exclusive
+    /// events ([`post`](crate::post)) it takes reads ([`post_read`](crate::post_read)), which may
+    /// run at the same time as each other and never at the same time as its exclusive events.
+    /// The mode is part of the color's value (bit 62), so `Color::with_readers(5)` and
+    /// `Color(5)` are two colors.
+    pub const fn with_readers(id: u64) -> Color {
+        Color((id & (READERS - 1)) | READERS)
+    }
+
+    /// True for a color made by [`with_readers`](Color::with_readers) (bit 62 set, not grouped):
+    /// its exclusive turns take its reader-writer word.
+    #[inline]
+    pub const fn admits_readers(self) -> bool {
+        self.0 & (GROUPED | READERS) == READERS
     }
 
     /// The group of a grouped color.
@@ -132,6 +151,9 @@ mod tests {
         }
         assert_eq!(Color::grouped(7, 3).group(), Some(7));
         assert_eq!(Color(5).group(), None);
+        assert!(Color::with_readers(5).admits_readers() && !Color(5).admits_readers());
+        assert!(!Color::grouped(u32::MAX, 1).admits_readers(), "group bits are not the mode");
+        assert_eq!(Color::with_readers(u64::MAX), Color::with_readers((1 << 62) - 1));
         // A last, smaller domain.
         let p = Placement { workers: 5, domain: 2 };
         assert!((0..10).all(|m| home_of(Color::grouped(2, m), p) == 4));

@@ -40,6 +40,11 @@
 //!    [`Runtime::run`]; dropping the runtime drops it unrun).
 //! 4. **Panics** in handlers are caught, counted and reported with their color; the worker goes
 //!    on (or the run aborts, with [`Builder::abort_on_panic`]).
+//! 5. **Reads**: a color made with [`Color::with_readers`] also takes reads ([`post_read`]),
+//!    which may run at the same time as each other, never at the same time as an exclusive event
+//!    of the color; exclusive events keep 1-4, reads run exactly once and their panics are
+//!    counted with the color read; a waiting exclusive event holds off later reads (no
+//!    starvation). Reads are not ordered with other posts (`reader`).
 //!
 //! ## How data flows
 //!
@@ -68,7 +73,8 @@
 //! across them. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
 //! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
 //! loop), `alloc` (EMA), `message` (thin tasks), `cpu_share` (placement), `io`, `stats`,
-//! `config`; seeing inside: [`color_stats`] (sampled per-color statistics), [`trace`] (an
+//! `config`, `reader` (reader colors: reads run on the posting worker's lane, a reader-writer
+//! word per color); seeing inside: [`color_stats`] (sampled per-color statistics), [`trace`] (an
 //! opt-in recorder, exported as Chrome trace JSON), [`stall`] (a watchdog that reports a
 //! handler running too long).
 //!
@@ -100,6 +106,7 @@ mod outbox;
 mod padding;
 mod park;
 mod queue;
+mod reader;
 mod runtime;
 mod shared;
 #[cfg(all(any(test, feature = "sim"), not(loom)))]
@@ -129,6 +136,7 @@ pub use error::Error;
 pub use padding::PADDED;
 #[cfg(not(loom))]
 pub use park::measure_wakeup;
+pub use reader::{current_read, post_read, try_post_read};
 pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime, TOP_COLORS};
 pub use shared::PanicRecord;
 pub use stall::Stall;

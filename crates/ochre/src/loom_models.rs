@@ -502,3 +502,126 @@ fn loom_abandoned_heap_is_released_by_the_last_free() {
         assert!(weak.upgrade().is_none(), "the block and the heap went back");
     });
 }
+
+/// Reader colors (`reader`): what a read and an exclusive turn share. The value is a loom
+/// `UnsafeCell`, so a read beside the turn's write (no happens-before between them) fails the
+/// model, as does a read lost or run twice.
+mod readers {
+    use std::sync::Arc;
+
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicUsize;
+
+    use super::model;
+    use crate::reader::{Admitted, Parked, ReadState};
+    use crate::sync::Ordering;
+
+    struct World {
+        state: ReadState,
+        value: UnsafeCell<u64>,
+        ran: AtomicUsize,
+    }
+
+    // SAFETY (model): the value is shared under the protocol being checked; loom's cell reports
+    // any access not ordered by it.
+    unsafe impl Sync for World {}
+
+    /// A read as the runtime makes it: it reads the value and leaves the count.
+    fn read(w: &Arc<World>, how: Admitted) -> Box<dyn FnOnce() + Send> {
+        let w = w.clone();
+        Box::new(move || {
+            // SAFETY (model): loom checks that no write is concurrent with this read.
+            let v = w.value.with(|p| unsafe { *p });
+            assert!(v <= 2);
+            w.ran.fetch_add(1, Ordering::SeqCst);
+            w.state.end_read(how);
+        })
+    }
+
+    /// A read posted now on worker `slot`: admitted and run, or parked (`run_read`); a parked
+    /// read, once granted, leaves the word's count.
+    fn post_read(w: &Arc<World>, slot: usize) {
+        if w.state.try_read(slot) {
+            read(w, Admitted::Slot(slot))();
+        } else if let Some(p) =
+            w.state.read_or_park(slot, Parked { origin: slot, read: read(w, Admitted::Granted) })
+        {
+            // Admitted on the slow path: it counts in the slot, not as granted.
+            drop(p);
+            read(w, Admitted::Slot(slot))();
+        }
+    }
+
+    /// An exclusive turn: waits for the reads (the worker retries), writes, and returns the
+    /// reads granted at its end.
+    fn turn(w: &World, value: u64) -> Vec<Parked> {
+        while !w.state.try_write() {
+            loom::thread::yield_now();
+        }
+        // SAFETY (model): loom checks that no read or write is concurrent with this one.
+        w.value.with_mut(|p| unsafe { *p = value });
+        w.state.end_write()
+    }
+
+    fn world() -> Arc<World> {
+        Arc::new(World {
+            state: ReadState::new(2),
+            value: UnsafeCell::new(0),
+            ran: AtomicUsize::new(0),
+        })
+    }
+
+    /// Two reads on two threads race a turn: none runs beside it, each runs once (parked ones
+    /// are granted at the turn's end), and the word ends clear.
+    #[test]
+    fn loom_reader_reads_never_run_beside_a_turn_and_run_once() {
+        model(|| {
+            let w = world();
+            let readers: Vec<_> = (0..2)
+                .map(|slot| {
+                    let w = w.clone();
+                    loom::thread::spawn(move || post_read(&w, slot))
+                })
+                .collect();
+            for p in turn(&w, 1) {
+                (p.read)();
+            }
+            for r in readers {
+                r.join().unwrap();
+            }
+            assert_eq!(w.ran.load(Ordering::SeqCst), 2);
+            assert_eq!(w.state.reads(), 0);
+            assert!(!w.state.word().writer() && !w.state.word().waiting());
+        });
+    }
+
+    /// A read granted by one turn runs on another thread while the next turn waits for it, and
+    /// a new read arrives meanwhile: the next turn starts only after the granted read, and the
+    /// new read runs once, before or after it.
+    #[test]
+    fn loom_reader_granted_read_holds_off_the_next_turn() {
+        model(|| {
+            let w = world();
+            // A read parked behind the first turn, granted at its end.
+            assert!(w.state.try_write());
+            let parked = Parked { origin: 1, read: read(&w, Admitted::Granted) };
+            assert!(w.state.read_or_park(1, parked).is_none());
+            let granted = w.state.end_write();
+            assert_eq!(granted.len(), 1);
+            let g = loom::thread::spawn(move || {
+                for p in granted {
+                    (p.read)();
+                }
+            });
+            let w2 = w.clone();
+            let r = loom::thread::spawn(move || post_read(&w2, 0));
+            for p in turn(&w, 2) {
+                (p.read)();
+            }
+            g.join().unwrap();
+            r.join().unwrap();
+            assert_eq!(w.ran.load(Ordering::SeqCst), 2);
+            assert_eq!(w.state.reads(), 0);
+        });
+    }
+}

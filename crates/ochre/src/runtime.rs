@@ -591,6 +591,33 @@ impl Handle {
         self.try_post_task(color, Task::new(f), false)
     }
 
+    /// Posts `f` as a read of `color` (see [`post_read`](crate::post_read)), from any thread: on
+    /// one of this runtime's workers, as `post_read` there; from another thread, on the workers
+    /// round robin.
+    ///
+    /// # Panics
+    ///
+    /// If the runtime was dropped; [`try_post_read`](Handle::try_post_read) returns an error
+    /// instead.
+    pub fn post_read<F: FnOnce() + Send + 'static>(&self, color: Color, f: F) {
+        if let Err(e) = self.try_post_read(color, f) {
+            panic!("ochre::Handle::post_read: {e}");
+        }
+    }
+
+    /// Posts `f` as a read of `color`; [`Error::Closed`] if the runtime was dropped.
+    pub fn try_post_read<F: FnOnce() + Send + 'static>(
+        &self,
+        color: Color,
+        f: F,
+    ) -> Result<(), Error> {
+        let on_worker = with_current(|ctx| Arc::ptr_eq(&ctx.shared, &self.shared)).unwrap_or(false);
+        if on_worker && !self.is_closed() {
+            return crate::reader::try_post_read(color, f);
+        }
+        crate::reader::post_read_outside(self, &self.shared, color, f)
+    }
+
     /// Posts `f` as an urgent event of `color` (see [`post_urgent`](crate::post_urgent)).
     pub fn try_post_urgent<F: FnOnce() + Send + 'static>(
         &self,

@@ -193,6 +193,9 @@ pub(crate) struct Shared {
     pub(crate) trace: crate::trace::Published,
     /// Heartbeats and reported stalls (`stall`).
     pub(crate) stalls: crate::stall::Stalls,
+    /// Reader-writer states of the colors that admit readers, and the lanes reads run on
+    /// (`reader`).
+    pub(crate) readers: crate::reader::Readers,
 }
 
 impl Shared {
@@ -223,10 +226,11 @@ impl Shared {
             .map(|_| Ok(Remote::new(Parker::new(config.wakeup)?, PollerHandle::new()?)))
             .collect::<std::io::Result<Vec<_>>>()?;
         let color_stats = crate::color_stats::Published::new(workers, config.color_stats);
+        let placement = crate::color::Placement { workers, domain: topology.domain_size(workers) };
         Ok(Shared {
             config,
             workers,
-            placement: crate::color::Placement { workers, domain: topology.domain_size(workers) },
+            placement,
             remotes: remotes.into_boxed_slice(),
             control: Control {
                 stop: Padded::new(AtomicUsize::new(RUNNING)),
@@ -246,6 +250,7 @@ impl Shared {
             color_stats,
             trace: crate::trace::Published::new(workers),
             stalls: crate::stall::Stalls::new(workers),
+            readers: crate::reader::Readers::new(placement),
         })
     }
 

@@ -541,6 +541,9 @@ impl Core {
             // Relaxed: hints, published by each worker at the end of its rounds.
             let status = |w: usize| &shared.remotes[w].status;
             let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
+            if crate::reader::stays(color) {
+                return None;
+            }
             if let Some((sender, step, stream)) = from {
                 let cheap_stream = stream && follow::cheap(cost);
                 let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
@@ -726,12 +729,26 @@ impl WorkerCtx {
         let turn_budget = shared.config.turn_budget;
         let turn_period = steal::turn_sample(&shared.config).unwrap_or(0);
         let mut ran = 0;
+        // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
+        let mut waited = 0;
         while ran < shared.config.round_budget {
             let (key, color, mut next, timed, sampled, timed_events) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
                 };
+                if color.admits_readers() && !crate::reader::begin_write(shared, color) {
+                    // Reads of it run: back of the ready list, events untouched; run the other
+                    // colors, and once each was tried, leave the round to take the inbox.
+                    core.queue.end_turn_shedding(key, |_, _, _, _| None);
+                    waited += 1;
+                    if waited > core.queue.ready_len() {
+                        drop(core);
+                        crate::reader::wait_for_reads(ran);
+                        break;
+                    }
+                    continue;
+                }
                 let first = core.queue.pop(key);
                 // A countdown, not `turns % n`: a division a turn cost a ring's one-event turns
                 // more than the rest of the sampling.
@@ -775,7 +792,7 @@ impl WorkerCtx {
             }
             let (me, mine) = (core.id, core.cpu_share.share());
             let shed = |home: Option<usize>, ready, cost, moved_on| {
-                if !shared.config.follow {
+                if !shared.config.follow || crate::reader::stays(color) {
                     return None;
                 }
                 let peer = |w: usize| peer(shared, w);
@@ -787,6 +804,9 @@ impl WorkerCtx {
                     None => relief(shared, me, mine),
                 }
             };
+            // Before the color may leave (a return or move below can reach its next holder at
+            // once, and its next turn must find the word clear).
+            let granted = color.admits_readers().then(|| crate::reader::end_write(shared, color));
             match core.queue.end_turn_shedding(key, shed) {
                 Some(TurnEnd::Return(ret)) => {
                     if ret.resident {
@@ -801,6 +821,9 @@ impl WorkerCtx {
                     core.send(shared, to, Msg::Move { color, home, task: None, urgent: false });
                 }
                 None => {}
+            }
+            if let Some(granted) = granted {
+                crate::reader::grant(shared, &mut core, color, granted);
             }
             core.end_of_turn_flush(shared);
             if shared.config.steal != crate::Steal::Off {
@@ -824,6 +847,12 @@ impl WorkerCtx {
         let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) else {
             return;
         };
+        self.panicked(color, payload);
+    }
+
+    /// Counts and records a handler's panic (or aborts the run, by configuration); also for
+    /// reads, which catch their own to name the color read (`reader`).
+    pub(crate) fn panicked(&self, color: Color, payload: Box<dyn std::any::Any + Send>) {
         let message = panic_message(payload.as_ref());
         // Dropping a payload can itself panic; keep that from unwinding into the run loop.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));

@@ -32,6 +32,8 @@ const QUICK_SECONDS: &[(&str, f64)] = &[
     ("servers", 330.0),
     // Not measured in a study yet: `bench color-stats --quick` alone took 3 s.
     ("color-stats", 4.0),
+    // Not measured in a study yet: `bench readers --quick` alone took about 8 s (loaded).
+    ("readers", 8.0),
 ];
 
 /// Expected seconds of a benchmark missing from [`QUICK_SECONDS`].
