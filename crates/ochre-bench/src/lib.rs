@@ -26,6 +26,7 @@ pub mod prodcons;
 pub mod servers;
 pub mod steal;
 pub mod sws;
+pub mod tuning;
 pub mod wakeup;
 
 pub use harness::{BenchReport, Options};
@@ -45,6 +46,7 @@ pub const BENCHES: &[&str] = &[
     "mr",
     "servers",
     "color-stats",
+    "tuning",
 ];
 
 /// Runs the benchmark called `name`.
@@ -63,6 +65,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "mr" => Some(mr::run(opts)),
         "servers" => Some(servers::run(opts)),
         "color-stats" => Some(color_stats::run(opts)),
+        "tuning" => Some(tuning::run(opts)),
         _ => None,
     }
 }

@@ -43,6 +43,25 @@ pub enum Spin {
         /// How long to spin before sleeping anyway.
         limit: Duration,
     },
+    /// Reasoned spinning whose threshold each worker tunes online from the idle gaps it
+    /// measures (`tune` module: the rules, their reasons and the measurements behind their
+    /// constants): it spins long enough to catch the gaps for which a wake-up would be a
+    /// noticeable share (up to 20x the wake-up latency measured at start), and no longer, and
+    /// it spins after a long sleep too when most recent gaps were short.
+    Adaptive,
+}
+
+/// How the size of outgoing batches ([`Config::batch_size`]) is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchSize {
+    /// Always [`Config::batch_size`] messages.
+    Fixed,
+    /// Tuned online per destination (`tune` module), starting at [`Config::batch_size`]:
+    /// larger while the destination is busy when its batches leave full (it has work queued:
+    /// a larger batch delays nothing and saves synchronizations), smaller while it is idle then
+    /// (it waited for the batch to fill), between 8 and 256 messages. The default (see the
+    /// `ochre bench tuning` figures in [`Config::batch_sizing`]).
+    Adaptive,
 }
 
 /// How idle workers take work from loaded ones.
@@ -104,6 +123,9 @@ pub struct Config {
     /// are also flushed at the end of every round of events and before a worker idles, so a small
     /// burst never waits for the buffer to fill.
     pub batch_size: usize,
+    /// Whether `batch_size` is fixed or only the start of a size tuned online.
+    #[serde(default = "batch_sizing_default")]
+    pub batch_sizing: BatchSize,
     /// Safety flush (thesis §5.3.2): a buffer older than this factor times the mean interval
     /// between natural (full-buffer) flushes is flushed even in the middle of a long round. The
     /// thesis used 110%.
@@ -200,6 +222,10 @@ fn stall_threshold_default() -> Option<Duration> {
     Some(Duration::from_millis(100))
 }
 
+fn batch_sizing_default() -> BatchSize {
+    BatchSize::Adaptive
+}
+
 fn color_stats_default() -> u32 {
     0
 }
@@ -213,9 +239,10 @@ impl Default for Config {
         Config {
             batching: true,
             batch_size: 32,
+            batch_sizing: batch_sizing_default(),
             safety_flush_factor: 1.1,
             wakeup: Wakeup::Futex,
-            spin: Spin::Reasoned { threshold: None },
+            spin: Spin::Adaptive,
             max_spinners: None,
             steal: Steal::Off,
             steal_batch: false,
@@ -255,6 +282,8 @@ impl Config {
         batching: bool,
         /// Sets [`Config::batch_size`].
         batch_size: usize,
+        /// Sets [`Config::batch_sizing`].
+        batch_sizing: BatchSize,
         /// Sets [`Config::safety_flush_factor`].
         safety_flush_factor: f64,
         /// Sets [`Config::wakeup`].
@@ -296,10 +325,11 @@ impl Config {
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
-    /// spinning, plain stealing, events from the global allocator, colors placed by hash. Build with the `unpadded` feature for its memory layout too.
+    /// spinning, no online tuning, plain stealing, events from the global allocator, colors placed by hash. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
         Config::default()
             .batching(false)
+            .batch_sizing(BatchSize::Fixed)
             .wakeup(Wakeup::Pipe)
             .spin(Spin::Never)
             .steal(Steal::Plain)

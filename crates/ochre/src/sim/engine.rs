@@ -365,7 +365,8 @@ impl<'w> Sim<'w> {
         let cores = (0..n)
             .map(|w| Core {
                 queue: ColorQueue::new(w, placement),
-                outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor),
+                outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor)
+                    .sized(setup.config.batch_sizing),
                 now: 0,
                 steal_pending: false,
                 steal_backoff: 0,
@@ -820,6 +821,8 @@ impl<'w> Sim<'w> {
         let (base, at) = (self.base, core.now);
         let now = move || base + Duration::from_nanos(at);
         if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
+            let idle = self.idle_hint(dest);
+            self.cores[k].outbox.left_full(dest, || idle);
             self.deliver(k, dest, batch);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);
