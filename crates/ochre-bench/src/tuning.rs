@@ -104,7 +104,10 @@ pub fn run(opts: &Options) -> BenchReport {
     report
 }
 
-/// The goals, on paired ratios; and, per case, which fixed setting was best.
+/// The goals, on paired ratios. "Best fixed" is the fixed setting with the highest median on
+/// the case: on a noisy machine the best of eight noisy medians is biased upwards (each
+/// setting's median may be high by chance), so a tuned runtime equal to every fixed setting
+/// can miss the 3% margin; the notes give the ratio to the fixed default too.
 fn checks(report: &mut BenchReport, configs: &[(String, Config)]) {
     let mut cases: Vec<String> = Vec::new();
     for r in &report.rows {
@@ -117,26 +120,26 @@ fn checks(report: &mut BenchReport, configs: &[(String, Config)]) {
         .map(|(n, _)| n.as_str())
         .filter(|n| *n != "ochre" && !n.starts_with("tuned"))
         .collect();
-    let mut better_than_default = Vec::new();
+    let mut to_default = Vec::new();
+    let mut best_gain: Option<(String, f64)> = None;
     for case in &cases {
         let Some((best, _)) = report.best_of(&fixed, case) else { continue };
         if let Some(r) = report.paired_ratio("ochre", best, case) {
-            report.check(
-                format!("[{case}] tuned / best fixed ({best}) >= 0.97 (paired)"),
-                r,
-                r >= 0.97,
-            );
+            let goal = format!("[{case}] tuned / best fixed ({best}) >= 0.97 (paired)");
+            report.check(goal, r, r >= 0.97);
         }
         if let Some(r) = report.paired_ratio("ochre", FIXED_DEFAULT, case) {
-            better_than_default.push(format!("{case} {r:.3}"));
-            if r > 1.03 {
-                report.check(format!("[{case}] tuned / fixed default > 1.03 (paired)"), r, true);
+            to_default.push(format!("{case} {r:.3}"));
+            if best_gain.as_ref().is_none_or(|(_, g)| r > *g) {
+                best_gain = Some((case.clone(), r));
             }
         }
     }
-    report
-        .notes
-        .push(format!("paired ratios tuned / fixed default: {}", better_than_default.join("; ")));
+    if let Some((case, r)) = best_gain {
+        let goal = format!("tuned > fixed default by > 3% on at least one case (best: {case})");
+        report.check(goal, r, r > 1.03);
+    }
+    report.notes.push(format!("paired ratios tuned / fixed default: {}", to_default.join("; ")));
 }
 
 #[cfg(test)]

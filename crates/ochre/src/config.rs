@@ -59,8 +59,7 @@ pub enum BatchSize {
     /// Tuned online per destination (`tune` module), starting at [`Config::batch_size`]:
     /// larger while the destination is busy when its batches leave full (it has work queued:
     /// a larger batch delays nothing and saves synchronizations), smaller while it is idle then
-    /// (it waited for the batch to fill), between 8 and 256 messages. The default (see the
-    /// `ochre bench tuning` figures in [`Config::batch_sizing`]).
+    /// and the batches take long to fill (it waited for them), between 8 and 256 messages.
     Adaptive,
 }
 
@@ -123,7 +122,10 @@ pub struct Config {
     /// are also flushed at the end of every round of events and before a worker idles, so a small
     /// burst never waits for the buffer to fill.
     pub batch_size: usize,
-    /// Whether `batch_size` is fixed or only the start of a size tuned online.
+    /// Whether `batch_size` is fixed or only the start of a size tuned online per destination
+    /// (issue 23; the rules and the reasons for their constants are in the `tune` module).
+    /// Default [`BatchSize::Adaptive`]: against the fixed default and a grid of fixed sizes
+    /// (8-128) in `ochre bench tuning`, see its notes; [`Config::baseline`] keeps it fixed.
     #[serde(default = "batch_sizing_default")]
     pub batch_sizing: BatchSize,
     /// Safety flush (thesis §5.3.2): a buffer older than this factor times the mean interval
@@ -132,7 +134,10 @@ pub struct Config {
     pub safety_flush_factor: f64,
     /// How idle workers sleep and are woken.
     pub wakeup: Wakeup,
-    /// What idle workers do before sleeping.
+    /// What idle workers do before sleeping. Default [`Spin::Adaptive`]: reasoned spinning whose
+    /// threshold each worker tunes from the idle gaps it measures (issue 23, `tune` module),
+    /// compared with fixed thresholds (none, 50 µs, 10x the wake-up latency, 1 ms) in
+    /// `ochre bench tuning`.
     pub spin: Spin,
     /// At most this many workers spin at once. `None`: all of them when there are no more
     /// workers than CPUs (each spins on a CPU of its own), else half the CPUs (at least 1), so

@@ -55,6 +55,9 @@ struct OutSlot {
     early_turn: u64,
     /// Messages at which this buffer leaves full: the configured size, or the tuned one.
     size: usize,
+    /// Time between the last two natural flushes (zero before the second): how long the last
+    /// full batch took to fill, for the size tuning.
+    fill: Duration,
 }
 
 /// Emptied batch buffers given back to a worker by those it sent them to, taken by the worker
@@ -121,6 +124,7 @@ impl Outbox {
                     mean_interval: INITIAL_INTERVAL,
                     early_turn: 0,
                     size: batch_size,
+                    fill: Duration::ZERO,
                 })
                 .collect(),
             batch_size,
@@ -158,7 +162,7 @@ impl Outbox {
     pub(crate) fn left_full(&mut self, dest: usize, receiver_idle: impl FnOnce() -> bool) {
         if self.sizing == BatchSize::Adaptive {
             let slot = &mut self.slots[dest];
-            slot.size = tune::next_batch_size(slot.size, receiver_idle());
+            slot.size = tune::next_batch_size(slot.size, receiver_idle(), slot.fill);
         }
     }
 
@@ -204,6 +208,7 @@ impl Outbox {
         if let Some(last) = slot.last_natural {
             let gap = now.saturating_duration_since(last).clamp(MIN_INTERVAL, MAX_INTERVAL);
             slot.mean_interval = (slot.mean_interval * 7 + gap) / 8;
+            slot.fill = gap;
         }
         slot.last_natural = Some(now);
         Some(self.take(dest))
@@ -446,7 +451,8 @@ mod tests {
             }
             batch.len()
         };
-        // Destination 1 is busy at every full batch, 2 is idle: their sizes part.
+        // Destination 1 is busy at every full batch, 2 is idle: their sizes part. Filled at
+        // once, 2's batches keep their size; filled slowly, they shrink.
         for _ in 0..20 {
             let n = fill(&mut o, 1);
             assert_eq!(n, o.size(1));
@@ -455,6 +461,16 @@ mod tests {
             o.left_full(2, || true);
         }
         assert_eq!(o.size(1), tune::MAX_BATCH);
+        assert_eq!(o.size(2), 32, "an idle receiver of quickly filled batches");
+        let slow = |o: &mut Outbox, dest: usize, at: Instant| {
+            let n = o.size(dest);
+            (0..n).find_map(|_| o.push_at(dest, msg(), &returns(), || at)).expect("full");
+        };
+        let t0 = Instant::now();
+        for i in 0..20u32 {
+            slow(&mut o, 2, t0 + tune::LONG_FILL * 2 * i);
+            o.left_full(2, || true);
+        }
         assert!(o.size(2) < 32 && o.size(2) >= tune::MIN_BATCH, "{}", o.size(2));
         assert_eq!(fill(&mut o, 1), tune::MAX_BATCH);
         let mut fixed = Outbox::new(2, 32, 1.1);

@@ -31,18 +31,26 @@
 //! ## The batch size ([`BatchSize::Adaptive`](crate::BatchSize))
 //!
 //! Measured: whenever a destination's buffer leaves full, whether that destination was idle
-//! (its `Status::idle` flag, one relaxed load per full batch). A batch that leaves on any other
+//! (its `Status::idle` flag, one relaxed load per full batch), and how long the batch took to
+//! fill (the time since the destination's previous full batch, which the safety flush already
+//! measures). A batch that leaves on any other
 //! ground (end of turn or round, idle receiver, safety flush) says nothing about the size and
 //! changes nothing.
 //!
 //! - Busy receiver: it has work queued, so a larger batch delays nothing it could run and
 //!   saves a synchronization (and a batch's filing) per batch: grow by a quarter.
-//! - Idle receiver: it waited while this batch filled: shrink by an eighth. The asymmetry: a
-//!   producer faster than its consumer keeps it busy and the size climbs to [`MAX_BATCH`]
-//!   quickly; a receiver that finds itself idle at every full batch (it keeps up) shrinks the
-//!   size slowly, since for a stream bound by its producer a smaller batch only adds
-//!   synchronizations, while for one whose receiver waits on the critical path it brings work
-//!   sooner.
+//! - Idle receiver, and the batch took long to fill (more than [`LONG_FILL`] since the
+//!   destination's previous full batch): it waited that long for the first of these messages:
+//!   shrink by an eighth.
+//! - Idle receiver, batch filled quickly: keep the size. A receiver that keeps up with a fast
+//!   producer is idle at every full batch, and there a smaller batch only adds
+//!   synchronizations: the first version of this rule shrank on every idle receiver, and a
+//!   one-way fan-out of 100 events a round then sent batches of 8 and allocated 1121 buffers
+//!   where the fixed 32 needs a few (`tests/api.rs`, `a_fan_out_reuses_its_batch_buffers...`).
+//!
+//! Growth is faster than shrinking: a producer faster than its consumer keeps it busy and the
+//! size climbs to [`MAX_BATCH`] within a dozen batches; a slow stream (a message every few
+//! microseconds or less often) shrinks it slowly, one full batch at a time.
 //! - Bounds [`MIN_BATCH`]..[`MAX_BATCH`]: 8 keeps a batch worth a synchronization (the thesis
 //!   found 20-50 best on its applications); 256 messages of 32 bytes is 8 KiB, a buffer that
 //!   stays in the L1/L2 of both workers.
@@ -69,6 +77,12 @@ pub(crate) const COVER: f32 = 0.9;
 pub(crate) const MIN_DIVISOR: u32 = 2;
 /// Spin after a long gap too when this share of the remembered gaps was worth catching.
 pub(crate) const SHORT_SHARE: f32 = 0.5;
+
+/// A batch that took longer than this to fill, while its receiver was idle, kept the receiver
+/// waiting long enough to matter: about a wake-up on the study's machine (`ochre info`: the
+/// futex wake-up latency measures tens of microseconds there; `idle::threshold_for`'s floor is
+/// 50 µs too). A guess at the scale, not a tuned figure.
+pub(crate) const LONG_FILL: Duration = Duration::from_micros(50);
 
 /// Smallest tuned batch.
 pub(crate) const MIN_BATCH: usize = 8;
@@ -171,11 +185,16 @@ pub(crate) fn should_spin(
     total > 0.0 && catchable >= SHORT_SHARE * total
 }
 
-/// The next size of a destination's batches after one left full at `size` (module doc): a
-/// quarter larger if the receiver was busy, an eighth smaller if it was idle, within
+/// The next size of a destination's batches after one left full at `size`, having taken `fill`
+/// to fill (module doc): a quarter larger if the receiver was busy, an eighth smaller if it
+/// was idle and the fill took longer than [`LONG_FILL`], else the same; within
 /// [`MIN_BATCH`]..[`MAX_BATCH`].
-pub(crate) fn next_batch_size(size: usize, receiver_idle: bool) -> usize {
-    let next = if receiver_idle { size - size / 8 } else { size + (size / 4).max(1) };
+pub(crate) fn next_batch_size(size: usize, receiver_idle: bool, fill: Duration) -> usize {
+    let next = match (receiver_idle, fill > LONG_FILL) {
+        (false, _) => size + (size / 4).max(1),
+        (true, true) => size - size / 8,
+        (true, false) => size,
+    };
     next.clamp(MIN_BATCH, MAX_BATCH)
 }
 
@@ -276,25 +295,27 @@ mod tests {
 
     #[test]
     fn a_busy_receiver_grows_batches_to_the_maximum_and_an_idle_one_shrinks_them() {
+        let (quick, slow) = (US * 5, US * 500);
         let mut size = 32;
         let mut steps = 0;
         while size < MAX_BATCH {
-            size = next_batch_size(size, false);
+            size = next_batch_size(size, false, quick);
             steps += 1;
         }
         assert_eq!(size, MAX_BATCH);
         assert!(steps <= 12, "{steps} full batches to reach the maximum");
-        assert_eq!(next_batch_size(size, false), MAX_BATCH, "stays at the maximum");
+        assert_eq!(next_batch_size(size, false, slow), MAX_BATCH, "stays at the maximum");
+        assert_eq!(next_batch_size(size, true, quick), size, "idle but quickly filled: kept");
         let mut steps = 0;
         while size > MIN_BATCH {
-            size = next_batch_size(size, true);
+            size = next_batch_size(size, true, slow);
             steps += 1;
         }
-        assert_eq!(next_batch_size(size, true), MIN_BATCH, "stays at the minimum");
+        assert_eq!(next_batch_size(size, true, slow), MIN_BATCH, "stays at the minimum");
         assert!(steps > 12, "shrinking is slower than growing: {steps}");
         // From any size, the size stays in bounds and moves the way the receiver says.
         for s in 1..=400 {
-            let (up, down) = (next_batch_size(s, false), next_batch_size(s, true));
+            let (up, down) = (next_batch_size(s, false, slow), next_batch_size(s, true, slow));
             assert!(
                 (MIN_BATCH..=MAX_BATCH).contains(&up) && (MIN_BATCH..=MAX_BATCH).contains(&down)
             );
@@ -304,6 +325,7 @@ mod tests {
             if s > MIN_BATCH + 7 && s <= MAX_BATCH {
                 assert!(down < s, "{s}");
             }
+            assert_eq!(next_batch_size(s, true, quick), s.clamp(MIN_BATCH, MAX_BATCH));
         }
     }
 }
