@@ -57,9 +57,10 @@ pub enum BatchSize {
     /// Always [`Config::batch_size`] messages.
     Fixed,
     /// Tuned online per destination (`tune` module), starting at [`Config::batch_size`]:
-    /// larger while the destination is busy when its batches leave full (it has work queued:
-    /// a larger batch delays nothing and saves synchronizations), smaller while it is idle then
-    /// and the batches take long to fill (it waited for them), between 8 and 256 messages.
+    /// larger while the destination has a batch's worth of colors waiting when its batches
+    /// leave full (a larger batch then delays nothing and saves synchronizations), smaller
+    /// while it is idle then and the batches take long to fill (it waited for them), between
+    /// 8 and 256 messages.
     Adaptive,
 }
 

@@ -24,8 +24,8 @@
 //! spares, and its returns queue holds at most as many, whatever the number of workers.
 //!
 //! With [`BatchSize::Adaptive`] (the default) each destination's size is tuned: when its
-//! buffer leaves full, the worker tells [`Outbox::left_full`] whether the destination was idle,
-//! and `tune::next_batch_size` gives the next size (the rule and its reasons are in `tune`).
+//! buffer leaves full, the worker tells [`Outbox::left_full`] whether the destination was idle
+//! and how many colors wait there, and `tune::next_batch_size` gives the next size (the rule and its reasons are in `tune`).
 //! Buffers then have the capacity of the largest size, so that none reallocates as it grows.
 //!
 //! The safety check reads the clock only every few events and only when something is pending; a
@@ -156,13 +156,13 @@ impl Outbox {
     }
 
     /// Called when the buffer for `dest` has just left full ([`push`](Self::push) returned
-    /// it), before it is delivered: with tuned sizes, `receiver_idle` (read only then) sets
-    /// the destination's next size (`tune::next_batch_size`).
+    /// it), before it is delivered: with tuned sizes, what the sender sees of the destination
+    /// (`receiver`, read only then) sets its next size (`tune::next_batch_size`).
     #[inline]
-    pub(crate) fn left_full(&mut self, dest: usize, receiver_idle: impl FnOnce() -> bool) {
+    pub(crate) fn left_full(&mut self, dest: usize, receiver: impl FnOnce() -> tune::Receiver) {
         if self.sizing == BatchSize::Adaptive {
             let slot = &mut self.slots[dest];
-            slot.size = tune::next_batch_size(slot.size, receiver_idle(), slot.fill);
+            slot.size = tune::next_batch_size(slot.size, receiver(), slot.fill);
         }
     }
 
@@ -451,14 +451,15 @@ mod tests {
             }
             batch.len()
         };
-        // Destination 1 is busy at every full batch, 2 is idle: their sizes part. Filled at
-        // once, 2's batches keep their size; filled slowly, they shrink.
+        // Destination 1 is backlogged at every full batch, 2 is idle: their sizes part. Filled
+        // at once, 2's batches keep their size; filled slowly, they shrink.
+        let idle = || tune::Receiver { idle: true, ready: 0 };
         for _ in 0..20 {
             let n = fill(&mut o, 1);
             assert_eq!(n, o.size(1));
-            o.left_full(1, || false);
+            o.left_full(1, || tune::Receiver { idle: false, ready: 1000 });
             fill(&mut o, 2);
-            o.left_full(2, || true);
+            o.left_full(2, idle);
         }
         assert_eq!(o.size(1), tune::MAX_BATCH);
         assert_eq!(o.size(2), 32, "an idle receiver of quickly filled batches");
@@ -469,14 +470,14 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..20u32 {
             slow(&mut o, 2, t0 + tune::LONG_FILL * 2 * i);
-            o.left_full(2, || true);
+            o.left_full(2, idle);
         }
         assert!(o.size(2) < 32 && o.size(2) >= tune::MIN_BATCH, "{}", o.size(2));
         assert_eq!(fill(&mut o, 1), tune::MAX_BATCH);
         let mut fixed = Outbox::new(2, 32, 1.1);
         for _ in 0..5 {
             assert_eq!(fill(&mut fixed, 1), 32);
-            fixed.left_full(1, || unreachable!("a fixed size reads no idle flag"));
+            fixed.left_full(1, || unreachable!("a fixed size reads nothing of the receiver"));
         }
     }
 

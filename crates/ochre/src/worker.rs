@@ -256,8 +256,7 @@ impl Core {
             self.turn_sends += 1;
             if let Some(batch) = self.outbox.push(dest, msg, &shared.remotes[self.id].returns) {
                 // Read before delivery, which wakes it (`BatchSize::Adaptive`, `tune`).
-                self.outbox
-                    .left_full(dest, || shared.remotes[dest].status.idle.load(Ordering::Relaxed));
+                self.outbox.left_full(dest, || shared.remotes[dest].status.receiver());
                 self.deliver(shared, dest, batch);
                 // A handler that posts a full batch may post many more before it returns (a
                 // producer's loop): the messages it received meanwhile are filed now, once per

@@ -821,8 +821,11 @@ impl<'w> Sim<'w> {
         let (base, at) = (self.base, core.now);
         let now = move || base + Duration::from_nanos(at);
         if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
-            let idle = self.idle_hint(dest);
-            self.cores[k].outbox.left_full(dest, || idle);
+            let seen = crate::tune::Receiver {
+                idle: self.idle_hint(dest),
+                ready: self.net.status[dest].ready,
+            };
+            self.cores[k].outbox.left_full(dest, || seen);
             self.deliver(k, dest, batch);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);
