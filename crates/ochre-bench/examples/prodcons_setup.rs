@@ -13,7 +13,7 @@ use ochre_bench::{ablation, peers, prodcons};
 const WORKERS: usize = 2;
 const SAMPLES: usize = 7;
 /// The ablation's default step (named `ochre` in its table).
-const DEFAULT_STEP: usize = 8;
+const DEFAULT_STEP: usize = 7;
 
 fn main() -> Result<(), String> {
     let builds = peers::ochre_builds(WORKERS);

@@ -7,9 +7,9 @@
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`: the default
-//! configuration with fixed settings); then online tuning of the spin threshold and the batch
-//! size (`Spin::Adaptive`, `BatchSize::Adaptive`: the default configuration); then stealing
-//! only from workers whose CPU is shared
+//! configuration); then online tuning of the spin threshold and the batch size
+//! (`Spin::Adaptive`, `BatchSize::Adaptive`, an option); then, from the default configuration,
+//! stealing only from workers whose CPU is shared
 //! (`Steal::FromSharedCpus`); then plain stealing with every heuristic; then, instead, stealing
 //! only colors with a measured backlog (`Steal::Backlog`). Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
@@ -34,9 +34,9 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true);
     let tuned = follow.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
-    let relief = tuned.clone().steal(Steal::FromSharedCpus);
-    let heuristics = tuned.clone().stealing_heuristics();
-    let backlog = tuned.clone().steal(Steal::Backlog);
+    let relief = follow.clone().steal(Steal::FromSharedCpus);
+    let heuristics = follow.clone().stealing_heuristics();
+    let backlog = follow.clone().steal(Steal::Backlog);
     vec![
         ("1 baseline", base),
         ("2 +futex", futex),
@@ -45,8 +45,8 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("5 +EMA", ema),
         ("6 +placement", placed),
         ("7 steal off", no_steal),
-        ("8 +follow", follow),
-        (DEFAULT_STEP, tuned),
+        (DEFAULT_STEP, follow),
+        ("9 +online tuning", tuned),
         ("10 steal from shared CPUs", relief),
         ("11 +heuristics", heuristics),
         ("12 steal backlogs", backlog),
@@ -54,7 +54,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
 }
 
 /// The step that is the default configuration, named `ochre` in the tables.
-const DEFAULT_STEP: &str = "9 +online tuning";
+const DEFAULT_STEP: &str = "8 +follow";
 
 fn label(step: &str) -> String {
     if step == DEFAULT_STEP { "ochre" } else { step }.to_string()
@@ -214,11 +214,9 @@ mod tests {
         let default = steps.iter().find(|(n, _)| *n == DEFAULT_STEP).expect("default step");
         assert_eq!(default.1, Config::default());
         assert_eq!(label(DEFAULT_STEP), "ochre");
-        // The step before it is the same configuration with fixed settings.
-        let before = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() - 1;
-        let fixed = Config::default()
-            .spin(Spin::Reasoned { threshold: None })
-            .batch_sizing(BatchSize::Fixed);
-        assert_eq!(steps[before].1, fixed);
+        // The step after it is the same configuration, tuned online.
+        let after = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() + 1;
+        let tuned = Config::default().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
+        assert_eq!(steps[after], ("9 +online tuning", tuned));
     }
 }

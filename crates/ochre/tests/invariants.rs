@@ -447,11 +447,16 @@ fn stress_backlog_stealing_with_a_shutdown_in_the_middle() {
     stress("backlog+shutdown", 17, config, Some(5_000));
 }
 
-// Tuned batch sizes (the default) move with traffic; from the smallest tuned size (8) they grow
-// and shrink under the same oracle.
+// Tuned batch sizes (`BatchSize::Adaptive`) move with traffic; from the smallest tuned size (8)
+// they grow and shrink under the same oracle, with the tuned spin threshold.
 #[test]
 fn stress_tuned_batch_sizes_from_the_smallest() {
-    let config = Config::default().steal(Steal::Plain).batch_size(8).turn_budget(1);
+    let config = Config::default()
+        .steal(Steal::Plain)
+        .batch_size(8)
+        .batch_sizing(BatchSize::Adaptive)
+        .spin(Spin::Adaptive)
+        .turn_budget(1);
     stress("tuned-batches", 16, config, None);
 }
 
