@@ -75,9 +75,11 @@
 //! alone: 1.008 for the spin threshold, 0.982 for the batch size), while fixed settings that
 //! cannot all be better than each other ranged 0.96-1.13 against the default in the same
 //! runs: the load, not the settings, moved those figures. Single case-processes ranged
-//! 0.5-1.8. Neither goal (>= the best fixed setting within 3% everywhere, better than the
-//! default somewhere) can be judged from that, so the default stays fixed until a quiet
-//! machine measures it.
+//! 0.5-1.8. Two more processes of this version (one at load 3): geometric means 1.088 and
+//! 0.969. One loss held in all five processes: fork-join empty (0.66-0.91; counting lost in
+//! four of five, 0.53-0.96): the case to study first. Neither goal (>= the best fixed setting
+//! within 3% everywhere, better than the default somewhere) is shown by that, so the default
+//! stays fixed until a quiet machine measures it.
 //!
 use std::time::Duration;
 
