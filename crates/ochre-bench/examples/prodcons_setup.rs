@@ -1,7 +1,7 @@
 //! The producer-consumer empty case at 2 workers (default configuration) measured in the
 //! setups of `bench prodcons` and of `bench ablation`, to see why the two tables read different
 //! rates for it: a fresh runtime per sample warmed up just before (prodcons), one runtime per
-//! configuration whose samples come between the runs of the ten other steps' runtimes, with and
+//! configuration whose samples come between the runs of the eleven other steps' runtimes, with and
 //! without a warm-up (ablation), and one runtime run back to back alone.
 //!
 //! `cargo run --release -p ochre-bench --example prodcons_setup`: medians of 7 samples.

@@ -7,14 +7,16 @@
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`: the default
-//! configuration); then stealing only from workers whose CPU is shared
+//! configuration); then online tuning of the spin threshold and the batch size
+//! (`Spin::Adaptive`, `BatchSize::Adaptive`, an option); then, from the default configuration,
+//! stealing only from workers whose CPU is shared
 //! (`Steal::FromSharedCpus`); then plain stealing with every heuristic; then, instead, stealing
 //! only colors with a measured backlog (`Steal::Backlog`). Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
 //! both builds alternately and prints padded / unpadded per step.
 
-use ochre::{Config, Runtime, Spin, Steal, Wakeup};
+use ochre::{BatchSize, Config, Runtime, Spin, Steal, Wakeup};
 
 use crate::harness::{measure_case, BenchReport, Options, System};
 use crate::loadgen::drive;
@@ -26,11 +28,12 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let base = Config::baseline();
     let futex = base.clone().wakeup(Wakeup::Futex);
     let spin = futex.clone().spin(Spin::Reasoned { threshold: None });
-    let batch = spin.clone().batching(true);
+    let batch = spin.clone().batching(true).batch_sizing(BatchSize::Fixed);
     let ema = batch.clone().ema(true);
     let placed = ema.clone().placement(true);
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true);
+    let tuned = follow.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
     let relief = follow.clone().steal(Steal::FromSharedCpus);
     let heuristics = follow.clone().stealing_heuristics();
     let backlog = follow.clone().steal(Steal::Backlog);
@@ -43,9 +46,10 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("6 +placement", placed),
         ("7 steal off", no_steal),
         (DEFAULT_STEP, follow),
-        ("9 steal from shared CPUs", relief),
-        ("10 +heuristics", heuristics),
-        ("11 steal backlogs", backlog),
+        ("9 +online tuning", tuned),
+        ("10 steal from shared CPUs", relief),
+        ("11 +heuristics", heuristics),
+        ("12 steal backlogs", backlog),
     ]
 }
 
@@ -137,7 +141,7 @@ fn setup_difference(case: &str, rounds: u64) -> String {
     format!(
         "[{case}] not the figure of the same case in the prodcons table, by setup: here each \
          step's runtime is built once and its samples ({rounds} rounds, no warm-up of their own) \
-         come between the runs of the ten other steps' runtimes, so each starts with its workers \
+         come between the runs of the eleven other steps' runtimes, so each starts with its workers \
          parked and caches cold; prodcons builds a runtime per sample and warms it with an eighth \
          of the rounds just before. On short events this moves the rate by more than the steps \
          do (examples/prodcons_setup.rs, 2w empty, on the shared 2-CPU machine: 21.5-21.9 M \
@@ -210,5 +214,9 @@ mod tests {
         let default = steps.iter().find(|(n, _)| *n == DEFAULT_STEP).expect("default step");
         assert_eq!(default.1, Config::default());
         assert_eq!(label(DEFAULT_STEP), "ochre");
+        // The step after it is the same configuration, tuned online.
+        let after = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() + 1;
+        let tuned = Config::default().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
+        assert_eq!(steps[after], ("9 +online tuning", tuned));
     }
 }

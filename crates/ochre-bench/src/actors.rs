@@ -920,13 +920,14 @@ fn with_busy_cpu<T>(busy: Option<usize>, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// Measures one program, quiet and busy, on every system.
+/// Measures one program, quiet and busy, on every system, or, given `configs`, on ochre built
+/// with each of those (named) configurations instead.
 fn measure<P: Program>(
     report: &mut BenchReport,
     opts: &Options,
     workers: usize,
-    name: &str,
-    size: u64,
+    configs: Option<&[(String, Config)]>,
+    (name, size): (&str, u64),
     make: impl Fn(u64) -> P,
 ) {
     let selected = std::env::var("OCHRE_ACTORS").map_or(true, |only| {
@@ -952,6 +953,16 @@ fn measure<P: Program>(
             }
         };
         let tmt = &tmt;
+        if let Some(configs) = configs {
+            let systems = configs
+                .iter()
+                .map(|(n, c)| System::new(n.clone(), ochre(Some(c.clone()), false)))
+                .collect();
+            if std::env::var("OCHRE_ACTORS_MODE").map_or(!busy, |m| (m == "busy") == busy) {
+                measure_case(report, &case, workers, "msg/s", opts.reps, systems);
+            }
+            continue;
+        }
         let systems = vec![
             System::new("ochre", ochre(None, false)),
             System::new("ochre-static", ochre(Some(Config::default().follow(false)), false)),
@@ -994,23 +1005,7 @@ pub fn run(opts: &Options) -> BenchReport {
     );
     let cpus = peers::process_cpus().len().max(1);
     let w = opts.workers.iter().copied().max().unwrap_or(2).min(cpus).max(1);
-    let k = if opts.quick { 1 } else { 4 };
-    let r = &mut report;
-    measure(r, opts, w, "pingpong", 600_000 * k, |n| PingPong { n });
-    measure(r, opts, w, "counting", 1_000_000 * k, |n| Counting { n });
-    let ring = |tokens| move |hops| Ring { actors: 1000, tokens, hops };
-    measure(r, opts, w, "thread ring, 1 token", 300_000 * k, ring(1));
-    measure(r, opts, w, "thread ring, 64 tokens", 1_000_000 * k, ring(64));
-    measure(r, opts, w, "big", 3_000 * k, |pings| Big { actors: 100, pings });
-    let fj = |work_ns| move |per_actor| ForkJoin { actors: 60, per_actor, work_ns };
-    measure(r, opts, w, "fork-join empty", 12_000 * k, fj(0));
-    measure(r, opts, w, "fork-join 1 us", 1_000 * k, fj(1000));
-    measure(r, opts, w, "chameneos", 200_000 * k, |meetings| Chameneos { creatures: 40, meetings });
-    measure(r, opts, w, "bank", 300_000 * k, |transactions| Bank {
-        accounts: 100,
-        transactions,
-        opening: 10_000,
-    });
+    programs(&mut report, opts, w, None);
     report.notes.push(format!(
         "{w} workers; busy: a thread spins on CPU {} (worker {}'s) during every sample of \
          every system",
@@ -1019,6 +1014,35 @@ pub fn run(opts: &Options) -> BenchReport {
     ));
     checks(&mut report);
     report
+}
+
+/// Measures every program (all of them, or those `OCHRE_ACTORS` names) on `w` workers: on every
+/// system, or on ochre with each of `configs` (quiet only, unless `OCHRE_ACTORS_MODE=busy`).
+pub fn programs(
+    r: &mut BenchReport,
+    opts: &Options,
+    w: usize,
+    configs: Option<&[(String, Config)]>,
+) {
+    let k = if opts.quick { 1 } else { 4 };
+    measure(r, opts, w, configs, ("pingpong", 600_000 * k), |n| PingPong { n });
+    measure(r, opts, w, configs, ("counting", 1_000_000 * k), |n| Counting { n });
+    let ring = |tokens| move |hops| Ring { actors: 1000, tokens, hops };
+    measure(r, opts, w, configs, ("thread ring, 1 token", 300_000 * k), ring(1));
+    measure(r, opts, w, configs, ("thread ring, 64 tokens", 1_000_000 * k), ring(64));
+    measure(r, opts, w, configs, ("big", 3_000 * k), |pings| Big { actors: 100, pings });
+    let fj = |work_ns| move |per_actor| ForkJoin { actors: 60, per_actor, work_ns };
+    measure(r, opts, w, configs, ("fork-join empty", 12_000 * k), fj(0));
+    measure(r, opts, w, configs, ("fork-join 1 us", 1_000 * k), fj(1000));
+    measure(r, opts, w, configs, ("chameneos", 200_000 * k), |meetings| Chameneos {
+        creatures: 40,
+        meetings,
+    });
+    measure(r, opts, w, configs, ("bank", 300_000 * k), |transactions| Bank {
+        accounts: 100,
+        transactions,
+        opening: 10_000,
+    });
 }
 
 /// Geometric mean.

@@ -27,6 +27,7 @@ pub mod readers;
 pub mod servers;
 pub mod steal;
 pub mod sws;
+pub mod tuning;
 pub mod wakeup;
 
 pub use harness::{BenchReport, Options};
@@ -47,6 +48,7 @@ pub const BENCHES: &[&str] = &[
     "servers",
     "color-stats",
     "readers",
+    "tuning",
 ];
 
 /// Runs the benchmark called `name`.
@@ -66,6 +68,7 @@ pub fn run(name: &str, opts: &Options) -> Option<BenchReport> {
         "servers" => Some(servers::run(opts)),
         "color-stats" => Some(color_stats::run(opts)),
         "readers" => Some(readers::run(opts)),
+        "tuning" => Some(tuning::run(opts)),
         _ => None,
     }
 }

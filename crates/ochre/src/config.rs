@@ -43,6 +43,25 @@ pub enum Spin {
         /// How long to spin before sleeping anyway.
         limit: Duration,
     },
+    /// Reasoned spinning whose threshold each worker tunes online from the idle gaps it
+    /// measures (`tune` module: the rules, their reasons and the measurements behind their
+    /// constants): it spins long enough to catch the gaps for which a wake-up would be a
+    /// noticeable share (up to 20x the wake-up latency measured at start), and no longer, and
+    /// it spins after a long sleep too when most recent gaps were short.
+    Adaptive,
+}
+
+/// How the size of outgoing batches ([`Config::batch_size`]) is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchSize {
+    /// Always [`Config::batch_size`] messages.
+    Fixed,
+    /// Tuned online per destination (`tune` module), starting at [`Config::batch_size`]:
+    /// larger while the destination has a batch's worth of colors waiting when its batches
+    /// leave full (a larger batch then delays nothing and saves synchronizations), smaller
+    /// while it is idle then and the batches take long to fill (it waited for them), between
+    /// 8 and 256 messages.
+    Adaptive,
 }
 
 /// How idle workers take work from loaded ones.
@@ -104,13 +123,23 @@ pub struct Config {
     /// are also flushed at the end of every round of events and before a worker idles, so a small
     /// burst never waits for the buffer to fill.
     pub batch_size: usize,
+    /// Whether `batch_size` is fixed or only the start of a size tuned online per destination
+    /// (issue 23; the rules and the reasons for their constants are in the `tune` module).
+    /// Default [`BatchSize::Fixed`]: the tuned sizes did not measure at least as well as the
+    /// fixed 32 on the study's loaded 2-CPU machine (`ochre bench tuning`, the `tune` module
+    /// doc has the figures), so tuning is an option until a quieter measurement says otherwise.
+    #[serde(default = "batch_sizing_default")]
+    pub batch_sizing: BatchSize,
     /// Safety flush (thesis §5.3.2): a buffer older than this factor times the mean interval
     /// between natural (full-buffer) flushes is flushed even in the middle of a long round. The
     /// thesis used 110%.
     pub safety_flush_factor: f64,
     /// How idle workers sleep and are woken.
     pub wakeup: Wakeup,
-    /// What idle workers do before sleeping.
+    /// What idle workers do before sleeping. Default: reasoned spinning with 10x the measured
+    /// wake-up latency; [`Spin::Adaptive`] tunes the threshold from the idle gaps each worker
+    /// measures (issue 23, `tune` module), an option: it did not measure at least as well as
+    /// the fixed threshold on the study's loaded machine (`ochre bench tuning`).
     pub spin: Spin,
     /// At most this many workers spin at once. `None`: all of them when there are no more
     /// workers than CPUs (each spins on a CPU of its own), else half the CPUs (at least 1), so
@@ -200,6 +229,10 @@ fn stall_threshold_default() -> Option<Duration> {
     Some(Duration::from_millis(100))
 }
 
+fn batch_sizing_default() -> BatchSize {
+    BatchSize::Fixed
+}
+
 fn color_stats_default() -> u32 {
     0
 }
@@ -213,6 +246,7 @@ impl Default for Config {
         Config {
             batching: true,
             batch_size: 32,
+            batch_sizing: batch_sizing_default(),
             safety_flush_factor: 1.1,
             wakeup: Wakeup::Futex,
             spin: Spin::Reasoned { threshold: None },
@@ -255,6 +289,8 @@ impl Config {
         batching: bool,
         /// Sets [`Config::batch_size`].
         batch_size: usize,
+        /// Sets [`Config::batch_sizing`].
+        batch_sizing: BatchSize,
         /// Sets [`Config::safety_flush_factor`].
         safety_flush_factor: f64,
         /// Sets [`Config::wakeup`].
@@ -296,10 +332,11 @@ impl Config {
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
-    /// spinning, plain stealing, events from the global allocator, colors placed by hash. Build with the `unpadded` feature for its memory layout too.
+    /// spinning, no online tuning, plain stealing, events from the global allocator, colors placed by hash. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
         Config::default()
             .batching(false)
+            .batch_sizing(BatchSize::Fixed)
             .wakeup(Wakeup::Pipe)
             .spin(Spin::Never)
             .steal(Steal::Plain)

@@ -22,6 +22,10 @@
 //! milliseconds. Without this, a web server spinning next to its load injector on the same CPU
 //! ran at half speed (`bench sws`, 2 workers on 2 CPUs).
 //!
+//! With [`Spin::Adaptive`] (an option, not the default) the threshold and the decision to spin come from the
+//! idle gaps this worker measured (`tune::SpinTuner`, whose module doc gives the rules): each
+//! idle spell that ends with work is timed (two clock reads a spell) and recorded.
+//!
 //! ## Quiescence without a per-event global counter
 //!
 //! Each worker counts the messages it sent and received (per batch, in its own `Status`), and
@@ -53,6 +57,8 @@ pub(crate) enum Flow {
 }
 
 /// How long to spin before sleeping, given the policy and the length of the previous sleep.
+/// [`Spin::Adaptive`] asks the worker's `tune::SpinTuner` instead ([`idle_spell`]); here (the
+/// simulator, which does not model the tuner) it is the fixed rule.
 pub(crate) fn spin_budget(
     spin: Spin,
     threshold: Duration,
@@ -61,7 +67,7 @@ pub(crate) fn spin_budget(
     match spin {
         Spin::Never => Duration::ZERO,
         Spin::Always { limit } => limit,
-        Spin::Reasoned { .. } => match last_sleep {
+        Spin::Reasoned { .. } | Spin::Adaptive => match last_sleep {
             Some(slept) if slept < threshold => threshold,
             _ => Duration::ZERO,
         },
@@ -97,8 +103,15 @@ pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
     // Relaxed: a hint for senders' flush decisions (`worker`), not part of any protocol.
     status.idle.store(true, Ordering::Relaxed);
     let traced = ctx.core.borrow().trace.start();
+    let tuned = ctx.shared.config.spin == Spin::Adaptive;
+    let started = tuned.then(Instant::now);
     let flow = idle_spell(ctx);
-    ctx.core.borrow_mut().trace.span_since(crate::trace::Kind::Idle, traced);
+    let mut core = ctx.core.borrow_mut();
+    if let (Some(started), Flow::Continue) = (started, &flow) {
+        core.spin_tuner.record(started.elapsed());
+    }
+    core.trace.span_since(crate::trace::Kind::Idle, traced);
+    drop(core);
     status.idle.store(false, Ordering::Relaxed);
     flow
 }
@@ -115,10 +128,10 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         if !paused {
             core.no_spin_until = None; // over: no clock read in later idle spells
         }
-        let budget = if paused {
-            Duration::ZERO
-        } else {
-            spin_budget(shared.config.spin, shared.spin_threshold, core.last_sleep)
+        let budget = match shared.config.spin {
+            _ if paused => Duration::ZERO,
+            Spin::Adaptive => core.spin_tuner.budget(shared.spin_threshold),
+            spin => spin_budget(spin, shared.spin_threshold, core.last_sleep),
         };
         (budget, shared.config.steal != crate::Steal::Off)
     };

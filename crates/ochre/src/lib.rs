@@ -118,6 +118,7 @@ mod steal;
 mod sync;
 pub mod topology;
 pub mod trace;
+mod tune;
 mod worker;
 
 #[cfg(all(test, loom))]
@@ -127,7 +128,7 @@ pub use cell::ColorCell;
 pub use color::Color;
 pub use color_box::{ColorBox, ColorBytes};
 pub use color_stats::{ColorStats, ColorSummary};
-pub use config::{Config, Spin, Steal, Wakeup};
+pub use config::{BatchSize, Config, Spin, Steal, Wakeup};
 pub use context::{
     current_color, current_handle, current_worker, current_workers, pin, place, post, post_urgent,
     shutdown, try_post,

@@ -23,13 +23,20 @@
 //! waits (measured: a sixth of a one-way stream's time). A worker keeps at most `MAX_SPARES`
 //! spares, and its returns queue holds at most as many, whatever the number of workers.
 //!
+//! With [`BatchSize::Adaptive`] (an option, not the default) each destination's size is tuned: when its
+//! buffer leaves full, the worker tells [`Outbox::left_full`] whether the destination was idle
+//! and how many colors wait there, and `tune::next_batch_size` gives the next size (the rule and its reasons are in `tune`).
+//! Buffers then have the capacity of the largest size, so that none reallocates as it grows.
+//!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
 //! the clock. The age is thus underestimated by at most one check interval.
 
 use std::time::{Duration, Instant};
 
+use crate::config::BatchSize;
 use crate::message::Msg;
+use crate::tune;
 
 /// Starting guess for the mean interval between natural flushes, before any was seen.
 const INITIAL_INTERVAL: Duration = Duration::from_micros(50);
@@ -46,6 +53,11 @@ struct OutSlot {
     mean_interval: Duration,
     /// The turn in which this buffer last offered an early batch ([`Outbox::offers_early`]).
     early_turn: u64,
+    /// Messages at which this buffer leaves full: the configured size, or the tuned one.
+    size: usize,
+    /// Time between the last two natural flushes (zero before the second): how long the last
+    /// full batch took to fill, for the size tuning.
+    fill: Duration,
 }
 
 /// Emptied batch buffers given back to a worker by those it sent them to, taken by the worker
@@ -62,6 +74,9 @@ pub(crate) fn returns() -> Returns {
 pub(crate) struct Outbox {
     slots: Vec<OutSlot>,
     batch_size: usize,
+    /// How sizes are chosen, and the capacity of a new buffer (the largest size).
+    sizing: BatchSize,
+    capacity: usize,
     factor: f64,
     /// Destinations whose buffers are non-empty, so that flushing costs nothing when there is
     /// nothing to flush and visits only what is pending otherwise.
@@ -108,15 +123,46 @@ impl Outbox {
                     last_natural: None,
                     mean_interval: INITIAL_INTERVAL,
                     early_turn: 0,
+                    size: batch_size,
+                    fill: Duration::ZERO,
                 })
                 .collect(),
             batch_size,
+            sizing: BatchSize::Fixed,
+            capacity: batch_size,
             factor,
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
             allocated: 0,
             early_at: (batch_size / EARLY_FRACTION).max(1),
             turn: 1,
+        }
+    }
+
+    /// The same outbox with its batch sizes chosen by `sizing` (fixed until this is called).
+    pub(crate) fn sized(mut self, sizing: BatchSize) -> Self {
+        let (start, capacity) = match sizing {
+            BatchSize::Fixed => (self.batch_size, self.batch_size),
+            BatchSize::Adaptive => (
+                self.batch_size.clamp(tune::MIN_BATCH, tune::MAX_BATCH),
+                tune::MAX_BATCH.max(self.batch_size),
+            ),
+        };
+        (self.sizing, self.capacity) = (sizing, capacity);
+        for slot in &mut self.slots {
+            slot.size = start;
+        }
+        self
+    }
+
+    /// Called when the buffer for `dest` has just left full ([`push`](Self::push) returned
+    /// it), before it is delivered: with tuned sizes, what the sender sees of the destination
+    /// (`receiver`, read only then) sets its next size (`tune::next_batch_size`).
+    #[inline]
+    pub(crate) fn left_full(&mut self, dest: usize, receiver: impl FnOnce() -> tune::Receiver) {
+        if self.sizing == BatchSize::Adaptive {
+            let slot = &mut self.slots[dest];
+            slot.size = tune::next_batch_size(slot.size, receiver(), slot.fill);
         }
     }
 
@@ -150,18 +196,19 @@ impl Outbox {
             if slot.msgs.capacity() == 0 {
                 slot.msgs = self.spares.pop().or_else(|| returned.pop()).unwrap_or_else(|| {
                     self.allocated += 1;
-                    Vec::with_capacity(self.batch_size)
+                    Vec::with_capacity(self.capacity)
                 });
             }
         }
         slot.msgs.push(msg);
-        if slot.msgs.len() < self.batch_size {
+        if slot.msgs.len() < slot.size {
             return None;
         }
         let now = now();
         if let Some(last) = slot.last_natural {
             let gap = now.saturating_duration_since(last).clamp(MIN_INTERVAL, MAX_INTERVAL);
             slot.mean_interval = (slot.mean_interval * 7 + gap) / 8;
+            slot.fill = gap;
         }
         slot.last_natural = Some(now);
         Some(self.take(dest))
@@ -203,7 +250,7 @@ impl Outbox {
     /// free, batch after batch, the buffers that its sender allocates anew.
     pub(crate) fn recycle(&mut self, buf: Vec<Msg>, sender: Option<&Returns>) {
         debug_assert!(buf.is_empty());
-        if buf.capacity() < self.batch_size {
+        if buf.capacity() < self.capacity {
             return;
         }
         if self.spares.len() < MAX_SPARES {
@@ -259,6 +306,11 @@ impl Outbox {
                 }
             }
         }
+    }
+
+    #[cfg(all(test, not(loom)))]
+    fn size(&self, dest: usize) -> usize {
+        self.slots[dest].size
     }
 
     #[cfg(all(test, not(loom)))]
@@ -387,6 +439,46 @@ mod tests {
         assert!(due.is_empty(), "not yet 110% of the mean interval");
         o.overdue(t0 + INITIAL_INTERVAL.mul_f64(1.2), &mut due);
         assert_eq!(due, vec![0]);
+    }
+
+    #[test]
+    fn tuned_sizes_follow_each_destination_and_fixed_ones_do_not_move() {
+        let mut o = Outbox::new(3, 32, 1.1).sized(BatchSize::Adaptive);
+        let fill = |o: &mut Outbox, dest: usize| {
+            let batch = (0..1000).find_map(|_| o.push(dest, msg(), &returns())).expect("full");
+            if o.sizing == BatchSize::Adaptive {
+                assert!(batch.capacity() >= tune::MAX_BATCH, "no reallocation as sizes grow");
+            }
+            batch.len()
+        };
+        // Destination 1 is backlogged at every full batch, 2 is idle: their sizes part. Filled
+        // at once, 2's batches keep their size; filled slowly, they shrink.
+        let idle = || tune::Receiver { idle: true, ready: 0 };
+        for _ in 0..20 {
+            let n = fill(&mut o, 1);
+            assert_eq!(n, o.size(1));
+            o.left_full(1, || tune::Receiver { idle: false, ready: 1000 });
+            fill(&mut o, 2);
+            o.left_full(2, idle);
+        }
+        assert_eq!(o.size(1), tune::MAX_BATCH);
+        assert_eq!(o.size(2), 32, "an idle receiver of quickly filled batches");
+        let slow = |o: &mut Outbox, dest: usize, at: Instant| {
+            let n = o.size(dest);
+            (0..n).find_map(|_| o.push_at(dest, msg(), &returns(), || at)).expect("full");
+        };
+        let t0 = Instant::now();
+        for i in 0..20u32 {
+            slow(&mut o, 2, t0 + tune::LONG_FILL * 2 * i);
+            o.left_full(2, idle);
+        }
+        assert!(o.size(2) < 32 && o.size(2) >= tune::MIN_BATCH, "{}", o.size(2));
+        assert_eq!(fill(&mut o, 1), tune::MAX_BATCH);
+        let mut fixed = Outbox::new(2, 32, 1.1);
+        for _ in 0..5 {
+            assert_eq!(fill(&mut fixed, 1), 32);
+            fixed.left_full(1, || unreachable!("a fixed size reads nothing of the receiver"));
+        }
     }
 
     #[test]

@@ -167,7 +167,9 @@ impl Builder {
             (0..workers).map(|i| self.pin.then(|| cpus[i % cpus.len()])).collect();
         let spin_threshold = match self.config.spin {
             Spin::Reasoned { threshold: Some(t) } => t,
-            Spin::Reasoned { threshold: None } => default_spin_threshold(self.config.wakeup)?,
+            Spin::Reasoned { threshold: None } | Spin::Adaptive => {
+                default_spin_threshold(self.config.wakeup)?
+            }
             _ => Duration::ZERO,
         };
         // Pinned workers that each have a CPU of their own take nobody's CPU by spinning; with

@@ -62,6 +62,17 @@ pub(crate) struct Status {
     pub(crate) backlog: AtomicBool,
 }
 
+impl Status {
+    /// What a sender sees of this worker when a batch to it leaves full (`tune`): relaxed
+    /// loads of hints, which a stale value only makes tune less well.
+    pub(crate) fn receiver(&self) -> crate::tune::Receiver {
+        crate::tune::Receiver {
+            idle: self.idle.load(Ordering::Relaxed),
+            ready: self.ready.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Everything other threads may touch of one worker.
 pub(crate) struct Remote {
     pub(crate) poke: Padded<Poke>,

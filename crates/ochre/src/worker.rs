@@ -56,6 +56,8 @@ pub(crate) struct Core {
     received: u64,
     /// How long the last sleep lasted (reasoned spinning); `None` before the first.
     pub(crate) last_sleep: Option<Duration>,
+    /// The idle gaps measured, for `Spin::Adaptive` (`idle`, `tune`).
+    pub(crate) spin_tuner: crate::tune::SpinTuner,
     /// No spinning before this instant: the CPU was found shared (`idle`).
     pub(crate) no_spin_until: Option<Instant>,
     /// A steal request of ours is waiting for its grant.
@@ -114,11 +116,13 @@ impl Core {
         Core {
             id,
             queue: ColorQueue::new(id, placement),
-            outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor),
+            outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor)
+                .sized(config.batch_sizing),
             counters: Counters::new(),
             sent: 0,
             received: 0,
             last_sleep: None,
+            spin_tuner: Default::default(),
             no_spin_until: None,
             steal_pending: false,
             steal_asked_at: None,
@@ -252,6 +256,8 @@ impl Core {
             }
             self.turn_sends += 1;
             if let Some(batch) = self.outbox.push(dest, msg, &shared.remotes[self.id].returns) {
+                // Read before delivery, which wakes it (`BatchSize::Adaptive`, `tune`).
+                self.outbox.left_full(dest, || shared.remotes[dest].status.receiver());
                 self.deliver(shared, dest, batch);
                 // A handler that posts a full batch may post many more before it returns (a
                 // producer's loop): the messages it received meanwhile are filed now, once per

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ochre::{Color, Config, Handle, RunEnd, Runtime, Spin, Steal, Wakeup};
+use ochre::{BatchSize, Color, Config, Handle, RunEnd, Runtime, Spin, Steal, Wakeup};
 
 const MAX_IDS: usize = 1 << 20;
 
@@ -374,7 +374,12 @@ fn stress_baseline_without_stealing() {
 
 #[test]
 fn stress_tiny_batches_and_turns_with_stealing() {
-    let config = Config::default().steal(Steal::Plain).batch_size(2).turn_budget(1).round_budget(3);
+    let config = Config::default()
+        .steal(Steal::Plain)
+        .batch_size(2)
+        .batch_sizing(BatchSize::Fixed)
+        .turn_budget(1)
+        .round_budget(3);
     stress("tiny", 24, config, None);
 }
 
@@ -410,7 +415,11 @@ fn stress_batch_stealing() {
 
 #[test]
 fn stress_every_stealing_heuristic_on_a_two_node_sixteen_core_topology() {
-    let config = Config::default().stealing_heuristics().batch_size(4).turn_budget(2);
+    let config = Config::default()
+        .stealing_heuristics()
+        .batch_size(4)
+        .batch_sizing(BatchSize::Fixed)
+        .turn_budget(2);
     stress_on("heuristics", 16, config, Some("numa:2 l3:1 l2:4 core:2"), None);
 }
 
@@ -430,8 +439,25 @@ fn stress_backlog_stealing_with_follow() {
 
 #[test]
 fn stress_backlog_stealing_with_a_shutdown_in_the_middle() {
-    let config = Config::default().steal(Steal::Backlog).batch_size(2).turn_budget(1);
+    let config = Config::default()
+        .steal(Steal::Backlog)
+        .batch_size(2)
+        .batch_sizing(BatchSize::Fixed)
+        .turn_budget(1);
     stress("backlog+shutdown", 17, config, Some(5_000));
+}
+
+// Tuned batch sizes (`BatchSize::Adaptive`) move with traffic; from the smallest tuned size (8)
+// they grow and shrink under the same oracle, with the tuned spin threshold.
+#[test]
+fn stress_tuned_batch_sizes_from_the_smallest() {
+    let config = Config::default()
+        .steal(Steal::Plain)
+        .batch_size(8)
+        .batch_sizing(BatchSize::Adaptive)
+        .spin(Spin::Adaptive)
+        .turn_budget(1);
+    stress("tuned-batches", 16, config, None);
 }
 
 #[test]
@@ -446,6 +472,7 @@ fn stress_follow_with_tiny_batches_and_turns() {
         .steal(Steal::Plain)
         .steal_batch(true)
         .batch_size(2)
+        .batch_sizing(BatchSize::Fixed)
         .turn_budget(1)
         .round_budget(3);
     stress("follow+tiny", 24, config, None);

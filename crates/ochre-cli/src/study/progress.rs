@@ -34,6 +34,9 @@ const QUICK_SECONDS: &[(&str, f64)] = &[
     ("color-stats", 4.0),
     // Not measured in a study yet: `bench readers --quick` alone took about 8 s (loaded).
     ("readers", 8.0),
+    // Not measured in a study yet: `bench tuning --quick --workers 2` alone took 191 s (load 9
+    // on the 2 CPUs).
+    ("tuning", 190.0),
 ];
 
 /// Expected seconds of a benchmark missing from [`QUICK_SECONDS`].

@@ -442,7 +442,8 @@ impl<'w> Sim<'w> {
         let cores = (0..n)
             .map(|w| Core {
                 queue: ColorQueue::new(w, placement),
-                outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor),
+                outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor)
+                    .sized(setup.config.batch_sizing),
                 now: 0,
                 steal_pending: false,
                 steal_backoff: 0,
@@ -950,6 +951,11 @@ impl<'w> Sim<'w> {
         let (base, at) = (self.base, core.now);
         let now = move || base + Duration::from_nanos(at);
         if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
+            let seen = crate::tune::Receiver {
+                idle: self.idle_hint(dest),
+                ready: self.net.status[dest].ready,
+            };
+            self.cores[k].outbox.left_full(dest, || seen);
             self.deliver(k, dest, batch);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);

@@ -6,7 +6,7 @@
 use super::workload::{Actors, Imbalanced, ProdCons, Program};
 use super::*;
 use crate::topology::Topology;
-use crate::{Color, Config, Spin, Steal};
+use crate::{BatchSize, Color, Config, Spin, Steal};
 
 /// Random traffic: events of random cost post 0 to 3 events to random colors (a quarter to
 /// their own), until `budget` posts were made.
@@ -52,6 +52,7 @@ fn config_for(seed: u64) -> Config {
     }
     c = c.follow(!seed.is_multiple_of(3)).batching(!seed.is_multiple_of(7));
     c = c.batch_size([32, 4, 50, 1][((seed / 7) % 4) as usize]);
+    c = c.batch_sizing([BatchSize::Fixed, BatchSize::Adaptive][((seed / 17) % 2) as usize]);
     c = c.spin([Spin::Reasoned { threshold: None }, Spin::Never][((seed / 3) % 2) as usize]);
     c.turn_budget([64, 1, 8][((seed / 5) % 3) as usize])
 }
