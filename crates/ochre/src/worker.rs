@@ -798,17 +798,19 @@ impl WorkerCtx {
             }
             let (me, mine) = (core.id, core.cpu_share.share());
             let shed = |home: Option<usize>, ready, cost, moved_on| {
-                if !shared.config.follow || crate::reader::stays(color) {
+                if !shared.config.follow {
                     return None;
                 }
                 let peer = |w: usize| peer(shared, w);
-                match home {
+                let to = match home {
                     Some(h) => {
                         let cheap = follow::cheap(cost);
                         follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
                     None => relief(shared, me, mine),
-                }
+                };
+                // Asked only of a color about to leave (nearly every turn keeps its color).
+                to.filter(|_| !crate::reader::stays(color))
             };
             // Before the color may leave (a return or move below can reach its next holder at
             // once, and its next turn must find the word clear).
