@@ -452,24 +452,26 @@ mod tests {
             batch.len()
         };
         // Destination 1 is backlogged at every full batch, 2 is idle: their sizes part. Filled
-        // at once, 2's batches keep their size; filled slowly, they shrink.
+        // at once, 2's batches keep their size; filled slowly, they shrink. The clock is given
+        // (`push_at`): under Miri, or on a loaded machine, a real one would make every fill slow.
         let idle = || tune::Receiver { idle: true, ready: 0 };
-        for _ in 0..20 {
-            let n = fill(&mut o, 1);
-            assert_eq!(n, o.size(1));
-            o.left_full(1, || tune::Receiver { idle: false, ready: 1000 });
-            fill(&mut o, 2);
-            o.left_full(2, idle);
-        }
-        assert_eq!(o.size(1), tune::MAX_BATCH);
-        assert_eq!(o.size(2), 32, "an idle receiver of quickly filled batches");
-        let slow = |o: &mut Outbox, dest: usize, at: Instant| {
+        let fill_at = |o: &mut Outbox, dest: usize, at: Instant| {
             let n = o.size(dest);
             (0..n).find_map(|_| o.push_at(dest, msg(), &returns(), || at)).expect("full");
         };
         let t0 = Instant::now();
         for i in 0..20u32 {
-            slow(&mut o, 2, t0 + tune::LONG_FILL * 2 * i);
+            let n = fill(&mut o, 1);
+            assert_eq!(n, o.size(1));
+            o.left_full(1, || tune::Receiver { idle: false, ready: 1000 });
+            fill_at(&mut o, 2, t0 + Duration::from_micros(u64::from(i)));
+            o.left_full(2, idle);
+        }
+        assert_eq!(o.size(1), tune::MAX_BATCH);
+        assert_eq!(o.size(2), 32, "an idle receiver of quickly filled batches");
+        let t1 = t0 + Duration::from_secs(1);
+        for i in 0..20u32 {
+            fill_at(&mut o, 2, t1 + tune::LONG_FILL * 2 * i);
             o.left_full(2, idle);
         }
         assert!(o.size(2) < 32 && o.size(2) >= tune::MIN_BATCH, "{}", o.size(2));
