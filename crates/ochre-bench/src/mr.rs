@@ -122,31 +122,9 @@ const SMALL_REPS: usize = 11;
 /// Measures `A` on its small input with ochre's configurations only: the optimized runtime,
 /// the baseline and the ablation's steps, into `report` (the small-input section).
 fn measure_runtime<A: Application>(report: &mut BenchReport, reps: usize, w: usize, dir: &Path) {
-    if let Ok(only) = std::env::var("OCHRE_MR") {
-        if !only.split(',').any(|a| a.trim() == A::NAME) {
-            return;
-        }
-    }
     let input = dir.join(format!("{}-small", A::NAME));
-    let loaded = std::fs::create_dir_all(dir)
-        .map_err(|e| e.to_string())
-        .and_then(|_| apps::generate(A::NAME, Size::Small, 1, &input).map_err(|e| e.to_string()))
-        .and_then(|_| A::load(&input).map_err(|e| e.to_string()));
-    let app = match loaded {
-        Ok(app) => Arc::new(app),
-        Err(e) => {
-            report.notes.push(format!("mr [{} small]: no input: {e}", A::NAME));
-            return;
-        }
-    };
-    let want = app.sequential();
-    let check = |got: &A::Result, system: &str| {
-        if A::agree(got, &want) {
-            Ok(())
-        } else {
-            Err(format!("{system}'s result differs from the reference"))
-        }
-    };
+    let Some((app, want)) = prepared::<A>(report, Size::Small, &input, " small") else { return };
+    let check = |got: &A::Result, system: &str| agrees::<A>(got, &want, system);
     let ochre_on =
         |config: Config| Runtime::builder().workers(w).config(config).abort_on_panic(true).build();
     let mut runtimes = vec![
@@ -216,31 +194,9 @@ fn measure<A: Application>(
     dir: &Path,
     rayon_version: fn(&A) -> A::Result,
 ) {
-    if let Ok(only) = std::env::var("OCHRE_MR") {
-        if !only.split(',').any(|a| a.trim() == A::NAME) {
-            return;
-        }
-    }
     let input = dir.join(A::NAME);
-    let loaded = std::fs::create_dir_all(dir)
-        .map_err(|e| e.to_string())
-        .and_then(|_| apps::generate(A::NAME, size, 1, &input).map_err(|e| e.to_string()))
-        .and_then(|_| A::load(&input).map_err(|e| e.to_string()));
-    let app = match loaded {
-        Ok(app) => Arc::new(app),
-        Err(e) => {
-            report.notes.push(format!("mr [{}]: no input: {e}", A::NAME));
-            return;
-        }
-    };
-    let want = app.sequential();
-    let check = |got: &A::Result, system: &str| {
-        if A::agree(got, &want) {
-            Ok(())
-        } else {
-            Err(format!("{system}'s result differs from the reference"))
-        }
-    };
+    let Some((app, want)) = prepared::<A>(report, size, &input, "") else { return };
+    let check = |got: &A::Result, system: &str| agrees::<A>(got, &want, system);
     let ochre_on = |config: Config| {
         Runtime::builder().workers(workers).config(config).abort_on_panic(true).build()
     };
@@ -277,6 +233,47 @@ fn measure<A: Application>(
         }
     }
     measure_case(report, A::NAME, workers, "jobs/s", opts.reps, systems);
+}
+
+/// `A`'s input of `size`, generated at `input` and loaded, with its sequential result; `None`
+/// when `OCHRE_MR` leaves `A` out, or (with a note naming `A` and `label`) when the input could
+/// not be made.
+fn prepared<A: Application>(
+    report: &mut BenchReport,
+    size: Size,
+    input: &Path,
+    label: &str,
+) -> Option<(Arc<A>, A::Result)> {
+    if let Ok(only) = std::env::var("OCHRE_MR") {
+        if !only.split(',').any(|a| a.trim() == A::NAME) {
+            return None;
+        }
+    }
+    let loaded = input
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_err(|e| e.to_string())
+        .and_then(|_| apps::generate(A::NAME, size, 1, input).map_err(|e| e.to_string()))
+        .and_then(|_| A::load(input).map_err(|e| e.to_string()));
+    match loaded {
+        Ok(app) => {
+            let want = app.sequential();
+            Some((Arc::new(app), want))
+        }
+        Err(e) => {
+            report.notes.push(format!("mr [{}{label}]: no input: {e}", A::NAME));
+            None
+        }
+    }
+}
+
+/// Whether `system`'s result agrees with the sequential reference's.
+fn agrees<A: Application>(got: &A::Result, want: &A::Result, system: &str) -> Result<(), String> {
+    if A::agree(got, want) {
+        Ok(())
+    } else {
+        Err(format!("{system}'s result differs from the reference"))
+    }
 }
 
 /// The system name of the optimized runtime on one worker.
