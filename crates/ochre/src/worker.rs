@@ -45,6 +45,10 @@ use crate::{Color, Error};
 /// whenever the worker idles and at the end of the run.
 const HEAP_GAUGES_EVERY: u32 = 64;
 
+/// Posts a fence may hold during one turn between two filings of the inbox (for the home's
+/// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
+const HELD_FILE_EVERY: u32 = 32;
+
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {
     pub(crate) id: usize,
@@ -79,6 +83,8 @@ pub(crate) struct Core {
     turn_sends: u32,
     /// True while the inbox is being filed in the middle of a handler ([`Core::send`]).
     filing: bool,
+    /// Posts held by a guest's fence during the current turn (filed every `HELD_FILE_EVERY`).
+    held_in_turn: u32,
     /// The ready count last written to this worker's status (`publish_ready`).
     published_ready: usize,
     /// The last backlog flag published (`publish_backlog`).
@@ -135,6 +141,7 @@ impl Core {
             event_remote_dest: 0,
             turn_sends: 0,
             filing: false,
+            held_in_turn: 0,
             published_ready: 0,
             published_backlog: false,
             heap_gauges_in: 0,
@@ -211,6 +218,13 @@ impl Core {
                 self.counters.add(Counter::PostsLocal, 1);
                 self.counters.add(Counter::PostsHeld, 1);
                 self.ask_sync(shared, ask);
+                // A handler streaming to a color that just moved here (a producer's loop, its
+                // counter pulled over by `follow`) would hold every post until it returns: the
+                // home's `Synced` waits in the inbox. File it now and then, as a full batch does.
+                self.held_in_turn += 1;
+                if self.held_in_turn.is_multiple_of(HELD_FILE_EVERY) {
+                    self.file_mid_turn(shared);
+                }
             }
             Route::Move { .. } => unreachable!("only a received post moves a color"),
         }
@@ -221,6 +235,11 @@ impl Core {
         let Some(ask) = ask else { return };
         let from = crate::message::worker_id(self.id);
         self.send(shared, ask.home, Msg::Sync { color: ask.color, from, epoch: ask.epoch });
+        // Posts wait on the answer: the request leaves now, not with the buffer's batch at the
+        // end of the turn (as a steal grant does).
+        if shared.config.batching {
+            self.flush_to(shared, ask.home);
+        }
     }
 
     /// libasync-smp's post: lock the queue of the worker that holds the color, once per event,
@@ -264,11 +283,7 @@ impl Core {
                 // batch, so that a color moved here (`follow`) or given back home takes this
                 // handler's next posts, instead of the old home forwarding all of them until the
                 // handler ends. Filing only queues events; none runs.
-                if self.queue.is_running() && !self.filing {
-                    self.filing = true;
-                    self.take_inbox(shared);
-                    self.filing = false;
-                }
+                self.file_mid_turn(shared);
             } else if self.outbox.offers_early(dest)
                 && shared.remotes[dest].status.idle.load(Ordering::Relaxed)
             {
@@ -279,6 +294,16 @@ impl Core {
             if shared.remotes[dest].deliver_locked(msg) {
                 self.counters.add(Counter::WakeupsSent, 1);
             }
+        }
+    }
+
+    /// Files the inbox in the middle of a running handler (not within a filing): queues what
+    /// arrived, runs nothing.
+    fn file_mid_turn(&mut self, shared: &Shared) {
+        if self.queue.is_running() && !self.filing {
+            self.filing = true;
+            self.take_inbox(shared);
+            self.filing = false;
         }
     }
 
@@ -330,6 +355,7 @@ impl Core {
     fn end_of_turn_flush(&mut self, shared: &Shared) {
         let burst = crate::outbox::is_burst(self.turn_sends, shared.config.batch_size);
         self.turn_sends = 0;
+        self.held_in_turn = 0;
         self.outbox.end_turn();
         if burst && self.outbox.has_pending() {
             self.counters.add(Counter::BurstFlushes, 1);
@@ -901,5 +927,48 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "<non-string panic payload>".to_string()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::color::Placement;
+    use crate::Config;
+
+    fn color_on(w: usize, n: usize) -> Color {
+        (1..).map(Color).find(|&c| home_of(c, Placement::flat(n)) == w).unwrap()
+    }
+
+    /// A handler on worker 0 streams to a color of worker 1 that has just moved here (its
+    /// fence not synced yet): its first post is held and asks the home to sync, and that request
+    /// is delivered at once (not with the end of the turn); the home's answer is filed within
+    /// the handler after a batch's worth of held posts, and the later posts are not held.
+    #[test]
+    fn posts_held_by_a_fresh_guest_are_let_in_during_the_handler() {
+        let config = Config::default();
+        let topology = crate::topology::Topology::flat(vec![0, 1]);
+        let shared = Shared::new(config.clone(), 2, Duration::ZERO, 1, &topology).unwrap();
+        let mut core = Core::new(0, Placement::flat(2), &config);
+        let (producer, counter) = (color_on(0, 2), color_on(1, 2));
+        core.queue.adopt_moved(counter, 1, None, false);
+        let _ = core.queue.post(producer, Task::new(|| {}), false);
+        let (key, _) = core.queue.start_turn().unwrap();
+        drop(core.queue.pop(key));
+        let post = |core: &mut Core| core.post(&shared, counter, Task::new(|| {}), false);
+        post(&mut core);
+        let at_home: Vec<Msg> = shared.remotes[1].poke.inbox.take_batches().flatten().collect();
+        let epoch = match at_home.as_slice() {
+            [Msg::Sync { color, from: 0, epoch }] if *color == counter => *epoch,
+            other => panic!("the home got {} messages, not the Sync alone", other.len()),
+        };
+        // The home's answer arrives while the handler goes on posting.
+        let answer = vec![Msg::Synced { color: counter, epoch }];
+        shared.remotes[0].deliver_batch(answer, crate::inbox::Sender { id: 1, quiet: false });
+        for _ in 1..100 {
+            post(&mut core);
+        }
+        let held = core.counters.snapshot().posts_held;
+        assert_eq!(held, u64::from(HELD_FILE_EVERY), "filed after a batch's worth, then let in");
     }
 }
