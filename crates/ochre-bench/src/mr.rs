@@ -162,14 +162,7 @@ fn runtime_checks(report: &mut BenchReport, small: &BenchReport) {
             format!("{c} {r:.2}x ({ms:.1} ms)")
         })
         .collect();
-    let mut steps = Vec::new();
-    for step in STEPS.iter().map(|s| format!("ochre {s}")).chain(["ochre".to_string()]) {
-        let r: Vec<f64> =
-            cases.iter().filter_map(|c| small.paired_ratio(&step, "ochre-baseline", c)).collect();
-        if !r.is_empty() {
-            steps.push(format!("{step} {:.2}x", geomean(&r)));
-        }
-    }
+    let steps = steps_over_baseline(small, &cases);
     report.notes.push(format!(
         "small inputs (where the runtime's own cost shows: at medium size its instructions are \
          about 0.01% of a job), ochre / ochre-baseline (paired; ochre's median job time in \
@@ -274,6 +267,22 @@ fn agrees<A: Application>(got: &A::Result, want: &A::Result, system: &str) -> Re
     } else {
         Err(format!("{system}'s result differs from the reference"))
     }
+}
+
+/// Table 5.7's rows: each ablation step and the optimized runtime over the baseline, as
+/// "name ratio", the geometric mean of paired ratios over `cases` (steps not measured left out).
+fn steps_over_baseline(report: &BenchReport, cases: &[impl AsRef<str>]) -> Vec<String> {
+    let mut steps = Vec::new();
+    for step in STEPS.iter().map(|s| format!("ochre {s}")).chain(["ochre".to_string()]) {
+        let r: Vec<f64> = cases
+            .iter()
+            .filter_map(|c| report.paired_ratio(&step, "ochre-baseline", c.as_ref()))
+            .collect();
+        if !r.is_empty() {
+            steps.push(format!("{step} {:.2}x", geomean(&r)));
+        }
+    }
+    steps
 }
 
 /// The system name of the optimized runtime on one worker.
@@ -461,14 +470,7 @@ fn checks(report: &mut BenchReport) {
         report.check("geometric mean of ochre / ochre-baseline (paired) >= 1.15", g, g >= 1.15);
     }
     // Table 5.7: each step over the baseline, geometric mean over the applications.
-    let mut steps = Vec::new();
-    for step in STEPS.iter().map(|s| format!("ochre {s}")).chain(["ochre".to_string()]) {
-        let r: Vec<f64> =
-            cases.iter().filter_map(|c| report.paired_ratio(&step, "ochre-baseline", c)).collect();
-        if !r.is_empty() {
-            steps.push(format!("{step} {:.2}x", geomean(&r)));
-        }
-    }
+    let steps = steps_over_baseline(report, &cases);
     if !steps.is_empty() {
         report.notes.push(format!(
             "over ochre-baseline (geometric means of paired ratios): {}",

@@ -19,7 +19,7 @@
 //! ## Where a read runs
 //!
 //! A read runs on the worker that posts it: it is queued as an event of that worker's *lane*, a
-//! reserved color homed there and pinned (`Readers::lane`), so posting a read is a local push
+//! reserved color homed there and pinned when the runtime is built (`Readers::lane`), so posting a read is a local push
 //! (no cross-core hop, no wait behind the color's home), and reads of one color posted on
 //! different workers run at the same time. Reads posted from outside threads
 //! ([`Handle::post_read`](crate::Handle::post_read)) go to the lanes round robin. Inside a read,
@@ -355,13 +355,10 @@ impl Readers {
 struct Cache {
     owner: u64,
     states: FxHashMap<Color, Arc<ReadState>>,
-    /// This thread's lane was pinned.
-    lane_pinned: bool,
 }
 
 thread_local! {
-    static CACHE: RefCell<Cache> =
-        RefCell::new(Cache { owner: 0, states: FxHashMap::default(), lane_pinned: false });
+    static CACHE: RefCell<Cache> = RefCell::new(Cache { owner: 0, states: FxHashMap::default() });
     /// The color of the running read, if a read runs.
     static READING: Cell<Option<Color>> = const { Cell::new(None) };
 }
@@ -372,29 +369,11 @@ fn with_state<R>(readers: &Readers, color: Color, f: impl FnOnce(&ReadState) -> 
     CACHE.with(|c| {
         let mut cache = c.borrow_mut();
         if cache.owner != readers.id {
-            *cache = Cache { owner: readers.id, states: FxHashMap::default(), lane_pinned: false };
+            *cache = Cache { owner: readers.id, states: FxHashMap::default() };
         }
         let state = cache.states.entry(color).or_insert_with(|| readers.state(color));
         f(state)
     })
-}
-
-/// Pins this worker's lane once per runtime (reads stay where they are posted).
-fn pin_lane_once(ctx: &crate::worker::WorkerCtx, lane: Color) {
-    let first = CACHE.with(|c| {
-        let mut cache = c.borrow_mut();
-        if cache.owner != ctx.shared.readers.id {
-            *cache = Cache {
-                owner: ctx.shared.readers.id,
-                states: FxHashMap::default(),
-                lane_pinned: false,
-            };
-        }
-        !std::mem::replace(&mut cache.lane_pinned, true)
-    });
-    if first && home_of(lane, ctx.shared.placement) == ctx.id {
-        ctx.core.borrow_mut().queue.pin(lane);
-    }
 }
 
 /// Starts an exclusive turn of `color`, a color that admits readers (worker loop): false if
@@ -427,13 +406,14 @@ pub(crate) fn grant(
     }
 }
 
-/// Colors that do not follow their messages (`follow`): colors that admit readers, and lanes.
+/// Colors that do not follow their messages (`follow`): colors that admit readers (lanes are
+/// pinned when the runtime is built, which keeps them from following and from being lent).
 /// A stopgap: with colors that follow, a program of few clients (`ochre bench readers`' `few`
 /// case, `tests/readers.rs`) lost parked reads (a turn left `WAITING` set and never came
 /// back); the cause is not found yet. Stealing still lends them.
 #[inline]
 pub(crate) fn stays(color: Color) -> bool {
-    color.admits_readers() || (LANE_BASE..LANE_BASE + LANE_TRIES).contains(&color.0)
+    color.admits_readers()
 }
 
 /// A worker whose ready colors all wait for reads leaves its round: if it ran nothing, it
@@ -534,12 +514,8 @@ pub fn try_post_read<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result
     if !color.admits_readers() {
         return crate::try_post(color, f);
     }
-    let (lane, origin) = with_current(|ctx| {
-        let lane = ctx.shared.readers.lane(ctx.id);
-        pin_lane_once(ctx, lane);
-        (lane, ctx.id)
-    })
-    .ok_or(Error::NotInRuntime)?;
+    let (lane, origin) =
+        with_current(|ctx| (ctx.shared.readers.lane(ctx.id), ctx.id)).ok_or(Error::NotInRuntime)?;
     crate::try_post(lane, move || run_read(color, origin, f))
 }
 

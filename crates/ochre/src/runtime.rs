@@ -200,7 +200,12 @@ impl Builder {
             running: AtomicBool::new(false),
         };
         for (i, pin) in pins.into_iter().enumerate() {
-            let core = Core::new(i, shared.placement, &shared.config);
+            let mut core = Core::new(i, shared.placement, &shared.config);
+            // Reads run where they are posted: each worker's lane never moves (`reader`).
+            let lane = shared.readers.lane(i);
+            if crate::color::home_of(lane, shared.placement) == i {
+                core.queue.pin(lane);
+            }
             let (shared, gate) = (shared.clone(), gate.clone());
             let event_alloc = self.event_alloc.0;
             let spawned =

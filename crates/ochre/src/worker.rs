@@ -95,9 +95,10 @@ pub(crate) struct Core {
     pub(crate) cpu_share: CpuShare,
     /// Credits of the smooth weighted round robin of [`Core::place`].
     place_credit: Vec<i64>,
-    /// Turns to start before the next one whose duration is sampled (0: none are,
-    /// `steal::turn_sample`).
+    /// Turns to start before the next one whose duration is sampled (0: none are), and the
+    /// sampling period it starts again from (`steal::turn_sample`).
     turns: u32,
+    turn_period: u32,
     overdue: Vec<usize>,
     /// Watched descriptors and timers (`io`).
     pub(crate) io: IoCore,
@@ -119,6 +120,7 @@ impl Core {
         config: &crate::Config,
     ) -> Self {
         let shared_workers = placement.workers;
+        let turn_period = crate::steal::turn_sample(config).unwrap_or(0);
         Core {
             id,
             queue: ColorQueue::new(id, placement),
@@ -145,7 +147,8 @@ impl Core {
             published_ready: 0,
             published_backlog: false,
             heap_gauges_in: 0,
-            turns: crate::steal::turn_sample(config).unwrap_or(0),
+            turns: turn_period,
+            turn_period,
             overdue: Vec::new(),
             io: IoCore::new(),
             graveyard: Vec::new(),
@@ -759,7 +762,6 @@ impl WorkerCtx {
     fn run_round(&self) -> usize {
         let shared = &*self.shared;
         let turn_budget = shared.config.turn_budget;
-        let turn_period = steal::turn_sample(&shared.config).unwrap_or(0);
         let mut ran = 0;
         // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
         let mut waited = 0;
@@ -787,7 +789,7 @@ impl WorkerCtx {
                 let sample = match core.turns {
                     0 => false,
                     1 => {
-                        core.turns = turn_period;
+                        core.turns = core.turn_period;
                         true
                     }
                     _ => {
