@@ -109,8 +109,15 @@ fn n_copy_spreads_connections_over_processes_sharing_the_port() {
         .spawn()
         .unwrap();
     wait_ready(port, &mut child);
+    // The port answers as soon as one copy listens; the other may bind a moment later (the
+    // kernel spreads only over the sockets bound): ask at least 60 times, and for up to 10 s
+    // until both have answered.
     let mut pids = std::collections::HashSet::new();
-    for _ in 0..60 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for asked in 0.. {
+        if asked >= 60 && (pids.len() >= 2 || std::time::Instant::now() > deadline) {
+            break;
+        }
         let status = get(port, "/.ochre/status").unwrap();
         let pid = status
             .split("\"pid\": ")
