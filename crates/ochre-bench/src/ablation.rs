@@ -6,12 +6,12 @@
 //! Steps: the baseline (one lock per posted event, pipe wake-ups, no spinning, plain stealing);
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
-//! stealing off; then colors that follow their messages (`Config::follow`: the default
-//! configuration); then online tuning of the spin threshold and the batch size
-//! (`Spin::Adaptive`, `BatchSize::Adaptive`, an option); then, from the default configuration,
-//! stealing only from workers whose CPU is shared
-//! (`Steal::FromSharedCpus`); then plain stealing with every heuristic; then, instead, stealing
-//! only colors with a measured backlog (`Steal::Backlog`). Padding is a
+//! stealing off; then colors that follow their messages (`Config::follow`); then stealing only
+//! colors with a measured backlog (`Steal::Backlog`: the default configuration); then online
+//! tuning of the spin threshold and the batch size (`Spin::Adaptive`, `BatchSize::Adaptive`, an
+//! option); then, instead of backlog stealing, from the follow step: stealing only from workers
+//! whose CPU is shared (`Steal::FromSharedCpus`); and plain stealing with every heuristic.
+//! Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
 //! both builds alternately and prints padded / unpadded per step.
@@ -33,10 +33,10 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let placed = ema.clone().placement(true);
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true);
-    let tuned = follow.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
+    let backlog = follow.clone().steal(Steal::Backlog);
+    let tuned = backlog.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
     let relief = follow.clone().steal(Steal::FromSharedCpus);
     let heuristics = follow.clone().stealing_heuristics();
-    let backlog = follow.clone().steal(Steal::Backlog);
     vec![
         ("1 baseline", base),
         ("2 +futex", futex),
@@ -45,16 +45,16 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("5 +EMA", ema),
         ("6 +placement", placed),
         ("7 steal off", no_steal),
-        (DEFAULT_STEP, follow),
-        ("9 +online tuning", tuned),
-        ("10 steal from shared CPUs", relief),
-        ("11 +heuristics", heuristics),
-        ("12 steal backlogs", backlog),
+        ("8 +follow", follow),
+        (DEFAULT_STEP, backlog),
+        ("10 +online tuning", tuned),
+        ("11 follow, steal from shared CPUs", relief),
+        ("12 follow, plain stealing +heuristics", heuristics),
     ]
 }
 
 /// The step that is the default configuration, named `ochre` in the tables.
-const DEFAULT_STEP: &str = "8 +follow";
+const DEFAULT_STEP: &str = "9 +steal backlogs";
 
 fn label(step: &str) -> String {
     if step == DEFAULT_STEP { "ochre" } else { step }.to_string()
@@ -217,6 +217,6 @@ mod tests {
         // The step after it is the same configuration, tuned online.
         let after = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() + 1;
         let tuned = Config::default().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
-        assert_eq!(steps[after], ("9 +online tuning", tuned));
+        assert_eq!(steps[after], ("10 +online tuning", tuned));
     }
 }

@@ -26,8 +26,8 @@
 //! warmed up by a run of an eighth of the size; tokio from the first spawn to the result.
 //!
 //! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-static` (the
-//! same with `follow(false)`: colors stay where their hash puts them), `ochre-backlog` (the
-//! default with `Steal::Backlog`: the stealing candidate for the default, measured beside it),
+//! same with `follow(false)`: colors stay where their hash puts them), `ochre-nosteal` (the
+//! default with `Steal::Off`: what backlog stealing, the default, gives),
 //! `ochre-unpinned` (the default with `Builder::pin(false)`: the system scheduler places the
 //! workers, measured beside pinned ones because a shared machine may favour it),
 //! `ochre-hand` (colors
@@ -42,7 +42,7 @@
 //!
 //! `OCHRE_ACTORS=chameneos,bank` (names or prefixes of names, comma-separated) runs only those
 //! programs: a developer's shortcut when working on one of them; the checks then judge what ran.
-//! `OCHRE_ACTORS_SYSTEMS=ochre,ochre-backlog` measures only those systems, and
+//! `OCHRE_ACTORS_SYSTEMS=ochre,ochre-nosteal` measures only those systems, and
 //! `OCHRE_ACTORS_MODE=quiet` (or `busy`) only that half (A/B comparisons of two configurations).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -966,10 +966,7 @@ fn measure<P: Program>(
         let systems = vec![
             System::new("ochre", ochre(None, false)),
             System::new("ochre-static", ochre(Some(Config::default().follow(false)), false)),
-            System::new(
-                "ochre-backlog",
-                ochre(Some(Config::default().steal(Steal::Backlog)), false),
-            ),
+            System::new("ochre-nosteal", ochre(Some(Config::default().steal(Steal::Off)), false)),
             System::new("ochre-hand", ochre(None, true)),
             System::new("ochre-unpinned", move || {
                 let build = move || Runtime::builder().workers(workers).pin(false).build();
@@ -1067,7 +1064,7 @@ fn checks(report: &mut BenchReport) {
     let busy = by_system("ochre", "tokio-mt", BUSY);
     let hand = by_system("ochre", "ochre-hand", "");
     let mean = |v: &[(String, f64)]| geomean(&v.iter().map(|(_, r)| *r).collect::<Vec<_>>());
-    let variants = ["ochre-static", "ochre-backlog", "ochre-unpinned"].map(|v| {
+    let variants = ["ochre-static", "ochre-nosteal", "ochre-unpinned"].map(|v| {
         let (q, b) = (by_system(v, "tokio-mt", ""), by_system(v, "tokio-mt", BUSY));
         format!("{v} {:.3} quiet, {:.3} busy", mean(&q), mean(&b))
     });

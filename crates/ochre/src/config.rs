@@ -88,12 +88,13 @@ pub enum Steal {
     /// that pass a message or two at a time (a ring, a mall, a ping-pong: light backlogs, moved
     /// by `follow` instead) and a lone stream's receiver (one waiting color). A thief asks only a
     /// worker that advertises a backlog, and never moves one to a CPU clearly slower than its
-    /// victim's. Not the default: against the default in `bench actors` (2 workers, paired
-    /// ratios, medians of 5 to 11 over three runs) it gave fork-join with 1 µs items +22-23%
-    /// (busy +10-21%), bank +22-27% and fork-join empty +5-19%, but cost the single chains
-    /// 4-10% (ping-pong 0.94-0.96, one-token ring 0.90-0.93: the turn sampling and the checks
-    /// every few turns) and `big` with a busy CPU 16%; geometric mean 0.98-1.04 over the 18
-    /// cases.
+    /// victim's; a stolen color whose home's CPU is clearly worse stays with the thief as a
+    /// resident (`follow::keeps_loan`). **The default**: against stealing off in `bench actors`
+    /// (2 workers, paired ratios to tokio, medians of 5, three processes on a quiet machine) it
+    /// took fork-join with 1 µs items from 0.79-0.80x tokio to 0.96-0.98x (with a busy CPU
+    /// 0.70-0.72x to 0.71-0.76x), at an equal geometric mean over the 18 cases (1.58-1.61x
+    /// against 1.57-1.64x); it cost bank 4-8% and, with a busy CPU, fork-join with empty items
+    /// 10-20%. On `bench pingpong` and `bench prodcons` it is within 3% of stealing off.
     Backlog,
     /// Stealing: an idle worker takes colors, with all their pending events, from a loaded
     /// worker. Alone, libasync-smp's plain stealing (one color from a random loaded worker); the
@@ -145,7 +146,8 @@ pub struct Config {
     /// workers than CPUs (each spins on a CPU of its own), else half the CPUs (at least 1), so
     /// that spinners never take the CPU of a worker with work on an oversubscribed machine.
     pub max_spinners: Option<usize>,
-    /// Work stealing.
+    /// Work stealing. Default: [`Steal::Backlog`] (fork-join receivers queued behind their
+    /// driver are shared out; light chains are left to `follow`).
     pub steal: Steal,
     /// Batch stealing (slides: lock time 15.4% -> 5.1%, +18%): a victim lends up to half of its
     /// lendable waiting colors per request, at most `steal_batch_max`, instead of one.
@@ -251,7 +253,7 @@ impl Default for Config {
             wakeup: Wakeup::Futex,
             spin: Spin::Reasoned { threshold: None },
             max_spinners: None,
-            steal: Steal::Off,
+            steal: Steal::Backlog,
             steal_batch: false,
             steal_batch_max: 8,
             steal_locality: false,

@@ -245,7 +245,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
         q = crate::sync::lock(&me.queue);
     }
     // A resident goes home as soon as it can; a color at home stays (pushes are not modelled).
-    match q.end_turn_shedding(key, |home, _, _, _| home.filter(|_| follow)) {
+    match q.end_turn_shedding(key, |home, _, _, _, loan| home.filter(|_| follow || loan)) {
         Some(crate::queue::TurnEnd::Return(ret)) => {
             deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran })
         }

@@ -207,17 +207,30 @@ pub(crate) const NUDGE_EVERY_ROUNDS: u32 = 16;
 /// also refreshes the backlog it advertises to thieves, which ask no one else: a worker whose
 /// colors pass single events (a ring, a ping-pong, a mall) never has one, so no thief asks it
 /// and it wakes nobody.
+#[inline]
 pub(crate) fn nudge_sleepers(core: &mut Core, shared: &Shared) {
+    // The countdown inline, the look out of line: a call per turn cost a mall's one-event
+    // turns (chameneos) 2% of their instructions.
     if core.nudge_cooldown > 0 {
         core.nudge_cooldown -= 1;
         return;
     }
+    nudge_now(core, shared);
+}
+
+#[inline(never)]
+fn nudge_now(core: &mut Core, shared: &Shared) {
     // Whether one is woken or none sleeps (parked workers may be spinning: they ask by
     // themselves), look again only after the cooldown: a scan touches every worker's inbox.
     core.nudge_cooldown = NUDGE_EVERY_ROUNDS;
     let steal = shared.config.steal;
     // Published whatever follows, so that thieves never ask on a stale advertisement.
     let backlog = steal == Steal::Backlog && core.publish_backlog(shared);
+    if steal == Steal::Backlog && !backlog {
+        // Nothing to wake a thief for (`worth_nudging`): the lines other workers write (the
+        // count of parked workers) are not read.
+        return;
+    }
     let seen = Loaded {
         share: core.cpu_share.share(),
         ready: core.queue.ready_len(),
@@ -446,7 +459,7 @@ mod tests {
         for k in 0..6 {
             let _ = victim.queue.post(color_on(1, 2, k), Task::new(|| {}), false);
         }
-        victim.publish(&shared);
+        victim.publish_backlog(&shared);
         request(thief, &shared);
         assert!(!thief.steal_pending, "ready colors alone are not a backlog");
         // One color with a measured backlog of 1 µs x 100 events.
@@ -457,7 +470,7 @@ mod tests {
         let key = victim.queue.start_turn().map(|(k, _)| k).unwrap();
         victim.queue.record_turn(key, 1_000, 1);
         let _ = victim.queue.end_turn(key);
-        victim.publish(&shared);
+        victim.publish_backlog(&shared);
         assert!(shared.remotes[1].status.backlog.load(Ordering::Relaxed));
         // A thief whose CPU is shared does not take work from a CPU that is not.
         thief.cpu_share = CpuShare::fixed(FULL / 2);
@@ -471,7 +484,7 @@ mod tests {
         let s = thief.counters.snapshot();
         assert_eq!(s.steals_in, 1, "the backlog only");
         assert_eq!(s.stolen_events, 100);
-        victim.publish(&shared);
+        victim.publish_backlog(&shared);
         assert!(!shared.remotes[1].status.backlog.load(Ordering::Relaxed), "none left");
     }
 

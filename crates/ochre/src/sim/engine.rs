@@ -1004,7 +1004,12 @@ impl<'w> Sim<'w> {
         let follow_on = self.setup.config.follow;
         let status = &self.net.status;
         let mine = status[k].share;
-        let shed = |home: Option<usize>, ready: usize, cost: u64, moved_on: bool| {
+        let shed = |home: Option<usize>, ready: usize, cost: u64, moved_on: bool, loan: bool| {
+            if loan {
+                // A stolen color goes home, unless it is kept (`follow::keeps_loan`).
+                let keeps = |h| follow_on && follow::keeps_loan(mine, || peer(status, h));
+                return home.filter(|&h| !keeps(h));
+            }
             if !follow_on {
                 return None;
             }

@@ -226,8 +226,9 @@ mod tests {
         // The simulated chain posts its next event only as it runs, so a heavy color's backlog
         // is one event of 50 us: above the 20 us floor.
         assert!(moves.len() >= 10, "heavy colors were spread: {} moves", moves.len());
-        let (none, _) = simulate(&machine(), 16, &Config::default(), 5, &chains, &[]);
-        assert!(none.is_empty(), "stealing off (the default) moves nothing");
+        let off = Config::default().steal(crate::Steal::Off);
+        let (none, _) = simulate(&machine(), 16, &off, 5, &chains, &[]);
+        assert!(none.is_empty(), "stealing off moves nothing");
     }
 
     #[test]
