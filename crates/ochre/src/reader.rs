@@ -78,10 +78,16 @@
 //!   reads parked behind it stay parked and are granted when that turn runs at the next
 //!   [`Runtime::run`](crate::Runtime::run). Dropping the runtime drops them unrun, like queued
 //!   events. Quiescence cannot end a run with a read parked: a read parks only behind a turn
-//!   that is queued or running, and that worker is not idle.
+//!   that is queued or running, and that worker is not idle. This holds because only a turn
+//!   with events to run takes the word: a turn may be empty (a guest that stayed only while a
+//!   fence held its posts is scheduled with no event, to be given back), and an empty turn
+//!   that tried the word and found reads would leave `WAITING` set with its color queued
+//!   nowhere (with colors that follow their messages, `bench readers`' few-clients case lost
+//!   its parked reads that way: `tests/readers.rs`, `few_clients_*`).
 //! * **Stealing and following.** Nothing of the protocol is tied to a worker: a color stolen or
-//!   moved while its turn waits takes its queue along, and its new holder tries the word. Lanes
-//!   are pinned (reads stay where posted); a granted read goes to its own worker's lane.
+//!   moved while its turn waits takes its queue along, and its new holder tries the word; a
+//!   color moves idle only (no event queued, so no turn waits). Lanes are pinned (reads stay
+//!   where posted); a granted read goes to its own worker's lane.
 //! * **Panics** in a read are caught around it, counted and reported with the color read; the
 //!   read leaves the count all the same.
 //!
@@ -404,16 +410,6 @@ pub(crate) fn grant(
         let read = p.read;
         core.post(shared, lane, crate::message::Task::new(move || run_granted(color, read)), false);
     }
-}
-
-/// Colors that do not follow their messages (`follow`): colors that admit readers (lanes are
-/// pinned when the runtime is built, which keeps them from following and from being lent).
-/// A stopgap: with colors that follow, a program of few clients (`ochre bench readers`' `few`
-/// case, `tests/readers.rs`) lost parked reads (a turn left `WAITING` set and never came
-/// back); the cause is not found yet. Stealing still lends them.
-#[inline]
-pub(crate) fn stays(color: Color) -> bool {
-    color.admits_readers()
 }
 
 /// A worker whose ready colors all wait for reads leaves its round: if it ran nothing, it
