@@ -634,6 +634,13 @@ impl ColorQueue {
         Some((key, slot.color))
     }
 
+    /// True if the color in `key` has events queued (a turn may be empty: a guest that stayed
+    /// only for its held posts is scheduled with none, to be given back).
+    #[inline]
+    pub(crate) fn has_events(&self, key: usize) -> bool {
+        !self.slots[key].events.is_empty()
+    }
+
     /// The next event of the running color.
     #[inline]
     pub(crate) fn pop(&mut self, key: usize) -> Option<Task> {

@@ -18,7 +18,19 @@
 //!
 //! ## Where a read runs
 //!
-//! A read runs on the worker that posts it: it is queued as an event of that worker's *lane*, a
+//! A read runs on the worker that posts it. **At once** when it can: posted from an event (not
+//! from a read), and admitted then (no exclusive turn of the color runs or waits), it runs
+//! inside [`post_read`], before it returns, as a read of the lane (below), not as its poster:
+//! the poster's color is not [`current_color`](crate::current_color) meanwhile, so the read
+//! opens no [`ColorCell`](crate::ColorCell) of it (no `&mut` of the poster's state can alias).
+//! Why: a lookup of tens of nanoseconds costs less than the event that would carry it (queue,
+//! turn, task); callgrind, `bench readers`' busy lookups at 2 workers: 1,949 instructions a
+//! request queued, 1,344 at once (exclusive colors: 1,770-1,870). A read may run at any time
+//! after its post, on any worker's lane, so running it before the rest of the posting event
+//! is one of the orders it already had with outside threads' reads. Reads posted from a read
+//! are queued (no nesting, a bounded stack).
+//!
+//! Otherwise it is queued as an event of that worker's *lane*, a
 //! reserved color homed there and pinned when the runtime is built (`Readers::lane`), so posting a read is a local push
 //! (no cross-core hop, no wait behind the color's home), and reads of one color posted on
 //! different workers run at the same time. Reads posted from outside threads
@@ -68,9 +80,10 @@
 //!   the count only falls and the waiting turn starts once the reads running at the time end.
 //!   **Nor of readers**: the reads parked during a turn are granted at its end, before the next
 //!   turn can start, so a stream of writes lets the parked reads through after each turn.
-//! * **Exactly once.** A read is a task that moves from the lane to the parked list and back to
-//!   a lane, by value; every post of a read is counted as an event of the lane (parked reads
-//!   are not: [`RunReport::pending`](crate::RunReport) does not count them).
+//! * **Exactly once.** A read run at once is a call; a queued read is a task that moves from
+//!   the lane to the parked list and back to a lane, by value; every queued read is counted as
+//!   an event of the lane (parked reads are not: [`RunReport::pending`](crate::RunReport) does
+//!   not count them; reads run at once are no events).
 //! * **Order.** Exclusive events keep their order per poster (a waiting turn keeps its queue).
 //!   Reads are ordered with nothing: a read posted after the poster's exclusive event of the
 //!   color may run before it (post the read from the write when it must see it).
@@ -78,17 +91,24 @@
 //!   reads parked behind it stay parked and are granted when that turn runs at the next
 //!   [`Runtime::run`](crate::Runtime::run). Dropping the runtime drops them unrun, like queued
 //!   events. Quiescence cannot end a run with a read parked: a read parks only behind a turn
-//!   that is queued or running, and that worker is not idle.
+//!   that is queued or running, and that worker is not idle. This holds because only a turn
+//!   with events to run takes the word: a turn may be empty (a guest that stayed only while a
+//!   fence held its posts is scheduled with no event, to be given back), and an empty turn
+//!   that tried the word and found reads would leave `WAITING` set with its color queued
+//!   nowhere (with colors that follow their messages, `bench readers`' few-clients case lost
+//!   its parked reads that way: `tests/readers.rs`, `few_clients_*`).
 //! * **Stealing and following.** Nothing of the protocol is tied to a worker: a color stolen or
-//!   moved while its turn waits takes its queue along, and its new holder tries the word. Lanes
-//!   are pinned (reads stay where posted); a granted read goes to its own worker's lane.
+//!   moved while its turn waits takes its queue along, and its new holder tries the word; a
+//!   color moves idle only (no event queued, so no turn waits). Lanes are pinned (reads stay
+//!   where posted); a granted read goes to its own worker's lane.
 //! * **Panics** in a read are caught around it, counted and reported with the color read; the
 //!   read leaves the count all the same.
 //!
 //! Cost: a color's state lives in a table sharded by color, created at its first read or turn
 //! and kept for the runtime's life (a cache line per worker per color: 256 bytes a color at 2
 //! workers, 2 KiB at 16); each worker caches the states it used, so a read costs two lookups in
-//! a worker-local map, two atomic operations on its worker's line and a fence; an exclusive
+//! a worker-local map, two atomic operations on its worker's line and a fence (and, queued, an
+//! event of its lane); an exclusive
 //! turn, a read of every worker's line and three atomic operations on the word. Ordinary
 //! colors' turns pay a bit test.
 
@@ -406,16 +426,6 @@ pub(crate) fn grant(
     }
 }
 
-/// Colors that do not follow their messages (`follow`): colors that admit readers (lanes are
-/// pinned when the runtime is built, which keeps them from following and from being lent).
-/// A stopgap: with colors that follow, a program of few clients (`ochre bench readers`' `few`
-/// case, `tests/readers.rs`) lost parked reads (a turn left `WAITING` set and never came
-/// back); the cause is not found yet. Stealing still lends them.
-#[inline]
-pub(crate) fn stays(color: Color) -> bool {
-    color.admits_readers()
-}
-
 /// A worker whose ready colors all wait for reads leaves its round: if it ran nothing, it
 /// yields its CPU first, for the reads it waits for (with more workers than CPUs they may be
 /// preempted), and its loop comes back to take its inbox (granted reads may be there).
@@ -468,7 +478,9 @@ fn run_admitted<F: FnOnce()>(color: Color, how: Admitted, f: F) {
 
 /// Posts `f` as a *read* of `color`: it may run at the same time as other reads of `color`, never
 /// at the same time as an exclusive event of `color` ([`post`](crate::post)). It runs on this
-/// worker. For a color made without [`Color::with_readers`] it is an ordinary exclusive post.
+/// worker: at once, before `post_read` returns, if no exclusive event of `color` runs or waits
+/// (and this is not a read itself), else later, as an event. For a color made without
+/// [`Color::with_readers`] it is an ordinary exclusive post.
 ///
 /// Reads are not ordered with the poster's other posts: a read posted after an exclusive event
 /// of the color may run before it. Inside the read, [`current_read`] is `color`, and a
@@ -514,9 +526,30 @@ pub fn try_post_read<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result
     if !color.admits_readers() {
         return crate::try_post(color, f);
     }
-    let (lane, origin) =
-        with_current(|ctx| (ctx.shared.readers.lane(ctx.id), ctx.id)).ok_or(Error::NotInRuntime)?;
+    let (lane, origin, at_once) = with_current(|ctx| {
+        let lane = ctx.shared.readers.lane(ctx.id);
+        // At once: from an event (not from inside a read: no nesting), if admitted now.
+        let at_once = ctx.current.get().is_some()
+            && READING.with(|r| r.get()).is_none()
+            && with_state(&ctx.shared.readers, color, |s| s.try_read(ctx.id));
+        (lane, ctx.id, at_once)
+    })
+    .ok_or(Error::NotInRuntime)?;
+    if at_once {
+        run_at_once(color, lane, origin, f);
+        return Ok(());
+    }
     crate::try_post(lane, move || run_read(color, origin, f))
+}
+
+/// Runs a read admitted at its post, inside the posting event, as a read of the lane (module
+/// doc, "Reads at once"): the poster's color is not the current one meanwhile, so the read
+/// opens no cell of it.
+#[inline]
+fn run_at_once<F: FnOnce()>(color: Color, lane: Color, slot: usize, f: F) {
+    let poster = with_current(|ctx| ctx.current.replace(Some(lane))).flatten();
+    run_admitted(color, Admitted::Slot(slot), f);
+    with_current(|ctx| ctx.current.set(poster));
 }
 
 /// Posts a read from an outside thread, on a lane chosen round robin ([`crate::Handle`]).

@@ -576,9 +576,6 @@ impl Core {
             // Relaxed: hints, published by each worker at the end of its rounds.
             let status = |w: usize| &shared.remotes[w].status;
             let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
-            if crate::reader::stays(color) {
-                return None;
-            }
             if let Some((sender, step, stream)) = from {
                 let cheap_stream = stream && follow::cheap(cost);
                 let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
@@ -773,12 +770,16 @@ impl WorkerCtx {
         // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
         let mut waited = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, timed, sampled, timed_events) = {
+            let (key, color, mut next, timed, sampled, timed_events, writes) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
                 };
-                if color.admits_readers() && !crate::reader::begin_write(shared, color) {
+                // An empty turn (a guest given back) runs nothing of the color and takes no
+                // turn of the word: one that waited would leave `WAITING` set with no turn to
+                // come, and the reads parked behind it would never run.
+                let writes = color.admits_readers() && core.queue.has_events(key);
+                if writes && !crate::reader::begin_write(shared, color) {
                     // Reads of it run: back of the ready list, events untouched; run the other
                     // colors, and once each was tried, leave the round to take the inbox.
                     core.queue.end_turn_shedding(key, |_, _, _, _, _| None);
@@ -807,7 +808,7 @@ impl WorkerCtx {
                 core.beat.start_turn(shared, color);
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
-                (key, color, first, sample.then(std::time::Instant::now), sampled, timed)
+                (key, color, first, sample.then(std::time::Instant::now), sampled, timed, writes)
             };
             self.current.set(Some(color));
             let mut n = 0;
@@ -847,19 +848,17 @@ impl WorkerCtx {
                     return None;
                 }
                 let peer = |w: usize| peer(shared, w);
-                let to = match home {
+                match home {
                     Some(h) => {
                         let cheap = follow::cheap(cost);
                         follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
                     None => relief(shared, me, mine),
-                };
-                // Asked only of a color about to leave (nearly every turn keeps its color).
-                to.filter(|_| !crate::reader::stays(color))
+                }
             };
             // Before the color may leave (a return or move below can reach its next holder at
             // once, and its next turn must find the word clear).
-            let granted = color.admits_readers().then(|| crate::reader::end_write(shared, color));
+            let granted = writes.then(|| crate::reader::end_write(shared, color));
             match core.queue.end_turn_shedding(key, shed) {
                 Some(TurnEnd::Return(ret)) => {
                     if ret.resident {
