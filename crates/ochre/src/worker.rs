@@ -836,12 +836,9 @@ impl WorkerCtx {
             let shed = |home: Option<usize>, ready, cost, moved_on, loan: bool| {
                 if loan {
                     // A stolen color goes home, unless colors follow and its home's CPU is
-                    // clearly worse (`follow::keeps_loan`); a reader color always goes.
-                    let keeps = |h| {
-                        shared.config.follow
-                            && !crate::reader::stays(color)
-                            && follow::keeps_loan(mine, || peer(shared, h))
-                    };
+                    // clearly worse (`follow::keeps_loan`).
+                    let keeps =
+                        |h| shared.config.follow && follow::keeps_loan(mine, || peer(shared, h));
                     return home.filter(|&h| !keeps(h));
                 }
                 if !shared.config.follow {
