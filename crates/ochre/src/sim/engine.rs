@@ -8,7 +8,8 @@
 //! back, when to spin and how long, whom to ask for a color and what a victim lends: the engine
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
-//! time, charged by the [`CostModel`].
+//! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
+//! read by its event from the core that posted it).
 //!
 //! Invariants:
 //! * Deterministic: a run is a function of its [`Setup`] (seed included) and workload; the host's
@@ -78,6 +79,13 @@ pub trait Workload {
     fn pinned(&self) -> Vec<Color> {
         Vec::new()
     }
+    /// Cache lines of payload each message carries: written by its poster's handler, read by
+    /// the handler that receives it, so charged at each event by the distance between the core
+    /// that posted it and the core that runs it ([`CostModel::stream`]); 0 for messages whose
+    /// data is negligible (the default).
+    fn message_lines(&self) -> f64 {
+        0.0
+    }
 }
 
 /// What to simulate.
@@ -138,6 +146,8 @@ pub struct Report {
     pub makespan_ns: u64,
     /// Events run (the root included).
     pub events: u64,
+    /// Events run by each core.
+    pub events_per_core: Vec<u64>,
     /// Posts queued on the posting core.
     pub posts_local: u64,
     /// Messages sent between cores (posts, forwards, moves, returns, grants, requests).
@@ -175,11 +185,17 @@ struct Tag {
     id: u64,
     poster: u64,
     seq: u32,
+    /// The core that posted it ([`NO_CORE`] for the root).
+    from: u32,
     data: u64,
 }
 
+/// [`Tag::from`] of an event no core posted (the root).
+const NO_CORE: u32 = u32::MAX;
+
 thread_local! {
-    static RAN: Cell<Tag> = const { Cell::new(Tag { id: 0, poster: 0, seq: 0, data: 0 }) };
+    static RAN: Cell<Tag> =
+        const { Cell::new(Tag { id: 0, poster: 0, seq: 0, from: NO_CORE, data: 0 }) };
 }
 
 fn task_of(tag: Tag) -> Task {
@@ -414,6 +430,8 @@ pub struct Sim<'w> {
     next_id: u64,
     /// Per color: the core it last ran on (its data is in that core's cache).
     last_core: LastCore,
+    /// The workload's [`Workload::message_lines`].
+    message_lines: f64,
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
@@ -487,6 +505,7 @@ impl<'w> Sim<'w> {
         });
         let max_spinners = crate::idle::max_spinners(setup.config.max_spinners, n, n);
         let checks = setup.check.then(Checks::default);
+        let message_lines = work.message_lines().max(0.0);
         let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         Sim {
             setup,
@@ -504,6 +523,7 @@ impl<'w> Sim<'w> {
             rng,
             next_id: 0,
             last_core: LastCore::default(),
+            message_lines,
             checks,
             report: Report::default(),
             posts: Vec::new(),
@@ -533,10 +553,10 @@ impl<'w> Sim<'w> {
         self.dist[a * self.cores.len() + b] as usize
     }
 
-    fn tag(&mut self, poster: u64, seq: u32, data: u64) -> Tag {
+    fn tag(&mut self, poster: u64, seq: u32, from: u32, data: u64) -> Tag {
         let id = self.next_id;
         self.next_id += 1;
-        Tag { id, poster, seq, data }
+        Tag { id, poster, seq, from, data }
     }
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
@@ -544,11 +564,12 @@ impl<'w> Sim<'w> {
         // The tasks' storage, until this returns (see `blocks`).
         let _blocks = super::blocks::Installed::new();
         let n = self.cores.len();
+        self.report.events_per_core = vec![0; n];
         for c in self.work.pinned() {
             let h = home_of(c, self.placement);
             self.cores[h].queue.pin(c);
         }
-        let root = self.tag(ROOT, 0, ROOT);
+        let root = self.tag(ROOT, 0, NO_CORE, ROOT);
         let color = self.work.root();
         let home = home_of(color, self.placement);
         let dest = self.cores[home].queue.route(color);
@@ -690,7 +711,7 @@ impl<'w> Sim<'w> {
             let cost = &self.setup.cost;
             let lines = msgs.len() as f64 / cost.msgs_per_line;
             let d = self.distance(from, k);
-            let receive = msgs.len() as f64 * cost.receive_ns + lines * cost.line(d) / 4.0;
+            let receive = msgs.len() as f64 * cost.receive_ns + cost.stream(lines, d);
             self.cores[k].now += receive as u64;
             let mut may_move = batching;
             let follows = batching && self.setup.config.follow;
@@ -849,6 +870,7 @@ impl<'w> Sim<'w> {
 
     fn run_event(&mut self, k: usize, color: Color, tag: Tag) {
         self.report.events += 1;
+        self.report.events_per_core[k] += 1;
         if let Some(c) = self.checks.as_mut() {
             c.event(tag, color);
         }
@@ -856,7 +878,12 @@ impl<'w> Sim<'w> {
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
         let work = self.work.handle(&ev, &mut posts);
-        let cost = self.setup.cost.work(work);
+        let mut cost = self.setup.cost.work(work);
+        if self.message_lines > 0.0 && tag.from != NO_CORE && tag.from as usize != k {
+            // The handler reads its message's payload, still in the poster's cache.
+            let d = self.distance(tag.from as usize, k);
+            cost += self.setup.cost.stream(self.message_lines, d);
+        }
         let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
         self.cores[k].now += spent;
         if self.cores[k].cpu.is_some() {
@@ -865,7 +892,7 @@ impl<'w> Sim<'w> {
         }
         self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         for (i, p) in posts.iter().enumerate() {
-            let tag = self.tag(tag.id, i as u32, p.data);
+            let tag = self.tag(tag.id, i as u32, k as u32, p.data);
             self.post(k, p.color, tag);
         }
         self.posts = posts;
@@ -1453,7 +1480,7 @@ pub(super) mod tests_support {
 
     /// Event `id`, post `seq` of `poster`, runs.
     pub(crate) fn run(c: &mut Checks, id: u64, poster: u64, seq: u32) {
-        c.event(Tag { id, poster, seq, data: 0 }, Color(1));
+        c.event(Tag { id, poster, seq, from: super::NO_CORE, data: 0 }, Color(1));
     }
 
     /// A turn of color 1 on `core` over `[start, end]`.
