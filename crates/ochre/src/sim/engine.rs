@@ -15,10 +15,11 @@
 //! * Deterministic: a run is a function of its [`Setup`] (seed included) and workload; the host's
 //!   clock is never read (the outbox's clock is a fixed base plus virtual time).
 //! * Steps are processed in order of their virtual start time (ties by insertion order). One
-//!   step is one round of a core's run loop (inbox, turns, flush), as the real worker takes its
-//!   inbox only between rounds, or a stretch of whole turns of a long round (`ROUND_STEP_NS`);
-//!   messages carry their arrival time, and a core sees only those arrived by its current
-//!   time. Between one sender and one receiver arrivals keep their order (the transport's FIFO
+//!   step is one round of a core's run loop (inbox, turns, flush), or a stretch of whole turns
+//!   of a long round (`ROUND_STEP_NS`). A core takes its inbox between rounds, and, as the real
+//!   worker does, in the middle of a handler that sent a full batch or held
+//!   `worker::HELD_FILE_EVERY` posts behind a fence (`file_mid_turn`). Messages carry their
+//!   arrival time, and a core sees only those arrived by its current time. Between one sender and one receiver arrivals keep their order (the transport's FIFO
 //!   property that the lending protocol relies on).
 //! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
@@ -253,6 +254,10 @@ struct Core {
     last_sleep: Option<Duration>,
     turns: u32,
     turn_sends: u32,
+    /// Posts held by a guest's fence this turn (`worker::Core::held_in_turn`).
+    held_in_turn: u32,
+    /// True while the inbox is filed in the middle of a handler (`worker::Core::filing`).
+    filing: bool,
     event_remote_posts: u32,
     event_remote_dest: usize,
     events_since_check: u32,
@@ -470,6 +475,8 @@ impl<'w> Sim<'w> {
                 last_sleep: None,
                 turns: 0,
                 turn_sends: 0,
+                held_in_turn: 0,
+                filing: false,
                 event_remote_posts: 0,
                 event_remote_dest: 0,
                 events_since_check: 0,
@@ -946,8 +953,25 @@ impl<'w> Sim<'w> {
                 self.report.posts_local += 1;
                 self.cores[k].now += cost.local_post_ns as u64;
                 self.ask_sync(k, ask);
+                // The home's `Synced` that lets them in waits in the inbox: filed now and then.
+                let core = &mut self.cores[k];
+                core.held_in_turn += 1;
+                if core.held_in_turn.is_multiple_of(crate::worker::HELD_FILE_EVERY) {
+                    self.file_mid_turn(k);
+                }
             }
             Route::Move { .. } => {}
+        }
+    }
+
+    /// Files the inbox in the middle of a running handler (`worker::Core::file_mid_turn`):
+    /// queues what arrived by now, runs nothing. The handler's posts are made at the end of
+    /// its work (`run_event`), so what it files is what arrived while it worked and posted.
+    fn file_mid_turn(&mut self, k: usize) {
+        if self.cores[k].queue.is_running() && !self.cores[k].filing {
+            self.cores[k].filing = true;
+            self.take_inbox(k);
+            self.cores[k].filing = false;
         }
     }
 
@@ -956,6 +980,10 @@ impl<'w> Sim<'w> {
         if let Some(a) = ask {
             let msg = Msg::Sync { color: a.color, from: k as u32, epoch: a.epoch };
             self.send(k, a.home, msg);
+            // Posts wait on the answer: the request leaves now, not at the end of the turn.
+            if self.setup.config.batching {
+                self.flush_to(k, a.home);
+            }
         }
     }
 
@@ -984,6 +1012,9 @@ impl<'w> Sim<'w> {
             };
             self.cores[k].outbox.left_full(dest, || seen);
             self.deliver(k, dest, batch);
+            // A handler that posts a full batch may post many more before it returns: what it
+            // received meanwhile (a color moved here, given back) takes its next posts.
+            self.file_mid_turn(k);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);
         }
@@ -1058,6 +1089,7 @@ impl<'w> Sim<'w> {
             let core = &mut self.cores[k];
             let burst = outbox::is_burst(core.turn_sends, self.setup.config.batch_size);
             core.turn_sends = 0;
+            core.held_in_turn = 0;
             core.outbox.end_turn();
             if burst && core.outbox.has_pending() {
                 self.flush_all(k);
