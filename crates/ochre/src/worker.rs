@@ -47,7 +47,7 @@ const HEAP_GAUGES_EVERY: u32 = 64;
 
 /// Posts a fence may hold during one turn between two filings of the inbox (for the home's
 /// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
-const HELD_FILE_EVERY: u32 = 32;
+pub(crate) const HELD_FILE_EVERY: u32 = 32;
 
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {

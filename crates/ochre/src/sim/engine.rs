@@ -8,16 +8,18 @@
 //! back, when to spin and how long, whom to ask for a color and what a victim lends: the engine
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
-//! time, charged by the [`CostModel`].
+//! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
+//! read by its event from the core that posted it).
 //!
 //! Invariants:
 //! * Deterministic: a run is a function of its [`Setup`] (seed included) and workload; the host's
 //!   clock is never read (the outbox's clock is a fixed base plus virtual time).
 //! * Steps are processed in order of their virtual start time (ties by insertion order). One
-//!   step is one round of a core's run loop (inbox, turns, flush), as the real worker takes its
-//!   inbox only between rounds, or a stretch of whole turns of a long round (`ROUND_STEP_NS`);
-//!   messages carry their arrival time, and a core sees only those arrived by its current
-//!   time. Between one sender and one receiver arrivals keep their order (the transport's FIFO
+//!   step is one round of a core's run loop (inbox, turns, flush), or a stretch of whole turns
+//!   of a long round (`ROUND_STEP_NS`). A core takes its inbox between rounds, and, as the real
+//!   worker does, in the middle of a handler that sent a full batch or held
+//!   `worker::HELD_FILE_EVERY` posts behind a fence (`file_mid_turn`). Messages carry their
+//!   arrival time, and a core sees only those arrived by its current time. Between one sender and one receiver arrivals keep their order (the transport's FIFO
 //!   property that the lending protocol relies on).
 //! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
@@ -77,6 +79,13 @@ pub trait Workload {
     /// Colors never lent (pinned at their homes before the run).
     fn pinned(&self) -> Vec<Color> {
         Vec::new()
+    }
+    /// Cache lines of payload each message carries: written by its poster's handler, read by
+    /// the handler that receives it, so charged at each event by the distance between the core
+    /// that posted it and the core that runs it ([`CostModel::stream`]); 0 for messages whose
+    /// data is negligible (the default).
+    fn message_lines(&self) -> f64 {
+        0.0
     }
 }
 
@@ -138,6 +147,8 @@ pub struct Report {
     pub makespan_ns: u64,
     /// Events run (the root included).
     pub events: u64,
+    /// Events run by each core.
+    pub events_per_core: Vec<u64>,
     /// Posts queued on the posting core.
     pub posts_local: u64,
     /// Messages sent between cores (posts, forwards, moves, returns, grants, requests).
@@ -175,11 +186,17 @@ struct Tag {
     id: u64,
     poster: u64,
     seq: u32,
+    /// The core that posted it ([`NO_CORE`] for the root).
+    from: u32,
     data: u64,
 }
 
+/// [`Tag::from`] of an event no core posted (the root).
+const NO_CORE: u32 = u32::MAX;
+
 thread_local! {
-    static RAN: Cell<Tag> = const { Cell::new(Tag { id: 0, poster: 0, seq: 0, data: 0 }) };
+    static RAN: Cell<Tag> =
+        const { Cell::new(Tag { id: 0, poster: 0, seq: 0, from: NO_CORE, data: 0 }) };
 }
 
 fn task_of(tag: Tag) -> Task {
@@ -237,6 +254,10 @@ struct Core {
     last_sleep: Option<Duration>,
     turns: u32,
     turn_sends: u32,
+    /// Posts held by a guest's fence this turn (`worker::Core::held_in_turn`).
+    held_in_turn: u32,
+    /// True while the inbox is filed in the middle of a handler (`worker::Core::filing`).
+    filing: bool,
     event_remote_posts: u32,
     event_remote_dest: usize,
     events_since_check: u32,
@@ -414,6 +435,8 @@ pub struct Sim<'w> {
     next_id: u64,
     /// Per color: the core it last ran on (its data is in that core's cache).
     last_core: LastCore,
+    /// The workload's [`Workload::message_lines`].
+    message_lines: f64,
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
@@ -452,6 +475,8 @@ impl<'w> Sim<'w> {
                 last_sleep: None,
                 turns: 0,
                 turn_sends: 0,
+                held_in_turn: 0,
+                filing: false,
                 event_remote_posts: 0,
                 event_remote_dest: 0,
                 events_since_check: 0,
@@ -487,6 +512,7 @@ impl<'w> Sim<'w> {
         });
         let max_spinners = crate::idle::max_spinners(setup.config.max_spinners, n, n);
         let checks = setup.check.then(Checks::default);
+        let message_lines = work.message_lines().max(0.0);
         let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         Sim {
             setup,
@@ -504,6 +530,7 @@ impl<'w> Sim<'w> {
             rng,
             next_id: 0,
             last_core: LastCore::default(),
+            message_lines,
             checks,
             report: Report::default(),
             posts: Vec::new(),
@@ -533,10 +560,10 @@ impl<'w> Sim<'w> {
         self.dist[a * self.cores.len() + b] as usize
     }
 
-    fn tag(&mut self, poster: u64, seq: u32, data: u64) -> Tag {
+    fn tag(&mut self, poster: u64, seq: u32, from: u32, data: u64) -> Tag {
         let id = self.next_id;
         self.next_id += 1;
-        Tag { id, poster, seq, data }
+        Tag { id, poster, seq, from, data }
     }
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
@@ -544,11 +571,12 @@ impl<'w> Sim<'w> {
         // The tasks' storage, until this returns (see `blocks`).
         let _blocks = super::blocks::Installed::new();
         let n = self.cores.len();
+        self.report.events_per_core = vec![0; n];
         for c in self.work.pinned() {
             let h = home_of(c, self.placement);
             self.cores[h].queue.pin(c);
         }
-        let root = self.tag(ROOT, 0, ROOT);
+        let root = self.tag(ROOT, 0, NO_CORE, ROOT);
         let color = self.work.root();
         let home = home_of(color, self.placement);
         let dest = self.cores[home].queue.route(color);
@@ -690,7 +718,7 @@ impl<'w> Sim<'w> {
             let cost = &self.setup.cost;
             let lines = msgs.len() as f64 / cost.msgs_per_line;
             let d = self.distance(from, k);
-            let receive = msgs.len() as f64 * cost.receive_ns + lines * cost.line(d) / 4.0;
+            let receive = msgs.len() as f64 * cost.receive_ns + cost.stream(lines, d);
             self.cores[k].now += receive as u64;
             let mut may_move = batching;
             let follows = batching && self.setup.config.follow;
@@ -849,6 +877,7 @@ impl<'w> Sim<'w> {
 
     fn run_event(&mut self, k: usize, color: Color, tag: Tag) {
         self.report.events += 1;
+        self.report.events_per_core[k] += 1;
         if let Some(c) = self.checks.as_mut() {
             c.event(tag, color);
         }
@@ -856,7 +885,12 @@ impl<'w> Sim<'w> {
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
         let work = self.work.handle(&ev, &mut posts);
-        let cost = self.setup.cost.work(work);
+        let mut cost = self.setup.cost.work(work);
+        if self.message_lines > 0.0 && tag.from != NO_CORE && tag.from as usize != k {
+            // The handler reads its message's payload, still in the poster's cache.
+            let d = self.distance(tag.from as usize, k);
+            cost += self.setup.cost.stream(self.message_lines, d);
+        }
         let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
         self.cores[k].now += spent;
         if self.cores[k].cpu.is_some() {
@@ -865,7 +899,7 @@ impl<'w> Sim<'w> {
         }
         self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         for (i, p) in posts.iter().enumerate() {
-            let tag = self.tag(tag.id, i as u32, p.data);
+            let tag = self.tag(tag.id, i as u32, k as u32, p.data);
             self.post(k, p.color, tag);
         }
         self.posts = posts;
@@ -919,8 +953,25 @@ impl<'w> Sim<'w> {
                 self.report.posts_local += 1;
                 self.cores[k].now += cost.local_post_ns as u64;
                 self.ask_sync(k, ask);
+                // The home's `Synced` that lets them in waits in the inbox: filed now and then.
+                let core = &mut self.cores[k];
+                core.held_in_turn += 1;
+                if core.held_in_turn.is_multiple_of(crate::worker::HELD_FILE_EVERY) {
+                    self.file_mid_turn(k);
+                }
             }
             Route::Move { .. } => {}
+        }
+    }
+
+    /// Files the inbox in the middle of a running handler (`worker::Core::file_mid_turn`):
+    /// queues what arrived by now, runs nothing. The handler's posts are made at the end of
+    /// its work (`run_event`), so what it files is what arrived while it worked and posted.
+    fn file_mid_turn(&mut self, k: usize) {
+        if self.cores[k].queue.is_running() && !self.cores[k].filing {
+            self.cores[k].filing = true;
+            self.take_inbox(k);
+            self.cores[k].filing = false;
         }
     }
 
@@ -929,6 +980,10 @@ impl<'w> Sim<'w> {
         if let Some(a) = ask {
             let msg = Msg::Sync { color: a.color, from: k as u32, epoch: a.epoch };
             self.send(k, a.home, msg);
+            // Posts wait on the answer: the request leaves now, not at the end of the turn.
+            if self.setup.config.batching {
+                self.flush_to(k, a.home);
+            }
         }
     }
 
@@ -957,6 +1012,9 @@ impl<'w> Sim<'w> {
             };
             self.cores[k].outbox.left_full(dest, || seen);
             self.deliver(k, dest, batch);
+            // A handler that posts a full batch may post many more before it returns: what it
+            // received meanwhile (a color moved here, given back) takes its next posts.
+            self.file_mid_turn(k);
         } else if core.outbox.offers_early(dest) && self.idle_hint(dest) {
             self.flush_to(k, dest);
         }
@@ -1036,6 +1094,7 @@ impl<'w> Sim<'w> {
             let core = &mut self.cores[k];
             let burst = outbox::is_burst(core.turn_sends, self.setup.config.batch_size);
             core.turn_sends = 0;
+            core.held_in_turn = 0;
             core.outbox.end_turn();
             if burst && core.outbox.has_pending() {
                 self.flush_all(k);
@@ -1458,7 +1517,7 @@ pub(super) mod tests_support {
 
     /// Event `id`, post `seq` of `poster`, runs.
     pub(crate) fn run(c: &mut Checks, id: u64, poster: u64, seq: u32) {
-        c.event(Tag { id, poster, seq, data: 0 }, Color(1));
+        c.event(Tag { id, poster, seq, from: super::NO_CORE, data: 0 }, Color(1));
     }
 
     /// A turn of color 1 on `core` over `[start, end]`.

@@ -3,7 +3,7 @@
 //! batching and spinning policy. A failing seed prints itself; `OCHRE_SIM_SEED=S` replays that
 //! one alone, exactly.
 
-use super::workload::{Actors, Imbalanced, ProdCons, Program};
+use super::workload::{home, Actors, Imbalanced, Pipeline, ProdCons, Program};
 use super::*;
 use crate::topology::Topology;
 use crate::{BatchSize, Color, Config, Spin, Steal};
@@ -170,6 +170,13 @@ fn benchmarks_run_every_event_under_every_policy_at_16_to_64_cores() {
                         &mut Imbalanced::new(cores, &topology, 4, 40, 64, 10_000),
                     ),
                 ),
+                (
+                    "pipeline".into(),
+                    simulate(
+                        setup.clone(),
+                        &mut Pipeline::new(cores, &topology, &[0, 3], 8, 5, 4, 2_000, 64.0),
+                    ),
+                ),
             ]
             .into_iter()
             .chain(Program::suite(true).into_iter().map(|(name, p)| {
@@ -289,4 +296,54 @@ fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
     let r = simulate(setup, &mut Imbalanced::spread(8, &t, &homes, 32, 0, 4, 20_000));
     assert!(r.stolen >= 8, "stolen {}", r.stolen);
     assert!(r.makespan_ns < 32 * 4 * 20_000 * 9 / 10, "makespan {} ns", r.makespan_ns);
+}
+
+/// Two colors pass a message of `lines` cache lines back and forth, `hops` times in all.
+struct Relay {
+    ends: [Color; 2],
+    hops: u64,
+    lines: f64,
+}
+
+impl Workload for Relay {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        let left = if ev.data == ROOT { self.hops } else { ev.data };
+        if left > 1 {
+            let to = if ev.color == self.ends[0] { self.ends[1] } else { self.ends[0] };
+            out.push(Post { color: to, data: left - 1 });
+        }
+        1_000
+    }
+    fn root(&self) -> Color {
+        self.ends[0]
+    }
+    fn message_lines(&self) -> f64 {
+        self.lines
+    }
+}
+
+#[test]
+fn a_message_payload_costs_its_reader_by_the_distance_from_its_writer() {
+    // Harpertown: core 1 shares core 0's L2 (distance 1), core 4 is on the other package.
+    let t = Topology::named("harpertown8").expect("a named machine");
+    let on = |core: usize, skip: usize| {
+        (1..).map(Color).filter(|&c| home(c, 8, &t) == core).nth(skip).expect("a color")
+    };
+    let hops = 2_000;
+    let run = |other: usize, lines: f64| {
+        let ends = [on(0, 0), if other == 0 { on(0, 1) } else { on(other, 0) }];
+        let setup = Setup::new(8, t.clone(), Config::default().follow(false));
+        simulate(setup, &mut Relay { ends, hops, lines }).makespan_ns as f64
+    };
+    let cost = CostModel::default();
+    let lines = 256.0;
+    // Both ends on one core: the payload stays in its cache.
+    assert_eq!(run(0, lines), run(0, 0.0));
+    // Each hop but the root's reads the payload across the pair's distance.
+    for (other, d) in [(1usize, 1usize), (4, t.distance(0, 4))] {
+        let extra = run(other, lines) - run(other, 0.0);
+        let want = (hops - 1) as f64 * cost.stream(lines, d);
+        assert!((extra - want).abs() < want * 0.02, "core {other}: +{extra} ns, want {want}");
+    }
+    assert!(t.distance(0, 4) > 1);
 }

@@ -1,6 +1,7 @@
 //! Workloads for the simulator: the message patterns of the project's benchmarks
-//! (`ochre-bench`: ping-pong, producer-consumer, the stealing cases, the Savina actor programs),
-//! each event's handler cost given in virtual ns.
+//! (`ochre-bench`: ping-pong, producer-consumer, the stealing cases, the Savina actor programs)
+//! and of the seeds' (the stealing slides' pipeline of handlers, the color groups' rings), each
+//! event's handler cost given in virtual ns.
 //!
 //! Invariants: a workload is deterministic (its random choices come from its own seeded
 //! generator); it places its colors as the benchmark does (colors chosen by their home with
@@ -243,6 +244,82 @@ impl Workload for Imbalanced {
 impl Measured for Imbalanced {
     fn counted(&self) -> u64 {
         self.heavy.len() as u64 * self.length + self.light * (self.length / 8).max(1) + 1
+    }
+}
+
+/// The stealing slides' micro-benchmarks (Gaud et al., CFSE'7: "an application of 5
+/// successive handlers"): on each core of `homes`, `flows` requests, each passing through
+/// `stages` handlers in turn, `rounds` times; each (request, stage) is a color homed there, each
+/// handler costs `cost_ns`, and a request's message carries `lines` cache lines of payload,
+/// written by one stage and read by the next ([`Workload::message_lines`]). The other cores
+/// hold nothing: they work only by stealing. With short handlers and no payload it is the
+/// slides' batch-stealing case; with a large payload, their cache-aware stealing case, where a
+/// stolen stage reads its message from, and leaves the next one for, its victim's cache.
+pub struct Pipeline {
+    /// Per request: its stages' colors.
+    flows: Vec<Vec<Color>>,
+    rounds: u64,
+    cost_ns: u64,
+    lines: f64,
+}
+
+impl Pipeline {
+    /// The pipeline on `cores` cores of `topology` (at most 2^20 requests, 255 stages).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cores: usize,
+        topology: &Topology,
+        homes: &[usize],
+        flows: usize,
+        stages: usize,
+        rounds: u64,
+        cost_ns: u64,
+        lines: f64,
+    ) -> Self {
+        let stages = stages.clamp(1, 255);
+        let flows = flows.clamp(1, (1 << 20) / homes.len().max(1));
+        let by = colors_per_core(cores, topology, flows * stages, 1);
+        let flows = homes
+            .iter()
+            .filter(|&&h| h < by.len())
+            .flat_map(|&h| by[h].chunks(stages).map(<[Color]>::to_vec).collect::<Vec<_>>())
+            .collect();
+        Pipeline { flows, rounds: rounds.max(1), cost_ns, lines: lines.max(0.0) }
+    }
+
+    fn step(flow: usize, stage: usize, left: u64) -> u64 {
+        ((flow as u64) << 40) | ((stage as u64) << 32) | (left & 0xffff_ffff)
+    }
+}
+
+impl Workload for Pipeline {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        if ev.data == ROOT {
+            for (f, stages) in self.flows.iter().enumerate() {
+                let left = self.rounds * stages.len() as u64;
+                out.push(Post { color: stages[0], data: Self::step(f, 0, left) });
+            }
+            return 0;
+        }
+        let (f, s, left) =
+            ((ev.data >> 40) as usize, ((ev.data >> 32) & 0xff) as usize, ev.data & 0xffff_ffff);
+        if left > 1 {
+            if let Some(stages) = self.flows.get(f) {
+                let next = (s + 1) % stages.len();
+                out.push(Post { color: stages[next], data: Self::step(f, next, left - 1) });
+            }
+        }
+        self.cost_ns
+    }
+
+    fn message_lines(&self) -> f64 {
+        self.lines
+    }
+}
+
+impl Measured for Pipeline {
+    fn counted(&self) -> u64 {
+        self.flows.iter().map(|s| self.rounds * s.len() as u64).sum()
     }
 }
 
