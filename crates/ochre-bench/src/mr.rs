@@ -14,6 +14,11 @@
 //!   with `fold` and `reduce`, the same per-record functions and FxHash tables), on a pool of
 //!   the same pinned threads;
 //! - `sequential`: the reference, on the calling thread;
+//! - `seq on each CPU`: the reference on `workers` pinned threads at once (rate:
+//!   references per second), the machine's own ceiling for the parallel efficiency: on this
+//!   2-CPU virtual machine two word counts at once each took 7-10% more CPU time than one
+//!   alone (`examples/mreff` of ochre-mr, `seqpair`, 2 processes of 9 repetitions, loaded),
+//!   histogram 3%, linear regression, string match and matrix multiply none;
 //! - `ochre 1 worker`: the optimized runtime with one worker, for the speed-up from 1 to
 //!   `workers` workers and the parallel efficiency (a note under the table).
 //!
@@ -213,6 +218,18 @@ fn measure<A: Application>(
         }),
         System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(g, "sequential"))),
     ];
+    if workers > 1 {
+        // `workers` references at once, each on its own pinned thread: how much running the
+        // cores together costs the same work (shared caches and memory, a host's sibling
+        // threads), which no scheduler can win back. Rate: references per second.
+        let (app, check) = (&app, &check);
+        systems.push(System::new(SEQUENTIAL_ALL, move || {
+            let t = Instant::now();
+            let got = peers::on_pinned_threads(workers, |_| app.sequential());
+            let rate = workers as f64 / t.elapsed().as_secs_f64();
+            got.iter().try_for_each(|g| check(g, SEQUENTIAL_ALL)).map(|_| rate)
+        }));
+    }
     if let Some(rt) = &single {
         systems.push(ochre_system(ONE_WORKER.into(), rt, &app, &check));
     }
@@ -284,6 +301,9 @@ fn steps_over_baseline(report: &BenchReport, cases: &[impl AsRef<str>]) -> Vec<S
     }
     steps
 }
+
+/// The system name of the sequential reference run on every worker's CPU at once.
+const SEQUENTIAL_ALL: &str = "seq on each CPU";
 
 /// The system name of the optimized runtime on one worker.
 const ONE_WORKER: &str = "ochre 1 worker";
@@ -488,6 +508,25 @@ fn checks(report: &mut BenchReport) {
         report.notes.push(format!(
             "speed-up of ochre from 1 to {workers} workers (paired; efficiency in brackets): {}",
             scaling.join(", ")
+        ));
+    }
+    // What the machine lets `workers` cores do together: the references run at once on every
+    // CPU, against one alone (1.0: no cost), and ochre against that (paired).
+    let ceiling: Vec<String> = cases
+        .iter()
+        .filter(|c| MAP_HEAVY.contains(&c.as_str()))
+        .filter_map(|c| {
+            let machine = report.paired_ratio(SEQUENTIAL_ALL, "sequential", c)? / workers;
+            let ochre = report.paired_ratio("ochre", SEQUENTIAL_ALL, c)?;
+            Some(format!("{c} {machine:.2} (ochre {ochre:.2})"))
+        })
+        .collect();
+    if !ceiling.is_empty() {
+        report.notes.push(format!(
+            "the machine's ceiling for the efficiency: the reference run on {workers} CPUs at \
+             once, per run, over one run alone (paired; in brackets, ochre over those runs: \
+             its efficiency against what the cores do together): {}",
+            ceiling.join(", ")
         ));
     }
     for (case, r) in sequential.iter().filter(|(c, _)| MAP_HEAVY.contains(&c.as_str())) {
