@@ -15,10 +15,11 @@
 //!   the same pinned threads;
 //! - `sequential`: the reference, on the calling thread;
 //! - `seq on each CPU`: the reference on `workers` pinned threads at once (rate:
-//!   references per second), the machine's own ceiling for the parallel efficiency: on this
-//!   2-CPU virtual machine two word counts at once each took 7-13% more CPU time than one
-//!   alone (`examples/mreff` of ochre-mr, `seqpair`, 3 processes of 9 repetitions, loaded),
-//!   histogram 3%, linear regression, string match and matrix multiply none;
+//!   references per second), the machine's own ceiling for the parallel efficiency. On this
+//!   2-CPU virtual machine (`examples/mreff` of ochre-mr, `seqpair`): quiet, two word counts
+//!   at once took 2-3% longer than one alone (0.48-0.49 of its rate per run, 2 processes of
+//!   11 repetitions) and no more CPU time; under other programs' load each took 7-13% more CPU
+//!   time (3 processes), histogram 3%, the other map-heavy applications none;
 //! - `ochre 1 worker`: the optimized runtime with one worker, for the speed-up from 1 to
 //!   `workers` workers and the parallel efficiency (a note under the table).
 //!
