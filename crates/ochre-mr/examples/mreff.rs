@@ -11,14 +11,18 @@
 //! stealoff (placement and stealing off), follow (placement and follow, stealing on), default
 //! (stealing off and follow: `Config::default()`), and seqpair (the reference twice at once
 //! on two pinned threads: efficiency 0.5 and CPU/seq 2.0 when running both cores together
-//! costs nothing).
+//! costs nothing), seqthread (the reference on a new thread, with its own malloc arena).
 //!
 //! Word count, medium input, quiet machine (11 repetitions, 2 processes): sequential 72-73 ms;
 //! 2 workers 44-45 ms (efficiency 0.80-0.83), CPU/seq 1.14-1.22; 1 worker CPU/seq 1.08-1.10;
 //! seqpair 0.48-0.49 (CPU/seq 2.02-2.04); no page faults in a job on a runtime used before.
 //! So the loss is work, not waiting: wall time is half the CPU time plus about 1 ms. Callgrind
 //! counts 588.5 M instructions for the reference, 608.5 M at 1 worker, 630.5 M at 2 (+7%): the
-//! rest of the extra CPU time is more cycles per instruction in the jobs, not yet explained.
+//! rest of the extra CPU time is more cycles per instruction in the jobs, not yet explained:
+//! not page faults, nor the thread or its malloc arena (seqthread: CPU/seq 0.99). A lead: the
+//! emit path reads the lane's store through the `Emitter` (4 instructions a word where the
+//! reference keeps its table's fields at hand), loads that may sit on each word's critical
+//! path.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -107,7 +111,7 @@ fn time<A: Application>(input: &str, reps: usize, configs: &[String]) {
     let rts: Vec<Option<Runtime>> = configs
         .iter()
         .map(|c| {
-            if c == "seqpair" {
+            if c == "seqpair" || c == "seqthread" {
                 return None;
             }
             // `NAME:W`: on W workers (default 2).
@@ -133,6 +137,10 @@ fn time<A: Application>(input: &str, reps: usize, configs: &[String]) {
                 let (got, p) = A::run(&app, rt).expect("job");
                 assert!(A::agree(&got, &want), "{} differs", configs[i - 1]);
                 phases[i].push(p);
+            } else if configs[i - 1] == "seqthread" {
+                let app = app.clone();
+                let _ = std::thread::spawn(move || std::hint::black_box(app.sequential())).join();
+                phases[i].push(ochre_mr::Phases::default());
             } else {
                 seq_pair(&app);
                 phases[i].push(ochre_mr::Phases::default());
