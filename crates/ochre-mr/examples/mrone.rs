@@ -1,7 +1,8 @@
 //! Runs one application once, for profilers (callgrind counts instructions, robust to a noisy
 //! machine): `mrone APP INPUT MODE [WORKERS]`, MODE `load` (only load the input: subtract it),
 //! `seq` (the sequential reference), `seqthread` (the same on a new thread: its own malloc arena)
-//! or `mr` (one MapReduce job on WORKERS workers, default 2; `NOPIN=1`: workers not pinned).
+//! or `mr` (one MapReduce job on WORKERS workers, default 2; `NOPIN=1`: workers not pinned;
+//! `EMA=0`: the default configuration with EMA off).
 use std::sync::Arc;
 
 use ochre_mr::apps::{self, Application};
@@ -26,7 +27,16 @@ fn one<A: Application>(input: &str, mode: &str, workers: usize) {
         }
         _ => {
             let pin = std::env::var_os("NOPIN").is_none();
-            let rt = ochre::Runtime::builder().workers(workers).pin(pin).build().expect("runtime");
+            let config = match std::env::var("EMA").as_deref() {
+                Ok("0") => ochre::Config::default().ema(false),
+                _ => ochre::Config::default(),
+            };
+            let rt = ochre::Runtime::builder()
+                .workers(workers)
+                .pin(pin)
+                .config(config)
+                .build()
+                .expect("runtime");
             let (_, p) = A::run(&app, &rt).expect("job");
             eprintln!("{}", p.line());
         }
