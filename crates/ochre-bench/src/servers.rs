@@ -19,6 +19,14 @@
 //! curves are in the JSON (`curves`) and the notes; each probe is bounded (warm-up, measure,
 //! a request timeout) and stops by itself.
 //!
+//! N-COPY (thesis §6.3, Table 6.4): on the 1 KiB file at each core count, every architecture
+//! is also measured as [`SWEEP_COPIES`] independent copies (`sws-ncopy-2`, ...), placed along
+//! the discovered topology and spread by the load-aware balancer, each at its best point found
+//! by the same search; with one core the copies share it. At 2 cores, the balancing case: two
+//! copies of each architecture, one copy's CPU shared with a busy process ([`Competitor`]),
+//! the load-aware balancer (`X-ncopy-2`) against `SO_REUSEPORT` hashing
+//! (`X-ncopy-2-reuseport`), all in one alternated, paired measurement.
+//!
 //! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
 //! servers get the others, and share the injector's CPU only when they are given every CPU
 //! (alike for all). Each server's threads are pinned to its CPUs (`ochre_servers::Plan`).
@@ -208,13 +216,32 @@ fn start(
         let dir = dir.join(format!("nginx-{}", cpus.len()));
         return Nginx::start(&bin, root, &dir, cpus).map(Live::Nginx);
     }
-    let arch = Arch::from_name(system).ok_or_else(|| format!("no system {system}"))?;
+    let (arch, copies) = arch_and_copies(system).ok_or_else(|| format!("no system {system}"))?;
     let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
-    let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
-    ochre_servers::start(arch, config, listener, &Plan::new(cpus.to_vec(), pool))
-        .map(Live::Arch)
-        .map_err(|e| format!("starting {system}: {e}"))
+    let started = if copies > 1 {
+        let topology = ochre::topology::Topology::discover()
+            .unwrap_or_else(|_| ochre::topology::Topology::flat(cpus.to_vec()));
+        start_copies(arch, &config, &topology, cpus, copies, pool, Balance::LoadAware)
+    } else {
+        let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
+        ochre_servers::start(arch, config, listener, &Plan::new(cpus.to_vec(), pool))
+    };
+    started.map(Live::Arch).map_err(|e| format!("starting {system}: {e}"))
 }
+
+/// The architecture and number of copies of a system named `arch` or `arch-ncopy-N` (N-COPY,
+/// spread by the load-aware balancer).
+fn arch_and_copies(system: &str) -> Option<(Arch, usize)> {
+    match system.split_once("-ncopy-") {
+        Some((arch, n)) => Some((Arch::from_name(arch)?, n.parse().ok().filter(|&n| n > 0)?)),
+        None => Some((Arch::from_name(system)?, 1)),
+    }
+}
+
+/// The N-COPY sweep (Table 6.4): besides each server as one copy, this many copies of every
+/// architecture, placed along the topology and spread by the load-aware balancer, on the
+/// 1 KiB file at each core count (on 1 core the copies share it).
+pub const SWEEP_COPIES: [usize; 1] = [2];
 
 /// A server's best point: the pool size and connections of its best probe, and its curve (rate
 /// at each probe).
@@ -235,7 +262,8 @@ fn search(
     mix: Option<&FileSet>,
     secs: f64,
 ) -> Result<Best, String> {
-    let pools: &[usize] = if system == "staged" { &POOLS } else { &[1] };
+    let staged = arch_and_copies(system).is_some_and(|(a, _)| a == Arch::Staged);
+    let pools: &[usize] = if staged { &POOLS } else { &[1] };
     let mut curve = Vec::new();
     for &pool in pools {
         let live = start(system, root, dir, cpus, pool)?;
@@ -285,9 +313,9 @@ pub fn run(opts: &Options) -> BenchReport {
             None
         }
     };
-    let mut systems: Vec<&str> = SYSTEMS.to_vec();
+    let mut systems: Vec<String> = SYSTEMS.iter().map(|s| s.to_string()).collect();
     if nginx_path().is_none() {
-        systems.retain(|s| *s != "nginx");
+        systems.retain(|s| s != "nginx");
         report.notes.push(
             "nginx is not installed (scripts/install-peers.sh installs it): its rows and the \
              SWS >= nginx checks are skipped"
@@ -300,19 +328,24 @@ pub fn run(opts: &Options) -> BenchReport {
         for (label, mix) in workloads.into_iter().filter(|(l, m)| *l == "1 KiB" || m.is_some()) {
             let case = format!("{label}, {w}c");
             // The search, then every server started at its best point for the measurement.
+            let mut case_systems = systems.clone();
+            if mix.is_none() {
+                for n in SWEEP_COPIES {
+                    case_systems
+                        .extend(Arch::ALL.iter().map(|a| format!("{}-ncopy-{n}", a.name())));
+                }
+            }
             let mut lives = Vec::new();
-            for &system in &systems {
+            for system in &case_systems {
+                let system = system.as_str();
+                let staged = arch_and_copies(system).is_some_and(|(a, _)| a == Arch::Staged);
                 let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs);
                 let live = best.and_then(|b| {
                     let curve: Vec<String> = b
                         .curve
                         .iter()
                         .map(|(p, c, r)| {
-                            let pool = if system == "staged" {
-                                format!("pool {p}, ")
-                            } else {
-                                String::new()
-                            };
+                            let pool = if staged { format!("pool {p}, ") } else { String::new() };
                             match r {
                                 Ok(r) => format!("{pool}{c} conns {:.0}", r.throughput),
                                 Err(e) => format!("{pool}{c} conns failed ({e})"),
@@ -323,11 +356,7 @@ pub fn run(opts: &Options) -> BenchReport {
                         "[{case}] {system} curve (req/s by load): {}; best: {} connections{}",
                         curve.join(", "),
                         b.clients,
-                        if system == "staged" {
-                            format!(", pools of {}", b.pool)
-                        } else {
-                            String::new()
-                        }
+                        if staged { format!(", pools of {}", b.pool) } else { String::new() }
                     ));
                     report.curves.push(Curve {
                         system: system.to_string(),
@@ -395,7 +424,8 @@ fn semi_open_curves(
 ) {
     let (rates, warmup, secs): (&[f64], f64, f64) =
         if opts.quick { (&QUICK_SESSION_RATES, 0.5, 1.0) } else { (&SESSION_RATES, 2.0, 3.0) };
-    for (system, live) in lives {
+    // One copy each: the N-COPY sweep's copies are in the closed-loop table only.
+    for (system, live) in lives.iter().filter(|(s, _)| !s.contains("-ncopy-")) {
         let Ok((live, _)) = live else { continue };
         let points = match target_of(&live.url(), None) {
             Ok(target) => rates
@@ -453,10 +483,86 @@ fn checks(report: &mut BenchReport, case: &str) {
 const NCOPY_CLIENTS: usize = 64;
 const NCOPY_PER_CONNECTION: u32 = 150;
 
+/// A busy process: a shell spinning in a loop, pinned to one CPU, started and stopped by the
+/// benchmark (killed and reaped when dropped). A process of its own session, as another
+/// program would be: the kernel's autogroups share a CPU between sessions first, so the
+/// competitor takes its share of the CPU whatever the number of threads the server on it runs
+/// (in the benchmark's session, it got less beside a server of many threads: `threads`,
+/// `hyper`'s blocking pool).
+pub struct Competitor {
+    child: std::process::Child,
+}
+
+impl Competitor {
+    /// Starts spinning on `cpu`. The child inherits the affinity of the thread that spawns
+    /// it: a short-lived thread pinned to `cpu`.
+    pub fn start(cpu: usize) -> Result<Competitor, String> {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        let child = std::thread::scope(|s| {
+            s.spawn(|| {
+                ochre::topology::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+                let mut command = Command::new("sh");
+                command
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                // SAFETY: between fork and exec the child only calls setsid(2), which is
+                // async-signal-safe, allocates nothing and touches no state of the parent.
+                unsafe {
+                    command.pre_exec(|| {
+                        rustix::process::setsid().map(drop).map_err(std::io::Error::from)
+                    });
+                }
+                command.spawn().map_err(|e| format!("starting the busy process: {e}"))
+            })
+            .join()
+            .map_err(|_| "the busy process's starter panicked".to_string())?
+        })?;
+        Ok(Competitor { child })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The CPU time it has run so far (`/proc/PID/schedstat`'s first field), if readable.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/schedstat", self.pid())).ok()?;
+        stat.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
+    }
+}
+
+impl Drop for Competitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the N-COPY balancing case alone (what `ochre bench servers` runs at 2 cores), for
+/// looking at it without the whole study.
+pub fn run_ncopy(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "servers",
+        "N-COPY: load-aware balancing against SO_REUSEPORT hashing, one copy's CPU busy",
+    );
+    let Some(setup) = setup(&mut report, "servers-ncopy") else { return report };
+    match setup.load_runtime() {
+        Ok(load) => ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector),
+        Err(e) => report.notes.push(format!("no injector runtime: {e}")),
+    }
+    let _ = std::fs::remove_dir_all(&setup.dir);
+    report
+}
+
 /// N-COPY: two copies of each architecture, one per CPU, one copy's CPU shared with a busy
-/// thread pinned to it for the whole case; the load-aware balancer (`X-ncopy-2`) against the
-/// kernel's `SO_REUSEPORT` hashing (`X-ncopy-2-reuseport`), 1 KiB file, closed loop with
-/// reconnections.
+/// process ([`Competitor`]) pinned to it for the whole case; the load-aware balancer
+/// (`X-ncopy-2`) against the kernel's `SO_REUSEPORT` hashing (`X-ncopy-2-reuseport`), 1 KiB
+/// file, closed loop with reconnections. Every architecture in one `measure_case` (alternated
+/// order, paired repetitions), so each pair saw the same machine.
 fn ncopy(
     report: &mut BenchReport,
     opts: &Options,
@@ -477,15 +583,13 @@ fn ncopy(
     let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
     let secs = sample_seconds(opts);
     let case = format!("1 KiB, N-COPY 2, CPU {busy_cpu} busy");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s = stop.clone();
-    let busy = std::thread::spawn(move || {
-        let _ = ochre::topology::pin_current_thread(busy_cpu);
-        let mut x = 0u64;
-        while !s.load(std::sync::atomic::Ordering::Relaxed) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    let busy = match Competitor::start(busy_cpu) {
+        Ok(b) => b,
+        Err(e) => {
+            report.notes.push(format!("[{case}] skipped: {e}"));
+            return;
         }
-    });
+    };
     let mut lives = Vec::new();
     for arch in Arch::ALL {
         for (balance, suffix) in [(Balance::LoadAware, ""), (Balance::Kernel, "-reuseport")] {
@@ -495,25 +599,51 @@ fn ncopy(
             lives.push((name, live));
         }
     }
+    // The busy process's CPU time and the wall time of each system's runs: how much of the
+    // busy CPU the competitor kept (a copy of many runnable threads takes more of it).
+    let shares = vec![std::cell::Cell::new((Duration::ZERO, Duration::ZERO)); lives.len()];
     let runs = lives
         .iter()
-        .map(|(name, live)| {
+        .zip(&shares)
+        .map(|((name, live), share)| {
+            let busy = &busy;
             System::new(name.clone(), move || {
                 let live = live.as_ref().map_err(|e| e.clone())?;
                 let target = target_of(&format!("http://{}/1k.bin", live.addr()), None)?;
+                let (began, before) = (std::time::Instant::now(), busy.cpu_time());
                 let r =
                     drive_reconnecting(load, &target, NCOPY_CLIENTS, NCOPY_PER_CONNECTION, secs)?;
+                if let Some((b, a)) = before.zip(busy.cpu_time()) {
+                    let (cpu, wall) = share.get();
+                    share.set((cpu + (a - b), wall + began.elapsed()));
+                }
                 Ok(r.throughput)
             })
         })
         .collect();
     measure_case(report, &case, 2, "req/s", opts.reps, runs);
     drop(lives);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = busy.join();
+    let competitor: Vec<String> = Arch::ALL
+        .iter()
+        .flat_map(|a| [format!("{}-ncopy-2", a.name()), format!("{}-ncopy-2-reuseport", a.name())])
+        .zip(&shares)
+        .filter(|(_, s)| !s.get().1.is_zero())
+        .map(|(name, s)| {
+            let (cpu, wall) = s.get();
+            format!("{name} {:.0}%", cpu.as_secs_f64() / wall.as_secs_f64() * 100.0)
+        })
+        .collect();
+    let busy_pid = busy.pid();
+    drop(busy);
+    let mut spreads = Vec::new();
     for arch in Arch::ALL {
         let (lb, kernel) =
             (format!("{}-ncopy-2", arch.name()), format!("{}-ncopy-2-reuseport", arch.name()));
+        if let Some(q) = paired_quotients(report, &lb, &kernel, &case) {
+            let (lo, hi) =
+                q.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+            spreads.push(format!("{} {lo:.2}-{hi:.2}", arch.name()));
+        }
         if let Some(r) = report.paired_ratio(&lb, &kernel, &case) {
             report.check(
                 format!(
@@ -527,9 +657,25 @@ fn ncopy(
     }
     report.notes.push(format!(
         "[{case}] copies placed along the topology on CPUs {copy_cpus:?}, one per copy; a busy \
-         thread pinned to CPU {busy_cpu} for the case; {NCOPY_CLIENTS} clients, \
-         {NCOPY_PER_CONNECTION} requests per connection; staged copies have pools of 2"
+         process (pid {busy_pid}) pinned to CPU {busy_cpu} for the case; the injector on CPU \
+         {injector}; {NCOPY_CLIENTS} clients, {NCOPY_PER_CONNECTION} requests per connection; \
+         staged copies have pools of 2; paired ratios balanced / SO_REUSEPORT per \
+         repetition, min-max: {}; the busy process's share of CPU {busy_cpu} during each \
+         system's runs: {}",
+        spreads.join(", "),
+        competitor.join(", "),
     ));
+}
+
+/// `a`'s sample over `b`'s of the same repetition on `case`, for every repetition (what
+/// [`BenchReport::paired_ratio`] takes the median of); `None` unless both have as many samples.
+fn paired_quotients(report: &BenchReport, a: &str, b: &str, case: &str) -> Option<Vec<f64>> {
+    let samples = |s: &str| {
+        report.rows.iter().find(|r| r.system == s && r.case == case).map(|r| r.samples.clone())
+    };
+    let (sa, sb) = (samples(a)?, samples(b)?);
+    (!sa.is_empty() && sa.len() == sb.len())
+        .then(|| sa.iter().zip(&sb).map(|(x, y)| x / y).collect())
 }
 
 /// Per-function cost per request, from `perf record -e cpu-clock` of this process (the servers
@@ -761,6 +907,38 @@ mod tests {
         assert_eq!(back.curves[0].points[0].error.as_deref(), Some("x"));
         let read: BenchReport = serde_json::from_str(&old).unwrap();
         assert!(read.curves.is_empty());
+    }
+
+    #[test]
+    fn systems_name_their_architecture_and_copies() {
+        assert_eq!(arch_and_copies("sws"), Some((Arch::Sws, 1)));
+        assert_eq!(arch_and_copies("staged-ncopy-2"), Some((Arch::Staged, 2)));
+        assert_eq!(arch_and_copies("hyper-ncopy-3"), Some((Arch::Hyper, 3)));
+        for bad in ["nginx", "sws-ncopy-0", "sws-ncopy-x", "x-ncopy-2", "sws-ncopy-2-reuseport"] {
+            assert_eq!(arch_and_copies(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_busy_process_spins_on_its_cpu_and_is_gone_once_dropped() {
+        let cpu = *ochre::topology::allowed_cpus().unwrap().last().unwrap();
+        let busy = Competitor::start(cpu).unwrap();
+        let pid = busy.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+        assert_eq!(allowed.split_whitespace().nth(1), Some(cpu.to_string().as_str()), "{allowed}");
+        // Its own session (field 6 of /proc/PID/stat, after the command's parenthesis).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let session = stat.rsplit(')').next().unwrap().split_whitespace().nth(3).unwrap();
+        assert_eq!(session, pid.to_string(), "{stat}");
+        // It spins: 20 ms of CPU within 20 s, however loaded the machine.
+        let (start, deadline) = (busy.cpu_time().unwrap(), std::time::Instant::now());
+        while busy.cpu_time().unwrap() < start + Duration::from_millis(20) {
+            assert!(deadline.elapsed() < Duration::from_secs(20), "the busy process does not run");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(busy);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "still there after the drop");
     }
 
     #[test]
