@@ -30,7 +30,17 @@
 //! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
 //! servers get the others, and share the injector's CPU only when they are given every CPU
 //! (alike for all). Each server's threads are pinned to its CPUs (`ochre_servers::Plan`).
-
+//!
+//! Stall warnings (`ochre::stall: color 2305843009213693959 has been running for 100 ms on
+//! worker 0`) printed during a run are the injector's: those colors are `ochre_load`'s clients
+//! (`1 << 61` and up; SWS's connections are `1 << 62` and up) on the injector runtime's one
+//! worker. A client's handlers are non-blocking and take microseconds (the connect too is
+//! non-blocking), so such a report is the injector's thread kept from running for 100 ms in the
+//! middle of a turn: the notes count them by run ("stalls of the injector's runtime"). In a quick
+//! run on the loaded 2-CPU machine, 6 of 6 came in runs against servers of hundreds of threads
+//! (`threads` and `hyper` searched at 256 connections) or in an N-COPY sweep run, none in SWS's
+//! own runs; no SWS handler was reported.
+//!
 use std::path::Path;
 use std::time::Duration;
 
@@ -66,8 +76,14 @@ pub const SYSTEMS: [&str; 6] = ["threads", "symped", "staged", "sws", "hyper", "
 
 /// One closed-loop run of `clients` keep-alive connections for `secs`: the report, or the
 /// errors by kind.
-fn drive(rt: &Runtime, target: &Target, clients: usize, secs: f64) -> Result<LoadReport, String> {
-    drive_reconnecting(rt, target, clients, u32::MAX, secs)
+fn drive(
+    rt: &Runtime,
+    target: &Target,
+    clients: usize,
+    secs: f64,
+    label: &str,
+) -> Result<LoadReport, String> {
+    drive_reconnecting(rt, target, clients, u32::MAX, secs, label)
 }
 
 /// [`drive`] with connections closed and reopened after `per_connection` requests.
@@ -77,6 +93,7 @@ fn drive_reconnecting(
     clients: usize,
     per_connection: u32,
     secs: f64,
+    label: &str,
 ) -> Result<LoadReport, String> {
     let model =
         ClosedLoop { clients, requests_per_connection: per_connection, think: Duration::ZERO };
@@ -85,11 +102,50 @@ fn drive_reconnecting(
         Duration::from_secs_f64(secs),
         Duration::from_secs(5),
     );
-    let r = ochre_load::closed_loop(rt, target, &model, &phases).map_err(|e| e.to_string())?;
+    let r = injector_stalls(rt, label, || ochre_load::closed_loop(rt, target, &model, &phases))
+        .map_err(|e| e.to_string())?;
     match error_kinds(&r) {
         Some(e) => Err(e),
         None => Ok(r),
     }
+}
+
+std::thread_local! {
+    /// Stalls of the injector's runtime (a client's handler seen running for the stall
+    /// threshold, 100 ms, on its one worker), by the run they happened in: where the
+    /// runtime's stall warnings printed during this benchmark come from.
+    static INJECTOR_STALLS: std::cell::RefCell<Vec<(String, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` (a run of the injector on `rt`), counting the stalls `rt` reports meanwhile under
+/// `label`.
+fn injector_stalls<T>(rt: &Runtime, label: &str, f: impl FnOnce() -> T) -> T {
+    let before = rt.stall_count();
+    let out = f();
+    let n = rt.stall_count().saturating_sub(before);
+    if n > 0 {
+        INJECTOR_STALLS.with_borrow_mut(|v| match v.iter_mut().find(|(l, _)| l == label) {
+            Some((_, count)) => *count += n,
+            None => v.push((label.to_string(), n)),
+        });
+    }
+    out
+}
+
+/// The injector's stalls counted so far, as a note (and the count forgotten).
+fn injector_stalls_note() -> String {
+    let counted = INJECTOR_STALLS.with_borrow_mut(std::mem::take);
+    if counted.is_empty() {
+        return "the injector's runtime reported no stall".into();
+    }
+    let runs: Vec<String> = counted.iter().map(|(l, n)| format!("{l}: {n}")).collect();
+    format!(
+        "stalls of the injector's runtime (a client handler of microseconds seen running for \
+         100 ms on its worker: its thread was not run, the runtime's warning says \"a handler \
+         blocks\"), by run: {}",
+        runs.join("; ")
+    )
 }
 
 /// The errors of a run by kind, if it had any.
@@ -115,6 +171,7 @@ fn semi_open(
     sessions: f64,
     warmup: f64,
     secs: f64,
+    label: &str,
 ) -> Result<LoadReport, String> {
     let model = SemiOpenLoop {
         arrival_rate: sessions,
@@ -129,7 +186,8 @@ fn semi_open(
         Duration::from_secs_f64(secs),
         Duration::from_secs(5),
     );
-    ochre_load::semi_open_loop(rt, target, &model, &phases).map_err(|e| e.to_string())
+    injector_stalls(rt, label, || ochre_load::semi_open_loop(rt, target, &model, &phases))
+        .map_err(|e| e.to_string())
 }
 
 /// A curve's point from a probe at `load`: its throughput, what it offered (requests sent per
@@ -261,6 +319,7 @@ fn search(
     load: &Runtime,
     mix: Option<&FileSet>,
     secs: f64,
+    label: &str,
 ) -> Result<Best, String> {
     let staged = arch_and_copies(system).is_some_and(|(a, _)| a == Arch::Staged);
     let pools: &[usize] = if staged { &POOLS } else { &[1] };
@@ -269,7 +328,8 @@ fn search(
         let live = start(system, root, dir, cpus, pool)?;
         let target = target_of(&live.url(), mix)?;
         for clients in CONNECTIONS {
-            curve.push((pool, clients, drive(load, &target, clients, secs)));
+            let label = format!("{label} search, {clients} connections");
+            curve.push((pool, clients, drive(load, &target, clients, secs, &label)));
         }
     }
     let best = curve
@@ -328,6 +388,7 @@ pub fn run(opts: &Options) -> BenchReport {
         for (label, mix) in workloads.into_iter().filter(|(l, m)| *l == "1 KiB" || m.is_some()) {
             let case = format!("{label}, {w}c");
             // The search, then every server started at its best point for the measurement.
+            let began = std::time::Instant::now();
             let mut case_systems = systems.clone();
             if mix.is_none() {
                 for n in SWEEP_COPIES {
@@ -339,7 +400,8 @@ pub fn run(opts: &Options) -> BenchReport {
             for system in &case_systems {
                 let system = system.as_str();
                 let staged = arch_and_copies(system).is_some_and(|(a, _)| a == Arch::Staged);
-                let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs);
+                let label = format!("[{case}] {system}");
+                let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs, &label);
                 let live = best.and_then(|b| {
                     let curve: Vec<String> = b
                         .curve
@@ -379,24 +441,33 @@ pub fn run(opts: &Options) -> BenchReport {
                 .iter()
                 .map(|(system, live)| {
                     let load = &load;
+                    let label = format!("[{case}] {system}");
                     System::new(*system, move || {
                         let (live, clients) = live.as_ref().map_err(|e| e.clone())?;
                         let target = target_of(&live.url(), mix)?;
-                        Ok(drive(load, &target, *clients, secs)?.throughput)
+                        Ok(drive(load, &target, *clients, secs, &label)?.throughput)
                     })
                 })
                 .collect();
             measure_case(&mut report, &case, w, "req/s", opts.reps, runs);
+            let took = began.elapsed().as_secs_f64();
+            report.notes.push(format!("[{case}] the search and the measurement took {took:.0} s"));
             let widest = opts.workers.iter().copied().filter(|&w| w <= cpus.len()).max();
             if mix.is_none() && (!opts.quick || Some(w) == widest) {
+                let began = std::time::Instant::now();
                 semi_open_curves(&mut report, opts, &case, &load, &lives);
+                let took = began.elapsed().as_secs_f64();
+                report.notes.push(format!("[{case}] the semi-open curves took {took:.0} s"));
             }
             drop(lives);
             relative_to_sws(&mut report, &case);
             checks(&mut report, &case);
         }
         if w == 2 {
+            let began = std::time::Instant::now();
             ncopy(&mut report, opts, root, &load, cpus, injector);
+            let took = began.elapsed().as_secs_f64();
+            report.notes.push(format!("[N-COPY 2] the balancing case took {took:.0} s"));
         }
         if server_cpus.contains(&injector) {
             report.notes.push(format!(
@@ -408,7 +479,15 @@ pub fn run(opts: &Options) -> BenchReport {
     report
         .notes
         .push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
-    diagnosis(&mut report, opts, root, cpus, injector);
+    report.notes.push(injector_stalls_note());
+    if opts.quick {
+        report.notes.push("PPG: not run under --quick (it takes minutes: 10 profiles)".into());
+    } else {
+        let began = std::time::Instant::now();
+        diagnosis(&mut report, opts, root, cpus, injector);
+        let took = began.elapsed().as_secs_f64();
+        report.notes.push(format!("PPG: the profiles took {took:.0} s"));
+    }
     let _ = std::fs::remove_dir_all(dir);
     report
 }
@@ -430,7 +509,10 @@ fn semi_open_curves(
         let points = match target_of(&live.url(), None) {
             Ok(target) => rates
                 .iter()
-                .map(|&rate| point(rate, &semi_open(load, &target, rate, warmup, secs), true))
+                .map(|&rate| {
+                    let label = format!("[{case}] {system} semi-open, {rate} sessions/s");
+                    point(rate, &semi_open(load, &target, rate, warmup, secs, &label), true)
+                })
                 .collect(),
             Err(e) => vec![point(rates[0], &Err(e), true)],
         };
@@ -551,7 +633,10 @@ pub fn run_ncopy(opts: &Options) -> BenchReport {
     );
     let Some(setup) = setup(&mut report, "servers-ncopy") else { return report };
     match setup.load_runtime() {
-        Ok(load) => ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector),
+        Ok(load) => {
+            ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector);
+            report.notes.push(injector_stalls_note());
+        }
         Err(e) => report.notes.push(format!("no injector runtime: {e}")),
     }
     let _ = std::fs::remove_dir_all(&setup.dir);
@@ -606,13 +691,13 @@ fn ncopy(
         .iter()
         .zip(&shares)
         .map(|((name, live), share)| {
-            let busy = &busy;
+            let (busy, case) = (&busy, &case);
             System::new(name.clone(), move || {
                 let live = live.as_ref().map_err(|e| e.clone())?;
                 let target = target_of(&format!("http://{}/1k.bin", live.addr()), None)?;
                 let (began, before) = (std::time::Instant::now(), busy.cpu_time());
-                let r =
-                    drive_reconnecting(load, &target, NCOPY_CLIENTS, NCOPY_PER_CONNECTION, secs)?;
+                let (per, label) = (NCOPY_PER_CONNECTION, format!("[{case}] {name}"));
+                let r = drive_reconnecting(load, &target, NCOPY_CLIENTS, per, secs, &label)?;
                 if let Some((b, a)) = before.zip(busy.cpu_time()) {
                     let (cpu, wall) = share.get();
                     share.set((cpu + (a - b), wall + began.elapsed()));
