@@ -19,10 +19,28 @@
 //! curves are in the JSON (`curves`) and the notes; each probe is bounded (warm-up, measure,
 //! a request timeout) and stops by itself.
 //!
+//! N-COPY (thesis §6.3, Table 6.4): on the 1 KiB file at each core count, every architecture
+//! is also measured as [`SWEEP_COPIES`] independent copies (`sws-ncopy-2`, ...), placed along
+//! the discovered topology and spread by the load-aware balancer, each at its best point found
+//! by the same search; with one core the copies share it. At 2 cores, the balancing case: two
+//! copies of each architecture, one copy's CPU shared with a busy process ([`Competitor`]),
+//! the load-aware balancer (`X-ncopy-2`) against `SO_REUSEPORT` hashing
+//! (`X-ncopy-2-reuseport`), all in one alternated, paired measurement.
+//!
 //! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
 //! servers get the others, and share the injector's CPU only when they are given every CPU
 //! (alike for all). Each server's threads are pinned to its CPUs (`ochre_servers::Plan`).
-
+//!
+//! Stall warnings (`ochre::stall: color 2305843009213693959 has been running for 100 ms on
+//! worker 0`) printed during a run are the injector's: those colors are `ochre_load`'s clients
+//! (`1 << 61` and up; SWS's connections are `1 << 62` and up) on the injector runtime's one
+//! worker. A client's handlers are non-blocking and take microseconds (the connect too is
+//! non-blocking), so such a report is the injector's thread kept from running for 100 ms in the
+//! middle of a turn: the notes count them by run ("stalls of the injector's runtime"). In a quick
+//! run on the loaded 2-CPU machine, 6 of 6 came in runs against servers of hundreds of threads
+//! (`threads` and `hyper` searched at 256 connections) or in an N-COPY sweep run, none in SWS's
+//! own runs; no SWS handler was reported.
+//!
 use std::path::Path;
 use std::time::Duration;
 
@@ -58,8 +76,14 @@ pub const SYSTEMS: [&str; 6] = ["threads", "symped", "staged", "sws", "hyper", "
 
 /// One closed-loop run of `clients` keep-alive connections for `secs`: the report, or the
 /// errors by kind.
-fn drive(rt: &Runtime, target: &Target, clients: usize, secs: f64) -> Result<LoadReport, String> {
-    drive_reconnecting(rt, target, clients, u32::MAX, secs)
+fn drive(
+    rt: &Runtime,
+    target: &Target,
+    clients: usize,
+    secs: f64,
+    label: &str,
+) -> Result<LoadReport, String> {
+    drive_reconnecting(rt, target, clients, u32::MAX, secs, label)
 }
 
 /// [`drive`] with connections closed and reopened after `per_connection` requests.
@@ -69,6 +93,7 @@ fn drive_reconnecting(
     clients: usize,
     per_connection: u32,
     secs: f64,
+    label: &str,
 ) -> Result<LoadReport, String> {
     let model =
         ClosedLoop { clients, requests_per_connection: per_connection, think: Duration::ZERO };
@@ -77,11 +102,50 @@ fn drive_reconnecting(
         Duration::from_secs_f64(secs),
         Duration::from_secs(5),
     );
-    let r = ochre_load::closed_loop(rt, target, &model, &phases).map_err(|e| e.to_string())?;
+    let r = injector_stalls(rt, label, || ochre_load::closed_loop(rt, target, &model, &phases))
+        .map_err(|e| e.to_string())?;
     match error_kinds(&r) {
         Some(e) => Err(e),
         None => Ok(r),
     }
+}
+
+std::thread_local! {
+    /// Stalls of the injector's runtime (a client's handler seen running for the stall
+    /// threshold, 100 ms, on its one worker), by the run they happened in: where the
+    /// runtime's stall warnings printed during this benchmark come from.
+    static INJECTOR_STALLS: std::cell::RefCell<Vec<(String, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` (a run of the injector on `rt`), counting the stalls `rt` reports meanwhile under
+/// `label`.
+fn injector_stalls<T>(rt: &Runtime, label: &str, f: impl FnOnce() -> T) -> T {
+    let before = rt.stall_count();
+    let out = f();
+    let n = rt.stall_count().saturating_sub(before);
+    if n > 0 {
+        INJECTOR_STALLS.with_borrow_mut(|v| match v.iter_mut().find(|(l, _)| l == label) {
+            Some((_, count)) => *count += n,
+            None => v.push((label.to_string(), n)),
+        });
+    }
+    out
+}
+
+/// The injector's stalls counted so far, as a note (and the count forgotten).
+fn injector_stalls_note() -> String {
+    let counted = INJECTOR_STALLS.with_borrow_mut(std::mem::take);
+    if counted.is_empty() {
+        return "the injector's runtime reported no stall".into();
+    }
+    let runs: Vec<String> = counted.iter().map(|(l, n)| format!("{l}: {n}")).collect();
+    format!(
+        "stalls of the injector's runtime (a client handler of microseconds seen running for \
+         100 ms on its worker: its thread was not run, the runtime's warning says \"a handler \
+         blocks\"), by run: {}",
+        runs.join("; ")
+    )
 }
 
 /// The errors of a run by kind, if it had any.
@@ -107,6 +171,7 @@ fn semi_open(
     sessions: f64,
     warmup: f64,
     secs: f64,
+    label: &str,
 ) -> Result<LoadReport, String> {
     let model = SemiOpenLoop {
         arrival_rate: sessions,
@@ -121,7 +186,8 @@ fn semi_open(
         Duration::from_secs_f64(secs),
         Duration::from_secs(5),
     );
-    ochre_load::semi_open_loop(rt, target, &model, &phases).map_err(|e| e.to_string())
+    injector_stalls(rt, label, || ochre_load::semi_open_loop(rt, target, &model, &phases))
+        .map_err(|e| e.to_string())
 }
 
 /// A curve's point from a probe at `load`: its throughput, what it offered (requests sent per
@@ -208,13 +274,32 @@ fn start(
         let dir = dir.join(format!("nginx-{}", cpus.len()));
         return Nginx::start(&bin, root, &dir, cpus).map(Live::Nginx);
     }
-    let arch = Arch::from_name(system).ok_or_else(|| format!("no system {system}"))?;
+    let (arch, copies) = arch_and_copies(system).ok_or_else(|| format!("no system {system}"))?;
     let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
-    let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
-    ochre_servers::start(arch, config, listener, &Plan::new(cpus.to_vec(), pool))
-        .map(Live::Arch)
-        .map_err(|e| format!("starting {system}: {e}"))
+    let started = if copies > 1 {
+        let topology = ochre::topology::Topology::discover()
+            .unwrap_or_else(|_| ochre::topology::Topology::flat(cpus.to_vec()));
+        start_copies(arch, &config, &topology, cpus, copies, pool, Balance::LoadAware)
+    } else {
+        let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
+        ochre_servers::start(arch, config, listener, &Plan::new(cpus.to_vec(), pool))
+    };
+    started.map(Live::Arch).map_err(|e| format!("starting {system}: {e}"))
 }
+
+/// The architecture and number of copies of a system named `arch` or `arch-ncopy-N` (N-COPY,
+/// spread by the load-aware balancer).
+fn arch_and_copies(system: &str) -> Option<(Arch, usize)> {
+    match system.split_once("-ncopy-") {
+        Some((arch, n)) => Some((Arch::from_name(arch)?, n.parse().ok().filter(|&n| n > 0)?)),
+        None => Some((Arch::from_name(system)?, 1)),
+    }
+}
+
+/// The N-COPY sweep (Table 6.4): besides each server as one copy, this many copies of every
+/// architecture, placed along the topology and spread by the load-aware balancer, on the
+/// 1 KiB file at each core count (on 1 core the copies share it).
+pub const SWEEP_COPIES: [usize; 1] = [2];
 
 /// A server's best point: the pool size and connections of its best probe, and its curve (rate
 /// at each probe).
@@ -234,14 +319,17 @@ fn search(
     load: &Runtime,
     mix: Option<&FileSet>,
     secs: f64,
+    label: &str,
 ) -> Result<Best, String> {
-    let pools: &[usize] = if system == "staged" { &POOLS } else { &[1] };
+    let staged = arch_and_copies(system).is_some_and(|(a, _)| a == Arch::Staged);
+    let pools: &[usize] = if staged { &POOLS } else { &[1] };
     let mut curve = Vec::new();
     for &pool in pools {
         let live = start(system, root, dir, cpus, pool)?;
         let target = target_of(&live.url(), mix)?;
         for clients in CONNECTIONS {
-            curve.push((pool, clients, drive(load, &target, clients, secs)));
+            let label = format!("{label} search, {clients} connections");
+            curve.push((pool, clients, drive(load, &target, clients, secs, &label)));
         }
     }
     let best = curve
@@ -285,9 +373,9 @@ pub fn run(opts: &Options) -> BenchReport {
             None
         }
     };
-    let mut systems: Vec<&str> = SYSTEMS.to_vec();
+    let mut systems: Vec<String> = SYSTEMS.iter().map(|s| s.to_string()).collect();
     if nginx_path().is_none() {
-        systems.retain(|s| *s != "nginx");
+        systems.retain(|s| s != "nginx");
         report.notes.push(
             "nginx is not installed (scripts/install-peers.sh installs it): its rows and the \
              SWS >= nginx checks are skipped"
@@ -300,19 +388,26 @@ pub fn run(opts: &Options) -> BenchReport {
         for (label, mix) in workloads.into_iter().filter(|(l, m)| *l == "1 KiB" || m.is_some()) {
             let case = format!("{label}, {w}c");
             // The search, then every server started at its best point for the measurement.
+            let began = std::time::Instant::now();
+            let mut case_systems = systems.clone();
+            if mix.is_none() {
+                for n in SWEEP_COPIES {
+                    case_systems
+                        .extend(Arch::ALL.iter().map(|a| format!("{}-ncopy-{n}", a.name())));
+                }
+            }
             let mut lives = Vec::new();
-            for &system in &systems {
-                let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs);
+            for system in &case_systems {
+                let system = system.as_str();
+                let staged = arch_and_copies(system).is_some_and(|(a, _)| a == Arch::Staged);
+                let label = format!("[{case}] {system}");
+                let best = search(system, root, dir, &server_cpus, &load, mix, probe_secs, &label);
                 let live = best.and_then(|b| {
                     let curve: Vec<String> = b
                         .curve
                         .iter()
                         .map(|(p, c, r)| {
-                            let pool = if system == "staged" {
-                                format!("pool {p}, ")
-                            } else {
-                                String::new()
-                            };
+                            let pool = if staged { format!("pool {p}, ") } else { String::new() };
                             match r {
                                 Ok(r) => format!("{pool}{c} conns {:.0}", r.throughput),
                                 Err(e) => format!("{pool}{c} conns failed ({e})"),
@@ -323,11 +418,7 @@ pub fn run(opts: &Options) -> BenchReport {
                         "[{case}] {system} curve (req/s by load): {}; best: {} connections{}",
                         curve.join(", "),
                         b.clients,
-                        if system == "staged" {
-                            format!(", pools of {}", b.pool)
-                        } else {
-                            String::new()
-                        }
+                        if staged { format!(", pools of {}", b.pool) } else { String::new() }
                     ));
                     report.curves.push(Curve {
                         system: system.to_string(),
@@ -350,24 +441,33 @@ pub fn run(opts: &Options) -> BenchReport {
                 .iter()
                 .map(|(system, live)| {
                     let load = &load;
+                    let label = format!("[{case}] {system}");
                     System::new(*system, move || {
                         let (live, clients) = live.as_ref().map_err(|e| e.clone())?;
                         let target = target_of(&live.url(), mix)?;
-                        Ok(drive(load, &target, *clients, secs)?.throughput)
+                        Ok(drive(load, &target, *clients, secs, &label)?.throughput)
                     })
                 })
                 .collect();
             measure_case(&mut report, &case, w, "req/s", opts.reps, runs);
+            let took = began.elapsed().as_secs_f64();
+            report.notes.push(format!("[{case}] the search and the measurement took {took:.0} s"));
             let widest = opts.workers.iter().copied().filter(|&w| w <= cpus.len()).max();
             if mix.is_none() && (!opts.quick || Some(w) == widest) {
+                let began = std::time::Instant::now();
                 semi_open_curves(&mut report, opts, &case, &load, &lives);
+                let took = began.elapsed().as_secs_f64();
+                report.notes.push(format!("[{case}] the semi-open curves took {took:.0} s"));
             }
             drop(lives);
             relative_to_sws(&mut report, &case);
             checks(&mut report, &case);
         }
         if w == 2 {
+            let began = std::time::Instant::now();
             ncopy(&mut report, opts, root, &load, cpus, injector);
+            let took = began.elapsed().as_secs_f64();
+            report.notes.push(format!("[N-COPY 2] the balancing case took {took:.0} s"));
         }
         if server_cpus.contains(&injector) {
             report.notes.push(format!(
@@ -379,7 +479,15 @@ pub fn run(opts: &Options) -> BenchReport {
     report
         .notes
         .push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
-    diagnosis(&mut report, opts, root, cpus, injector);
+    report.notes.push(injector_stalls_note());
+    if opts.quick {
+        report.notes.push("PPG: not run under --quick (it takes minutes: 10 profiles)".into());
+    } else {
+        let began = std::time::Instant::now();
+        diagnosis(&mut report, opts, root, cpus, injector);
+        let took = began.elapsed().as_secs_f64();
+        report.notes.push(format!("PPG: the profiles took {took:.0} s"));
+    }
     let _ = std::fs::remove_dir_all(dir);
     report
 }
@@ -395,12 +503,16 @@ fn semi_open_curves(
 ) {
     let (rates, warmup, secs): (&[f64], f64, f64) =
         if opts.quick { (&QUICK_SESSION_RATES, 0.5, 1.0) } else { (&SESSION_RATES, 2.0, 3.0) };
-    for (system, live) in lives {
+    // One copy each: the N-COPY sweep's copies are in the closed-loop table only.
+    for (system, live) in lives.iter().filter(|(s, _)| !s.contains("-ncopy-")) {
         let Ok((live, _)) = live else { continue };
         let points = match target_of(&live.url(), None) {
             Ok(target) => rates
                 .iter()
-                .map(|&rate| point(rate, &semi_open(load, &target, rate, warmup, secs), true))
+                .map(|&rate| {
+                    let label = format!("[{case}] {system} semi-open, {rate} sessions/s");
+                    point(rate, &semi_open(load, &target, rate, warmup, secs, &label), true)
+                })
                 .collect(),
             Err(e) => vec![point(rates[0], &Err(e), true)],
         };
@@ -453,10 +565,89 @@ fn checks(report: &mut BenchReport, case: &str) {
 const NCOPY_CLIENTS: usize = 64;
 const NCOPY_PER_CONNECTION: u32 = 150;
 
+/// A busy process: a shell spinning in a loop, pinned to one CPU, started and stopped by the
+/// benchmark (killed and reaped when dropped). A process of its own session, as another
+/// program would be: the kernel's autogroups share a CPU between sessions first, so the
+/// competitor takes its share of the CPU whatever the number of threads the server on it runs
+/// (in the benchmark's session, it got less beside a server of many threads: `threads`,
+/// `hyper`'s blocking pool).
+pub struct Competitor {
+    child: std::process::Child,
+}
+
+impl Competitor {
+    /// Starts spinning on `cpu`. The child inherits the affinity of the thread that spawns
+    /// it: a short-lived thread pinned to `cpu`.
+    pub fn start(cpu: usize) -> Result<Competitor, String> {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        let child = std::thread::scope(|s| {
+            s.spawn(|| {
+                ochre::topology::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+                let mut command = Command::new("sh");
+                command
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                // SAFETY: between fork and exec the child only calls setsid(2), which is
+                // async-signal-safe, allocates nothing and touches no state of the parent.
+                unsafe {
+                    command.pre_exec(|| {
+                        rustix::process::setsid().map(drop).map_err(std::io::Error::from)
+                    });
+                }
+                command.spawn().map_err(|e| format!("starting the busy process: {e}"))
+            })
+            .join()
+            .map_err(|_| "the busy process's starter panicked".to_string())?
+        })?;
+        Ok(Competitor { child })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The CPU time it has run so far (`/proc/PID/schedstat`'s first field), if readable.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/schedstat", self.pid())).ok()?;
+        stat.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
+    }
+}
+
+impl Drop for Competitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the N-COPY balancing case alone (what `ochre bench servers` runs at 2 cores), for
+/// looking at it without the whole study.
+pub fn run_ncopy(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "servers",
+        "N-COPY: load-aware balancing against SO_REUSEPORT hashing, one copy's CPU busy",
+    );
+    let Some(setup) = setup(&mut report, "servers-ncopy") else { return report };
+    match setup.load_runtime() {
+        Ok(load) => {
+            ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector);
+            report.notes.push(injector_stalls_note());
+        }
+        Err(e) => report.notes.push(format!("no injector runtime: {e}")),
+    }
+    let _ = std::fs::remove_dir_all(&setup.dir);
+    report
+}
+
 /// N-COPY: two copies of each architecture, one per CPU, one copy's CPU shared with a busy
-/// thread pinned to it for the whole case; the load-aware balancer (`X-ncopy-2`) against the
-/// kernel's `SO_REUSEPORT` hashing (`X-ncopy-2-reuseport`), 1 KiB file, closed loop with
-/// reconnections.
+/// process ([`Competitor`]) pinned to it for the whole case; the load-aware balancer
+/// (`X-ncopy-2`) against the kernel's `SO_REUSEPORT` hashing (`X-ncopy-2-reuseport`), 1 KiB
+/// file, closed loop with reconnections. Every architecture in one `measure_case` (alternated
+/// order, paired repetitions), so each pair saw the same machine.
 fn ncopy(
     report: &mut BenchReport,
     opts: &Options,
@@ -477,15 +668,13 @@ fn ncopy(
     let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
     let secs = sample_seconds(opts);
     let case = format!("1 KiB, N-COPY 2, CPU {busy_cpu} busy");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s = stop.clone();
-    let busy = std::thread::spawn(move || {
-        let _ = ochre::topology::pin_current_thread(busy_cpu);
-        let mut x = 0u64;
-        while !s.load(std::sync::atomic::Ordering::Relaxed) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    let busy = match Competitor::start(busy_cpu) {
+        Ok(b) => b,
+        Err(e) => {
+            report.notes.push(format!("[{case}] skipped: {e}"));
+            return;
         }
-    });
+    };
     let mut lives = Vec::new();
     for arch in Arch::ALL {
         for (balance, suffix) in [(Balance::LoadAware, ""), (Balance::Kernel, "-reuseport")] {
@@ -495,25 +684,51 @@ fn ncopy(
             lives.push((name, live));
         }
     }
+    // The busy process's CPU time and the wall time of each system's runs: how much of the
+    // busy CPU the competitor kept (a copy of many runnable threads takes more of it).
+    let shares = vec![std::cell::Cell::new((Duration::ZERO, Duration::ZERO)); lives.len()];
     let runs = lives
         .iter()
-        .map(|(name, live)| {
+        .zip(&shares)
+        .map(|((name, live), share)| {
+            let (busy, case) = (&busy, &case);
             System::new(name.clone(), move || {
                 let live = live.as_ref().map_err(|e| e.clone())?;
                 let target = target_of(&format!("http://{}/1k.bin", live.addr()), None)?;
-                let r =
-                    drive_reconnecting(load, &target, NCOPY_CLIENTS, NCOPY_PER_CONNECTION, secs)?;
+                let (began, before) = (std::time::Instant::now(), busy.cpu_time());
+                let (per, label) = (NCOPY_PER_CONNECTION, format!("[{case}] {name}"));
+                let r = drive_reconnecting(load, &target, NCOPY_CLIENTS, per, secs, &label)?;
+                if let Some((b, a)) = before.zip(busy.cpu_time()) {
+                    let (cpu, wall) = share.get();
+                    share.set((cpu + (a - b), wall + began.elapsed()));
+                }
                 Ok(r.throughput)
             })
         })
         .collect();
     measure_case(report, &case, 2, "req/s", opts.reps, runs);
     drop(lives);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = busy.join();
+    let competitor: Vec<String> = Arch::ALL
+        .iter()
+        .flat_map(|a| [format!("{}-ncopy-2", a.name()), format!("{}-ncopy-2-reuseport", a.name())])
+        .zip(&shares)
+        .filter(|(_, s)| !s.get().1.is_zero())
+        .map(|(name, s)| {
+            let (cpu, wall) = s.get();
+            format!("{name} {:.0}%", cpu.as_secs_f64() / wall.as_secs_f64() * 100.0)
+        })
+        .collect();
+    let busy_pid = busy.pid();
+    drop(busy);
+    let mut spreads = Vec::new();
     for arch in Arch::ALL {
         let (lb, kernel) =
             (format!("{}-ncopy-2", arch.name()), format!("{}-ncopy-2-reuseport", arch.name()));
+        if let Some(q) = paired_quotients(report, &lb, &kernel, &case) {
+            let (lo, hi) =
+                q.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+            spreads.push(format!("{} {lo:.2}-{hi:.2}", arch.name()));
+        }
         if let Some(r) = report.paired_ratio(&lb, &kernel, &case) {
             report.check(
                 format!(
@@ -527,9 +742,25 @@ fn ncopy(
     }
     report.notes.push(format!(
         "[{case}] copies placed along the topology on CPUs {copy_cpus:?}, one per copy; a busy \
-         thread pinned to CPU {busy_cpu} for the case; {NCOPY_CLIENTS} clients, \
-         {NCOPY_PER_CONNECTION} requests per connection; staged copies have pools of 2"
+         process (pid {busy_pid}) pinned to CPU {busy_cpu} for the case; the injector on CPU \
+         {injector}; {NCOPY_CLIENTS} clients, {NCOPY_PER_CONNECTION} requests per connection; \
+         staged copies have pools of 2; paired ratios balanced / SO_REUSEPORT per \
+         repetition, min-max: {}; the busy process's share of CPU {busy_cpu} during each \
+         system's runs: {}",
+        spreads.join(", "),
+        competitor.join(", "),
     ));
+}
+
+/// `a`'s sample over `b`'s of the same repetition on `case`, for every repetition (what
+/// [`BenchReport::paired_ratio`] takes the median of); `None` unless both have as many samples.
+fn paired_quotients(report: &BenchReport, a: &str, b: &str, case: &str) -> Option<Vec<f64>> {
+    let samples = |s: &str| {
+        report.rows.iter().find(|r| r.system == s && r.case == case).map(|r| r.samples.clone())
+    };
+    let (sa, sb) = (samples(a)?, samples(b)?);
+    (!sa.is_empty() && sa.len() == sb.len())
+        .then(|| sa.iter().zip(&sb).map(|(x, y)| x / y).collect())
 }
 
 /// Per-function cost per request, from `perf record -e cpu-clock` of this process (the servers
@@ -761,6 +992,38 @@ mod tests {
         assert_eq!(back.curves[0].points[0].error.as_deref(), Some("x"));
         let read: BenchReport = serde_json::from_str(&old).unwrap();
         assert!(read.curves.is_empty());
+    }
+
+    #[test]
+    fn systems_name_their_architecture_and_copies() {
+        assert_eq!(arch_and_copies("sws"), Some((Arch::Sws, 1)));
+        assert_eq!(arch_and_copies("staged-ncopy-2"), Some((Arch::Staged, 2)));
+        assert_eq!(arch_and_copies("hyper-ncopy-3"), Some((Arch::Hyper, 3)));
+        for bad in ["nginx", "sws-ncopy-0", "sws-ncopy-x", "x-ncopy-2", "sws-ncopy-2-reuseport"] {
+            assert_eq!(arch_and_copies(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_busy_process_spins_on_its_cpu_and_is_gone_once_dropped() {
+        let cpu = *ochre::topology::allowed_cpus().unwrap().last().unwrap();
+        let busy = Competitor::start(cpu).unwrap();
+        let pid = busy.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+        assert_eq!(allowed.split_whitespace().nth(1), Some(cpu.to_string().as_str()), "{allowed}");
+        // Its own session (field 6 of /proc/PID/stat, after the command's parenthesis).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let session = stat.rsplit(')').next().unwrap().split_whitespace().nth(3).unwrap();
+        assert_eq!(session, pid.to_string(), "{stat}");
+        // It spins: 20 ms of CPU within 20 s, however loaded the machine.
+        let (start, deadline) = (busy.cpu_time().unwrap(), std::time::Instant::now());
+        while busy.cpu_time().unwrap() < start + Duration::from_millis(20) {
+            assert!(deadline.elapsed() < Duration::from_secs(20), "the busy process does not run");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(busy);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "still there after the drop");
     }
 
     #[test]

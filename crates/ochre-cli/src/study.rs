@@ -226,23 +226,42 @@ fn render_markdown(report: &Report) -> String {
 }
 
 /// The thesis's Table 6.4 for the servers benchmark: the best throughput of each architecture
-/// (rows) per case: file set, cores, and copies (columns), in kreq/s; `-` where not measured.
+/// (rows) per case and number of copies (columns: a case's systems `X`, `X-ncopy-N`, and in the
+/// balancing case `X-ncopy-2-reuseport`), in kreq/s; `-` where not measured.
 fn servers_table(r: &BenchReport) -> String {
-    let cases = distinct(r.rows.iter().map(|row| row.case.as_str()));
-    let arch = |system: &str| system.split("-ncopy").next().unwrap_or(system).to_string();
+    // A system's name: its architecture, then its copies' suffix ("" for one copy).
+    let split = |system: &str| match system.find("-ncopy") {
+        Some(i) => (system[..i].to_string(), system[i..].to_string()),
+        None => (system.to_string(), String::new()),
+    };
     let mut archs: Vec<String> = Vec::new();
     for row in &r.rows {
-        if !archs.contains(&arch(&row.system)) {
-            archs.push(arch(&row.system));
+        let (arch, _) = split(&row.system);
+        if !archs.contains(&arch) {
+            archs.push(arch);
         }
     }
-    let mut columns: Vec<(String, &str, &str)> = Vec::new(); // (title, case, system suffix)
-    for &c in &cases {
-        if c.contains("N-COPY") {
-            columns.push((format!("{c}, balanced"), c, "-ncopy-2"));
-            columns.push((format!("{c}, SO_REUSEPORT"), c, "-ncopy-2-reuseport"));
-        } else {
-            columns.push((c.to_string(), c, ""));
+    let mut columns: Vec<(String, &str, String)> = Vec::new(); // (title, case, system suffix)
+    for c in distinct(r.rows.iter().map(|row| row.case.as_str())) {
+        let suffixes: Vec<String> = {
+            let mut v: Vec<String> = Vec::new();
+            for row in r.rows.iter().filter(|row| row.case == c) {
+                let (_, suffix) = split(&row.system);
+                if !v.contains(&suffix) {
+                    v.push(suffix);
+                }
+            }
+            v
+        };
+        for suffix in &suffixes {
+            let title = match suffix.as_str() {
+                "-ncopy-2" if c.contains("N-COPY") => format!("{c}, balanced"),
+                "-ncopy-2-reuseport" => format!("{c}, SO_REUSEPORT"),
+                "" if suffixes.len() > 1 => format!("{c}, 1 copy"),
+                "" => c.to_string(),
+                s => format!("{c}, {} copies", s.trim_start_matches("-ncopy-")),
+            };
+            columns.push((title, c, suffix.clone()));
         }
     }
     let mut md = String::from(
@@ -876,6 +895,31 @@ mod tests {
             max: median * 1.5,
             vs_ochre: None,
         }
+    }
+
+    #[test]
+    fn the_servers_table_has_a_column_per_case_and_number_of_copies() {
+        let mut r = BenchReport::new("servers", "t");
+        let n = "1 KiB, N-COPY 2, CPU 0 busy";
+        for (system, case, median) in [
+            ("sws", "1 KiB, 1c", 10_000.0),
+            ("threads", "1 KiB, 1c", 8_000.0),
+            ("sws-ncopy-2", "1 KiB, 1c", 9_000.0),
+            ("sws", "SPECweb99, 1c", 7_000.0),
+            ("sws-ncopy-2", n, 20_000.0),
+            ("sws-ncopy-2-reuseport", n, 15_000.0),
+        ] {
+            r.rows.push(row("servers", system, case, "req/s", median));
+        }
+        let md = servers_table(&r);
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(
+            lines[0],
+            "| server | 1 KiB, 1c, 1 copy | 1 KiB, 1c, 2 copies | SPECweb99, 1c | \
+             1 KiB, N-COPY 2, CPU 0 busy, balanced | 1 KiB, N-COPY 2, CPU 0 busy, SO_REUSEPORT |"
+        );
+        assert_eq!(lines[2], "| sws | 10.0 | 9.0 | 7.0 | 20.0 | 15.0 |");
+        assert_eq!(lines[3], "| threads | 8.0 | - | - | - | - |");
     }
 
     fn fixture() -> (MachineInfo, Vec<BenchReport>) {
