@@ -575,7 +575,11 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
         "receive_ns" => m.receive_ns *= f,
         "deliver_ns" => m.deliver_ns *= f,
         "line_ns" => m.line_ns.iter_mut().for_each(|l| *l *= f),
-        "work_scale" => m.work_scale *= f,
+        // A handler's work is a busy loop on the clock: it overshoots its duration, never
+        // undershoots it. Unclamped, the fit shrank it (quiet machine: producer-consumer with
+        // 10 us handlers simulated at 116K events/s on one worker, above the 100K a 10 us
+        // handler allows).
+        "work_scale" => m.work_scale = (m.work_scale * f).max(1.0),
         "work_fixed_ns" => m.work_fixed_ns *= f,
         "wake_send_ns" => m.wake_send_ns *= f,
         "sleep_ns" => m.sleep_ns *= f,
@@ -1044,6 +1048,17 @@ mod tests {
         r.rows.push(row("pingpong", "ochre", "2 workers".into(), 2, "ev/s/worker", 15e6));
         write_json(&dir.join("pingpong.json"), &r).unwrap();
         std::fs::write(dir.join("steal.json"), "{ not json").unwrap();
+    }
+
+    /// Calibration never makes a handler's busy loop shorter than the work it was given.
+    #[test]
+    fn calibration_never_shrinks_a_handlers_work() {
+        let mut c = Calibration::default();
+        knob(&mut c, "work_scale", 2.0);
+        assert_eq!(c.cost.work_scale, 2.0);
+        knob(&mut c, "work_scale", 0.25);
+        assert_eq!(c.cost.work_scale, 1.0);
+        assert!(c.cost.work(10_000) >= 10_000.0);
     }
 
     #[test]
