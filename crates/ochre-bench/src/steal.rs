@@ -17,7 +17,8 @@ use crate::peers;
 /// The policies compared.
 pub fn policies() -> Vec<(&'static str, Config)> {
     vec![
-        ("off", Config::default()),
+        // Explicitly off: the default steals backlogs (`Steal::Backlog`).
+        ("off", Config::default().steal(Steal::Off)),
         ("plain", Config::default().steal(Steal::Plain)),
         ("batch", Config::default().steal(Steal::Plain).steal_batch(true)),
         ("locality", Config::default().steal(Steal::Plain).steal_locality(true)),
