@@ -849,6 +849,14 @@ fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
             eprintln!("not judged: worker 0 measured {} thousandths of its CPU", w0.cpu_share);
             continue;
         }
+        if w0.colors_given_back > 0 {
+            // Worker 0 gave the pair back: at that moment it measured its own CPU clearly worse
+            // than worker 1's (`follow::sheds`), so the machine was busy beyond the spinning
+            // thread during the run, whatever its share at the end (a CI run: 46% there, 4
+            // colors moved in and given back).
+            eprintln!("not judged: worker 0 gave {} colors back", w0.colors_given_back);
+            continue;
+        }
         let total = w0.events_run + w1.events_run;
         if w0.events_run * 10 >= total * 9 {
             judged.clear();
