@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ochre::{BatchSize, Config, Runtime, Spin, Steal, Wakeup};
-use ochre_mr::apps::{self, Application};
+use ochre_mr::apps::{self, AppFn, Application};
 
 /// The process's minor page faults so far.
 fn faults_now() -> f64 {
@@ -195,16 +195,13 @@ fn main() {
     let reps = a.get(3).map_or(7, |r| r.parse().expect("reps"));
     let configs: Vec<String> =
         a.get(4).map_or("baseline,default", |s| s.as_str()).split(',').map(String::from).collect();
-    let c = &configs;
-    match name {
-        "word-count" => time::<apps::word_count::WordCount>(input, reps, c),
-        "histogram" => time::<apps::histogram::Histogram>(input, reps, c),
-        "linear-regression" => time::<apps::linear_regression::LinearRegression>(input, reps, c),
-        "string-match" => time::<apps::string_match::StringMatch>(input, reps, c),
-        "reverse-index" => time::<apps::reverse_index::ReverseIndex>(input, reps, c),
-        "kmeans" => time::<apps::kmeans::Kmeans>(input, reps, c),
-        "pca" => time::<apps::pca::Pca>(input, reps, c),
-        "matrix-multiply" => time::<apps::matrix_multiply::MatrixMultiply>(input, reps, c),
-        other => panic!("{other}: unknown application"),
+    struct Time<'a>(&'a str, usize, &'a [String]);
+    impl AppFn for Time<'_> {
+        type Out = ();
+        fn call<A: Application>(self) {
+            time::<A>(self.0, self.1, self.2)
+        }
     }
+    apps::with_app(name, Time(input, reps, &configs))
+        .unwrap_or_else(|| panic!("{name}: unknown application"));
 }

@@ -5,7 +5,7 @@
 //! `EMA=0`: the default configuration with EMA off).
 use std::sync::Arc;
 
-use ochre_mr::apps::{self, Application};
+use ochre_mr::apps::{self, AppFn, Application};
 
 fn one<A: Application>(input: &str, mode: &str, workers: usize) {
     let app = Arc::new(A::load(input.as_ref()).expect("input"));
@@ -47,17 +47,12 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     let workers = a.get(4).and_then(|w| w.parse().ok()).unwrap_or(2);
     let (app, input, mode) = (a[1].as_str(), a[2].as_str(), a[3].as_str());
-    match app {
-        "word-count" => one::<apps::word_count::WordCount>(input, mode, workers),
-        "histogram" => one::<apps::histogram::Histogram>(input, mode, workers),
-        "string-match" => one::<apps::string_match::StringMatch>(input, mode, workers),
-        "reverse-index" => one::<apps::reverse_index::ReverseIndex>(input, mode, workers),
-        "linear-regression" => {
-            one::<apps::linear_regression::LinearRegression>(input, mode, workers)
+    struct One<'a>(&'a str, &'a str, usize);
+    impl AppFn for One<'_> {
+        type Out = ();
+        fn call<A: Application>(self) {
+            one::<A>(self.0, self.1, self.2)
         }
-        "matrix-multiply" => one::<apps::matrix_multiply::MatrixMultiply>(input, mode, workers),
-        "kmeans" => one::<apps::kmeans::Kmeans>(input, mode, workers),
-        "pca" => one::<apps::pca::Pca>(input, mode, workers),
-        other => panic!("{other}: not handled here"),
     }
+    apps::with_app(app, One(input, mode, workers)).unwrap_or_else(|| panic!("{app}: unknown"));
 }

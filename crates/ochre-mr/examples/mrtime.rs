@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ochre_mr::apps::{self, Application};
+use ochre_mr::apps::{self, AppFn, Application};
 
 fn time<A: Application>(input: &str, workers: usize, reps: usize) {
     let app = Arc::new(A::load(input.as_ref()).unwrap());
@@ -37,15 +37,12 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     let (name, input, w) = (&a[1], &a[2], a[3].parse().unwrap());
     let reps = a.get(4).map_or(5, |r| r.parse().unwrap());
-    match name.as_str() {
-        "word-count" => time::<apps::word_count::WordCount>(input, w, reps),
-        "histogram" => time::<apps::histogram::Histogram>(input, w, reps),
-        "linear-regression" => time::<apps::linear_regression::LinearRegression>(input, w, reps),
-        "string-match" => time::<apps::string_match::StringMatch>(input, w, reps),
-        "reverse-index" => time::<apps::reverse_index::ReverseIndex>(input, w, reps),
-        "kmeans" => time::<apps::kmeans::Kmeans>(input, w, reps),
-        "pca" => time::<apps::pca::Pca>(input, w, reps),
-        "matrix-multiply" => time::<apps::matrix_multiply::MatrixMultiply>(input, w, reps),
-        _ => panic!("unknown app"),
+    struct Time<'a>(&'a str, usize, usize);
+    impl AppFn for Time<'_> {
+        type Out = ();
+        fn call<A: Application>(self) {
+            time::<A>(self.0, self.1, self.2)
+        }
     }
+    apps::with_app(name, Time(input, w, reps)).unwrap_or_else(|| panic!("unknown app"));
 }

@@ -237,24 +237,20 @@ impl Default for GuestFilter {
 }
 
 impl GuestFilter {
-    fn bit(color: Color) -> usize {
-        bucket(color)
-    }
-
     /// False if `color` is surely not held; true if it may be.
     #[inline]
     fn may_hold(&self, color: Color) -> bool {
-        self.bits & (1 << Self::bit(color)) != 0
+        self.bits & (1 << bucket(color)) != 0
     }
 
     fn insert(&mut self, color: Color) {
-        let b = Self::bit(color);
+        let b = bucket(color);
         self.counts[b] += 1;
         self.bits |= 1 << b;
     }
 
     fn remove(&mut self, color: Color) {
-        let b = Self::bit(color);
+        let b = bucket(color);
         self.counts[b] -= 1;
         if self.counts[b] == 0 {
             self.bits &= !(1 << b);
@@ -1510,8 +1506,8 @@ mod tests {
     fn the_guest_filter_rules_out_colors_never_held_and_forgets_removed_ones() {
         let mut f = GuestFilter::default();
         let a = Color(7);
-        let twin = (8..).map(Color).find(|&c| GuestFilter::bit(c) == GuestFilter::bit(a)).unwrap();
-        let other = (8..).map(Color).find(|&c| GuestFilter::bit(c) != GuestFilter::bit(a)).unwrap();
+        let twin = (8..).map(Color).find(|&c| bucket(c) == bucket(a)).unwrap();
+        let other = (8..).map(Color).find(|&c| bucket(c) != bucket(a)).unwrap();
         assert!(!f.may_hold(a));
         f.insert(a);
         f.insert(twin);
@@ -1522,7 +1518,7 @@ mod tests {
         assert!(!f.may_hold(a) && !f.may_hold(twin));
         // Strided colors (multiples of 64) spread over the bits.
         let bits: std::collections::HashSet<usize> =
-            (0..256u64).map(|i| GuestFilter::bit(Color(i * 64))).collect();
+            (0..256u64).map(|i| bucket(Color(i * 64))).collect();
         assert!(bits.len() > 48, "{} bits used", bits.len());
     }
 

@@ -17,7 +17,7 @@
 //! derived from exact integer sums), so the MapReduce result must equal the reference exactly;
 //! linear regression's floats are compared within a relative 1e-9.
 //!
-//! [`run`] and [`generate`] dispatch by name for the command line; bad input gives an
+//! [`run`] and [`generate`] dispatch by name for the command line (through [`with_app`]); bad input gives an
 //! [`AppError`], never a panic.
 
 use std::path::Path;
@@ -168,35 +168,54 @@ fn drive<A: Application>(input: &Path, rt: &Runtime, verify: bool) -> Result<Rep
     })
 }
 
+/// Something done with an application chosen by name: [`with_app`] calls it with the
+/// application's type, so that the name-to-type table exists once (the command line, the
+/// benchmarks' examples).
+pub trait AppFn {
+    /// What the call gives.
+    type Out;
+    /// Does it with application `A`.
+    fn call<A: Application>(self) -> Self::Out;
+}
+
+/// Calls `f` with the application named `name` (one of [`NAMES`]); `None` for another name.
+pub fn with_app<F: AppFn>(name: &str, f: F) -> Option<F::Out> {
+    Some(match name {
+        "word-count" => f.call::<word_count::WordCount>(),
+        "reverse-index" => f.call::<reverse_index::ReverseIndex>(),
+        "histogram" => f.call::<histogram::Histogram>(),
+        "linear-regression" => f.call::<linear_regression::LinearRegression>(),
+        "kmeans" => f.call::<kmeans::Kmeans>(),
+        "pca" => f.call::<pca::Pca>(),
+        "string-match" => f.call::<string_match::StringMatch>(),
+        "matrix-multiply" => f.call::<matrix_multiply::MatrixMultiply>(),
+        _ => return None,
+    })
+}
+
 /// Runs application `name` on `input` with `rt`; with `verify`, also its sequential reference,
 /// and says whether they agree.
 pub fn run(name: &str, input: &Path, rt: &Runtime, verify: bool) -> Result<Report, AppError> {
-    match name {
-        "word-count" => drive::<word_count::WordCount>(input, rt, verify),
-        "reverse-index" => drive::<reverse_index::ReverseIndex>(input, rt, verify),
-        "histogram" => drive::<histogram::Histogram>(input, rt, verify),
-        "linear-regression" => drive::<linear_regression::LinearRegression>(input, rt, verify),
-        "kmeans" => drive::<kmeans::Kmeans>(input, rt, verify),
-        "pca" => drive::<pca::Pca>(input, rt, verify),
-        "string-match" => drive::<string_match::StringMatch>(input, rt, verify),
-        "matrix-multiply" => drive::<matrix_multiply::MatrixMultiply>(input, rt, verify),
-        _ => Err(AppError::Unknown(name.into())),
+    struct Drive<'a>(&'a Path, &'a Runtime, bool);
+    impl AppFn for Drive<'_> {
+        type Out = Result<Report, AppError>;
+        fn call<A: Application>(self) -> Self::Out {
+            drive::<A>(self.0, self.1, self.2)
+        }
     }
+    with_app(name, Drive(input, rt, verify)).unwrap_or_else(|| Err(AppError::Unknown(name.into())))
 }
 
 /// Writes a seeded input of `size` for application `name` at `out`.
 pub fn generate(name: &str, size: Size, seed: u64, out: &Path) -> Result<(), AppError> {
-    match name {
-        "word-count" => word_count::WordCount::generate(size, seed, out),
-        "reverse-index" => reverse_index::ReverseIndex::generate(size, seed, out),
-        "histogram" => histogram::Histogram::generate(size, seed, out),
-        "linear-regression" => linear_regression::LinearRegression::generate(size, seed, out),
-        "kmeans" => kmeans::Kmeans::generate(size, seed, out),
-        "pca" => pca::Pca::generate(size, seed, out),
-        "string-match" => string_match::StringMatch::generate(size, seed, out),
-        "matrix-multiply" => matrix_multiply::MatrixMultiply::generate(size, seed, out),
-        _ => Err(AppError::Unknown(name.into())),
+    struct Generate<'a>(Size, u64, &'a Path);
+    impl AppFn for Generate<'_> {
+        type Out = Result<(), AppError>;
+        fn call<A: Application>(self) -> Self::Out {
+            A::generate(self.0, self.1, self.2)
+        }
     }
+    with_app(name, Generate(size, seed, out)).unwrap_or_else(|| Err(AppError::Unknown(name.into())))
 }
 
 /// A small seeded generator (SplitMix64): inputs are the same for a seed on every machine.
