@@ -33,7 +33,7 @@
 //!
 //! Stall warnings (`ochre::stall: color 2305843009213693959 has been running for 100 ms on
 //! worker 0`) printed during a run are the injector's: those colors are `ochre_load`'s clients
-//! (`1 << 61` and up; SWS's connections are `1 << 62` and up) on the injector runtime's one
+//! (`1 << 61` and up; SWS's connections are `1 << 60` and up) on the injector runtime's one
 //! worker. A client's handlers are non-blocking and take microseconds (the connect too is
 //! non-blocking), so such a report is the injector's thread kept from running for 100 ms in the
 //! middle of a turn: the notes count them by run ("stalls of the injector's runtime"). In a quick

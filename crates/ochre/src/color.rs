@@ -11,6 +11,11 @@ use std::fmt;
 
 /// The color of an event. Events of one color never run concurrently; events of different colors
 /// may run in parallel on different workers.
+///
+/// The two top bits of the value name a mode: bit 63 a [grouped](Color::grouped) color, bit 62
+/// (ungrouped) one that [admits readers](Color::with_readers), whose every exclusive turn takes
+/// a reader-writer word. A color made from a hash or a wide counter should keep to the low 62
+/// bits (`Color(h >> 2)`), or a quarter of its colors pay for reads they never get.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct Color(pub u64);
 

@@ -572,32 +572,11 @@ impl Core {
         let me = self.id;
         let home_ready = self.queue.ready_len();
         let mine = self.cpu_share.share();
+        let io = &self.io;
         self.queue.receive_post(color, task, urgent, from.map(|(s, ..)| s.id), |traffic, cost| {
-            // Relaxed: hints, published by each worker at the end of its rounds.
-            let status = |w: usize| &shared.remotes[w].status;
-            let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
-            if let Some((sender, step, stream)) = from {
-                let cheap_stream = stream && follow::cheap(cost);
-                let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
-                    && follow::moves(&follow::Offer {
-                        traffic,
-                        quiet: sender.quiet,
-                        step,
-                        cheap_stream,
-                        poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
-                        home_ready,
-                        poster_share: share(sender.id),
-                        home_share: share(me),
-                    });
-                if moves {
-                    return Some(sender.id);
-                }
-            }
-            // Off a shared CPU, with the post (`follow::relief`).
-            if !shared.config.follow {
-                return None;
-            }
-            relief(shared, me, mine)
+            let to = moves_to(shared, me, mine, home_ready, from, traffic, cost);
+            // A color whose descriptors this worker's poller watches stays (`IoCore::anchors`).
+            to.filter(|_| !io.anchors(color))
         })
     }
 
@@ -833,6 +812,8 @@ impl WorkerCtx {
                 core.queue.record_turn(key, ns, n);
             }
             let (me, mine) = (core.id, core.cpu_share.share());
+            let held = &mut *core;
+            let io = &held.io;
             let shed = |home: Option<usize>, ready, cost, moved_on, loan: bool| {
                 if loan {
                     // A stolen color goes home, unless colors follow and its home's CPU is
@@ -850,13 +831,14 @@ impl WorkerCtx {
                         let cheap = follow::cheap(cost);
                         follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
-                    None => relief(shared, me, mine),
+                    // Colors whose descriptors are watched here stay (`IoCore::anchors`).
+                    None => relief(shared, me, mine).filter(|_| !io.anchors(color)),
                 }
             };
             // Before the color may leave (a return or move below can reach its next holder at
             // once, and its next turn must find the word clear).
             let granted = writes.then(|| crate::reader::end_write(shared, color));
-            match core.queue.end_turn_shedding(key, shed) {
+            match held.queue.end_turn_shedding(key, shed) {
                 Some(TurnEnd::Return(ret)) => {
                     if ret.resident {
                         core.counters.add(Counter::ColorsGivenBack, 1);
@@ -916,6 +898,45 @@ impl WorkerCtx {
         }
         shared.record_panic(PanicRecord { color, worker: self.id, message });
     }
+}
+
+/// Where an idle color at home on worker `me` (getting `mine` of its CPU, `home_ready` colors
+/// waiting), posted to by `from` with this `traffic`, goes (`Core::receive_post`).
+#[inline]
+fn moves_to(
+    shared: &Shared,
+    me: usize,
+    mine: u32,
+    home_ready: usize,
+    from: Option<(Sender, bool, bool)>,
+    traffic: follow::Traffic,
+    cost: u64,
+) -> Option<usize> {
+    // Relaxed: hints, published by each worker at the end of its rounds.
+    let status = |w: usize| &shared.remotes[w].status;
+    let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
+    if let Some((sender, step, stream)) = from {
+        let cheap_stream = stream && follow::cheap(cost);
+        let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
+            && follow::moves(&follow::Offer {
+                traffic,
+                quiet: sender.quiet,
+                step,
+                cheap_stream,
+                poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
+                home_ready,
+                poster_share: share(sender.id),
+                home_share: share(me),
+            });
+        if moves {
+            return Some(sender.id);
+        }
+    }
+    // Off a shared CPU, with the post (`follow::relief`).
+    if !shared.config.follow {
+        return None;
+    }
+    relief(shared, me, mine)
 }
 
 /// What this worker knows of worker `w` for `follow`'s decisions (Relaxed: hints other workers
