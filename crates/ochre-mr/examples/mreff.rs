@@ -9,7 +9,8 @@
 //!
 //! `CONFIGS`: comma-separated among baseline, futex, spinning, batching, ema, placement,
 //! stealoff (placement and stealing off), follow (placement and follow, stealing on), default
-//! (stealing off and follow: `Config::default()`), and seqpair (the reference twice at once
+//! (stealing off and follow: `Config::default()`), nospin (the default without spinning: an
+//! idle worker's spinning is not what the job's CPU time adds), and seqpair (the reference twice at once
 //! on two pinned threads: efficiency 0.5 and CPU/seq 2.0 when running both cores together
 //! costs nothing), seqthread (the reference on a new thread, with its own malloc arena).
 //!
@@ -70,6 +71,7 @@ fn config(name: &str) -> Config {
         "stealoff" => batch.clone().ema(true).placement(true).steal(Steal::Off),
         "follow" => batch.clone().ema(true).placement(true).follow(true),
         "default" => Config::default(),
+        "nospin" => Config::default().spin(Spin::Never),
         other => panic!("{other}: unknown configuration"),
     }
 }
