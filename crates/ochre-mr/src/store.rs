@@ -31,44 +31,35 @@ pub enum Container {
     Fixed,
 }
 
-/// A lane's intermediate pairs, one value per key: a hash table, and for the dense and fixed
-/// containers their slots besides. The table is there whatever the container (a dense store's
-/// side-table; a fixed store's stays empty), so that [`Emitter::emit_ref`]'s per-record path
-/// looks the key up in it without first testing which container this is.
-pub(crate) struct Store<K, V> {
-    /// Every pair of a hash store; the keys without a slot of a dense one.
-    map: FxHashMap<K, V>,
-    slots: Slots<K, V>,
-}
-
-/// The slots of a dense or fixed store.
-enum Slots<K, V> {
-    /// A hash store: the table holds everything.
-    None,
-    /// Indexed by [`MapReduce::key_index`].
-    Dense(Vec<Option<(K, V)>>),
-    /// Searched linearly.
+/// A lane's intermediate pairs, one value per key.
+pub(crate) enum Store<K, V> {
+    Hash(FxHashMap<K, V>),
+    Dense { slots: Vec<Option<(K, V)>>, spill: FxHashMap<K, V> },
     Fixed(Vec<(K, V)>),
 }
 
 impl<K: Hash + Eq, V> Store<K, V> {
     pub(crate) fn new(container: Container) -> Self {
-        let slots = match container {
-            Container::Hash => Slots::None,
-            Container::Dense(n) => Slots::Dense(std::iter::repeat_with(|| None).take(n).collect()),
-            Container::Fixed => Slots::Fixed(Vec::new()),
-        };
-        Store { map: FxHashMap::default(), slots }
+        match container {
+            Container::Hash => Store::Hash(FxHashMap::default()),
+            Container::Dense(n) => Store::Dense {
+                slots: std::iter::repeat_with(|| None).take(n).collect(),
+                spill: FxHashMap::default(),
+            },
+            Container::Fixed => Store::Fixed(Vec::new()),
+        }
     }
 
     /// Hands every pair to `put`, emptying the store.
     pub(crate) fn drain_into(self, mut put: impl FnMut((K, V))) {
-        match self.slots {
-            Slots::None => {}
-            Slots::Dense(slots) => slots.into_iter().flatten().for_each(&mut put),
-            Slots::Fixed(pairs) => pairs.into_iter().for_each(&mut put),
+        match self {
+            Store::Hash(map) => map.into_iter().for_each(&mut put),
+            Store::Dense { slots, spill } => {
+                slots.into_iter().flatten().for_each(&mut put);
+                spill.into_iter().for_each(&mut put);
+            }
+            Store::Fixed(pairs) => pairs.into_iter().for_each(&mut put),
         }
-        self.map.into_iter().for_each(&mut put);
     }
 }
 
@@ -114,17 +105,17 @@ impl<'a, P: MapReduce> Emitter<'a, P> {
     /// Folds `(key, value)` into the store (not counted).
     #[inline]
     fn put(&mut self, key: P::Key, value: P::Value) {
-        let (app, store) = (self.app, &mut self.store);
-        match &mut store.slots {
-            Slots::None => combine_into(app, &mut store.map, key, value),
-            Slots::Dense(slots) => match app.key_index(&key) {
+        let app = self.app;
+        match &mut self.store {
+            Store::Hash(map) => combine_into(app, map, key, value),
+            Store::Dense { slots, spill } => match app.key_index(&key) {
                 Some(i) if i < slots.len() => match &mut slots[i] {
                     Some((_, acc)) => app.combine(acc, value),
                     slot @ None => *slot = Some((key, value)),
                 },
-                _ => combine_into(app, &mut store.map, key, value),
+                _ => combine_into(app, spill, key, value),
             },
-            Slots::Fixed(pairs) => match pairs.iter_mut().find(|(k, _)| *k == key) {
+            Store::Fixed(pairs) => match pairs.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, acc)) => app.combine(acc, value),
                 None => pairs.push((key, value)),
             },
@@ -144,12 +135,11 @@ impl<'a, P: MapReduce> Emitter<'a, P> {
         // the first sight of a key included, made the caller's per-record closure too big to
         // inline into its scanning loop (callgrind: 10% more instructions than the
         // sequential reference, word count).
-        // The table holds no key with a slot (a dense key with an index, a fixed store's keys),
-        // and looking up in an empty one hashes nothing; so the lookup needs no test of the
-        // container first (3 instructions a word).
         self.emitted += 1;
-        if let Some(acc) = self.store.map.get_mut(key) {
-            return self.app.combine(acc, value);
+        if let Store::Hash(map) = &mut self.store {
+            if let Some(acc) = map.get_mut(key) {
+                return self.app.combine(acc, value);
+            }
         }
         self.put_new(key.to_owned(), value);
     }
