@@ -9,7 +9,8 @@
 //!
 //! `CONFIGS`: comma-separated among baseline, futex, spinning, batching, ema, placement,
 //! stealoff (placement and stealing off), follow (placement and follow, stealing on), default
-//! (stealing off and follow: `Config::default()`), and seqpair (the reference twice at once
+//! (stealing off and follow: `Config::default()`), nospin (the default without spinning: an
+//! idle worker's spinning is not what the job's CPU time adds), and seqpair (the reference twice at once
 //! on two pinned threads: efficiency 0.5 and CPU/seq 2.0 when running both cores together
 //! costs nothing), seqthread (the reference on a new thread, with its own malloc arena).
 //!
@@ -18,11 +19,21 @@
 //! seqpair 0.48-0.49 (CPU/seq 2.02-2.04); no page faults in a job on a runtime used before.
 //! So the loss is work, not waiting: wall time is half the CPU time plus about 1 ms. Callgrind
 //! counts 588.5 M instructions for the reference, 608.5 M at 1 worker, 630.5 M at 2 (+7%): the
-//! rest of the extra CPU time is more cycles per instruction in the jobs, not yet explained:
-//! not page faults, nor the thread or its malloc arena (seqthread: CPU/seq 0.99). A lead: the
-//! emit path reads the lane's store through the `Emitter` (4 instructions a word where the
-//! reference keeps its table's fields at hand), loads that may sit on each word's critical
-//! path.
+//! rest of the extra CPU time is more cycles per instruction in the jobs (below); it is
+//! not page faults, nor the thread or its malloc arena (seqthread: CPU/seq 0.99).
+//!
+//! Where it goes (per-phase thread CPU time in a scratch build, load average 6-9, 11 reps, 2
+//! processes): the map phase costs 7-10% more CPU at 2 workers than at 1 for the same
+//! instructions, what running both CPUs at once costs this machine (seqpair alongside: 2.05-2.25
+//! then); partition, reduce and merge cost about 5.3 ms at 2 workers (lane finish 1.1, hash
+//! combine 2.3-2.6, sort 0.8, merge 1.0-1.1) against 2.1 ms at 1: each word is in both lanes,
+//! and half the pairs and key bytes a reduce reads were written on the other CPU. The emitter
+//! reading the lane's store through a pointer cost the map path 6-7% CPU on one thread; it
+//! holds the store by value now (3-4%). Tried and dropped: lanes sorting their runs so that
+//! reduce merges them (finish 3.0-3.3 ms, combine 0.9, no sort: the same CPU), the worker's own
+//! lane's run combined last so that duplicate keys are freed into its own malloc arena (no
+//! change), a store without the container test on the emit_ref path (3 instructions a word
+//! fewer, string match 4% more CPU).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,6 +81,7 @@ fn config(name: &str) -> Config {
         "stealoff" => batch.clone().ema(true).placement(true).steal(Steal::Off),
         "follow" => batch.clone().ema(true).placement(true).follow(true),
         "default" => Config::default(),
+        "nospin" => Config::default().spin(Spin::Never),
         other => panic!("{other}: unknown configuration"),
     }
 }

@@ -804,10 +804,12 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
             b
         });
         if let Some(split) = split {
-            let store = l.store.get_or_insert_with(|| Store::new(container));
+            let store = l.store.take().unwrap_or_else(|| Store::new(container));
             let mut out = Emitter::new(app, store);
             app.map(split, &mut out);
-            l.emitted += out.emitted();
+            let (store, emitted) = out.into_parts();
+            l.store = Some(store);
+            l.emitted += emitted;
             l.tasks += 1;
         }
     });

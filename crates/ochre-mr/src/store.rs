@@ -70,23 +70,29 @@ pub(crate) fn hash_of<K: Hash>(key: &K) -> u64 {
 
 /// Where a map task's pairs go: the lane's store, combining as they arrive.
 ///
-/// It counts the pairs in a field of its own, on the map task's stack: a counter in shared
-/// lane state, bumped per record, would share a cache line with the other lanes' (the false
-/// sharing of thesis §5.2.1).
+/// It holds the store by value for the task (moved out of the lane's state and back, a few
+/// words): the map's inner loop then finds the table's fields one load from the emitter it was
+/// handed, not two (emitter, then the lane's store). On word count's per-word path the second
+/// load sat on each lookup's critical path, restarted by the mispredicted branch at each word's
+/// end: the map path on one thread took 5-8% more CPU time than the reference for 2% more
+/// instructions. It counts the pairs in a field of its own, on the map task's stack: a counter
+/// in shared lane state, bumped per record, would share a cache line with the other lanes'
+/// (the false sharing of thesis §5.2.1).
 pub struct Emitter<'a, P: MapReduce> {
+    store: Store<P::Key, P::Value>,
     app: &'a P,
-    store: &'a mut Store<P::Key, P::Value>,
     emitted: u64,
 }
 
 impl<'a, P: MapReduce> Emitter<'a, P> {
-    pub(crate) fn new(app: &'a P, store: &'a mut Store<P::Key, P::Value>) -> Self {
-        Emitter { app, store, emitted: 0 }
+    /// An emitter filling `store` (taken back with [`Emitter::into_parts`]).
+    pub(crate) fn new(app: &'a P, store: Store<P::Key, P::Value>) -> Self {
+        Emitter { store, app, emitted: 0 }
     }
 
-    /// Pairs emitted so far.
-    pub(crate) fn emitted(&self) -> u64 {
-        self.emitted
+    /// The store and the pairs emitted into it.
+    pub(crate) fn into_parts(self) -> (Store<P::Key, P::Value>, u64) {
+        (self.store, self.emitted)
     }
 
     /// Emits `(key, value)`: folded into the value held for `key` if there is one.
@@ -100,7 +106,7 @@ impl<'a, P: MapReduce> Emitter<'a, P> {
     #[inline]
     fn put(&mut self, key: P::Key, value: P::Value) {
         let app = self.app;
-        match self.store {
+        match &mut self.store {
             Store::Hash(map) => combine_into(app, map, key, value),
             Store::Dense { slots, spill } => match app.key_index(&key) {
                 Some(i) if i < slots.len() => match &mut slots[i] {
@@ -130,7 +136,7 @@ impl<'a, P: MapReduce> Emitter<'a, P> {
         // inline into its scanning loop (callgrind: 10% more instructions than the
         // sequential reference, word count).
         self.emitted += 1;
-        if let Store::Hash(map) = self.store {
+        if let Store::Hash(map) = &mut self.store {
             if let Some(acc) = map.get_mut(key) {
                 return self.app.combine(acc, value);
             }
@@ -159,6 +165,68 @@ pub(crate) fn combine_into<P: MapReduce>(
         Entry::Occupied(mut e) => app.combine(e.get_mut(), value),
         Entry::Vacant(e) => {
             e.insert(value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts words; a one-letter word has the dense slot of its letter.
+    struct Words;
+    impl MapReduce for Words {
+        type Split = ();
+        type Key = Vec<u8>;
+        type Value = u64;
+        fn split(&self, _: usize) -> Vec<()> {
+            Vec::new()
+        }
+        fn map(&self, _: &(), _: &mut Emitter<'_, Self>) {}
+        fn combine(&self, acc: &mut u64, value: u64) {
+            *acc += value;
+        }
+        fn key_index(&self, key: &Vec<u8>) -> Option<usize> {
+            match key.as_slice() {
+                [c] => Some(usize::from(c.wrapping_sub(b'a'))),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn every_container_holds_each_key_once_by_emit_or_emit_ref() {
+        let words: Vec<&[u8]> = "a b rose a c rose b is z a rose y"
+            .split(' ')
+            .map(str::as_bytes)
+            .cycle()
+            .take(60)
+            .collect();
+        let mut want = std::collections::BTreeMap::new();
+        for w in &words {
+            *want.entry(w.to_vec()).or_insert(0) += 1;
+        }
+        // Dense(3): 'a'..'c' in slots, 'y' and 'z' past them and the longer words without an
+        // index go to the table.
+        for container in [Container::Hash, Container::Dense(3), Container::Fixed] {
+            // By value, by reference, and mixed: a key must land where the other way looks.
+            for by_ref in [0, 1, 2] {
+                let mut out = Emitter::new(&Words, Store::new(container));
+                for (i, w) in words.iter().enumerate() {
+                    if by_ref == 1 || (by_ref == 2 && i % 2 == 1) {
+                        out.emit_ref(*w, 1);
+                    } else {
+                        out.emit(w.to_vec(), 1);
+                    }
+                }
+                let (store, emitted) = out.into_parts();
+                let mut got = Vec::new();
+                store.drain_into(|p| got.push(p));
+                got.sort();
+                let want: Vec<(Vec<u8>, u64)> = want.clone().into_iter().collect();
+                assert_eq!(got, want, "{container:?}, mode {by_ref}");
+                assert_eq!(emitted, words.len() as u64);
+            }
         }
     }
 }
