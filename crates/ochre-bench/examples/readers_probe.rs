@@ -13,8 +13,33 @@ use ochre_bench::readers::{self, Case, Load, Mode, Pick, Read};
 const REQUESTS: u64 = 800_000;
 
 fn sample(mode: Mode, case: Case, requests: u64) -> Result<f64, String> {
-    let build = || Runtime::builder().workers(2).config(Config::default()).build();
-    peers::on_fresh_runtime(&build, requests, |rt, n| readers::run_program(rt, mode, case, n))
+    // PROBE_NOFOLLOW: colors stay where they are homed (no following, no relief).
+    let follow = std::env::var_os("PROBE_NOFOLLOW").is_none();
+    let build =
+        move || Runtime::builder().workers(2).config(Config::default().follow(follow)).build();
+    let mut counters = String::new();
+    let rate = peers::on_fresh_runtime(&build, requests, |rt, n| {
+        let before = rt.stats();
+        let rate = readers::run_program(rt, mode, case, n);
+        let d: Vec<_> = rt.stats().iter().zip(&before).map(|(a, b)| a.since(b)).collect();
+        let sum = |f: fn(&ochre::WorkerStats) -> u64| d.iter().map(f).sum::<u64>();
+        counters = format!(
+            "events {:?} batches {} msgs {} safety flushes {} moves {} steals {} sleeps {} rounds {}",
+            d.iter().map(|s| s.events_run).collect::<Vec<_>>(),
+            sum(|s| s.batches_sent),
+            sum(|s| s.batched_msgs),
+            sum(|s| s.safety_flushes),
+            sum(|s| s.colors_moved_in),
+            sum(|s| s.steals_in),
+            sum(|s| s.sleeps),
+            sum(|s| s.rounds),
+        );
+        rate
+    })?;
+    if std::env::var_os("PROBE_COUNTERS").is_some() {
+        println!("  {mode:?}: {:.3} M req/s; {counters}", rate / 1e6);
+    }
+    Ok(rate)
 }
 
 fn main() -> Result<(), String> {
