@@ -14,7 +14,9 @@ const PINGPONG_EVENTS: u64 = 3_000_000;
 const PRODCONS_ROUNDS: u64 = 10_000;
 
 fn sample(bench: &str, period: u32) -> Result<f64, String> {
-    let config = Config::default().color_stats(period);
+    // PROBE_NOFOLLOW: colors stay where the benchmark put them (no following, no relief).
+    let follow = std::env::var_os("PROBE_NOFOLLOW").is_none();
+    let config = Config::default().color_stats(period).follow(follow);
     let build = move || Runtime::builder().workers(2).config(config.clone()).build();
     let mut counters = None;
     let mut round = None;
