@@ -25,7 +25,9 @@
 //! opens no [`ColorCell`](crate::ColorCell) of it (no `&mut` of the poster's state can alias).
 //! Why: a lookup of tens of nanoseconds costs less than the event that would carry it (queue,
 //! turn, task); callgrind, `bench readers`' busy lookups at 2 workers: 1,949 instructions a
-//! request queued, 1,344 at once (exclusive colors: 1,770-1,870). A read may run at any time
+//! request queued, 1,344 at once (exclusive colors: 1,770-1,870); 1,154 once the post looked
+//! the worker and the color's state up once each, not three times and twice (1,245 before, in
+//! the same run: `examples/readers_probe`; exclusive 1,685-1,922). A read may run at any time
 //! after its post, on any worker's lane, so running it before the rest of the posting event
 //! is one of the orders it already had with outside threads' reads. Reads posted from a read
 //! are queued (no nesting, a bounded stack).
@@ -106,7 +108,7 @@
 //!
 //! Cost: a color's state lives in a table sharded by color, created at its first read or turn
 //! and kept for the runtime's life (a cache line per worker per color: 256 bytes a color at 2
-//! workers, 2 KiB at 16); each worker caches the states it used, so a read costs two lookups in
+//! workers, 2 KiB at 16); each worker caches the states it used, so a read costs one lookup in
 //! a worker-local map, two atomic operations on its worker's line and a fence (and, queued, an
 //! event of its lane); an exclusive
 //! turn, a read of every worker's line and three atomic operations on the word. Ordinary
@@ -116,7 +118,7 @@ use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::color::{home_of, Placement};
 use crate::context::with_current;
@@ -356,9 +358,11 @@ impl Readers {
         }
     }
 
-    /// The lane of worker `w`: the color its reads run as.
+    /// The lane of worker `w` (a worker id: below the number of workers): the color its reads
+    /// run as. Indexed: no division on a read's path.
+    #[inline]
     pub(crate) fn lane(&self, w: usize) -> Color {
-        self.lanes[w % self.lanes.len()]
+        self.lanes[w]
     }
 
     /// The state of `color`, created at first use.
@@ -378,35 +382,42 @@ struct Cache {
 }
 
 thread_local! {
-    static CACHE: RefCell<Cache> = RefCell::new(Cache { owner: 0, states: FxHashMap::default() });
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache { owner: 0, states: FxHashMap::with_hasher(FxBuildHasher) })
+    };
     /// The color of the running read, if a read runs.
     static READING: Cell<Option<Color>> = const { Cell::new(None) };
 }
 
-/// Runs `f` on the state of `color` in `readers`, through this thread's cache. `f` is runtime
-/// code: it must not post, run handlers or reach the cache again.
-fn with_state<R>(readers: &Readers, color: Color, f: impl FnOnce(&ReadState) -> R) -> R {
-    CACHE.with(|c| {
+/// The state of `color` in `readers`, through this thread's cache (one hash lookup in a
+/// worker-local map; the shared table's mutex only at a color's first use on this thread).
+#[inline]
+fn cached(readers: &Readers, color: Color) -> &ReadState {
+    let state: *const ReadState = CACHE.with(|c| {
         let mut cache = c.borrow_mut();
         if cache.owner != readers.id {
             *cache = Cache { owner: readers.id, states: FxHashMap::default() };
         }
-        let state = cache.states.entry(color).or_insert_with(|| readers.state(color));
-        f(state)
-    })
+        Arc::as_ptr(cache.states.entry(color).or_insert_with(|| readers.state(color)))
+    });
+    // SAFETY: `readers.shards` holds an `Arc` of every state it made and never removes one, so
+    // the state lives as long as `readers` does, whatever becomes of this thread's cache (which
+    // a read that runs another runtime's worker code could clear); the state is only shared
+    // (`ReadState` is `Sync`), never mutably borrowed.
+    unsafe { &*state }
 }
 
 /// Starts an exclusive turn of `color`, a color that admits readers (worker loop): false if
 /// reads of it run; the turn must then wait (module doc).
 pub(crate) fn begin_write(shared: &crate::shared::Shared, color: Color) -> bool {
-    with_state(&shared.readers, color, |s| s.try_write())
+    cached(&shared.readers, color).try_write()
 }
 
 /// Ends the exclusive turn of `color` begun by [`begin_write`]; returns the reads parked behind
 /// it, granted, for [`grant`]. Called before the color may leave this worker: its next holder's
 /// turn must find the word clear.
 pub(crate) fn end_write(shared: &crate::shared::Shared, color: Color) -> Vec<Parked> {
-    with_state(&shared.readers, color, |s| s.end_write())
+    cached(&shared.readers, color).end_write()
 }
 
 /// Posts reads granted by [`end_write`] to their workers' lanes.
@@ -438,42 +449,46 @@ pub(crate) fn wait_for_reads(ran: usize) {
 
 /// The read of `color` as posted: admitted or parked when it runs.
 fn run_read<F: FnOnce() + Send + 'static>(color: Color, origin: usize, f: F) {
-    let Some((slot, admitted)) = with_current(|ctx| {
-        (ctx.id, with_state(&ctx.shared.readers, color, |s| s.try_read(ctx.id)))
-    }) else {
-        // Reads run on workers only (their lanes).
-        debug_assert!(false, "a read ran outside a worker");
-        return;
-    };
-    if admitted {
-        return run_admitted(color, Admitted::Slot(slot), f);
-    }
-    let parked = Parked { origin, read: Box::new(f) };
-    let now = with_current(|ctx| {
-        with_state(&ctx.shared.readers, color, |s| s.read_or_park(slot, parked))
+    let ran = with_current(move |ctx| {
+        let state = cached(&ctx.shared.readers, color);
+        if state.try_read(ctx.id) {
+            return run_admitted(ctx, state, color, Admitted::Slot(ctx.id), f);
+        }
+        let parked = Parked { origin, read: Box::new(f) };
+        if let Some(p) = state.read_or_park(ctx.id, parked) {
+            run_admitted(ctx, state, color, Admitted::Slot(ctx.id), p.read);
+        }
     });
-    if let Some(Some(p)) = now {
-        run_admitted(color, Admitted::Slot(slot), p.read);
-    }
+    // Reads run on workers only (their lanes).
+    debug_assert!(ran.is_some(), "a read ran outside a worker");
 }
 
 /// A read granted at the end of a turn (already counted).
 fn run_granted(color: Color, read: Box<dyn FnOnce() + Send>) {
-    run_admitted(color, Admitted::Granted, read);
+    let ran = with_current(move |ctx| {
+        let state = cached(&ctx.shared.readers, color);
+        run_admitted(ctx, state, color, Admitted::Granted, read);
+    });
+    debug_assert!(ran.is_some(), "a read ran outside a worker");
 }
 
 /// Runs an admitted read, then leaves the count, whatever `f` does; a panic is reported with
 /// the color read.
-fn run_admitted<F: FnOnce()>(color: Color, how: Admitted, f: F) {
+#[inline]
+fn run_admitted<F: FnOnce()>(
+    ctx: &crate::worker::WorkerCtx,
+    state: &ReadState,
+    color: Color,
+    how: Admitted,
+    f: F,
+) {
     let previous = READING.with(|r| r.replace(Some(color)));
     let result = catch_unwind(AssertUnwindSafe(f));
     READING.with(|r| r.set(previous));
-    with_current(|ctx| {
-        with_state(&ctx.shared.readers, color, |s| s.end_read(how));
-        if let Err(payload) = result {
-            ctx.panicked(color, payload);
-        }
-    });
+    state.end_read(how);
+    if let Err(payload) = result {
+        ctx.panicked(color, payload);
+    }
 }
 
 /// Posts `f` as a *read* of `color`: it may run at the same time as other reads of `color`, never
@@ -526,30 +541,33 @@ pub fn try_post_read<F: FnOnce() + Send + 'static>(color: Color, f: F) -> Result
     if !color.admits_readers() {
         return crate::try_post(color, f);
     }
-    let (lane, origin, at_once) = with_current(|ctx| {
-        let lane = ctx.shared.readers.lane(ctx.id);
+    // One look at the worker and one at the color's state: a read run at once goes no further.
+    let queued = with_current(move |ctx| {
         // At once: from an event (not from inside a read: no nesting), if admitted now.
-        let at_once = ctx.current.get().is_some()
-            && READING.with(|r| r.get()).is_none()
-            && with_state(&ctx.shared.readers, color, |s| s.try_read(ctx.id));
-        (lane, ctx.id, at_once)
+        if ctx.current.get().is_some() && READING.with(Cell::get).is_none() {
+            let state = cached(&ctx.shared.readers, color);
+            if state.try_read(ctx.id) {
+                run_at_once(ctx, state, color, f);
+                return None;
+            }
+        }
+        Some((ctx.shared.readers.lane(ctx.id), ctx.id, f))
     })
     .ok_or(Error::NotInRuntime)?;
-    if at_once {
-        run_at_once(color, lane, origin, f);
-        return Ok(());
+    match queued {
+        Some((lane, origin, f)) => crate::try_post(lane, move || run_read(color, origin, f)),
+        None => Ok(()),
     }
-    crate::try_post(lane, move || run_read(color, origin, f))
 }
 
 /// Runs a read admitted at its post, inside the posting event, as a read of the lane (module
-/// doc, "Reads at once"): the poster's color is not the current one meanwhile, so the read
+/// doc, "Where a read runs"): the poster's color is not the current one meanwhile, so the read
 /// opens no cell of it.
 #[inline]
-fn run_at_once<F: FnOnce()>(color: Color, lane: Color, slot: usize, f: F) {
-    let poster = with_current(|ctx| ctx.current.replace(Some(lane))).flatten();
-    run_admitted(color, Admitted::Slot(slot), f);
-    with_current(|ctx| ctx.current.set(poster));
+fn run_at_once<F: FnOnce()>(ctx: &crate::worker::WorkerCtx, state: &ReadState, color: Color, f: F) {
+    let poster = ctx.current.replace(Some(ctx.shared.readers.lane(ctx.id)));
+    run_admitted(ctx, state, color, Admitted::Slot(ctx.id), f);
+    ctx.current.set(poster);
 }
 
 /// Posts a read from an outside thread, on a lane chosen round robin ([`crate::Handle`]).
