@@ -198,6 +198,12 @@ pub struct Config {
     /// puts it (libasync-smp), unless stolen.
     #[serde(default = "yes")]
     pub follow: bool,
+    /// A color whose descriptor a worker's poller watches stays on that worker (`follow` and
+    /// relief do not move it: `IoCore::anchors`). A performance rule; `false` lets tests move
+    /// watched colors, to check that their readiness survives the move.
+    #[doc(hidden)]
+    #[serde(default = "yes")]
+    pub anchor_watched: bool,
     /// Per-color statistics ([`color_stats`](crate::color_stats)): one turn and one post in this
     /// many is measured (run time, wait, events of its color); moves and steals are counted
     /// exactly. 0: off; 1: every event (exact, for tests). Default 0 (off): a sampled post or
@@ -265,6 +271,7 @@ impl Default for Config {
             ema_cap: None,
             placement: true,
             follow: true,
+            anchor_watched: true,
             color_stats: color_stats_default(),
             trace_events: 0,
             stall_threshold: stall_threshold_default(),
@@ -325,6 +332,9 @@ impl Config {
         placement: bool,
         /// Sets [`Config::follow`].
         follow: bool,
+        /// Sets `Config::anchor_watched` (for tests).
+        #[doc(hidden)]
+        anchor_watched: bool,
         /// Sets [`Config::color_stats`].
         color_stats: u32,
         /// Sets [`Config::trace_events`].

@@ -148,6 +148,10 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     let flow = if budget > Duration::ZERO && spin(ctx, budget, try_steal, quiet, &mut parked) {
         Flow::Continue
     } else {
+        // Quiet again if the spin's polls fired the last timer (or ended the last watch): a
+        // worker that sleeps in its parker, not its poller, must be counted parked, or the
+        // run never ends (the detector waits for it, and nothing wakes it).
+        let quiet = quiet || !ctx.core.borrow().io.active();
         if quiet && !parked {
             parked = true;
             if enter_parked(ctx) {
@@ -272,6 +276,14 @@ fn poll_while_spinning(ctx: &WorkerCtx) -> bool {
     let garbage = {
         let mut core = ctx.core.borrow_mut();
         core.poll_io(&ctx.shared, Some(Duration::ZERO));
+        // Readiness of a color held elsewhere (moved or lent away from its poller's worker), or
+        // a timer of a color homed elsewhere, was posted as a message: it leaves now. Left in
+        // the buffer, it would wait for this worker's next round, and a spinner that finds
+        // nothing to run here sleeps in its poller next, the message still buffered, the edge
+        // that made it consumed: the color's holder would wait for it forever.
+        if core.has_outgoing() {
+            core.flush_all(&ctx.shared);
+        }
         if core.queue.ready_len() == 0 {
             return false;
         }
@@ -289,6 +301,13 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     let io = ctx.core.borrow().io.active();
     // Before the announcement on the inbox, which publishes it to wakers (`shared::Status`).
     remote.status.parks_in_poller.store(io, Ordering::Relaxed);
+    // Nothing it sent may wait in its buffers while it sleeps (its round flushed them, and so
+    // does a spinner's poll): a message left there would be delivered by no one.
+    debug_assert!(
+        !ctx.core.borrow().has_outgoing(),
+        "worker {} sleeps with messages buffered",
+        ctx.id
+    );
     if !remote.poke.inbox.try_sleep(locked) {
         return Flow::Continue; // Messages arrived.
     }

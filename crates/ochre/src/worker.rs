@@ -333,6 +333,11 @@ impl Core {
         shared.remotes[self.id].status.sent.store(self.sent, Ordering::SeqCst);
     }
 
+    /// Messages buffered for other workers, not yet delivered.
+    pub(crate) fn has_outgoing(&self) -> bool {
+        self.outbox.has_pending()
+    }
+
     /// Sends every outgoing buffer.
     pub(crate) fn flush_all(&mut self, shared: &Shared) {
         while let Some(&d) = self.outbox.pending_dests().first() {
@@ -576,7 +581,7 @@ impl Core {
         self.queue.receive_post(color, task, urgent, from.map(|(s, ..)| s.id), |traffic, cost| {
             let to = moves_to(shared, me, mine, home_ready, from, traffic, cost);
             // A color whose descriptors this worker's poller watches stays (`IoCore::anchors`).
-            to.filter(|_| !io.anchors(color))
+            to.filter(|_| !(shared.config.anchor_watched && io.anchors(color)))
         })
     }
 
@@ -832,7 +837,8 @@ impl WorkerCtx {
                         follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
                     // Colors whose descriptors are watched here stay (`IoCore::anchors`).
-                    None => relief(shared, me, mine).filter(|_| !io.anchors(color)),
+                    None => relief(shared, me, mine)
+                        .filter(|_| !(shared.config.anchor_watched && io.anchors(color))),
                 }
             };
             // Before the color may leave (a return or move below can reach its next holder at

@@ -815,7 +815,7 @@ impl Drop for BusyThread {
 
 /// Two workers on the first two allowed CPUs, worker 1's shared with a spinning thread (`None`
 /// with fewer than two CPUs).
-fn two_workers_one_cpu_busy() -> Option<(Runtime, BusyThread)> {
+fn two_workers_one_cpu_busy(config: Config) -> Option<(Runtime, BusyThread)> {
     let cpus = ochre::topology::allowed_cpus().unwrap();
     if cpus.len() < 2 {
         return None;
@@ -832,7 +832,22 @@ fn two_workers_one_cpu_busy() -> Option<(Runtime, BusyThread)> {
         })
     };
     let busy = BusyThread { stop, thread: Some(thread) };
-    Some((Runtime::builder().workers(2).cpus([mine, cpus[1]]).build().unwrap(), busy))
+    let rt = Runtime::builder().workers(2).cpus([mine, cpus[1]]).config(config).build().unwrap();
+    Some((rt, busy))
+}
+
+/// Runs `body` on another thread and waits for it at most `limit`: a run that never ends (a
+/// lost wake-up or readiness) fails the test instead of hanging it. Its threads are left
+/// behind then, spinning until the test process exits.
+fn within<T: Send + 'static>(limit: Duration, body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(body());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(e) => panic!("the run did not end within {limit:?} ({e})"),
+    }
 }
 
 /// A ping-pong pair whose colors are homed on worker 1 while another thread keeps worker
@@ -844,7 +859,7 @@ fn two_workers_one_cpu_busy() -> Option<(Runtime, BusyThread)> {
 #[test]
 fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
     let _alone_here = cpu_timing();
-    let Some((rt, _busy)) = two_workers_one_cpu_busy() else { return };
+    let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default()) else { return };
     // Both homed on worker 1: only leaving its CPU takes the pair off it.
     let (a, b) = (color_on(&rt, 1, 0), color_on(&rt, 1, 1));
     fn volley(a: Color, b: Color, until: std::time::Instant) {
@@ -905,7 +920,7 @@ fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
     let _alone_here = cpu_timing();
-    let Some((rt, _busy)) = two_workers_one_cpu_busy() else { return };
+    let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default()) else { return };
     let mut judged = 0;
     for run in 0..4 {
         // Fresh colors each run: the last read of a run cancels the watch, after which `b` may
@@ -965,5 +980,193 @@ fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
     }
     if judged == 0 {
         eprintln!("skipped: the plain color never left the shared CPU");
+    }
+}
+
+/// The readiness of a watched color that moved off its poller's worker (anchoring, a
+/// performance rule, turned off: relief moves `b` off the shared CPU as it moves `c`) reaches
+/// it wherever it runs: each readiness is forwarded, each handler handed back, and the run
+/// ends. The readiness a spinning worker polled was once posted into its outgoing buffer and
+/// left there while it went to sleep in its poller: the run never ended, in its first round.
+#[test]
+fn a_watched_color_moved_off_its_poller_keeps_its_readiness() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let _alone_here = cpu_timing();
+    let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default().anchor_watched(false))
+    else {
+        return;
+    };
+    let rt = Arc::new(rt);
+    let mut moved = 0;
+    for run in 0..6 {
+        let (b, c) = (color_on(&rt, 1, 2 * run), color_on(&rt, 1, 2 * run + 1));
+        let (tx, rx) = UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let (tx, rx) = (Arc::new(tx), Arc::new(rx));
+        let (b_away, written, read_bytes) =
+            (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let until = std::time::Instant::now() + Duration::from_millis(300);
+        let write = {
+            let (tx, written) = (tx.clone(), written.clone());
+            move || {
+                if (&*tx).write(&[1]).is_ok() {
+                    written.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        };
+        let read = {
+            let (rx, b_away, read_bytes, write) =
+                (rx.clone(), b_away.clone(), read_bytes.clone(), write.clone());
+            move |ev: &mut ochre::io::Event| {
+                if ochre::current_worker() != Some(1) {
+                    b_away.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut buf = [0u8; 64];
+                while let Ok(n @ 1..) = (&*rx).read(&mut buf) {
+                    read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                if std::time::Instant::now() >= until {
+                    ev.cancel();
+                    return;
+                }
+                ochre::post(c, write.clone());
+            }
+        };
+        let report = within(Duration::from_secs(30), {
+            let rt = rt.clone();
+            move || {
+                rt.run(c, move || {
+                    ochre::io::watch(&*rx, ochre::io::Interest::READ, b, read).unwrap();
+                    write();
+                })
+                .unwrap()
+            }
+        });
+        assert_eq!(report.end, RunEnd::Quiescent);
+        let (written, read_bytes) =
+            (written.load(Ordering::Relaxed), read_bytes.load(Ordering::Relaxed));
+        // The last write may land after the cancelling read; every earlier one was read.
+        assert!(read_bytes + 1 >= written && read_bytes <= written, "{read_bytes} of {written}");
+        assert!(written > 100, "the exchange stopped early: {written} writes");
+        if b_away.load(Ordering::Relaxed) > 0 {
+            moved += 1;
+        }
+        drop(tx);
+    }
+    if moved == 0 {
+        eprintln!("not judged: the watched color never left worker 1");
+    }
+}
+
+/// A timer fired by a worker that polls its wheel while spinning, for a color homed on another
+/// worker, reaches that color: the post leaves the spinner's buffer before it sleeps (it once
+/// stayed there, the spinner then slept, and the run never ended).
+#[test]
+fn a_timer_fired_while_spinning_reaches_a_color_homed_elsewhere() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .pin(false)
+        .config(
+            Config::default()
+                .spin(Spin::Always { limit: Duration::from_millis(50) })
+                .max_spinners(Some(2)),
+        )
+        .build()
+        .unwrap();
+    let rt = Arc::new(rt);
+    for round in 0..5 {
+        let fired = Arc::new(AtomicU64::new(0));
+        let (here, there) = (color_on(&rt, 1, round), color_on(&rt, 0, round));
+        let report = within(Duration::from_secs(30), {
+            let (rt, fired) = (rt.clone(), fired.clone());
+            move || {
+                rt.run(here, move || {
+                    ochre::io::post_after(Duration::from_millis(5), there, move || {
+                        fired.fetch_add(1, Ordering::Relaxed);
+                    })
+                    .unwrap();
+                })
+                .unwrap()
+            }
+        });
+        assert_eq!(report.end, RunEnd::Quiescent);
+        assert_eq!(fired.load(Ordering::Relaxed), 1, "round {round}");
+    }
+}
+
+/// Stress: many more workers than cores, watched colors free to move (anchoring off, colors
+/// following their messages, stealing on), workers spinning and polling while they spin. Each
+/// of 16 chains has a reader color `b` watching a socket and a writer color `c` on another
+/// worker (`b` posts `c`, `c` writes, the readiness runs `b`): every run ends, and every byte
+/// written before the readers stopped was read.
+#[test]
+fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    const WORKERS: usize = 12;
+    const CHAINS: usize = 16;
+    let config = Config::default()
+        .anchor_watched(false)
+        .spin(Spin::Always { limit: Duration::from_micros(200) })
+        .max_spinners(Some(WORKERS));
+    let rt =
+        Arc::new(Runtime::builder().workers(WORKERS).pin(false).config(config).build().unwrap());
+    for run in 0..4 {
+        let until = std::time::Instant::now() + Duration::from_millis(150);
+        let mut chains = Vec::new();
+        let mut starts = Vec::new();
+        for i in 0..CHAINS {
+            let b = color_on(&rt, i % WORKERS, run * CHAINS + i);
+            let c = color_on(&rt, (i + 1) % WORKERS, run * CHAINS + i);
+            let (tx, rx) = UnixStream::pair().unwrap();
+            tx.set_nonblocking(true).unwrap();
+            rx.set_nonblocking(true).unwrap();
+            let (tx, rx) = (Arc::new(tx), Arc::new(rx));
+            let (written, read_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+            let write = {
+                let (tx, written) = (tx.clone(), written.clone());
+                move || {
+                    if (&*tx).write(&[1]).is_ok() {
+                        written.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            };
+            let read = {
+                let (rx, read_bytes, write) = (rx.clone(), read_bytes.clone(), write.clone());
+                move |ev: &mut ochre::io::Event| {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n @ 1..) = (&*rx).read(&mut buf) {
+                        read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    if std::time::Instant::now() >= until {
+                        ev.cancel();
+                        return;
+                    }
+                    ochre::post(c, write.clone());
+                }
+            };
+            starts.push((rx, b, c, read, write));
+            chains.push((tx, written, read_bytes));
+        }
+        let report = within(Duration::from_secs(60), {
+            let rt = rt.clone();
+            move || {
+                rt.run(Color(u64::MAX / 3), move || {
+                    for (rx, b, c, read, write) in starts {
+                        ochre::io::watch(&*rx, ochre::io::Interest::READ, b, read).unwrap();
+                        ochre::post(c, write);
+                    }
+                })
+                .unwrap()
+            }
+        });
+        assert_eq!(report.end, RunEnd::Quiescent, "run {run}");
+        for (i, (_tx, written, read_bytes)) in chains.iter().enumerate() {
+            let (w, r) = (written.load(Ordering::Relaxed), read_bytes.load(Ordering::Relaxed));
+            assert!(r <= w && r + 1 >= w, "run {run}, chain {i}: {r} of {w} bytes read");
+            assert!(w > 1, "run {run}, chain {i}: only {w} writes");
+        }
     }
 }
