@@ -286,6 +286,11 @@ impl Client {
             t.record_error(since, kind);
             t.sent += sends;
         });
+        if sends > 0 && !self.run.measuring(now) {
+            // Sent in the measured phase, failed after it: offered all the same (else a phase
+            // whose every request failed late would say it offered nothing).
+            self.tally(self.run.measure_until, |t| t.sent += sends);
+        }
     }
 }
 
