@@ -13,7 +13,7 @@
 //! Beside the closed-loop curves, each server's throughput-vs-load curve under the semi-open
 //! loop with the thesis's two think times (§6.2: 0.343 s active within a burst, 3.0 s inactive
 //! after it): sessions arrive (Poisson) at [`SESSION_RAMP_START`] per second, then twice as
-//! many at each next point, until the server saturates ([`saturated`]: errors, or the
+//! many at each next point, until the server saturates (errors, or the
 //! throughput no longer follows the load) or the descriptor limit stops the ramp; a few
 //! requests per burst and per session ([`SEMI_BURST`], [`SEMI_LEAVE`]), one probe per rate, on
 //! the 1 KiB file at each core count (`--quick`: shorter probes, 1 core only, where the server
@@ -21,7 +21,16 @@
 //! ([`INJECTOR_BOUND`]), so that a knee of the injector's is not read as the server's. Many
 //! connections, mostly idle: what the closed loop does not show. Both kinds of curves are in
 //! the JSON (`curves`) and the notes; each probe is bounded (warm-up, measure, a request
-//! timeout) and stops by itself.
+//! timeout) and stops by itself. Measured (`--quick`, 1 core, loaded 2-CPU machine): every
+//! server followed the load up to 3,200 sessions/s (1,970-2,490 req/s, p99 6-14 ms), where the
+//! injector's one thread was 93-94% busy: a session opens a connection for about 2.5 requests
+//! in a 1.5 s probe, and the injector pays for the connects; so the knee of these curves is the
+//! injector's, not the servers' (`threads` alone flattened before it: 431 then 451 req/s at
+//! 400 and 800 sessions/s).
+//!
+//! The diagnosis (PPG, thesis §6.4): the servers profiled with `perf record -e cpu-clock` at 1
+//! and 2 cores, each function's cost per request and what it would give back if it scaled
+//! perfectly, in the JSON (`ppg`) and the study (`--quick`: SWS and SYMPED only).
 //!
 //! N-COPY (thesis §6.3, Table 6.4): on the 1 KiB file at each core count, every architecture
 //! is also measured as [`SWEEP_COPIES`] independent copies (`sws-ncopy-2`, ...), placed along
@@ -64,8 +73,8 @@ pub const CONNECTIONS: [usize; 3] = [16, 64, 256];
 pub const POOLS: [usize; 3] = [1, 2, 4];
 
 /// Sessions per second at the first point of each semi-open curve; each next point doubles it,
-/// up to saturation (see [`saturated`]) or to what the descriptor limit allows
-/// ([`session_rate_cap`]).
+/// up to saturation or to what the descriptor limit allows
+/// (`session_rate_cap`).
 pub const SESSION_RAMP_START: f64 = 200.0;
 /// A point is past the knee when doubling the sessions per second gave less than this much more
 /// throughput (an unsaturated server gives about 2x; one at its limit, about 1x).
