@@ -73,6 +73,39 @@ pub struct BenchReport {
     /// sweep a load; absent from the JSON of the others, and from older reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub curves: Vec<Curve>,
+    /// Per-function costs per request at 1 and 2 cores and their potential performance gain,
+    /// one table per system (benchmarks that profile; absent elsewhere).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ppg: Vec<Ppg>,
+}
+
+/// The potential performance gain table of one system (thesis §6.4): for each function, its
+/// CPU cost per request at 1 and at 2 cores (software-clock sampling), and what share of a
+/// request's cost at 2 cores it would give back if its cost per request stayed what it is at
+/// 1 core (scaled perfectly).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ppg {
+    /// The system.
+    pub system: String,
+    /// The case (file set).
+    pub case: String,
+    /// CPU cost of a request in all, microseconds, at 1 and at 2 cores.
+    pub total_us: [f64; 2],
+    /// Requests served while sampling, at 1 and at 2 cores.
+    pub requests: [u64; 2],
+    /// The functions, largest gain first (only those that gain at least 0.5%, or the first few).
+    pub functions: Vec<PpgFunction>,
+}
+
+/// One function's line of a [`Ppg`] table.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PpgFunction {
+    /// The symbol (closures folded into their function).
+    pub function: String,
+    /// CPU cost per request, microseconds, at 1 and at 2 cores.
+    pub us: [f64; 2],
+    /// (cost at 2 cores - cost at 1 core) / total cost at 2 cores.
+    pub gain: f64,
 }
 
 /// A system's throughput at each load of a sweep (one probe each, not repeated: the shape of
@@ -107,6 +140,10 @@ pub struct CurvePoint {
     pub p99_ms: Option<f64>,
     /// Why the probe failed (errors by kind), if it did.
     pub error: Option<String>,
+    /// Share of the probe's time the injector's thread wanted its CPU (ran or waited to run),
+    /// where measured: near 1, the injector, not the server, was the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injector_busy: Option<f64>,
 }
 
 /// A goal stated by an issue, checked on the measured medians.

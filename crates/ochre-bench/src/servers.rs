@@ -12,12 +12,25 @@
 //!
 //! Beside the closed-loop curves, each server's throughput-vs-load curve under the semi-open
 //! loop with the thesis's two think times (§6.2: 0.343 s active within a burst, 3.0 s inactive
-//! after it): sessions arrive at each rate of [`SESSION_RATES`] (Poisson), a few requests per
-//! burst and per session ([`SEMI_BURST`], [`SEMI_LEAVE`]), one probe per rate, on the 1 KiB
-//! file at each core count (`--quick`: fewer rates, shorter probes, the largest core count
-//! only). Many connections, mostly idle: what the closed loop does not show. Both kinds of
-//! curves are in the JSON (`curves`) and the notes; each probe is bounded (warm-up, measure,
-//! a request timeout) and stops by itself.
+//! after it): sessions arrive (Poisson) at [`SESSION_RAMP_START`] per second, then twice as
+//! many at each next point, until the server saturates (errors, or the
+//! throughput no longer follows the load) or the descriptor limit stops the ramp; a few
+//! requests per burst and per session ([`SEMI_BURST`], [`SEMI_LEAVE`]), one probe per rate, on
+//! the 1 KiB file at each core count (`--quick`: shorter probes, 1 core only, where the server
+//! and the injector have a CPU each). Each point says how busy the injector's thread was
+//! ([`INJECTOR_BOUND`]), so that a knee of the injector's is not read as the server's. Many
+//! connections, mostly idle: what the closed loop does not show. Both kinds of curves are in
+//! the JSON (`curves`) and the notes; each probe is bounded (warm-up, measure, a request
+//! timeout) and stops by itself. Measured (`--quick`, 1 core, loaded 2-CPU machine): every
+//! server followed the load up to 3,200 sessions/s (1,970-2,490 req/s, p99 6-14 ms), where the
+//! injector's one thread was 93-94% busy: a session opens a connection for about 2.5 requests
+//! in a 1.5 s probe, and the injector pays for the connects; so the knee of these curves is the
+//! injector's, not the servers' (`threads` alone flattened before it: 431 then 451 req/s at
+//! 400 and 800 sessions/s).
+//!
+//! The diagnosis (PPG, thesis §6.4): the servers profiled with `perf record -e cpu-clock` at 1
+//! and 2 cores, each function's cost per request and what it would give back if it scaled
+//! perfectly, in the JSON (`ppg`) and the study (`--quick`: SWS and SYMPED only).
 //!
 //! N-COPY (thesis §6.3, Table 6.4): on the 1 KiB file at each core count, every architecture
 //! is also measured as [`SWEEP_COPIES`] independent copies (`sws-ncopy-2`, ...), placed along
@@ -59,13 +72,16 @@ pub const CONNECTIONS: [usize; 3] = [16, 64, 256];
 /// Pool sizes (read/parse and write stages) tried for `staged`.
 pub const POOLS: [usize; 3] = [1, 2, 4];
 
-/// Sessions per second at the points of the semi-open curves (`--quick`: [`QUICK_SESSION_RATES`]).
-/// A session lasts about 3.5 s (mostly thinking), so the highest rate keeps some 5,600
-/// connections open at once: within the connection cap and the descriptor limit of the test
-/// machine (20,000, for the servers and the injector in one process).
-pub const SESSION_RATES: [f64; 3] = [100.0, 400.0, 1600.0];
-/// The semi-open curves' rates under `--quick`.
-pub const QUICK_SESSION_RATES: [f64; 2] = [100.0, 400.0];
+/// Sessions per second at the first point of each semi-open curve; each next point doubles it,
+/// up to saturation or to what the descriptor limit allows
+/// (`session_rate_cap`).
+pub const SESSION_RAMP_START: f64 = 200.0;
+/// A point is past the knee when doubling the sessions per second gave less than this much more
+/// throughput (an unsaturated server gives about 2x; one at its limit, about 1x).
+pub const SATURATION_GROWTH: f64 = 1.3;
+/// The injector is the limit when its thread wanted its CPU (ran or waited to) this share of a
+/// probe's time: later points would measure the injector, not the server.
+pub const INJECTOR_BOUND: f64 = 0.9;
 /// Mean requests per burst of the semi-open loop (a page and its embedded objects).
 pub const SEMI_BURST: f64 = 5.0;
 /// Probability that a session leaves after a reply: 5 requests per session on average.
@@ -169,8 +185,7 @@ fn semi_open(
     rt: &Runtime,
     target: &Target,
     sessions: f64,
-    warmup: f64,
-    secs: f64,
+    window: &SemiWindow,
     label: &str,
 ) -> Result<LoadReport, String> {
     let model = SemiOpenLoop {
@@ -182,9 +197,9 @@ fn semi_open(
         requests_per_burst: SEMI_BURST,
     };
     let phases = Phases::new(
-        Duration::from_secs_f64(warmup),
-        Duration::from_secs_f64(secs),
-        Duration::from_secs(5),
+        Duration::from_secs_f64(window.warmup),
+        Duration::from_secs_f64(window.measure),
+        Duration::from_secs_f64(window.timeout),
     );
     injector_stalls(rt, label, || ochre_load::semi_open_loop(rt, target, &model, &phases))
         .map_err(|e| e.to_string())
@@ -202,6 +217,7 @@ fn point(load: f64, r: &Result<LoadReport, String>, offered: bool) -> CurvePoint
                 throughput: Some(r.throughput),
                 p99_ms: r.percentile(99.0).map(|us| us as f64 / 1000.0),
                 error: error_kinds(r),
+                injector_busy: None,
             }
         }
         Err(e) => CurvePoint {
@@ -210,6 +226,7 @@ fn point(load: f64, r: &Result<LoadReport, String>, offered: bool) -> CurvePoint
             throughput: None,
             p99_ms: None,
             error: Some(e.clone()),
+            injector_busy: None,
         },
     }
 }
@@ -233,6 +250,9 @@ fn curve_note(case: &str, c: &Curve) -> String {
             }
             if let Some(e) = &p.error {
                 extra.push(e.clone());
+            }
+            if let Some(b) = p.injector_busy {
+                extra.push(format!("injector {:.0}% busy", b * 100.0));
             }
             if !extra.is_empty() {
                 s += &format!(" ({})", extra.join(", "));
@@ -452,8 +472,10 @@ pub fn run(opts: &Options) -> BenchReport {
             measure_case(&mut report, &case, w, "req/s", opts.reps, runs);
             let took = began.elapsed().as_secs_f64();
             report.notes.push(format!("[{case}] the search and the measurement took {took:.0} s"));
-            let widest = opts.workers.iter().copied().filter(|&w| w <= cpus.len()).max();
-            if mix.is_none() && (!opts.quick || Some(w) == widest) {
+            // Under --quick, one core only: the server alone on its CPU and the injector alone
+            // on its own, so that the knee of each curve is the server's.
+            let narrowest = opts.workers.iter().copied().filter(|&w| w <= cpus.len()).min();
+            if mix.is_none() && (!opts.quick || Some(w) == narrowest) {
                 let began = std::time::Instant::now();
                 semi_open_curves(&mut report, opts, &case, &load, &lives);
                 let took = began.elapsed().as_secs_f64();
@@ -480,20 +502,106 @@ pub fn run(opts: &Options) -> BenchReport {
         .notes
         .push(format!("injector: ochre load, closed loop, keep-alive, pinned to CPU {injector}"));
     report.notes.push(injector_stalls_note());
-    if opts.quick {
-        report.notes.push("PPG: not run under --quick (it takes minutes: 10 profiles)".into());
-    } else {
-        let began = std::time::Instant::now();
-        diagnosis(&mut report, opts, root, cpus, injector);
-        let took = began.elapsed().as_secs_f64();
-        report.notes.push(format!("PPG: the profiles took {took:.0} s"));
-    }
+    let began = std::time::Instant::now();
+    diagnosis(&mut report, opts, root, cpus, injector);
+    let took = began.elapsed().as_secs_f64();
+    report.notes.push(format!("PPG: the profiles took {took:.0} s"));
     let _ = std::fs::remove_dir_all(dir);
     report
 }
 
+/// The phases of a semi-open probe, in seconds.
+struct SemiWindow {
+    warmup: f64,
+    measure: f64,
+    /// A request's timeout: at saturation, requests time out (errors), and the probe ends at
+    /// most this long after its phase.
+    timeout: f64,
+}
+
+impl SemiWindow {
+    fn of(opts: &Options) -> SemiWindow {
+        if opts.quick {
+            SemiWindow { warmup: 0.5, measure: 1.0, timeout: 2.0 }
+        } else {
+            SemiWindow { warmup: 1.5, measure: 2.5, timeout: 5.0 }
+        }
+    }
+}
+
+/// The highest session rate a probe of `window` may offer: every session of a probe ends with
+/// it, so at most rate x (warm-up + measure) connections are open at once, each two
+/// descriptors of this process (the client's and the server's), within what the descriptor
+/// limit leaves (less a margin for Poisson bursts and the servers' own files). `None` if the
+/// limit cannot be read.
+fn session_rate_cap(window: &SemiWindow) -> Option<f64> {
+    use rustix::process::{getrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile).current?;
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    let free = limit.saturating_sub(open + 1000);
+    Some(free as f64 / (2.0 * (window.warmup + window.measure)))
+}
+
+/// Whether a probe's point is at or past saturation, given the throughput of the point before
+/// (at half its rate): it failed, it had errors (requests lost or timed out: the load exceeds
+/// what the server takes), doubling the rate gave less than [`SATURATION_GROWTH`] times more,
+/// or the injector was the limit.
+fn saturated(p: &CurvePoint, before: Option<f64>) -> bool {
+    let Some(t) = p.throughput else { return true };
+    p.error.is_some()
+        || before.is_some_and(|b| t < SATURATION_GROWTH * b)
+        || p.injector_busy.is_some_and(|b| b >= INJECTOR_BOUND)
+}
+
+/// The injector runtime's worker thread (its id, for its `schedstat`).
+fn injector_thread(load: &Runtime) -> Option<i32> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    load.run(ochre::Color(1), move || {
+        let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get());
+    })
+    .ok()?;
+    rx.try_recv().ok()
+}
+
+/// How long thread `tid` of this process has run or waited to run (`schedstat`'s first two
+/// fields): its demand for its CPU, whether it got it or not.
+fn thread_demand(tid: i32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut f = stat.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some(Duration::from_nanos(f.next()??.checked_add(f.next()??)?))
+}
+
+/// One server's semi-open curve: from [`SESSION_RAMP_START`] sessions per second, doubling,
+/// until a point is [`saturated`] or the next would pass `cap`.
+fn semi_open_ramp(
+    load: &Runtime,
+    target: &Target,
+    window: &SemiWindow,
+    cap: f64,
+    injector: Option<i32>,
+    label: &str,
+) -> Vec<CurvePoint> {
+    let mut points: Vec<CurvePoint> = Vec::new();
+    let mut rate = SESSION_RAMP_START;
+    loop {
+        let before = injector.and_then(thread_demand);
+        let began = std::time::Instant::now();
+        let label = format!("{label}, {rate} sessions/s");
+        let mut p = point(rate, &semi_open(load, target, rate, window, &label), true);
+        if let Some((b, a)) = before.zip(injector.and_then(thread_demand)) {
+            p.injector_busy = Some((a - b).as_secs_f64() / began.elapsed().as_secs_f64());
+        }
+        let last = saturated(&p, points.last().and_then(|q| q.throughput));
+        points.push(p);
+        if last || rate * 2.0 > cap {
+            return points;
+        }
+        rate *= 2.0;
+    }
+}
+
 /// The semi-open curve of every server started for `case` (at its best closed-loop point: the
-/// pool size matters to `staged`; the connections are the sessions'), one probe per rate.
+/// pool size matters to `staged`; the connections are the sessions'), up to saturation.
 fn semi_open_curves(
     report: &mut BenchReport,
     opts: &Options,
@@ -501,20 +609,16 @@ fn semi_open_curves(
     load: &Runtime,
     lives: &[(&str, Started)],
 ) {
-    let (rates, warmup, secs): (&[f64], f64, f64) =
-        if opts.quick { (&QUICK_SESSION_RATES, 0.5, 1.0) } else { (&SESSION_RATES, 2.0, 3.0) };
+    let window = SemiWindow::of(opts);
+    let cap = session_rate_cap(&window).unwrap_or(SESSION_RAMP_START * 8.0);
+    let injector = injector_thread(load);
     // One copy each: the N-COPY sweep's copies are in the closed-loop table only.
     for (system, live) in lives.iter().filter(|(s, _)| !s.contains("-ncopy-")) {
         let Ok((live, _)) = live else { continue };
+        let label = format!("[{case}] {system} semi-open");
         let points = match target_of(&live.url(), None) {
-            Ok(target) => rates
-                .iter()
-                .map(|&rate| {
-                    let label = format!("[{case}] {system} semi-open, {rate} sessions/s");
-                    point(rate, &semi_open(load, &target, rate, warmup, secs, &label), true)
-                })
-                .collect(),
-            Err(e) => vec![point(rates[0], &Err(e), true)],
+            Ok(target) => semi_open_ramp(load, &target, &window, cap, injector, &label),
+            Err(e) => vec![point(SESSION_RAMP_START, &Err(e), true)],
         };
         let curve = Curve {
             system: system.to_string(),
@@ -529,11 +633,19 @@ fn semi_open_curves(
     report.notes.push(format!(
         "[{case}] semi-open loop: Poisson session arrivals, {SEMI_BURST} requests per burst and \
          {} per session on average, think times {:?} within a burst and {:?} after it; \
-         {warmup} s warm-up and {secs} s measured per rate (sessions last ~3.5 s, so the \
-         shortest warm-up sees them still building up: `offered` is what was sent)",
+         {} s warm-up and {} s measured per point, requests time out after {} s (sessions \
+         last ~3.5 s, so a short warm-up sees them still building up: `offered` is what was \
+         sent); from {SESSION_RAMP_START} sessions/s, doubling until a point is saturated \
+         (errors, less than {SATURATION_GROWTH}x the throughput of the point before, or the \
+         injector's thread busy {:.0}% of the time) or the next point would pass {cap:.0} \
+         sessions/s (the descriptor limit: two per open session)",
         1.0 / SEMI_LEAVE,
         SemiOpenLoop::PARIAG_THINK,
         SemiOpenLoop::PARIAG_INACTIVE,
+        window.warmup,
+        window.measure,
+        window.timeout,
+        INJECTOR_BOUND * 100.0,
     ));
 }
 
@@ -639,6 +751,42 @@ pub fn run_ncopy(opts: &Options) -> BenchReport {
         }
         Err(e) => report.notes.push(format!("no injector runtime: {e}")),
     }
+    let _ = std::fs::remove_dir_all(&setup.dir);
+    report
+}
+
+/// Runs the semi-open curves alone (what `ochre bench servers` runs after each 1 KiB case),
+/// every server started with stage pools of 2 instead of its searched best point, for looking
+/// at them without the whole study.
+pub fn run_semi_open(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(
+        "servers",
+        "Semi-open throughput-vs-load curves of the server architectures, up to saturation",
+    );
+    let Some(setup) = setup(&mut report, "servers-semi") else { return report };
+    let load = match setup.load_runtime() {
+        Ok(load) => load,
+        Err(e) => {
+            report.notes.push(format!("no injector runtime: {e}"));
+            return report;
+        }
+    };
+    let (cpus, injector) = (&setup.cpus, setup.injector);
+    let mut systems: Vec<&str> = SYSTEMS.to_vec();
+    if nginx_path().is_none() {
+        systems.retain(|s| *s != "nginx");
+    }
+    let counts: Vec<usize> = opts.workers.iter().copied().filter(|&w| w <= cpus.len()).collect();
+    let counts = if opts.quick { counts.into_iter().min().into_iter().collect() } else { counts };
+    for w in counts {
+        let server_cpus = server_cpus(cpus, injector, w);
+        let lives: Vec<(&str, Started)> = systems
+            .iter()
+            .map(|&s| (s, start(s, &setup.root, &setup.dir, &server_cpus, 2).map(|l| (l, 0))))
+            .collect();
+        semi_open_curves(&mut report, opts, &format!("1 KiB, {w}c"), &load, &lives);
+    }
+    report.notes.push(injector_stalls_note());
     let _ = std::fs::remove_dir_all(&setup.dir);
     report
 }
@@ -767,8 +915,10 @@ fn paired_quotients(report: &BenchReport, a: &str, b: &str, case: &str) -> Optio
 /// run in it; the injector is an `ochre load` child process, so its samples are not counted),
 /// at 1 and 2 cores, and the PPG (potential performance gain, thesis §6.4): for each function,
 /// how much of a request's cost at 2 cores it would give back if its cost per request stayed
-/// what it is at 1 core. Skipped with a note where perf cannot sample, or where this process is
-/// not the `ochre` tool (the injector is started as `ochre load`).
+/// what it is at 1 core. Every architecture, or under `--quick` SWS and SYMPED only
+/// ([`PPG_QUICK`]). Tables in the report's `ppg` (and the study), the top of each in a note.
+/// Skipped with a note where perf cannot sample, or where this process is not the `ochre` tool
+/// (the injector is started as `ochre load`).
 fn diagnosis(
     report: &mut BenchReport,
     opts: &Options,
@@ -794,12 +944,13 @@ fn diagnosis(
         report.notes.push("PPG: perf cannot sample cpu-clock here: skipped".into());
         return;
     }
-    let secs = if opts.quick { 1.0 } else { 4.0 };
+    let secs = if opts.quick { 2.0 } else { 4.0 };
     let dir = std::env::temp_dir().join(format!("ochre-ppg-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    for arch in Arch::ALL {
-        // Cost per request (us) by function, and in all, at 1 and 2 cores.
-        let mut costs: Vec<(std::collections::HashMap<String, f64>, f64)> = Vec::new();
+    let archs: &[Arch] = if opts.quick { &PPG_QUICK } else { &Arch::ALL };
+    for &arch in archs {
+        // Cost per request (us) by function, in all, and requests, at 1 and 2 cores.
+        let mut costs: Vec<Profile> = Vec::new();
         for w in [1usize, 2].into_iter().filter(|&w| w <= cpus.len()) {
             match profile(&exe, &dir, arch, root, &server_cpus(cpus, injector, w), injector, secs) {
                 Ok(c) => costs.push(c),
@@ -809,28 +960,91 @@ fn diagnosis(
                 }
             }
         }
-        let [(one, one_total), (two, two_total)] = costs.as_slice() else { continue };
-        let mut gains: Vec<(f64, &str, f64, f64)> = two
-            .iter()
-            .map(|(f, c2)| {
-                let c1 = one.get(f).copied().unwrap_or(0.0);
-                ((c2 - c1) / two_total, f.as_str(), c1, *c2)
-            })
-            .collect();
-        gains.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let top: Vec<String> = gains
+        let [one, two] = costs.as_slice() else { continue };
+        let table = ppg_table(arch.name(), one, two);
+        let top: Vec<String> = table
+            .functions
             .iter()
             .take(6)
-            .map(|(g, f, c1, c2)| format!("{f} {:+.1}% ({c1:.2} -> {c2:.2} us)", g * 100.0))
+            .map(|f| {
+                format!(
+                    "{} {:+.1}% ({:.2} -> {:.2} us)",
+                    f.function,
+                    f.gain * 100.0,
+                    f.us[0],
+                    f.us[1]
+                )
+            })
             .collect();
         report.notes.push(format!(
-            "PPG [1 KiB] {}: cost per request {one_total:.1} us at 1 core, {two_total:.1} us at 2; \
-             what each function would give back if it scaled perfectly: {}",
+            "PPG [1 KiB] {}: cost per request {:.1} us at 1 core, {:.1} us at 2; what each \
+             function would give back if it scaled perfectly: {}",
             arch.name(),
+            table.total_us[0],
+            table.total_us[1],
             top.join(", ")
         ));
+        report.ppg.push(table);
     }
+    report.notes.push(format!(
+        "PPG: each profile is `perf record -e cpu-clock -F {PPG_HZ} -p <this process> -- sleep \
+         {secs}` while `ochre load -c 64 --requests-per-connection 1000000 -t 1 --warmup 500ms \
+         -d {}s URL` (a child process pinned to the injector's CPU, so not sampled) loads the \
+         server alone in this process, then `perf report --stdio --no-children --sort sym -n -t \
+         '|'`; cost per request = samples / {PPG_HZ} Hz / requests served while sampling",
+        secs + 1.0
+    ));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The architectures profiled under `--quick`: ochre's server and the other event loop.
+const PPG_QUICK: [Arch; 2] = [Arch::Sws, Arch::Symped];
+/// perf's sampling frequency for the PPG profiles (samples per second of CPU time).
+const PPG_HZ: u32 = 999;
+/// A function's line is kept in a PPG table if it gains at least this share...
+const PPG_MIN_GAIN: f64 = 0.005;
+/// ...or is among this many of the largest gains.
+const PPG_TOP: usize = 12;
+
+/// One profile: cost per request (us of CPU) by function, in all, and requests served while
+/// sampling.
+struct Profile {
+    by_fn: std::collections::HashMap<String, f64>,
+    total: f64,
+    requests: u64,
+}
+
+/// The PPG table of `system` from its profiles at 1 and 2 cores: every function of either,
+/// largest gain first.
+fn ppg_table(system: &str, one: &Profile, two: &Profile) -> crate::harness::Ppg {
+    let mut names: Vec<&String> = two.by_fn.keys().chain(one.by_fn.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut functions: Vec<crate::harness::PpgFunction> = names
+        .into_iter()
+        .map(|f| {
+            let c1 = one.by_fn.get(f).copied().unwrap_or(0.0);
+            let c2 = two.by_fn.get(f).copied().unwrap_or(0.0);
+            crate::harness::PpgFunction {
+                function: f.clone(),
+                us: [c1, c2],
+                gain: if two.total > 0.0 { (c2 - c1) / two.total } else { 0.0 },
+            }
+        })
+        .collect();
+    functions.sort_by(|a, b| b.gain.total_cmp(&a.gain).then_with(|| a.function.cmp(&b.function)));
+    let mut kept = 0;
+    functions.retain(|f| {
+        kept += 1;
+        kept <= PPG_TOP || f.gain >= PPG_MIN_GAIN
+    });
+    crate::harness::Ppg {
+        system: system.to_string(),
+        case: "1 KiB".into(),
+        total_us: [one.total, two.total],
+        requests: [one.requests, two.requests],
+        functions,
+    }
 }
 
 /// One profiled run of `arch` on `server_cpus`: cost per request (us of CPU) by function, and
@@ -843,9 +1057,9 @@ fn profile(
     server_cpus: &[usize],
     injector: usize,
     secs: f64,
-) -> Result<(std::collections::HashMap<String, f64>, f64), String> {
+) -> Result<Profile, String> {
     use std::process::Command;
-    const HZ: f64 = 499.0;
+    let hz = f64::from(PPG_HZ);
     let config = ServerConfig { root: root.to_path_buf(), ..ServerConfig::default() };
     let listener = ochre_servers::loopback_listener().map_err(|e| e.to_string())?;
     let server = ochre_servers::start(arch, config, listener, &Plan::new(server_cpus.to_vec(), 2))
@@ -867,7 +1081,8 @@ fn profile(
     });
     std::thread::sleep(Duration::from_millis(700));
     let rec = Command::new("perf")
-        .args(["record", "-e", "cpu-clock", "-F", "499", "-p", &std::process::id().to_string()])
+        .args(["record", "-e", "cpu-clock", "-F", &PPG_HZ.to_string()])
+        .args(["-p", &std::process::id().to_string()])
         .arg("-o")
         .arg(&data)
         .args(["--", "sleep", &format!("{secs}")])
@@ -903,14 +1118,14 @@ fn profile(
         else {
             continue;
         };
-        let us = samples / HZ * 1e6 / requests;
+        let us = samples / hz * 1e6 / requests;
         let name = sym.trim_start_matches("[.] ").trim_start_matches("[k] ");
         // Generic instances and closures fold into their function's path.
         let name = name.split("::{{closure}}").next().unwrap_or(name).to_string();
         *by_fn.entry(name).or_insert(0.0) += us;
         total += us;
     }
-    Ok((by_fn, total))
+    Ok(Profile { by_fn, total, requests: requests as u64 })
 }
 
 #[cfg(test)]
@@ -973,6 +1188,48 @@ mod tests {
         assert!(note.starts_with("[1 KiB, 1c] sws semi-open curve"), "{note}");
         assert!(note.contains("100 sessions/s: 0 (offered 0"), "{note}");
         assert!(note.contains("400 sessions/s: failed (refused)"), "{note}");
+    }
+
+    #[test]
+    fn a_ramp_stops_at_errors_a_flat_throughput_or_a_busy_injector() {
+        let p = |t: Option<f64>, error: bool, busy: f64| CurvePoint {
+            load: 400.0,
+            offered: t,
+            throughput: t,
+            p99_ms: None,
+            error: error.then(|| "1 errors (Timeout 1)".into()),
+            injector_busy: Some(busy),
+        };
+        assert!(!saturated(&p(Some(800.0), false, 0.5), None), "the first point, unloaded");
+        assert!(!saturated(&p(Some(800.0), false, 0.5), Some(420.0)), "doubled with the load");
+        assert!(saturated(&p(Some(500.0), false, 0.5), Some(420.0)), "flat: past the knee");
+        assert!(saturated(&p(Some(800.0), true, 0.5), Some(420.0)), "requests lost");
+        assert!(saturated(&p(Some(800.0), false, 0.95), Some(420.0)), "the injector's limit");
+        assert!(saturated(&p(None, true, 0.1), None), "a failed probe");
+        let window = SemiWindow { warmup: 0.5, measure: 1.0, timeout: 2.0 };
+        // Two descriptors per session open over the 1.5 s window, within the limit.
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        if let (Some(limit), Some(cap)) = (limit, session_rate_cap(&window)) {
+            assert!(cap >= 0.0 && cap * 2.0 * 1.5 <= limit as f64, "{cap} for {limit}");
+        }
+    }
+
+    #[test]
+    fn the_ppg_table_gives_each_function_its_gain_over_the_cost_at_2_cores() {
+        let prof = |fns: &[(&str, f64)], requests| Profile {
+            by_fn: fns.iter().map(|(f, c)| (f.to_string(), *c)).collect(),
+            total: fns.iter().map(|(_, c)| c).sum(),
+            requests,
+        };
+        let one = prof(&[("parse", 2.0), ("lock", 1.0), ("gone", 1.0)], 1000);
+        let two = prof(&[("parse", 2.0), ("lock", 5.0), ("spin", 3.0)], 1500);
+        let t = ppg_table("sws", &one, &two);
+        assert_eq!((t.total_us, t.requests), ([4.0, 10.0], [1000, 1500]));
+        let rows: Vec<(&str, f64)> =
+            t.functions.iter().map(|f| (f.function.as_str(), f.gain)).collect();
+        // lock: (5 - 1) / 10; spin: (3 - 0) / 10; parse scaled; gone: (0 - 1) / 10.
+        assert_eq!(rows, [("lock", 0.4), ("spin", 0.3), ("parse", 0.0), ("gone", -0.1)]);
+        assert_eq!(t.functions[0].us, [1.0, 5.0]);
     }
 
     #[test]

@@ -206,6 +206,7 @@ fn render_markdown(report: &Report) -> String {
         }
         if r.bench == "servers" {
             md += &servers_table(r);
+            md += &ppg_tables(r);
         }
         md += "| case | system | median | min - max | vs ochre |\n|---|---|---:|---:|---:|\n";
         for row in &r.rows {
@@ -285,6 +286,35 @@ fn servers_table(r: &BenchReport) -> String {
     }
     md + "\n"
 }
+
+/// The servers' PPG tables (thesis §6.4): per system, each function's CPU cost per request at
+/// 1 and 2 cores and what it would give back if it scaled perfectly, largest gain first (the
+/// first [`PPG_LINES`]; the JSON has more).
+fn ppg_tables(r: &BenchReport) -> String {
+    let mut md = String::new();
+    for t in &r.ppg {
+        md += &format!(
+            "Potential performance gain of {} ({}): {:.1} us of CPU per request at 1 core, \
+             {:.1} us at 2 ({} and {} requests sampled):\n\n\
+             | function | us/request, 1 core | us/request, 2 cores | gain |\n|---|---:|---:|---:|\n",
+            t.system, t.case, t.total_us[0], t.total_us[1], t.requests[0], t.requests[1]
+        );
+        for f in t.functions.iter().take(PPG_LINES) {
+            md += &format!(
+                "| `{}` | {:.2} | {:.2} | {:+.1}% |\n",
+                f.function.replace('|', "\\|"),
+                f.us[0],
+                f.us[1],
+                f.gain * 100.0
+            );
+        }
+        md += "\n";
+    }
+    md
+}
+
+/// Lines of each PPG table in the report.
+const PPG_LINES: usize = 10;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
@@ -861,6 +891,7 @@ mod tests {
                     throughput,
                     p99_ms: None,
                     error: throughput.is_none().then(|| "refused".into()),
+                    injector_busy: None,
                 })
                 .collect(),
         }
@@ -895,6 +926,32 @@ mod tests {
             max: median * 1.5,
             vs_ochre: None,
         }
+    }
+
+    #[test]
+    fn the_ppg_tables_list_each_systems_functions_by_gain() {
+        let mut r = BenchReport::new("servers", "t");
+        assert_eq!(ppg_tables(&r), "", "no table without profiles");
+        let f = |name: &str, us: [f64; 2], gain: f64| ochre_bench::harness::PpgFunction {
+            function: name.into(),
+            us,
+            gain,
+        };
+        r.ppg.push(ochre_bench::harness::Ppg {
+            system: "sws".into(),
+            case: "1 KiB".into(),
+            total_us: [10.0, 12.5],
+            requests: [1000, 1800],
+            functions: (0..15)
+                .map(|i| f(&format!("f{i}"), [1.0, 1.5], 0.04 - 0.001 * i as f64))
+                .chain([f("a|b", [2.0, 1.0], -0.08)])
+                .collect(),
+        });
+        let md = ppg_tables(&r);
+        assert!(md.starts_with("Potential performance gain of sws (1 KiB): 10.0 us"), "{md}");
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
+        assert_eq!(lines.len(), PPG_LINES, "{md}");
+        assert_eq!(lines[0], "| `f0` | 1.00 | 1.50 | +4.0% |");
     }
 
     #[test]

@@ -22,10 +22,12 @@
 //! Everything is bounded in time and memory: a client's buffer holds at most a response head
 //! (64 KiB), or about `RELEASE_AT` bytes of body.
 //!
-//! In time: no request is sent after the measured phase ends, every
-//! request and every connect has a timeout, so a dead or hung server ends the run with errors
-//! counted. Connects do not block: a client waits for its socket to become writable as an event
-//! (the request timer bounds the wait), so a server whose accept queue is full stalls only the
+//! In time: no request is sent after the measured phase ends, every request and every connect
+//! has a timeout, so a dead or hung server ends the run with errors counted. No pause outlives
+//! the run either (the run lasts until no timer is left): a session whose think time would end
+//! after the run leaves at once, and no session arrival is planned after it. Connects do not
+//! block: a client waits for its socket to become writable as an event (the request timer
+//! bounds the wait), so a server whose accept queue is full stalls only the
 //! clients connecting to it, one timeout each, never the other clients of their worker.
 
 use std::net::{SocketAddr, TcpStream};
@@ -170,6 +172,12 @@ impl Run {
         now >= self.stop_at || self.limit_reached()
     }
 
+    /// Whether clients stop sending within `delay` from now: an event planned that far ahead
+    /// would find the run over.
+    pub(crate) fn stops_within(&self, delay: Duration) -> bool {
+        Instant::now().checked_add(delay).is_none_or(|at| self.stopping(at))
+    }
+
     /// The measured phase's length: as planned, or until the request limit was reached.
     pub(crate) fn measured(&self) -> Duration {
         match self.ended_after.load(Ordering::Relaxed) {
@@ -278,6 +286,11 @@ impl Client {
             t.record_error(since, kind);
             t.sent += sends;
         });
+        if sends > 0 && !self.run.measuring(now) {
+            // Sent in the measured phase, failed after it: offered all the same (else a phase
+            // whose every request failed late would say it offered nothing).
+            self.tally(self.run.measure_until, |t| t.sent += sends);
+        }
     }
 }
 
@@ -388,6 +401,12 @@ fn send_when_due(client: &Arc<Client>, st: &mut ClientState, woken: bool) {
         Pacing::Session { think, inactive, burst_end, .. } => {
             let ends_burst = burst_end > 0.0 && uniform(&mut st.rng) < burst_end;
             let pause = gap(st, if ends_burst { inactive } else { think }, true);
+            if client.run.stops_within(pause) {
+                // Its next request would come after the last one allowed: the session ends
+                // now, instead of keeping the run alive with a think timer of seconds (with the
+                // thesis's 3 s inactive pauses, runs ended some 15-19 s after their phase).
+                return finish(client, st);
+            }
             let c = client.clone();
             let _ = io::post_after(pause, client.color, move || {
                 let _ = c.state.with(|st| send_request(&c, st));

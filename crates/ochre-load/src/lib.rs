@@ -469,6 +469,9 @@ fn arrive(run: Arc<client::Run>, n: u64, gap: Duration, poisson: bool, mut rng: 
     let c = client::Client::new(n as usize, color, run.clone());
     ochre::post(color, move || client::start(c));
     let next = if poisson { gap.mul_f64(-client::uniform(&mut rng).ln()) } else { gap };
+    if run.stops_within(next) {
+        return; // The next session would arrive after the end: no timer to wait for.
+    }
     let _ = ochre::io::post_after(next, Color(CLIENT_COLORS), move || {
         arrive(run, n + 1, gap, poisson, rng)
     });

@@ -273,6 +273,56 @@ fn semi_open_sessions_pause_longer_between_bursts() {
 }
 
 #[test]
+fn a_semi_open_run_with_long_think_times_offers_requests_and_ends_on_time() {
+    // The thesis's think times are seconds long: a session thinking when the run ends must not
+    // keep it going (the runtime runs until no timer is left). Before the fix, runs with the
+    // 3 s inactive pause ended 15-19 s after their 1.5 s phase; here the inactive pause is
+    // 20 s, so a run that waits for its think timers ends far past the 8 s allowed.
+    let (addr, server) = delaying_server(Duration::from_millis(1));
+    let rt = Arc::new(Runtime::builder().workers(1).pin(false).build().unwrap());
+    let run = |model: SemiOpenLoop, phases: Phases| {
+        let (done, report) = std::sync::mpsc::channel();
+        let (rt, t) = (rt.clone(), target(addr));
+        // On a thread of its own: a run that does not end fails the test at the bound instead
+        // of holding it for the length of its timers.
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let _ = done.send((semi_open_loop(&rt, &t, &model, &phases), t0.elapsed()));
+        });
+        let (r, took) = report.recv_timeout(Duration::from_secs(8)).expect("the run ended");
+        (r.unwrap(), took)
+    };
+    let phases =
+        Phases::new(Duration::from_millis(200), Duration::from_millis(600), Duration::from_secs(2));
+    let model = SemiOpenLoop {
+        arrival_rate: 200.0,
+        leave: 0.2,
+        think: SemiOpenLoop::PARIAG_THINK,
+        poisson: true,
+        inactive_think: Duration::from_secs(20),
+        requests_per_burst: 2.0,
+    };
+    for _ in 0..2 {
+        // Twice on one runtime: the second run is as good as the first.
+        let (r, took) = run(model.clone(), phases.clone());
+        // ~120 sessions start in the measured phase, each with a first request at once.
+        assert!(r.sessions >= 40 && r.sent >= r.sessions, "requests offered: {}", r.table());
+        assert!(r.ok >= r.sessions, "{}", r.table());
+        assert_eq!(r.errors, [0; ERROR_KINDS], "{}", r.table());
+        assert!(took < Duration::from_secs(4), "the run ended {took:?} after it began");
+    }
+    // Arrivals too: with one session every 30 s, the second would come long after the end.
+    let sparse = SemiOpenLoop { arrival_rate: 1.0 / 30.0, poisson: false, leave: 1.0, ..model };
+    let (r, took) = run(
+        sparse,
+        Phases::new(Duration::ZERO, Duration::from_millis(300), Duration::from_secs(2)),
+    );
+    assert_eq!((r.sessions, r.ok), (1, 1), "{}", r.table());
+    assert!(took < Duration::from_secs(4), "the run ended {took:?} after it began");
+    server.handle().shutdown();
+}
+
+#[test]
 fn rate_search_finds_the_knee_of_a_server_that_serves_one_request_at_a_time() {
     // One connection, 5 ms per request: about 200 req/s at most; above that the queue grows
     // and p99 explodes.
