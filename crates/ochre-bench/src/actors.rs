@@ -1013,6 +1013,33 @@ pub fn run(opts: &Options) -> BenchReport {
     report
 }
 
+/// What is done with each program of the suite ([`suite`]): given its name, its size (the
+/// argument of `make`) and how to make it at a size.
+trait Visit {
+    fn visit<P: Program>(&mut self, name: &str, size: u64, make: impl Fn(u64) -> P);
+}
+
+/// The programs and their sizes (quick sizes, or four times larger), each given to `v`: the one
+/// table that the benchmark ([`programs`]) and one-sample measures ([`ochre_sample`]) read.
+fn suite(quick: bool, v: &mut impl Visit) {
+    let k = if quick { 1 } else { 4 };
+    v.visit("pingpong", 600_000 * k, |n| PingPong { n });
+    v.visit("counting", 1_000_000 * k, |n| Counting { n });
+    let ring = |tokens| move |hops| Ring { actors: 1000, tokens, hops };
+    v.visit("thread ring, 1 token", 300_000 * k, ring(1));
+    v.visit("thread ring, 64 tokens", 1_000_000 * k, ring(64));
+    v.visit("big", 3_000 * k, |pings| Big { actors: 100, pings });
+    let fj = |work_ns| move |per_actor| ForkJoin { actors: 60, per_actor, work_ns };
+    v.visit("fork-join empty", 12_000 * k, fj(0));
+    v.visit("fork-join 1 us", 1_000 * k, fj(1000));
+    v.visit("chameneos", 200_000 * k, |meetings| Chameneos { creatures: 40, meetings });
+    v.visit("bank", 300_000 * k, |transactions| Bank {
+        accounts: 100,
+        transactions,
+        opening: 10_000,
+    });
+}
+
 /// Measures every program (all of them, or those `OCHRE_ACTORS` names) on `w` workers: on every
 /// system, or on ochre with each of `configs` (quiet only, unless `OCHRE_ACTORS_MODE=busy`).
 pub fn programs(
@@ -1021,25 +1048,51 @@ pub fn programs(
     w: usize,
     configs: Option<&[(String, Config)]>,
 ) {
-    let k = if opts.quick { 1 } else { 4 };
-    measure(r, opts, w, configs, ("pingpong", 600_000 * k), |n| PingPong { n });
-    measure(r, opts, w, configs, ("counting", 1_000_000 * k), |n| Counting { n });
-    let ring = |tokens| move |hops| Ring { actors: 1000, tokens, hops };
-    measure(r, opts, w, configs, ("thread ring, 1 token", 300_000 * k), ring(1));
-    measure(r, opts, w, configs, ("thread ring, 64 tokens", 1_000_000 * k), ring(64));
-    measure(r, opts, w, configs, ("big", 3_000 * k), |pings| Big { actors: 100, pings });
-    let fj = |work_ns| move |per_actor| ForkJoin { actors: 60, per_actor, work_ns };
-    measure(r, opts, w, configs, ("fork-join empty", 12_000 * k), fj(0));
-    measure(r, opts, w, configs, ("fork-join 1 us", 1_000 * k), fj(1000));
-    measure(r, opts, w, configs, ("chameneos", 200_000 * k), |meetings| Chameneos {
-        creatures: 40,
-        meetings,
-    });
-    measure(r, opts, w, configs, ("bank", 300_000 * k), |transactions| Bank {
-        accounts: 100,
-        transactions,
-        opening: 10_000,
-    });
+    struct Measure<'a> {
+        r: &'a mut BenchReport,
+        opts: &'a Options,
+        w: usize,
+        configs: Option<&'a [(String, Config)]>,
+    }
+    impl Visit for Measure<'_> {
+        fn visit<P: Program>(&mut self, name: &str, size: u64, make: impl Fn(u64) -> P) {
+            measure(self.r, self.opts, self.w, self.configs, (name, size), make);
+        }
+    }
+    suite(opts.quick, &mut Measure { r, opts, w, configs });
+}
+
+/// One sample of program `name` (quick size if `quick`) as the benchmark measures system
+/// `ochre` quiet: plain colors, on a fresh runtime of `workers` workers under `config`, warmed
+/// up by a run of an eighth of the size. Messages per second; `None` for an unknown name.
+/// (`ochre sim validate` compares the simulator with it.)
+pub fn ochre_sample(
+    name: &str,
+    workers: usize,
+    config: &Config,
+    quick: bool,
+) -> Option<Result<f64, String>> {
+    struct Sample<'a> {
+        name: &'a str,
+        workers: usize,
+        config: &'a Config,
+        out: Option<Result<f64, String>>,
+    }
+    impl Visit for Sample<'_> {
+        fn visit<P: Program>(&mut self, name: &str, size: u64, make: impl Fn(u64) -> P) {
+            if name != self.name || self.out.is_some() {
+                return;
+            }
+            let (workers, config) = (self.workers, self.config.clone());
+            let build = move || Runtime::builder().workers(workers).config(config.clone()).build();
+            self.out = Some(peers::on_fresh_runtime(&build, size, |rt, n| {
+                run_ochre(rt, &make(n), &plain_color)
+            }));
+        }
+    }
+    let mut v = Sample { name, workers, config, out: None };
+    suite(quick, &mut v);
+    v.out
 }
 
 /// Geometric mean.
@@ -1130,6 +1183,14 @@ mod tests {
         runs_everywhere(ForkJoin { actors: 6, per_actor: 20, work_ns: 1_000 });
         runs_everywhere(Chameneos { creatures: 7, meetings: 500 });
         runs_everywhere(Bank { accounts: 10, transactions: 2_000, opening: 10_000 });
+    }
+
+    #[test]
+    fn one_sample_runs_a_named_program_and_only_a_known_one() {
+        let config = Config::default();
+        assert!(ochre_sample("no such program", 1, &config, true).is_none());
+        let rate = ochre_sample("pingpong", 1, &config, true).unwrap().unwrap();
+        assert!(rate > 0.0);
     }
 
     #[test]

@@ -13,10 +13,16 @@ use crate::{BatchSize, Color, Config, Spin, Steal};
 struct Storm {
     colors: u64,
     budget: u64,
+    /// The budget each run starts with.
+    posts: u64,
     rng: u64,
 }
 
 impl Workload for Storm {
+    fn restart(&mut self) {
+        self.budget = self.posts;
+    }
+
     fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
         let mut r = || {
             self.rng ^= self.rng << 13;
@@ -77,8 +83,14 @@ fn schedule(seed: u64) -> Report {
         setup.cost.slice_ns = 20_000.0;
         setup.remembered_shares = seed % 10 == 2;
     }
+    if seed % 6 == 5 {
+        // A run after another on the same machine: colors left where the first put them
+        // (resident guests, lent colors' homes), their measured costs, the outboxes' sizes.
+        setup.earlier_runs = 1;
+    }
     let colors = [8, 64, 500][(seed % 3) as usize];
-    let mut storm = Storm { colors, budget: 3_000, rng: seed.wrapping_mul(0x2545_f491) | 1 };
+    let rng = seed.wrapping_mul(0x2545_f491) | 1;
+    let mut storm = Storm { colors, budget: 3_000, posts: 3_000, rng };
     simulate(setup, &mut storm)
 }
 
@@ -346,4 +358,33 @@ fn a_message_payload_costs_its_reader_by_the_distance_from_its_writer() {
         assert!((extra - want).abs() < want * 0.02, "core {other}: +{extra} ns, want {want}");
     }
     assert!(t.distance(0, 4) > 1);
+}
+
+/// A cost-aware thief takes only colors whose turns were timed heavy (one turn in
+/// `steal::turn_sample`'s period is timed): on a machine that ran the stealing case before, as
+/// the benchmark's reused runtime did, it steals and balances the work; on a cold one it finds
+/// no color weighed yet and steals nothing. Each run reports its own events.
+#[test]
+fn cost_aware_stealing_steals_once_earlier_runs_weighed_the_colors() {
+    let t = Topology::flat(vec![0, 1]);
+    let run = |earlier| {
+        let floor = Some(std::time::Duration::from_micros(20));
+        let config = Config::default().steal(Steal::Plain).steal_min_work(floor);
+        let mut setup = Setup::new(2, t.clone(), config);
+        setup.earlier_runs = earlier;
+        setup.check = true;
+        let r = simulate(setup, &mut Imbalanced::new(2, &t, 4, 40, 400, 10_000));
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        r
+    };
+    let (cold, warm) = (run(0), run(3));
+    assert_eq!(cold.stolen, 0, "nothing weighed yet");
+    assert!(warm.stolen > 0, "weighed colors are lent");
+    assert!(
+        warm.makespan_ns < cold.makespan_ns * 4 / 5,
+        "{} vs {}",
+        warm.makespan_ns,
+        cold.makespan_ns
+    );
+    assert_eq!(warm.events, cold.events);
 }

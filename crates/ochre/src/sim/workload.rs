@@ -538,6 +538,10 @@ impl Workload for Actors {
         actor(0)
     }
 
+    fn restart(&mut self) {
+        self.state.iter_mut().for_each(|s| *s = [0; 4]);
+    }
+
     fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
         let me = (ev.color.0 as usize).wrapping_sub(1);
         if ev.data != ROOT && me >= self.state.len() {
