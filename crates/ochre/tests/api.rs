@@ -910,6 +910,14 @@ fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
     }
 }
 
+/// A connected pair of non-blocking Unix sockets, shareable between handlers.
+fn socket_pair() -> (Arc<std::os::unix::net::UnixStream>, Arc<std::os::unix::net::UnixStream>) {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    (Arc::new(a), Arc::new(b))
+}
+
 /// A color whose descriptor is watched stays on the worker whose poller watches it, even when
 /// that worker's CPU is shared with a busy thread and a plain color beside it leaves (relief):
 /// moved, each readiness would be forwarded to it and its handler sent back. `b` reads a socket
@@ -918,7 +926,6 @@ fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
 #[test]
 fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
     use std::io::{Read, Write};
-    use std::os::unix::net::UnixStream;
     let _alone_here = cpu_timing();
     let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default()) else { return };
     let mut judged = 0;
@@ -926,10 +933,7 @@ fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
         // Fresh colors each run: the last read of a run cancels the watch, after which `b` may
         // leave like any color, and would come back only after a window of forwarded reads.
         let (b, c) = (color_on(&rt, 1, 2 * run), color_on(&rt, 1, 2 * run + 1));
-        let (tx, rx) = UnixStream::pair().unwrap();
-        tx.set_nonblocking(true).unwrap();
-        rx.set_nonblocking(true).unwrap();
-        let (tx, rx) = (Arc::new(tx), Arc::new(rx));
+        let (tx, rx) = socket_pair();
         let b_away = Arc::new(AtomicU64::new(0));
         let b_runs = Arc::new(AtomicU64::new(0));
         let c_away = Arc::new(AtomicU64::new(0));
@@ -991,7 +995,6 @@ fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
 #[test]
 fn a_watched_color_moved_off_its_poller_keeps_its_readiness() {
     use std::io::{Read, Write};
-    use std::os::unix::net::UnixStream;
     let _alone_here = cpu_timing();
     let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default().anchor_watched(false))
     else {
@@ -1001,10 +1004,7 @@ fn a_watched_color_moved_off_its_poller_keeps_its_readiness() {
     let mut moved = 0;
     for run in 0..6 {
         let (b, c) = (color_on(&rt, 1, 2 * run), color_on(&rt, 1, 2 * run + 1));
-        let (tx, rx) = UnixStream::pair().unwrap();
-        tx.set_nonblocking(true).unwrap();
-        rx.set_nonblocking(true).unwrap();
-        let (tx, rx) = (Arc::new(tx), Arc::new(rx));
+        let (tx, rx) = socket_pair();
         let (b_away, written, read_bytes) =
             (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let until = std::time::Instant::now() + Duration::from_millis(300);
@@ -1104,7 +1104,6 @@ fn a_timer_fired_while_spinning_reaches_a_color_homed_elsewhere() {
 #[test]
 fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
     use std::io::{Read, Write};
-    use std::os::unix::net::UnixStream;
     const WORKERS: usize = 12;
     const CHAINS: usize = 16;
     let config = Config::default()
@@ -1120,10 +1119,7 @@ fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
         for i in 0..CHAINS {
             let b = color_on(&rt, i % WORKERS, run * CHAINS + i);
             let c = color_on(&rt, (i + 1) % WORKERS, run * CHAINS + i);
-            let (tx, rx) = UnixStream::pair().unwrap();
-            tx.set_nonblocking(true).unwrap();
-            rx.set_nonblocking(true).unwrap();
-            let (tx, rx) = (Arc::new(tx), Arc::new(rx));
+            let (tx, rx) = socket_pair();
             let (written, read_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
             let write = {
                 let (tx, written) = (tx.clone(), written.clone());
