@@ -9,8 +9,8 @@
 //!   starts). An unsampled turn or post costs one decrement and a branch of a counter in the
 //!   worker's own memory; no clock read, no map lookup. Moves and steals are rare and counted
 //!   exactly, each as an increment in a map of counts apart from the histograms (an entry
-//!   with histograms is made at the flush, not on the move's path). Counts of events and run time are therefore estimates (`sampled × N`), exact with
-//!   `N = 1`.
+//!   with histograms is made at the flush, not on the move's path). Counts of events and run
+//!   time are therefore estimates (`sampled × N`), exact with `N = 1`.
 //! * **Per worker, no shared atomics on the hot path.** Each worker records into a `Local`
 //!   table it alone owns (in its `Core`). Every so often (at most every [`FLUSH_EVERY`], and
 //!   before the worker sleeps, and always at the end of a run) it merges that table into its
@@ -254,7 +254,7 @@ fn tick(left: &mut u32, period: u32) -> bool {
 
 #[cold]
 fn restart(left: &mut u32, period: u32) -> bool {
-    *left = if period == 0 { u32::MAX } else { period };
+    *left = countdown(period);
     period != 0
 }
 

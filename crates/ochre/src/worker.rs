@@ -581,7 +581,7 @@ impl Core {
         self.queue.receive_post(color, task, urgent, from.map(|(s, ..)| s.id), |traffic, cost| {
             let to = moves_to(shared, me, mine, home_ready, from, traffic, cost);
             // A color whose descriptors this worker's poller watches stays (`IoCore::anchors`).
-            to.filter(|_| !(shared.config.anchor_watched && io.anchors(color)))
+            to.filter(|_| !io.anchors(shared, color))
         })
     }
 
@@ -837,8 +837,7 @@ impl WorkerCtx {
                         follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
                     }
                     // Colors whose descriptors are watched here stay (`IoCore::anchors`).
-                    None => relief(shared, me, mine)
-                        .filter(|_| !(shared.config.anchor_watched && io.anchors(color))),
+                    None => relief(shared, me, mine).filter(|_| !io.anchors(shared, color)),
                 }
             };
             // Before the color may leave (a return or move below can reach its next holder at

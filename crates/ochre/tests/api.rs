@@ -910,12 +910,74 @@ fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
     }
 }
 
-/// A connected pair of non-blocking Unix sockets, shareable between handlers.
-fn socket_pair() -> (Arc<std::os::unix::net::UnixStream>, Arc<std::os::unix::net::UnixStream>) {
-    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-    a.set_nonblocking(true).unwrap();
-    b.set_nonblocking(true).unwrap();
-    (Arc::new(a), Arc::new(b))
+/// What a socket chain ([`socket_chain`]) did: bytes written and read, reads run, and reads
+/// and writes run off the worker it was told to watch.
+#[derive(Default)]
+struct ChainCounts {
+    written: AtomicU64,
+    read: AtomicU64,
+    reads: AtomicU64,
+    reads_away: AtomicU64,
+    writes_away: AtomicU64,
+}
+
+impl ChainCounts {
+    fn get(n: &AtomicU64) -> u64 {
+        n.load(Ordering::Relaxed)
+    }
+}
+
+/// A chain through a socket pair: `c` writes a byte, its readiness runs `b` (watching the
+/// other end), which reads all there is and posts `c` again, until `until`, when `b` cancels
+/// its watch and the run can end. Returns the counts and the event that starts it (it
+/// watches, then writes the first byte); runs off worker `home` are counted.
+fn socket_chain(
+    b: Color,
+    c: Color,
+    home: usize,
+    until: std::time::Instant,
+) -> (Arc<ChainCounts>, impl FnOnce() + Send + 'static) {
+    use std::io::{Read, Write};
+    let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    tx.set_nonblocking(true).unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let counts = Arc::new(ChainCounts::default());
+    let write = {
+        let counts = counts.clone();
+        let tx = Arc::new(tx);
+        move || {
+            if ochre::current_worker() != Some(home) {
+                counts.writes_away.fetch_add(1, Ordering::Relaxed);
+            }
+            if (&*tx).write(&[1]).is_ok() {
+                counts.written.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    let rx = Arc::new(rx);
+    let read = {
+        let (counts, rx, write) = (counts.clone(), rx.clone(), write.clone());
+        move |ev: &mut ochre::io::Event| {
+            counts.reads.fetch_add(1, Ordering::Relaxed);
+            if ochre::current_worker() != Some(home) {
+                counts.reads_away.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut buf = [0u8; 64];
+            while let Ok(n @ 1..) = (&*rx).read(&mut buf) {
+                counts.read.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            if std::time::Instant::now() >= until {
+                ev.cancel();
+                return;
+            }
+            ochre::post(c, write.clone());
+        }
+    };
+    let start = move || {
+        ochre::io::watch(&*rx, ochre::io::Interest::READ, b, read).unwrap();
+        write();
+    };
+    (counts, start)
 }
 
 /// A color whose descriptor is watched stays on the worker whose poller watches it, even when
@@ -925,7 +987,6 @@ fn socket_pair() -> (Arc<std::os::unix::net::UnixStream>, Arc<std::os::unix::net
 /// runs where `c` left (relief was on); `b` must then never have run off worker 1.
 #[test]
 fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
-    use std::io::{Read, Write};
     let _alone_here = cpu_timing();
     let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default()) else { return };
     let mut judged = 0;
@@ -933,46 +994,12 @@ fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
         // Fresh colors each run: the last read of a run cancels the watch, after which `b` may
         // leave like any color, and would come back only after a window of forwarded reads.
         let (b, c) = (color_on(&rt, 1, 2 * run), color_on(&rt, 1, 2 * run + 1));
-        let (tx, rx) = socket_pair();
-        let b_away = Arc::new(AtomicU64::new(0));
-        let b_runs = Arc::new(AtomicU64::new(0));
-        let c_away = Arc::new(AtomicU64::new(0));
         let until = std::time::Instant::now() + Duration::from_millis(300);
-        let write = {
-            let (tx, c_away) = (tx.clone(), c_away.clone());
-            move || {
-                if ochre::current_worker() != Some(1) {
-                    c_away.fetch_add(1, Ordering::Relaxed);
-                }
-                let _ = (&*tx).write(&[1]);
-            }
-        };
-        let read = {
-            let (rx, b_away, b_runs, write) =
-                (rx.clone(), b_away.clone(), b_runs.clone(), write.clone());
-            move |ev: &mut ochre::io::Event| {
-                b_runs.fetch_add(1, Ordering::Relaxed);
-                if ochre::current_worker() != Some(1) {
-                    b_away.fetch_add(1, Ordering::Relaxed);
-                }
-                let mut buf = [0u8; 64];
-                while matches!((&*rx).read(&mut buf), Ok(n) if n > 0) {}
-                if std::time::Instant::now() >= until {
-                    ev.cancel();
-                    return;
-                }
-                ochre::post(c, write.clone());
-            }
-        };
-        let report = rt
-            .run(c, move || {
-                ochre::io::watch(&*rx, ochre::io::Interest::READ, b, read).unwrap();
-                write();
-            })
-            .unwrap();
-        drop(tx);
-        let (b_away, b_runs) = (b_away.load(Ordering::Relaxed), b_runs.load(Ordering::Relaxed));
-        if c_away.load(Ordering::Relaxed) == 0 {
+        let (counts, start) = socket_chain(b, c, 1, until);
+        let report = rt.run(c, start).unwrap();
+        let (b_away, b_runs) =
+            (ChainCounts::get(&counts.reads_away), ChainCounts::get(&counts.reads));
+        if ChainCounts::get(&counts.writes_away) == 0 {
             eprintln!("not judged: the plain color never left worker 1 ({b_runs} reads)");
             continue;
         }
@@ -994,7 +1021,6 @@ fn a_watched_color_stays_with_its_poller_when_others_leave_a_shared_cpu() {
 /// left there while it went to sleep in its poller: the run never ended, in its first round.
 #[test]
 fn a_watched_color_moved_off_its_poller_keeps_its_readiness() {
-    use std::io::{Read, Write};
     let _alone_here = cpu_timing();
     let Some((rt, _busy)) = two_workers_one_cpu_busy(Config::default().anchor_watched(false))
     else {
@@ -1004,56 +1030,21 @@ fn a_watched_color_moved_off_its_poller_keeps_its_readiness() {
     let mut moved = 0;
     for run in 0..6 {
         let (b, c) = (color_on(&rt, 1, 2 * run), color_on(&rt, 1, 2 * run + 1));
-        let (tx, rx) = socket_pair();
-        let (b_away, written, read_bytes) =
-            (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let until = std::time::Instant::now() + Duration::from_millis(300);
-        let write = {
-            let (tx, written) = (tx.clone(), written.clone());
-            move || {
-                if (&*tx).write(&[1]).is_ok() {
-                    written.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        };
-        let read = {
-            let (rx, b_away, read_bytes, write) =
-                (rx.clone(), b_away.clone(), read_bytes.clone(), write.clone());
-            move |ev: &mut ochre::io::Event| {
-                if ochre::current_worker() != Some(1) {
-                    b_away.fetch_add(1, Ordering::Relaxed);
-                }
-                let mut buf = [0u8; 64];
-                while let Ok(n @ 1..) = (&*rx).read(&mut buf) {
-                    read_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                if std::time::Instant::now() >= until {
-                    ev.cancel();
-                    return;
-                }
-                ochre::post(c, write.clone());
-            }
-        };
+        let (counts, start) = socket_chain(b, c, 1, until);
         let report = within(Duration::from_secs(30), {
             let rt = rt.clone();
-            move || {
-                rt.run(c, move || {
-                    ochre::io::watch(&*rx, ochre::io::Interest::READ, b, read).unwrap();
-                    write();
-                })
-                .unwrap()
-            }
+            move || rt.run(c, start).unwrap()
         });
         assert_eq!(report.end, RunEnd::Quiescent);
         let (written, read_bytes) =
-            (written.load(Ordering::Relaxed), read_bytes.load(Ordering::Relaxed));
+            (ChainCounts::get(&counts.written), ChainCounts::get(&counts.read));
         // The last write may land after the cancelling read; every earlier one was read.
         assert!(read_bytes + 1 >= written && read_bytes <= written, "{read_bytes} of {written}");
         assert!(written > 100, "the exchange stopped early: {written} writes");
-        if b_away.load(Ordering::Relaxed) > 0 {
+        if ChainCounts::get(&counts.reads_away) > 0 {
             moved += 1;
         }
-        drop(tx);
     }
     if moved == 0 {
         eprintln!("not judged: the watched color never left worker 1");
@@ -1103,7 +1094,6 @@ fn a_timer_fired_while_spinning_reaches_a_color_homed_elsewhere() {
 /// written before the readers stopped was read.
 #[test]
 fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
-    use std::io::{Read, Write};
     const WORKERS: usize = 12;
     const CHAINS: usize = 16;
     let config = Config::default()
@@ -1119,48 +1109,24 @@ fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
         for i in 0..CHAINS {
             let b = color_on(&rt, i % WORKERS, run * CHAINS + i);
             let c = color_on(&rt, (i + 1) % WORKERS, run * CHAINS + i);
-            let (tx, rx) = socket_pair();
-            let (written, read_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-            let write = {
-                let (tx, written) = (tx.clone(), written.clone());
-                move || {
-                    if (&*tx).write(&[1]).is_ok() {
-                        written.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            };
-            let read = {
-                let (rx, read_bytes, write) = (rx.clone(), read_bytes.clone(), write.clone());
-                move |ev: &mut ochre::io::Event| {
-                    let mut buf = [0u8; 64];
-                    while let Ok(n @ 1..) = (&*rx).read(&mut buf) {
-                        read_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    if std::time::Instant::now() >= until {
-                        ev.cancel();
-                        return;
-                    }
-                    ochre::post(c, write.clone());
-                }
-            };
-            starts.push((rx, b, c, read, write));
-            chains.push((tx, written, read_bytes));
+            let (counts, start) = socket_chain(b, c, i % WORKERS, until);
+            starts.push((c, start));
+            chains.push(counts);
         }
         let report = within(Duration::from_secs(60), {
             let rt = rt.clone();
             move || {
-                rt.run(Color(u64::MAX / 3), move || {
-                    for (rx, b, c, read, write) in starts {
-                        ochre::io::watch(&*rx, ochre::io::Interest::READ, b, read).unwrap();
-                        ochre::post(c, write);
+                rt.run(Color(1 << 40), move || {
+                    for (c, start) in starts {
+                        ochre::post(c, start);
                     }
                 })
                 .unwrap()
             }
         });
         assert_eq!(report.end, RunEnd::Quiescent, "run {run}");
-        for (i, (_tx, written, read_bytes)) in chains.iter().enumerate() {
-            let (w, r) = (written.load(Ordering::Relaxed), read_bytes.load(Ordering::Relaxed));
+        for (i, counts) in chains.iter().enumerate() {
+            let (w, r) = (ChainCounts::get(&counts.written), ChainCounts::get(&counts.read));
             assert!(r <= w && r + 1 >= w, "run {run}, chain {i}: {r} of {w} bytes read");
             assert!(w > 1, "run {run}, chain {i}: only {w} writes");
         }

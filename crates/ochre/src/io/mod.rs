@@ -242,9 +242,12 @@ impl IoCore {
     /// a message back, and the connection's work would leave the core its socket's data reaches.
     /// `bench sws`, 2 workers, 1 KiB: 165-175K requests/s with connections moved by relief,
     /// against 189-201K kept home (one process each, alternated, 3 rounds).
+    /// (`Config::anchor_watched` off, for tests: never.)
     #[inline]
-    pub(crate) fn anchors(&self, color: Color) -> bool {
-        !self.watched.is_empty() && self.watched.contains_key(&color)
+    pub(crate) fn anchors(&self, shared: &Shared, color: Color) -> bool {
+        shared.config.anchor_watched
+            && !self.watched.is_empty()
+            && self.watched.contains_key(&color)
     }
 
     fn insert_reg(&mut self, token: u64, reg: Registration) {
