@@ -1,15 +1,20 @@
 //! Diagnostic: a thread ring of plain colors (as `bench actors` writes it), printing where its
-//! messages went (local, remote, forwarded) and how colors moved. `ring_probe [TOKENS] [RUNS]`.
+//! messages went (local, remote, forwarded) and how colors moved.
+//!
+//! `ring_probe [TOKENS] [RUNS]`; `HOPS=n` hops per run (default 1M); `FRESH=1` builds a runtime
+//! for each run and warms it with a run of an eighth of the hops first, as `bench actors` does
+//! (without it, one runtime serves every run and keeps where its colors went);
+//! `STEAL=backlog` or `STEAL=off` sets the stealing mode.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use ochre::{Color, ColorCell, Runtime};
+use ochre::{Color, ColorCell, RunReport, Runtime};
 
 const ACTORS: usize = 1000;
 
 struct Actor {
-    /// Weak: the ring's actors are owned by `main`'s vector, not by each other.
+    /// Weak: the ring's actors are owned by `ring`'s vector, not by each other.
     next: OnceLock<Weak<Actor>>,
     cell: ColorCell<u64>,
 }
@@ -24,46 +29,59 @@ fn hop(a: Arc<Actor>, left: u64, done: Arc<AtomicU64>) {
     ochre::post(next.cell.color(), move || hop(next, left - 1, done));
 }
 
+/// One run of `hops` hops in all: hops per second and the run's report.
+fn ring(rt: &Runtime, tokens: usize, hops: u64) -> (f64, RunReport) {
+    let actors: Vec<Arc<Actor>> = (0..ACTORS)
+        .map(|i| {
+            Arc::new(Actor { next: OnceLock::new(), cell: ColorCell::new(Color(1 + i as u64), 0) })
+        })
+        .collect();
+    for i in 0..ACTORS {
+        let _ = actors[i].next.set(Arc::downgrade(&actors[(i + 1) % ACTORS]));
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let per_token = hops / tokens as u64;
+    let starts: Vec<Arc<Actor>> =
+        (0..tokens).map(|t| actors[t * ACTORS / tokens].clone()).collect();
+    let d = done.clone();
+    let report = rt
+        .run(Color(1), move || {
+            for a in starts {
+                let d = d.clone();
+                ochre::post(a.cell.color(), move || hop(a, per_token, d));
+            }
+        })
+        .expect("run");
+    assert_eq!(done.load(Ordering::Relaxed), tokens as u64);
+    drop(actors);
+    ((per_token * tokens as u64) as f64 / report.elapsed.as_secs_f64(), report)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let tokens: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
     let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let hops: u64 = std::env::var("HOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let fresh = std::env::var("FRESH").is_ok_and(|v| v == "1");
     let mut config = ochre::Config::default();
-    if std::env::var("STEAL").is_ok_and(|v| v == "backlog") {
-        config = config.steal(ochre::Steal::Backlog);
+    match std::env::var("STEAL").as_deref() {
+        Ok("backlog") => config = config.steal(ochre::Steal::Backlog),
+        Ok("off") => config = config.steal(ochre::Steal::Off),
+        _ => {}
     }
-    let rt = Runtime::builder().workers(2).config(config).build().expect("runtime");
+    let build = || Runtime::builder().workers(2).config(config.clone()).build().expect("runtime");
+    let mut rt = build();
+    let mut rates = Vec::new();
     for run in 0..runs {
-        let actors: Vec<Arc<Actor>> = (0..ACTORS)
-            .map(|i| {
-                Arc::new(Actor {
-                    next: OnceLock::new(),
-                    cell: ColorCell::new(Color(1 + i as u64), 0),
-                })
-            })
-            .collect();
-        for i in 0..ACTORS {
-            let _ = actors[i].next.set(Arc::downgrade(&actors[(i + 1) % ACTORS]));
+        if fresh {
+            rt = build();
+            let _ = ring(&rt, tokens, hops / 8);
         }
-        let done = Arc::new(AtomicU64::new(0));
-        let per_token = 1_000_000 / tokens as u64;
-        let starts: Vec<Arc<Actor>> =
-            (0..tokens).map(|t| actors[t * ACTORS / tokens].clone()).collect();
-        let d = done.clone();
-        let report = rt
-            .run(Color(1), move || {
-                for a in starts {
-                    let d = d.clone();
-                    ochre::post(a.cell.color(), move || hop(a, per_token, d));
-                }
-            })
-            .expect("run");
-        assert_eq!(done.load(Ordering::Relaxed), tokens as u64);
+        let (rate, report) = ring(&rt, tokens, hops);
+        rates.push(rate);
         let t = report.total();
-        drop(actors);
-        let rate = (per_token * tokens as u64) as f64 / report.elapsed.as_secs_f64();
         println!(
-            "run {run}: {:.1}M hops/s; local {} remote {} forwards {} moved in {} out {} given back {}; per worker events {:?}",
+            "run {run}: {:.1}M hops/s; local {} remote {} forwards {} moved in {} out {} given back {} steals {}; per worker events {:?}",
             rate / 1e6,
             t.posts_local,
             t.posts_remote,
@@ -71,7 +89,10 @@ fn main() {
             t.colors_moved_in,
             t.colors_moved_out,
             t.colors_given_back,
+            t.steals_in,
             report.workers.iter().map(|w| w.events_run).collect::<Vec<_>>(),
         );
     }
+    rates.sort_by(f64::total_cmp);
+    println!("median {:.1}M hops/s over {runs} runs", rates[runs / 2] / 1e6);
 }

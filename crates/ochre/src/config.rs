@@ -204,6 +204,12 @@ pub struct Config {
     #[doc(hidden)]
     #[serde(default = "yes")]
     pub anchor_watched: bool,
+    /// A small closure posted to another worker travels inside the message, and the receiver
+    /// stores it (`message::InlineTask`); `false`: the poster stores it, placed for the receiver
+    /// (EMA), and the message carries a pointer. A transport choice, kept switchable to measure.
+    #[doc(hidden)]
+    #[serde(default = "yes")]
+    pub inline_posts: bool,
     /// Per-color statistics ([`color_stats`](crate::color_stats)): one turn and one post in this
     /// many is measured (run time, wait, events of its color); moves and steals are counted
     /// exactly. 0: off; 1: every event (exact, for tests). Default 0 (off): a sampled post or
@@ -272,6 +278,7 @@ impl Default for Config {
             placement: true,
             follow: true,
             anchor_watched: true,
+            inline_posts: true,
             color_stats: color_stats_default(),
             trace_events: 0,
             stall_threshold: stall_threshold_default(),
@@ -335,6 +342,9 @@ impl Config {
         /// Sets `Config::anchor_watched` (for tests).
         #[doc(hidden)]
         anchor_watched: bool,
+        /// Sets `Config::inline_posts` (to measure).
+        #[doc(hidden)]
+        inline_posts: bool,
         /// Sets [`Config::color_stats`].
         color_stats: u32,
         /// Sets [`Config::trace_events`].

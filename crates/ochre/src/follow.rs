@@ -149,9 +149,9 @@ pub(crate) const STREAM_MIN: usize = 8;
 /// the others within noise. Moving every cheap color that a loud batch reaches instead (not
 /// only a stream's) gathered a fan-out's receivers on the producer's worker: bank 0.78 -> 0.66.
 pub(crate) fn stream(batch: &[Msg]) -> Option<Color> {
-    let Some(Msg::Post { color: first, .. }) = batch.first() else { return None };
-    let one = |m: &Msg| matches!(m, Msg::Post { color, .. } if color == first);
-    (batch.len() >= STREAM_MIN && batch.iter().all(one)).then_some(*first)
+    let first = batch.first()?.post_color()?;
+    let one = |m: &Msg| m.post_color() == Some(first);
+    (batch.len() >= STREAM_MIN && batch.iter().all(one)).then_some(first)
 }
 
 /// What the home knows when a post from another worker reaches an idle color it holds.

@@ -179,11 +179,102 @@ unsafe fn drop_inline<F: FnOnce()>(_: NonNull<u8>) {
     unsafe { std::ptr::drop_in_place(NonNull::<F>::dangling().as_ptr()) };
 }
 
+/// Bytes of closure a message carries inline ([`InlineTask`]): three words, enough for an actor
+/// reference and a two-word message (fork-join's `Arc` and enum are 24 bytes).
+pub(crate) const INLINE_BYTES: usize = 24;
+
+/// A closure carried by value inside a message to another worker: no storage of its own until
+/// the receiver files it ([`InlineTask::into_task`] stores it in the receiver's own heap).
+///
+/// Why: a closure stored by the poster (EMA, placed for the receiver) is written on the poster's
+/// core, read and freed on the receiver's, and its storage comes back to the poster to be
+/// written again: two more cache lines crossing per message than the batch slot that carries a
+/// pointer to it, and the poster drains the freed objects. Carried inline, the closure crosses
+/// once, in the batch buffer, and its storage is allocated and freed on one core. Fan-out of
+/// empty events over 60 colors, 2 workers (`fanout_probe`, 24-byte closures): see the commit.
+pub(crate) struct InlineTask {
+    table: &'static InlineTable,
+    bytes: std::mem::MaybeUninit<[u64; INLINE_BYTES / 8]>,
+}
+
+struct InlineTable {
+    /// Moves the closure out of the bytes into a [`Task`] stored for worker `dest`.
+    into_task: unsafe fn(*const u8, usize) -> Task,
+    /// Drops the closure in place.
+    drop: unsafe fn(*mut u8),
+}
+
+// SAFETY: an InlineTask owns a `F: Send` closure, by value.
+unsafe impl Send for InlineTask {}
+
+struct InlineTables<F>(PhantomData<F>);
+
+impl<F: FnOnce() + Send + 'static> InlineTables<F> {
+    const TABLE: InlineTable =
+        InlineTable { into_task: inline_into_task::<F>, drop: inline_drop::<F> };
+}
+
+unsafe fn inline_into_task<F: FnOnce() + Send + 'static>(p: *const u8, dest: usize) -> Task {
+    // SAFETY: `p` holds an `F` written by `InlineTask::new`, read once (the caller forgets it).
+    let f = unsafe { p.cast::<F>().read() };
+    Task::new_for(f, dest)
+}
+
+unsafe fn inline_drop<F>(p: *mut u8) {
+    // SAFETY: `p` holds an `F` written by `InlineTask::new`, dropped once.
+    unsafe { std::ptr::drop_in_place(p.cast::<F>()) }
+}
+
+impl InlineTask {
+    /// True if closures of type `F` travel inline: they take storage (not zero-sized: those
+    /// take none anyway) and fit the bytes, alignment included.
+    #[inline]
+    pub(crate) const fn fits<F>() -> bool {
+        let size = std::mem::size_of::<F>();
+        size > 0 && size <= INLINE_BYTES && std::mem::align_of::<F>() <= 8
+    }
+
+    /// [`fits`](Self::fits) for the type of `_f`.
+    #[cfg(test)]
+    pub(crate) const fn fits_value<F>(_f: &F) -> bool {
+        Self::fits::<F>()
+    }
+
+    /// Carries `f`. Only for closures that [`fit`](Self::fits) (checked in debug builds).
+    #[inline]
+    pub(crate) fn new<F: FnOnce() + Send + 'static>(f: F) -> InlineTask {
+        debug_assert!(Self::fits::<F>());
+        let mut t =
+            InlineTask { table: &InlineTables::<F>::TABLE, bytes: std::mem::MaybeUninit::uninit() };
+        // SAFETY: `F` fits the bytes in size and alignment (`fits`); written once, owned by `t`.
+        unsafe { t.bytes.as_mut_ptr().cast::<F>().write(f) };
+        t
+    }
+
+    /// Stores the closure for worker `dest` (the receiver: its own heap), as a [`Task`].
+    #[inline]
+    pub(crate) fn into_task(self, dest: usize) -> Task {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the table matches the closure in the bytes; `this` is never used again.
+        unsafe { (this.table.into_task)(this.bytes.as_ptr().cast(), dest) }
+    }
+}
+
+impl Drop for InlineTask {
+    fn drop(&mut self) {
+        // SAFETY: the table matches the closure in the bytes, not moved out (`into_task` forgets).
+        unsafe { (self.table.drop)(self.bytes.as_mut_ptr().cast()) }
+    }
+}
+
 /// A message to a worker.
 pub(crate) enum Msg {
     /// A new event for a color whose home is the receiver. `step`: the only post to another
     /// worker of the event that made it, a step of a chain of messages (`follow`).
     Post { color: Color, task: Task, urgent: bool, step: bool },
+    /// [`Msg::Post`] with a small closure carried inline; the receiver stores it and goes on as
+    /// for a `Post`.
+    PostInline { color: Color, task: InlineTask, urgent: bool, step: bool },
     /// An event that the color's home passes on to the receiver, which holds the color on loan.
     Forward { color: Color, home: WorkerId, task: Task, urgent: bool },
     /// The color, idle at its home (the sender), moves to the receiver for good (`follow`), with
@@ -213,8 +304,8 @@ pub(crate) enum Msg {
     Io(Box<crate::io::IoMsg>),
 }
 
-/// A worker's index in a message: 32 bits keep every `Msg` at 32 bytes, two per cache line in a
-/// batch buffer (with `usize` the two variants that name a worker took 40).
+/// A worker's index in a message: 32 bits keep the variants that name a worker within the size
+/// of the largest ([`Msg::PostInline`]).
 pub(crate) type WorkerId = u32;
 
 /// The index of worker `id` for a message (worker counts are far below 2^32: each is a thread).
@@ -224,6 +315,24 @@ pub(crate) fn worker_id(id: usize) -> WorkerId {
 }
 
 impl Msg {
+    /// The color of a post, inline or not.
+    #[inline]
+    pub(crate) fn post_color(&self) -> Option<Color> {
+        match self {
+            Msg::Post { color, .. } | Msg::PostInline { color, .. } => Some(*color),
+            _ => None,
+        }
+    }
+
+    /// A post's `step` flag, inline or not.
+    #[inline]
+    pub(crate) fn post_step_mut(&mut self) -> Option<&mut bool> {
+        match self {
+            Msg::Post { step, .. } | Msg::PostInline { step, .. } => Some(step),
+            _ => None,
+        }
+    }
+
     /// True if the message hands a color's execution to another worker (a move, a loan, a
     /// return home): everything the color's events posted here must be pushed to the other
     /// inboxes before it, so that the color's posts made over there come after them
@@ -237,9 +346,10 @@ impl Msg {
     }
 }
 
-// Checked where it matters: the size of every message in a batch buffer.
+// Checked where it matters: the size of every message in a batch buffer (an inline post: color,
+// table and closure, 40 bytes, plus the flags and the tag).
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<Msg>() == 32);
+const _: () = assert!(std::mem::size_of::<Msg>() == 48);
 
 /// A color lent by its home to a thief, with everything pending for it.
 pub(crate) struct Loan {
@@ -344,5 +454,58 @@ mod tests {
         // Four closures capture something (the zero-sized one takes no storage).
         assert_eq!(COUNTING.0.load(Ordering::Relaxed), 4);
         assert_eq!(COUNTING.1.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn inline_tasks_run_once_and_drop_once_and_store_at_the_receiver() {
+        static RAN: AtomicUsize = AtomicUsize::new(0);
+        let drops = Arc::new(AtomicUsize::new(0));
+        // Fits: an `Arc` and two words (what fork-join's actors send).
+        let (p, words) = (Probe(drops.clone()), [5u64, 6]);
+        let f = move || {
+            let _p = &p;
+            RAN.fetch_add((words[0] + words[1]) as usize, Ordering::Relaxed);
+        };
+        assert!(InlineTask::fits_value(&f));
+        assert!(!InlineTask::fits::<[u64; 4]>(), "four words do not fit");
+        assert!(!InlineTask::fits::<()>(), "zero-sized closures take no storage anyway");
+        let mut heap = Heap::new(1, 2, None);
+        {
+            let _e = HeapEnter::new(&mut heap);
+            // Carried in a message, stored by the receiver (worker 1, this heap), run once.
+            let msg = Msg::PostInline {
+                color: Color(3),
+                task: InlineTask::new(f),
+                urgent: false,
+                step: false,
+            };
+            assert_eq!(msg.post_color(), Some(Color(3)));
+            let Msg::PostInline { task, .. } = msg else { unreachable!() };
+            let task = task.into_task(1);
+            assert!(heap_live_bytes() > 0, "stored in the receiver's heap");
+            task.run();
+            // Dropped unrun, still in its message: the captures drop, nothing runs.
+            let p = Probe(drops.clone());
+            let mut msg = Msg::PostInline {
+                color: Color(4),
+                task: InlineTask::new(move || {
+                    let _p = p;
+                    RAN.fetch_add(100, Ordering::Relaxed);
+                }),
+                urgent: false,
+                step: false,
+            };
+            *msg.post_step_mut().expect("a post") = true;
+            assert!(matches!(msg, Msg::PostInline { step: true, .. }));
+            drop(msg);
+        }
+        assert_eq!(RAN.load(Ordering::Relaxed), 11);
+        assert_eq!(drops.load(Ordering::Relaxed), 2);
+        assert_eq!(heap.stats().live_bytes, 0, "the stored closure's storage came back");
+    }
+
+    /// Live bytes of the current thread's heap.
+    fn heap_live_bytes() -> usize {
+        crate::alloc::with_heap(|h| h.stats().live_bytes).unwrap_or(0)
     }
 }

@@ -21,7 +21,7 @@
 //! the other, batch after batch: with glibc, a free on another thread than the allocation's takes
 //! the arena's lock that the allocating thread holds, and the two threads then meet in futex
 //! waits (measured: a sixth of a one-way stream's time). A worker keeps at most `MAX_SPARES`
-//! spares, and its returns queue holds at most as many, whatever the number of workers.
+//! spares, and its returns queue holds at most `MAX_RETURNS`, whatever the number of workers.
 //!
 //! With [`BatchSize::Adaptive`] (an option, not the default) each destination's size is tuned: when its
 //! buffer leaves full, the worker tells [`Outbox::left_full`] whether the destination was idle
@@ -67,7 +67,7 @@ pub(crate) type Returns = crossbeam_queue::ArrayQueue<Vec<Msg>>;
 
 /// An empty [`Returns`] queue.
 pub(crate) fn returns() -> Returns {
-    Returns::new(MAX_SPARES)
+    Returns::new(MAX_RETURNS)
 }
 
 /// Outgoing buffers of one worker, indexed by destination.
@@ -112,6 +112,12 @@ pub(crate) const SAFETY_CHECK_EVERY: u32 = 16;
 
 /// Spare buffers kept at most.
 const MAX_SPARES: usize = 8;
+
+/// Buffers a worker's returns queue holds at most. A fan-out's receiver can fall behind by many
+/// batches, and gives them back all at once when it files them; with room for 8, the rest were
+/// freed there and allocated anew by the poster, and the two threads met on glibc's arena lock
+/// (futex wakes on the poster, 3% of its time in a 60-color fan-out at 2 workers).
+const MAX_RETURNS: usize = 64;
 
 impl Outbox {
     pub(crate) fn new(workers: usize, batch_size: usize, factor: f64) -> Self {
@@ -217,7 +223,7 @@ impl Outbox {
     /// Marks the last message buffered for `dest`, if it is a post, as a chain step (`follow`).
     #[inline]
     pub(crate) fn mark_step(&mut self, dest: usize) {
-        if let Some(Msg::Post { step, .. }) = self.slots[dest].msgs.last_mut() {
+        if let Some(step) = self.slots[dest].msgs.last_mut().and_then(Msg::post_step_mut) {
             *step = true;
         }
     }
@@ -408,10 +414,10 @@ mod tests {
         assert_eq!(addrs.len(), MAX_SPARES + 1);
         assert!(back1.is_empty());
         // A full returns queue drops what does not fit: a worker holds a bounded number.
-        for _ in 0..MAX_SPARES + 3 {
+        for _ in 0..MAX_RETURNS + 3 {
             consumer.recycle(Vec::with_capacity(4), Some(&back0));
         }
-        assert_eq!(back0.len(), MAX_SPARES);
+        assert_eq!(back0.len(), MAX_RETURNS);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::follow;
 use crate::idle;
 use crate::inbox::{Sender, OUTSIDE};
 use crate::io::IoCore;
-use crate::message::{Msg, Task};
+use crate::message::{InlineTask, Msg, Task};
 use crate::outbox::Outbox;
 use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
 use crate::shared::{PanicRecord, Shared};
@@ -195,8 +195,26 @@ impl Core {
             return self.post_locked(shared, color, task, urgent);
         }
         let dest = self.queue.route(color);
+        if let Dest::Remote { home } = dest {
+            if InlineTask::fits::<F>() && shared.config.inline_posts {
+                let msg = Msg::PostInline { color, task: InlineTask::new(f), urgent, step: false };
+                return self.post_remote(shared, home, msg, urgent);
+            }
+        }
         let task = Task::new_for(f, dest.runs_on());
         self.post_to(shared, color, dest, task, urgent);
+    }
+
+    /// A post to a color whose home is worker `home`, another one.
+    #[inline]
+    fn post_remote(&mut self, shared: &Shared, home: usize, msg: Msg, urgent: bool) {
+        if urgent {
+            self.counters.add(Counter::PostsUrgent, 1);
+        }
+        self.counters.add(Counter::PostsRemote, 1);
+        self.event_remote_posts += 1;
+        self.event_remote_dest = home;
+        self.send(shared, home, msg);
     }
 
     fn post_to(&mut self, shared: &Shared, color: Color, dest: Dest, task: Task, urgent: bool) {
@@ -212,10 +230,9 @@ impl Core {
                 self.send(shared, to, Msg::Forward { color, home, task, urgent });
             }
             Route::Remote { home, task } => {
-                self.counters.add(Counter::PostsRemote, 1);
-                self.event_remote_posts += 1;
-                self.event_remote_dest = home;
-                self.send(shared, home, Msg::Post { color, task, urgent, step: false });
+                // `post_to` counted the urgent post already.
+                let msg = Msg::Post { color, task, urgent, step: false };
+                self.post_remote(shared, home, msg, false);
             }
             Route::Held(ask) => {
                 self.counters.add(Counter::PostsLocal, 1);
@@ -481,6 +498,11 @@ impl Core {
         stream: Option<Color>,
     ) {
         match msg {
+            Msg::PostInline { color, task, urgent, step } => {
+                // Stored here, by the worker that runs it, then filed as any post.
+                let msg = Msg::Post { color, task: task.into_task(self.id), urgent, step };
+                self.receive(shared, msg, sender, may_move, stream);
+            }
             Msg::Post { color, task, urgent, step } => {
                 // Only quiet batches, chain steps and streams can move a color
                 // (`follow::worth_asking`): the posts of a fan-out take the plain path, uncounted.

@@ -230,8 +230,12 @@ fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
     })
     .unwrap();
     drop(rt);
-    assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 120);
-    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 120, "run or not, every event was freed");
+    // Those bound for another worker may still travel inline (`Config::inline_posts`): stored
+    // by the receiver only, so some of the 20 may have taken no storage at all.
+    let allocs = COUNTING.allocs.load(Ordering::Relaxed);
+    assert!((100..=120).contains(&allocs), "{allocs} allocations");
+    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), allocs, "run or not, every event was freed");
+    assert_eq!(Arc::strong_count(&sum), 1, "and every unrun event's captures were dropped");
     // The data events carry comes from the same allocator when EMA is off: a ColorBox and a
     // ColorBytes per event, made on one worker and dropped on another.
     let carried = Arc::new(AtomicU64::new(0));
@@ -256,8 +260,8 @@ fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
     .unwrap();
     assert_eq!(carried.load(Ordering::Relaxed), (1..=30).sum::<u64>());
     // 60 events, 30 boxes and 30 buffers; the zero-sized boxes take no storage.
-    assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), 120 + 120);
-    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), 120 + 120, "and all of it came back");
+    assert_eq!(COUNTING.allocs.load(Ordering::Relaxed), allocs + 120);
+    assert_eq!(COUNTING.frees.load(Ordering::Relaxed), allocs + 120, "and all of it came back");
 }
 
 #[test]

@@ -806,6 +806,10 @@ impl<'w> Sim<'w> {
         stream: Option<Color>,
     ) {
         match msg {
+            Msg::PostInline { color, task, urgent, step } => {
+                let msg = Msg::Post { color, task: task.into_task(k), urgent, step };
+                self.receive(k, msg, from, quiet, may_move, stream);
+            }
             Msg::Post { color, task, urgent, step } => {
                 let stream = stream == Some(color);
                 let follow = *may_move && (quiet || step || stream) && self.setup.config.follow;
