@@ -62,7 +62,9 @@
 //! posts. A worker that watches descriptors or has timers sleeps in its epoll set instead of its
 //! parker. An event's closure is stored in memory from the posting worker's EMA heap ([`alloc`]),
 //! in blocks reserved for the color's home worker, and the running worker frees it in batches
-//! back to the poster; [`ColorBox`] gives handlers the same placement for their own data. New
+//! back to the poster; a small closure (up to 24 bytes) posted to another worker travels inside
+//! the batch instead and the receiver stores it in its own heap, so that it crosses cores once.
+//! [`ColorBox`] gives handlers EMA's placement for their own data. New
 //! long-lived colors (a server's connections) can be placed with [`place`]: each worker measures
 //! the share of its CPU it gets when it wants to run, and new colors go to workers in proportion.
 //! Colors follow their messages ([`Config::follow`], `follow`): a color's home lends it for good
