@@ -54,8 +54,9 @@
 //! lanes claim their tasks from one counter, so a slowed worker maps fewer of them on either
 //! runtime, and what is left to place (reduce, merge) is a few milliseconds of a job. Linear Regression against the best Phoenix
 //! (paired, 9 repetitions a process): 1.29, 1.37, 1.37, and 1.14 with the busy loop on CPU 1;
-//! 0.58 once, while the same developer ran three callgrind processes and `mreff` beside it:
-//! a 10 ms job on a machine loaded past 12 measures who got the CPUs.
+//! 1.13 in a whole `bench mr` (5 repetitions, load 8-9); 0.58 once, while the same developer
+//! ran three callgrind processes and `mreff` beside it: a 10 ms job on a machine loaded past
+//! 12 measures who got the CPUs.
 //!
 //! The efficiency check is the issue's: wall time against the reference alone on one CPU,
 //! times the worker count. Two references at once cost this machine 1-7% more CPU each, and
