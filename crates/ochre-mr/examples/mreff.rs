@@ -38,21 +38,22 @@
 //! change), a store without the container test on the emit_ref path (3 instructions a word
 //! fewer, string match 4% more CPU).
 //!
-//! The loss split three ways (`default,default:1,seqpair,mrpair`, 3 processes of 11
-//! repetitions, load average 9-11; CPU/seq per job): two references at once 1.01-1.07 each
-//! (the machine); one one-worker job alone 1.07-1.085, two at once 1.07-1.17 each; the
-//! two-worker job 1.15-1.24. So of the two-worker job's 15-24% extra CPU, 1-7 points are the
-//! machine, 6-9 the one-lane path (2.8% more instructions than the reference at 1 worker,
-//! 608.6 M against 592.2 M: the emit path's ~5 instructions a word, partition, sort, merge),
-//! and 8-10 the split into two lanes (every key allocated and its table grown in both lanes,
-//! then combined, its duplicate freed, and merged). Against the machine (two references at
-//! once), the two-worker job's CPU efficiency is 0.85-0.88. Cachegrind, one worker against
-//! the reference: 16.0 M more data reads (109.4 M against 93.4 M, ~6 a word on the emit
-//! path), first-level and last-level misses alike (5.50 M against 5.38 M, 0.34 M against
-//! 0.31 M), so what the one-lane path adds is loads and instructions, not misses. The other map-heavy applications, the same day (one process of
-//! 11 repetitions each, load 5-7): CPU/seq at 2 workers histogram 1.035, linear regression
-//! 1.00, string match 0.94, matrix multiply 0.99, with two references at once 1.82-1.99 and
-//! two one-worker jobs 1.91-2.03: nothing to win there in CPU, only in wall time.
+//! The loss split three ways (`default,default:1,seqpair,mrpair`, 4 processes of 11 repetitions,
+//! load average 9-12; CPU/seq per job): two references at once 1.01-1.08 each (the machine); one
+//! one-worker job alone 1.02-1.085, two at once 1.07-1.17 each; the two-worker job 1.15-1.24. Per
+//! process, two one-worker jobs at once over two references at once, the one-lane path: 0.99-1.09
+//! (2.8% more instructions than the reference at 1 worker, 608.6 M against 592.2 M: the emit path's
+//! ~5 instructions a word, partition, sort, merge); the two-worker job over two one-worker jobs at
+//! once, the split into two lanes: 1.06-1.09, the steadiest share (every key allocated and its
+//! table grown in both lanes, about 1%; then combined, its duplicate freed, and merged, 3.5-4.5%).
+//! Against the machine (two references at once), the two-worker job's CPU efficiency is 0.85-0.92.
+//! Cachegrind, one worker against the reference: 16.0 M more data reads (109.4 M against 93.4 M, ~6
+//! a word on the emit path), first-level and last-level misses alike (5.50 M against 5.38 M, 0.34 M
+//! against 0.31 M), so what the one-lane path adds is loads and instructions, not misses. The other
+//! map-heavy applications, the same day (one process of 11 repetitions each, load 5-7): CPU/seq at
+//! 2 workers histogram 1.035, linear regression 1.00, string match 0.94, matrix multiply 0.99, with
+//! two references at once 1.82-1.99 and two one-worker jobs 1.91-2.03: nothing to win there in CPU,
+//! only in wall time.
 //!
 //! Ideas weighed against callgrind's counts (2 workers: 629.5 M instructions, the idle
 //! workers' spinning included; the reference 592.2 M; post-map work ~30 M: the reduce events
@@ -60,9 +61,9 @@
 //! 3.9 M; from run to run the lanes' and reduce's counts move by 1-2% with the tasks each lane
 //! claims, which decide how many keys both lanes hold, so that 2, 4 or 8 reduce partitions
 //! measured alike):
-//! - carrying each key's hash from the lane to the reduce saves the reduce's 36000 rehashes (18000 keys, nearly all in both lanes),
-//!   ~1.5 M instructions (0.25%), and no cache miss: the comparison of each duplicate still
-//!   reads both keys' bytes;
+//! - carrying each key's hash from the lane to the reduce saves the reduce's 36000 rehashes
+//!   (18000 keys, nearly all in both lanes), ~1.5 M instructions (0.25%), and no cache miss:
+//!   the comparison of each duplicate still reads both keys' bytes;
 //! - partitioning by key range (splitters sampled from a lane's keys) makes the final merge a
 //!   concatenation (the tree's 5.4 M, ~1 ms CPU, of which the root's ~0.25 ms runs alone) but
 //!   costs each lane 3 comparisons a key to find its range: 108000 comparisons over both
