@@ -46,6 +46,25 @@
 //! step and the baseline 0.92x it, geometric means: the dip after "+EMA" that the table's notes
 //! showed in two runs (1.28-1.33 then 1.04-1.07) was noise.
 //!
+//! Nor does a shared CPU separate them at medium size: with a busy loop pinned on CPU 1 (the
+//! machine loaded besides, 7-9), `mreff` measured the default over the baseline at 0.93x on word
+//! count, 1.00x on K-means and 1.01x on string match (wall time, paired medians of 11 repetitions).
+//! In the thesis, Phoenix's task queues were replaced by colored events, so the runtime's placement
+//! and stealing decided how map tasks spread over the cores; ochre-mr's lanes claim their tasks
+//! from one counter, so a slowed worker maps fewer of them on either runtime, and what is left to
+//! place (reduce, merge) is a few milliseconds of a job. Linear Regression against the best Phoenix
+//! (paired, 9 repetitions a process): 1.29, 1.37, 1.37, and 1.14 with the busy loop on CPU 1; 1.13
+//! in a whole `bench mr` (5 repetitions, load 8-9); 0.58 once, while the same developer ran three
+//! callgrind processes and `mreff` beside it: a 10 ms job on a machine loaded past 12 measures who
+//! got the CPUs.
+//!
+//! The efficiency check is the issue's: wall time against the reference alone on one CPU, times the
+//! worker count. Two references at once cost this machine 1-8% more CPU each (word count, load
+//! 9-12), and Phoenix's and ochre's map paths pay that too; the note on the machine's ceiling
+//! divides it out (too low a ceiling for Linear Regression: its two references stream the input
+//! twice, a job once). `examples/mreff` of ochre-mr splits word count's loss between the machine,
+//! the one-lane path and the split into lanes.
+//!
 //! `OCHRE_MR=histogram,pca` (names, comma-separated) measures only those applications: a
 //! developer's shortcut; the checks then judge what ran.
 //!

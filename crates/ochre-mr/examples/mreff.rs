@@ -12,7 +12,10 @@
 //! (stealing off and follow: `Config::default()`), nospin (the default without spinning: an
 //! idle worker's spinning is not what the job's CPU time adds), and seqpair (the reference twice at once
 //! on two pinned threads: efficiency 0.5 and CPU/seq 2.0 when running both cores together
-//! costs nothing), seqthread (the reference on a new thread, with its own malloc arena).
+//! costs nothing), seqthread (the reference on a new thread, with its own malloc arena), and
+//! mrpair (two one-worker jobs at once, on runtimes pinned to CPUs 0 and 1: CPU/seq 2.0 when
+//! a lane's map costs what the reference does with both CPUs running; against the two-worker
+//! job, it separates what running the CPUs together costs from what splitting a job does).
 //!
 //! Word count, medium input, quiet machine (11 repetitions, 2 processes): sequential 72-73 ms;
 //! 2 workers 44-45 ms (efficiency 0.80-0.83), CPU/seq 1.14-1.22; 1 worker CPU/seq 1.08-1.10;
@@ -34,6 +37,45 @@
 //! lane's run combined last so that duplicate keys are freed into its own malloc arena (no
 //! change), a store without the container test on the emit_ref path (3 instructions a word
 //! fewer, string match 4% more CPU).
+//!
+//! The loss split three ways (`default,default:1,seqpair,mrpair`, 4 processes of 11 repetitions,
+//! load average 9-12; CPU/seq per job): two references at once 1.01-1.08 each (the machine); one
+//! one-worker job alone 1.02-1.085, two at once 1.07-1.17 each; the two-worker job 1.15-1.24. Per
+//! process, two one-worker jobs at once over two references at once, the one-lane path: 0.99-1.09
+//! (2.8% more instructions than the reference at 1 worker, 608.6 M against 592.2 M: the emit path's
+//! ~5 instructions a word, partition, sort, merge); the two-worker job over two one-worker jobs at
+//! once, the split into two lanes: 1.06-1.09, the steadiest share (every key allocated and its
+//! table grown in both lanes, about 1%; then combined, its duplicate freed, and merged, 3.5-4.5%).
+//! Against the machine (two references at once), the two-worker job's CPU efficiency is 0.85-0.92.
+//! Cachegrind, one worker against the reference: 16.0 M more data reads (109.4 M against 93.4 M, ~6
+//! a word on the emit path), first-level and last-level misses alike (5.50 M against 5.38 M, 0.34 M
+//! against 0.31 M), so what the one-lane path adds is loads and instructions, not misses. The other
+//! map-heavy applications, the same day (one process of 11 repetitions each, load 5-7): CPU/seq at
+//! 2 workers histogram 1.035, linear regression 1.00, string match 0.94, matrix multiply 0.99, with
+//! two references at once 1.82-1.99 and two one-worker jobs 1.91-2.03: nothing to win there in CPU,
+//! only in wall time.
+//!
+//! Ideas weighed against callgrind's counts (2 workers: 629.5 M instructions, the idle
+//! workers' spinning included; the reference 592.2 M; post-map work ~30 M: the reduce events
+//! 25.7 M, of which sort 10.8 M, merge tree 5.4 M and combine ~8.5 M, and the lanes' drain
+//! 3.9 M; from run to run the lanes' and reduce's counts move by 1-2% with the tasks each lane
+//! claims, which decide how many keys both lanes hold, so that 2, 4 or 8 reduce partitions
+//! measured alike):
+//! - carrying each key's hash from the lane to the reduce saves the reduce's 36000 rehashes
+//!   (18000 keys, nearly all in both lanes), ~1.5 M instructions (0.25%), and no cache miss:
+//!   the comparison of each duplicate still reads both keys' bytes;
+//! - partitioning by key range (splitters sampled from a lane's keys) makes the final merge a
+//!   concatenation (the tree's 5.4 M, ~1 ms CPU, of which the root's ~0.25 ms runs alone) but
+//!   costs each lane 3 comparisons a key to find its range: 108000 comparisons over both
+//!   lanes' 36000 keys, against the tree's ~54000 over the 18000 combined ones, so more CPU
+//!   for less serial time, about a wash;
+//! - a cheaper combine: of its ~220 instructions a pair, most are the hash (~40) and the free
+//!   of the duplicate key (glibc's `free` runs ~4.5 M instructions more than in the reference,
+//!   18000 duplicates), which only keys without a heap allocation of their own avoid; inline keys
+//!   (`SmallVec<[u8; 16]>` in the reference, the job and rayon alike, tried: no allocation
+//!   per key) cost 18 M more instructions in the reference and 9.6 M more in the job (a branch
+//!   on every access to the bytes), and CPU/seq stayed 1.23 (load 10);
+//! - the per-emit counter (`Phases::emitted`): 1.6 M instructions (0.3%).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -120,10 +162,21 @@ fn spread(v: &[f64]) -> (f64, f64) {
 fn time<A: Application>(input: &str, reps: usize, configs: &[String]) {
     let app = Arc::new(A::load(input.as_ref()).expect("input"));
     let want = app.sequential();
+    // `mrpair`: two one-worker runtimes of the default configuration, on CPUs 0 and 1.
+    let pair: Vec<Runtime> = if configs.iter().any(|c| c == "mrpair") {
+        (0..2)
+            .map(|cpu| {
+                let b = Runtime::builder().workers(1).cpus([cpu]).config(Config::default());
+                b.build().expect("runtime")
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let rts: Vec<Option<Runtime>> = configs
         .iter()
         .map(|c| {
-            if c == "seqpair" || c == "seqthread" {
+            if c == "seqpair" || c == "seqthread" || c == "mrpair" {
                 return None;
             }
             // `NAME:W`: on W workers (default 2).
@@ -149,6 +202,14 @@ fn time<A: Application>(input: &str, reps: usize, configs: &[String]) {
                 let (got, p) = A::run(&app, rt).expect("job");
                 assert!(A::agree(&got, &want), "{} differs", configs[i - 1]);
                 phases[i].push(p);
+            } else if configs[i - 1] == "mrpair" {
+                std::thread::scope(|s| {
+                    for rt in &pair {
+                        let app = &app;
+                        s.spawn(move || std::hint::black_box(A::run(app, rt).expect("job")));
+                    }
+                });
+                phases[i].push(ochre_mr::Phases::default());
             } else if configs[i - 1] == "seqthread" {
                 let app = app.clone();
                 let _ = std::thread::spawn(move || std::hint::black_box(app.sequential())).join();
