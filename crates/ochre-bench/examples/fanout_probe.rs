@@ -7,7 +7,8 @@
 //! nothing), `arc` (it captures a clone of an `Arc` per recipient, as an actor layer does) or
 //! `cell` (as `arc`, and the handler updates a `ColorCell` of the recipient's color), `data`
 //! (24 bytes of plain data: an allocation, no reference count) or `static` (a leaked cell and 16
-//! bytes of data: `cell` without the reference count).
+//! bytes of data: `cell` without the reference count) or `work` (`cell` with 1 us of work).
+//! `BUSY=1`: a thread spins on worker 1's CPU throughout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,17 @@ fn main() {
             .map(|&c| &**Box::leak(Box::new(CachePadded::new(ColorCell::new(c, 0)))))
             .collect(),
     );
+    // `BUSY=1`: a thread spins on worker 1's CPU for the whole probe (a shared machine).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if std::env::var("BUSY").is_ok_and(|v| v == "1") {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            ochre_bench::peers::pin_as(1);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+    }
     let mut rates = Vec::new();
     for run in 0..runs {
         let colors = colors.clone();
@@ -85,6 +97,13 @@ fn main() {
                                 let _ = a.with(|v| *v += payload.0 & 1);
                             });
                         }
+                        "work" => {
+                            let a = cells[j].clone();
+                            ochre::post(colors[j], move || {
+                                ochre_bench::harness::work(1_000);
+                                let _ = a.with(|v| *v += 1);
+                            });
+                        }
                         _ => ochre::post(colors[j], || {}),
                     }
                 }
@@ -97,7 +116,8 @@ fn main() {
             for (w, s) in report.workers.iter().enumerate() {
                 println!(
                     "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} \
-                     sleeps {} spins {} hits {} moves out {} in {} steals {} lent {} inbox {}",
+                     sleeps {} spins {} hits {} moves out {} in {} steals {} lent {} inbox {} \
+                     steal asks {} failed {} waited {} us share {}",
                     s.events_run,
                     s.posts_local,
                     s.posts_remote,
@@ -112,11 +132,16 @@ fn main() {
                     s.steals_in,
                     s.steals_out,
                     s.msgs_received,
+                    s.steal_attempts,
+                    s.steal_failures,
+                    s.steal_wait_us,
+                    s.cpu_share,
                 );
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     rates.sort_by(f64::total_cmp);
     println!(
         "{place} {capture} k={k}: median {:.2}M events/s (min {:.2}, max {:.2})",
