@@ -92,11 +92,20 @@ pub(crate) fn worth_asking(steal: Steal, mine: u32, c: &Candidate) -> bool {
                 && c.ready > 0
                 && c.share + SHARED_BY <= mine
         }
-        // A backlog never moves to a CPU clearly slower than the one it waits on (this worker
-        // shares its CPU with another process): it would wait longer here.
-        Steal::Backlog => c.backlog && c.share <= mine + SHARED_BY,
+        // A backlog does not move to a CPU clearly slower than the one it waits on (this worker
+        // shares its CPU with another process), where it would wait longer, unless so many
+        // colors wait there ([`DEEP_READY`]) that it would wait longer still for its turn.
+        Steal::Backlog => c.backlog && (c.share <= mine + SHARED_BY || c.ready >= DEEP_READY),
     }
 }
+
+/// Colors waiting on a victim from which a thief on a clearly slower CPU (shared with another
+/// process) still takes a backlog (`Steal::Backlog`): the victim runs a turn of each before it
+/// comes back to the first, so a loan of [`Config::steal_batch_max`](crate::Config) colors runs
+/// sooner on the thief at half its CPU than in that line. Without it, work that relief had sent
+/// off the shared CPU never came back to it: fork-join with 1 us items and a thread spinning on
+/// worker 1's CPU ran 95% of its events on worker 0, one CPU's worth (`fanout_probe`, BUSY=1).
+pub(crate) const DEEP_READY: usize = 16;
 
 /// What a victim lends `thief` from `queue` under `config` (the policy: batch or one,
 /// cost-aware floor, backlog), shared by `answer` and the simulator.
