@@ -30,6 +30,9 @@ const SETTINGS: [(&str, u32, bool); 4] = [
     ("stats and stall watch off", 0, false),
 ];
 
+/// The goal: statistics on keep at least this share of the rate with them off.
+const GOAL: f64 = 0.97;
+
 /// Pairs (repetitions) at least of the cases with colors in place, where the goal is checked:
 /// a paired ratio's spread on a loaded machine is several percent (0.90-1.13 over 7 pairs of
 /// producer-consumer), so a median within 3% needs more pairs than the study's 5 repetitions.
@@ -118,14 +121,22 @@ fn judge(report: &mut BenchReport, case: &str, checked: bool) {
     let q = paired_quotients(report, "stats 1 in 1024", "ochre", case);
     let (Some(&lo), Some(&hi)) = (q.first(), q.last()) else { return };
     let r = crate::harness::median(&q);
+    // The middle half of the quotients: wider than the goal's margin on either side, the
+    // median's verdict is the machine's, not the statistics' (said beside the check).
+    let (q1, q3) = (q[q.len() / 4], q[(3 * q.len()) / 4]);
+    let spread = if q3 - q1 > 2.0 * (1.0 - GOAL) {
+        "; inconclusive: middle half wider than ±3%"
+    } else {
+        ""
+    };
     report.notes.push(format!(
-        "[{case}] stats 1 in 1024 / off, paired: median {r:.3} (min {lo:.3}, max {hi:.3}, {} \
-         pairs){}",
+        "[{case}] stats 1 in 1024 / off, paired: median {r:.3} (middle half {q1:.3}-{q3:.3}, \
+         min {lo:.3}, max {hi:.3}, {} pairs){}{spread}",
         q.len(),
         if checked { "" } else { "; not checked: colors move between samples" }
     ));
     if checked {
-        report.check(format!("[{case}] statistics on lose <= 3% (paired on/off)"), r, r >= 0.97);
+        report.check(format!("[{case}] statistics on lose <= 3% (paired on/off)"), r, r >= GOAL);
     }
 }
 
@@ -165,6 +176,11 @@ mod tests {
         assert_eq!(report.checks[0].measured, 0.99);
         assert!(report.checks[0].held);
         assert!(report.notes.iter().any(|n| n.contains("[a]") && n.contains("not checked")));
+        assert!(report.notes.iter().any(|n| n.contains("[a]") && n.contains("inconclusive")));
+        assert!(!report
+            .notes
+            .iter()
+            .any(|n| n.contains("in place]") && n.contains("inconclusive")));
     }
 
     #[test]
