@@ -15,8 +15,11 @@ const REQUESTS: u64 = 800_000;
 fn sample(mode: Mode, case: Case, requests: u64) -> Result<f64, String> {
     // PROBE_NOFOLLOW: colors stay where they are homed (no following, no relief).
     let follow = std::env::var_os("PROBE_NOFOLLOW").is_none();
-    let build =
-        move || Runtime::builder().workers(2).config(Config::default().follow(follow)).build();
+    // PROBE_WORKERS: another number of workers (1: both programs on one CPU).
+    let workers = std::env::var("PROBE_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
+    let build = move || {
+        Runtime::builder().workers(workers).config(Config::default().follow(follow)).build()
+    };
     let mut counters = String::new();
     let rate = peers::on_fresh_runtime(&build, requests, |rt, n| {
         let before = rt.stats();

@@ -3,6 +3,10 @@
 //! fresh runtime per sample, warmed up, order alternated A B / B A), printing each pair's ratio
 //! (on / off) and the median. `stats_probe [prodcons|pingpong] [PAIRS] [PERIOD]`; with
 //! `one:PERIOD` as the last argument it runs that configuration alone (for callgrind/cachegrind).
+//! Environment: `PROBE_NOFOLLOW` keeps colors in place, `PROBE_WORKERS` sets the workers (2),
+//! `PROBE_CPU` divides by the process's CPU time instead of the run's wall time (a loaded
+//! machine's descheduled time does not count; the paired ratio over wall time is printed too),
+//! `PROBE_SNAP` times a statistics snapshot after each run, `PROBE_COUNTERS` prints counters.
 
 use ochre::{Config, Runtime};
 use ochre_bench::harness::median;
@@ -17,10 +21,45 @@ fn sample(bench: &str, period: u32) -> Result<f64, String> {
     // PROBE_NOFOLLOW: colors stay where the benchmark put them (no following, no relief).
     let follow = std::env::var_os("PROBE_NOFOLLOW").is_none();
     let config = Config::default().color_stats(period).follow(follow);
-    let build = move || Runtime::builder().workers(2).config(config.clone()).build();
+    // PROBE_WORKERS: another number of workers (2 by default).
+    let workers = std::env::var("PROBE_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
+    let build = move || Runtime::builder().workers(workers).config(config.clone()).build();
     let mut counters = None;
     let mut round = None;
+    // PROBE_CPU: events per second of the process's CPU time (not of wall time): on a loaded
+    // machine, time spent descheduled does not count.
+    let per_cpu = std::env::var_os("PROBE_CPU").is_some();
+    let cpu = || rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let secs = |t: rustix::time::Timespec| t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9;
     let rate = peers::on_fresh_runtime(&build, PINGPONG_EVENTS, |rt, n| {
+        let (cpu0, wall0) = (cpu(), std::time::Instant::now());
+        let rate = sample_on(rt, bench, n, &mut round, &mut counters);
+        let (cpu_s, wall_s) = (secs(cpu()) - secs(cpu0), wall0.elapsed().as_secs_f64());
+        if let Ok(r) = rate {
+            WALL.with(|w| w.set(r));
+        }
+        rate.map(|r| if per_cpu { r * wall_s / cpu_s } else { r })
+    })?;
+    if std::env::var_os("PROBE_COUNTERS").is_some() {
+        println!("  period {period}: {:.3} M/s; {}", rate / 1e6, counters.unwrap_or_default());
+    }
+    Ok(rate)
+}
+
+thread_local! {
+    /// The last sample's rate over the run's wall time (`RunReport::elapsed`), whatever
+    /// `PROBE_CPU` says.
+    static WALL: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+fn sample_on(
+    rt: &Runtime,
+    bench: &str,
+    n: u64,
+    round: &mut Option<&'static prodcons::Round>,
+    counters: &mut Option<String>,
+) -> Result<f64, String> {
+    {
         let before = rt.stats();
         let rate = match bench {
             "pingpong" => pingpong::ochre_pingpong(rt, n),
@@ -29,9 +68,21 @@ fn sample(bench: &str, period: u32) -> Result<f64, String> {
                 prodcons::ochre_prodcons(rt, r, n * PRODCONS_ROUNDS / PINGPONG_EVENTS)
             }
         };
+        if std::env::var_os("PROBE_SNAP").is_some() {
+            let t = std::time::Instant::now();
+            let snap = rt.color_stats();
+            let t1 = t.elapsed();
+            let top = rt.color_stats().top_since(&snap, 10);
+            let t2 = t.elapsed() - t1;
+            println!(
+                "  snapshot of {} colors: {t1:?}; snapshot + top_since: {t2:?} ({})",
+                snap.colors.len(),
+                top.len()
+            );
+        }
         let d: Vec<_> = rt.stats().iter().zip(&before).map(|(a, b)| a.since(b)).collect();
         let sum = |f: fn(&ochre::WorkerStats) -> u64| d.iter().map(f).sum::<u64>();
-        counters = Some(format!(
+        *counters = Some(format!(
             "steals {} moves {} given back {} sleeps {} spins {} rounds {} batches {}",
             sum(|s| s.steals_in),
             sum(|s| s.colors_moved_in),
@@ -42,11 +93,7 @@ fn sample(bench: &str, period: u32) -> Result<f64, String> {
             sum(|s| s.batches_sent),
         ));
         rate
-    })?;
-    if std::env::var_os("PROBE_COUNTERS").is_some() {
-        println!("  period {period}: {:.3} M/s; {}", rate / 1e6, counters.unwrap_or_default());
     }
-    Ok(rate)
 }
 
 fn main() -> Result<(), String> {
@@ -64,15 +111,18 @@ fn main() -> Result<(), String> {
     }
     let period: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1024);
     let (mut ratios, mut on, mut off) = (Vec::new(), Vec::new(), Vec::new());
+    let mut wall_ratios = Vec::new();
+    let wall = || WALL.with(std::cell::Cell::get);
     sample(&bench, 0)?; // warm-up of the process
     for k in 0..pairs {
-        let (a, b) = if k % 2 == 0 {
-            let a = sample(&bench, 0)?;
-            (a, sample(&bench, period)?)
+        let ((a, wa), (b, wb)) = if k % 2 == 0 {
+            let a = (sample(&bench, 0)?, wall());
+            (a, (sample(&bench, period)?, wall()))
         } else {
-            let b = sample(&bench, period)?;
-            (sample(&bench, 0)?, b)
+            let b = (sample(&bench, period)?, wall());
+            ((sample(&bench, 0)?, wall()), b)
         };
+        wall_ratios.push(wb / wa);
         println!("pair {k}: off {:.3} M/s, on {:.3} M/s, on/off {:.3}", a / 1e6, b / 1e6, b / a);
         ratios.push(b / a);
         off.push(a);
@@ -81,10 +131,12 @@ fn main() -> Result<(), String> {
     let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     let max = ratios.iter().copied().fold(0.0, f64::max);
     println!(
-        "{bench} 2w, stats 1 in {period} vs off: median off {:.3} M/s, on {:.3} M/s; paired on/off median {:.3} (min {min:.3}, max {max:.3}, {pairs} pairs)",
+        "{bench} {}w, stats 1 in {period} vs off: median off {:.3} M/s, on {:.3} M/s; paired on/off median {:.3} (min {min:.3}, max {max:.3}, {pairs} pairs)",
+        std::env::var("PROBE_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2),
         median(&off) / 1e6,
         median(&on) / 1e6,
         median(&ratios)
     );
+    println!("  over the runs' wall time: paired on/off median {:.3}", median(&wall_ratios));
     Ok(())
 }

@@ -30,8 +30,9 @@ const QUICK_SECONDS: &[(&str, f64)] = &[
     // Not measured in a study yet: `bench servers --quick` (3 repetitions) took 268 s; with 5,
     // about this.
     ("servers", 330.0),
-    // Not measured in a study yet: `bench color-stats --quick` alone took 3 s.
-    ("color-stats", 4.0),
+    // Not measured in a study yet: `bench color-stats --quick` alone took 122 s with its cases
+    // of colors in place (15 pairs each; load 10 on the 2 CPUs), 3 s before them.
+    ("color-stats", 60.0),
     // Not measured in a study yet: `bench readers --quick` alone took about 8 s (loaded).
     ("readers", 8.0),
     // Not measured in a study yet: `bench tuning --quick --workers 2` alone took 191 s (load 9
