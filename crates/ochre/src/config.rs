@@ -87,8 +87,10 @@ pub enum Steal {
     /// work queued on a worker whose CPU another process shares. What it leaves alone: partners
     /// that pass a message or two at a time (a ring, a mall, a ping-pong: light backlogs, moved
     /// by `follow` instead) and a lone stream's receiver (one waiting color). A thief asks only a
-    /// worker that advertises a backlog, and never moves one to a CPU clearly slower than its
-    /// victim's; a stolen color whose home's CPU is clearly worse stays with the thief as a
+    /// worker that advertises a backlog, and moves one to a CPU clearly slower than its
+    /// victim's only from a victim with 16 colors waiting or more (`steal::DEEP_READY`: there
+    /// the backlog would wait longer for its turn; with a busy CPU this took fork-join with 1 µs
+    /// items from 0.65-0.81x tokio to 0.86-0.87x); a stolen color whose home's CPU is clearly worse stays with the thief as a
     /// resident (`follow::keeps_loan`). **The default**: against stealing off in `bench actors`
     /// (2 workers, paired ratios to tokio, medians of 5, three processes on a quiet machine) it
     /// took fork-join with 1 µs items from 0.79-0.80x tokio to 0.96-0.98x (with a busy CPU
