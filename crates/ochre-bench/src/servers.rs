@@ -49,11 +49,18 @@
 //! alternated, paired measurement. Balancing can win back only what the busy process takes
 //! from hashing, so the 1.15x goal is judged where it took that much (hashing alone / busy >=
 //! 1.15); elsewhere the copy kept its speed and what is judged is that balancing costs nothing
-//! (>= 0.95x). Measured (`examples/ncopy_balance 5 --quick`, load average 7-10): the busy
-//! process slowed hashing 1.17x (symped) and 1.35x (sws), where balancing gave 2.05x and
-//! 2.18x; but only 1.00-1.02x for staged and threads, beside which it got 4-13% of its CPU
-//! (27-33% beside symped and sws). Alone on CPU 0 beside it, one copy of any architecture left
-//! it 33-45%: the number of threads alone does not explain the difference.
+//! (>= 0.95x). Measured in 4 processes (`examples/ncopy_balance 5 --quick` twice, `bench
+//! servers --quick` twice; load average 7-15), medians of paired ratios: the busy process
+//! slowed hashing 1.17-1.35x (symped) and 1.17-1.41x (sws), and balancing gave 1.45-2.05x and
+//! 1.41-2.18x over it, itself slowed only 1.00-1.05x by the busy process (balancing also beat
+//! hashing with the busy process paused, 1.20-1.49x: with reconnections, hashing's
+//! connections pile up on the slower copy); but the busy process slowed hashing only
+//! 0.99-1.01x for staged, 1.01-1.16x for threads and 1.04-1.20x for hyper, beside which it got
+//! 4-18% of its CPU (24-39% beside symped and sws), and balancing gave 0.98-1.05x, 0.90-0.98x
+//! and 0.90-1.24x. Alone on CPU 0 beside it, one copy of any architecture (the injector in
+//! another process) left it 33-45%: the number of threads alone does not explain the
+//! difference; what differs in the benchmark is two copies and the injector in one process
+//! (one scheduling group under autogroup), not measured further.
 //!
 //! The injector (`ochre load`'s closed loop, keep-alive) runs in this process on the last CPU;
 //! servers get the others, and share the injector's CPU only when they are given every CPU
