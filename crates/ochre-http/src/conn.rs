@@ -150,7 +150,7 @@ impl Conn {
 
 /// A parsed request: what the rest of the graph (and `site`) needs of it.
 pub(crate) struct Request {
-    /// The request line, for the access log.
+    /// The request line, for the access log (empty when the server keeps none).
     pub(crate) line: String,
     pub(crate) head_only: bool,
     pub(crate) http10: bool,
@@ -384,8 +384,15 @@ fn parse_request(conn: &Arc<Conn>, st: &mut ConnState) {
                 } else {
                     !has_token(connection, "close")
                 };
+                // The line is for the access log only: without one, no formatting and no
+                // allocation per request (0.15 us of a 1 KiB request's 6.6, perf cpu-clock).
+                let line = if conn.server.access_log.is_some() {
+                    format!("{method} {target} HTTP/1.{}", if http10 { 0 } else { 1 })
+                } else {
+                    String::new()
+                };
                 let request = Request {
-                    line: format!("{method} {target} HTTP/1.{}", if http10 { 0 } else { 1 }),
+                    line,
                     head_only: method == "HEAD",
                     http10,
                     keep_alive,
@@ -678,10 +685,14 @@ fn get_from_cache(conn: &Arc<Conn>, st: &mut ConnState, r: Request) {
 /// WriteResponse: send queued output until done or the socket is full.
 fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
     let mut progressed = false;
+    // One clock read for the latencies ended here and the deadline set below: a response's
+    // end is timed when the write loop reaches it, a few system calls before the deadline.
+    let mut now = None;
     while let Some(chunk) = st.out.front() {
         let r = match chunk {
             Chunk::End(parsed_at) => {
-                conn.server.counters.record_latency(parsed_at.elapsed());
+                let end = *now.get_or_insert_with(Instant::now);
+                conn.server.counters.record_latency(end.saturating_duration_since(*parsed_at));
                 st.out.pop_front();
                 continue;
             }
@@ -753,7 +764,7 @@ fn write_response(conn: &Arc<Conn>, st: &mut ConnState) {
             }
         }
     }
-    let now = Instant::now();
+    let now = now.unwrap_or_else(Instant::now);
     if !st.out.is_empty() {
         if progressed {
             st.deadline = now + conn.server.config.write_timeout;

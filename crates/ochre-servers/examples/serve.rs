@@ -32,8 +32,10 @@ fn main() {
     match start(arch, config, listener, &Plan::new(cpus, pool)) {
         Ok(r) => {
             println!("{} on {}", arch.name(), r.addr());
-            std::thread::park();
-            drop(r);
+            // `park` may return spuriously (the runtime's start-up can unpark this thread).
+            loop {
+                std::thread::park();
+            }
         }
         Err(e) => {
             eprintln!("{e}");
