@@ -229,7 +229,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 q.adopt_moved(color, home as usize, task, urgent)
             }
             Msg::Return { color, ran } => q.returned(color, ran),
-            Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } => {
+            Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } | Msg::PostInline { .. } => {
                 unreachable!("not in this model")
             }
         }
