@@ -3,14 +3,18 @@
 //! measured benchmarks, and its predictions for 8 to 64 cores.
 //!
 //! * `speed`: simulated events per second of host time.
-//! * `calibrate [--from DIR] [--out FILE]`: fits the cost model's constants to this machine's
+//! * `calibrate [--from DIR | --measured FILE] [--only NAME] [--out FILE]`: fits the cost model's constants to this machine's
 //!   figures at 1 and 2 workers: read from a study's JSON files (`--from`, as `ochre study`
 //!   writes them), else measured here with `ochre-bench`'s functions (ping-pong,
 //!   producer-consumer, the stealing case, the actor programs quiet at 1 and 2 workers; their
 //!   busy cases only from a study). A case measured on a runtime that ran it before is
 //!   simulated after as many runs on the same simulated machine (`Setup::earlier_runs`).
-//! * `validate [--from DIR] [--calibration FILE] [--json FILE]`: one row per case and core
-//!   count: `case`, `cores`, `measured`, `simulated`, `error` (relative, signed). The actor
+//! * `validate [--from DIR | --measured FILE] [--calibration FILE] [--only NAME] [--json FILE]`:
+//!   one row per case and core count: `case`, `cores`, `measured`, `simulated`, `error`
+//!   (relative, signed). Its JSON also holds the measured figures and the cost model, so that
+//!   `--measured` (refit from the saved figures, starting from the saved model: no measuring)
+//!   and `--calibration` (the saved model, no fit) read it back; `--only` keeps the cases whose
+//!   name contains NAME (measured, fitted and shown). `calibrate` takes the same. The actor
 //!   programs' busy cases (a thread spins on the last worker's CPU) are simulated with a busy
 //!   thread sharing the last core (`Setup::busy`, 0.5) and are not fitted: they test the model
 //!   of shared CPUs with the constants the quiet cases fix.
@@ -72,6 +76,15 @@ enum SimCommand {
         /// prodcons.json, steal.json, actors.json); default: measure here.
         #[arg(long)]
         from: Option<PathBuf>,
+        /// The measured figures of an earlier `validate --json` or `calibrate` (its file).
+        #[arg(long, conflicts_with = "from")]
+        measured: Option<PathBuf>,
+        /// Only the cases whose name contains this, measured and fitted.
+        #[arg(long)]
+        only: Option<String>,
+        /// Longest search of the fit, seconds.
+        #[arg(long, default_value_t = 300)]
+        budget: u64,
         /// Where to write the calibration (JSON).
         #[arg(long, default_value = "sim-calibration.json")]
         out: PathBuf,
@@ -79,12 +92,24 @@ enum SimCommand {
     /// Compare simulated and measured figures at 1 and 2 cores, one row per case.
     Validate {
         /// A study's output directory to read the measured figures from; default: measure here.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "measured")]
         from: Option<PathBuf>,
-        /// A calibration written by `ochre sim calibrate`; default: calibrate now.
+        /// The measured figures of an earlier `validate --json` or `calibrate` (its file), to
+        /// refit and revalidate without measuring again.
+        #[arg(long)]
+        measured: Option<PathBuf>,
+        /// A calibration written by `ochre sim calibrate` (or the JSON of `validate`); default:
+        /// calibrate now.
         #[arg(long)]
         calibration: Option<PathBuf>,
-        /// Also write the table as JSON here.
+        /// Only the cases whose name contains this (e.g. `fork-join`), measured and fitted.
+        #[arg(long)]
+        only: Option<String>,
+        /// Longest search of the fit, seconds (0: the starting model, unfitted).
+        #[arg(long, default_value_t = 300)]
+        budget: u64,
+        /// Also write the table as JSON here (with the measured figures and the cost model:
+        /// `--measured` and `--calibration` read it back).
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -125,25 +150,39 @@ pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
             println!("{report:#?}");
             Ok(())
         }
-        SimCommand::Calibrate { from, out } => {
-            let measured = measure(from.as_deref())?;
-            let cal = calibrate(&measured);
+        SimCommand::Calibrate { from, measured, only, budget, out } => {
+            let start = measured.as_deref().map(load).transpose()?;
+            let figures = figures(from.as_deref(), measured.as_deref(), only.as_deref())?;
+            let cal = fit(&figures, Duration::from_secs(*budget), start.as_ref());
             let text = serde_json::to_string_pretty(&cal).map_err(|e| e.to_string())?;
             std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
             print!("{}", table(&validation(&cal)));
             println!("calibration written to {}", out.display());
             Ok(())
         }
-        SimCommand::Validate { from, calibration, json } => {
-            let cal = match calibration {
-                Some(p) => load(p)?,
-                None => calibrate(&measure(from.as_deref())?),
+        SimCommand::Validate { from, measured, calibration, only, budget, json } => {
+            let cal = match (calibration, measured, from) {
+                // Both the cost model and the figures of one file.
+                (Some(p), None, None) if only.is_none() => load(p)?,
+                (Some(p), _, _) => {
+                    let figures = match (measured, from) {
+                        (None, None) => load(p)?.measured,
+                        _ => figures(from.as_deref(), measured.as_deref(), None)?,
+                    };
+                    Calibration { measured: select(figures, only.as_deref())?, ..load(p)? }
+                }
+                (None, _, _) => {
+                    let start = measured.as_deref().map(load).transpose()?;
+                    let figures = figures(from.as_deref(), measured.as_deref(), only.as_deref())?;
+                    fit(&figures, Duration::from_secs(*budget), start.as_ref())
+                }
             };
             let rows = validation(&cal);
             print!("{}", table(&rows));
             if let Some(p) = json {
                 let doc = serde_json::json!({ "rows": rows, "cost": cal.cost,
-                    "actor_msg_ns": cal.actor_msg_ns, "source": cal.source });
+                    "actor_msg_ns": cal.actor_msg_ns, "source": cal.source,
+                    "measured": cal.measured });
                 write_json(p, &doc)?;
             }
             Ok(())
@@ -168,11 +207,19 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
+/// Reads a calibration: the file `calibrate` writes, or the JSON of `validate` (which carries
+/// the same cost model and, since it has a `measured` list, the same figures; an older one
+/// gives its figures in its rows only).
 fn load(path: &Path) -> Result<Calibration, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let mut cal: Calibration =
+    let mut doc: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let (Some(o), Some(rows)) = (doc.as_object_mut(), doc_rows(&text)) {
+        o.entry("measured").or_insert(rows);
+    }
+    let mut cal: Calibration =
+        serde_json::from_value(doc).map_err(|e| format!("{}: {e}", path.display()))?;
     // The workloads and configurations are not stored: take them from the cases by name.
     let specs = case_specs();
     for m in &mut cal.measured {
@@ -182,6 +229,50 @@ fn load(path: &Path) -> Result<Calibration, String> {
         }
     }
     Ok(cal)
+}
+
+/// The measured figures of a `validate --json` file's rows, as a calibration's `measured`
+/// list (rows give the case's name, cores, unit and measured figure; the bench's own names
+/// come from the cases); `None` if the text has no rows.
+fn doc_rows(text: &str) -> Option<serde_json::Value> {
+    #[derive(Deserialize)]
+    struct Rows {
+        rows: Vec<ValidationRow>,
+    }
+    let rows = serde_json::from_str::<Rows>(text).ok()?.rows;
+    let specs = case_specs();
+    let measured: Vec<Measurement> = rows
+        .iter()
+        .filter_map(|r| {
+            let s = specs.iter().find(|s| s.name == r.case && s.cores == r.cores)?;
+            Some(Measurement { measured: r.measured, ..s.clone() })
+        })
+        .collect();
+    serde_json::to_value(measured).ok()
+}
+
+/// The measured figures: read from a study (`from`), from an earlier run's file (`saved`:
+/// `validate --json` or `calibrate`), else measured here; only the cases whose name contains
+/// `only`, if given.
+fn figures(
+    from: Option<&Path>,
+    saved: Option<&Path>,
+    only: Option<&str>,
+) -> Result<Vec<Measurement>, String> {
+    match saved {
+        Some(p) => select(load(p)?.measured, only),
+        None => measure(from, only),
+    }
+}
+
+/// The figures of the cases whose name contains `only` (all without it); an error if none.
+fn select(all: Vec<Measurement>, only: Option<&str>) -> Result<Vec<Measurement>, String> {
+    let kept: Vec<Measurement> =
+        all.into_iter().filter(|m| only.is_none_or(|o| m.name.contains(o))).collect();
+    if kept.is_empty() {
+        return Err(format!("no measured case matches `{}`", only.unwrap_or("")));
+    }
+    Ok(kept)
 }
 
 /// A simulated run's figure in its benchmark's unit: events (or messages) per second, per core
@@ -487,12 +578,14 @@ fn simulate_case_report(
     }
 }
 
-/// The measured figures: from a study's JSON files, or measured here.
-fn measure(from: Option<&Path>) -> Result<Vec<Measurement>, String> {
+/// The measured figures: from a study's JSON files, or measured here; only the cases whose
+/// name contains `only`, if given.
+fn measure(from: Option<&Path>, only: Option<&str>) -> Result<Vec<Measurement>, String> {
     let mut out = Vec::new();
+    let specs = case_specs().into_iter().filter(|m| only.is_none_or(|o| m.name.contains(o)));
     match from {
         Some(dir) => {
-            for mut m in case_specs() {
+            for mut m in specs {
                 let path = dir.join(format!("{}.json", m.bench));
                 let Ok(text) = std::fs::read_to_string(&path) else { continue };
                 let report: BenchReport =
@@ -508,7 +601,7 @@ fn measure(from: Option<&Path>) -> Result<Vec<Measurement>, String> {
             }
         }
         None => {
-            for mut m in case_specs() {
+            for mut m in specs {
                 if let Some(v) = measure_here(&m)? {
                     m.measured = v;
                     out.push(m);
@@ -594,8 +687,12 @@ impl Default for Calibration {
 }
 
 /// The knobs calibration turns: each a multiplier on one constant (or on the line table).
-const KNOBS: [&str; 14] = [
+const KNOBS: [&str; 18] = [
     "contention",
+    "cold_line_ns",
+    "warm_colors",
+    "warm_msgs",
+    "memory_line_ns",
     "event_ns",
     "local_post_ns",
     "turn_ns",
@@ -611,6 +708,10 @@ const KNOBS: [&str; 14] = [
     "actor_msg_ns",
 ];
 
+/// The least latency of a line between two cores: two cores of one die hand a line over in
+/// 40-100 cycles (15-35 ns at 3 GHz).
+const LINE_FLOOR_NS: f64 = 15.0;
+
 fn knob(c: &mut Calibration, k: &str, f: f64) {
     let m = &mut c.cost;
     match k {
@@ -620,21 +721,32 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
         "remote_post_ns" => m.remote_post_ns *= f,
         "receive_ns" => m.receive_ns *= f,
         "deliver_ns" => m.deliver_ns *= f,
-        "line_ns" => m.line_ns.iter_mut().for_each(|l| *l *= f),
+        "line_ns" => {
+            let f = f.max(LINE_FLOOR_NS / m.line_ns[1].max(1e-9));
+            m.line_ns.iter_mut().for_each(|l| *l *= f);
+        }
         // A handler's work is a busy loop on the clock: it overshoots its duration, never
         // undershoots it. Unclamped, the fit shrank it (quiet machine: producer-consumer with
         // 10 us handlers simulated at 116K events/s on one worker, above the 100K a 10 us
         // handler allows).
         "work_scale" => m.work_scale = (m.work_scale * f).max(1.0),
         "work_fixed_ns" => m.work_fixed_ns *= f,
-        "wake_send_ns" => m.wake_send_ns *= f,
+        // The system calls and line transfers have floors (and a sleep's entry a ceiling)
+        // that a fit must not cross to make up for what the model lacks: unbounded, a fit on
+        // this machine took a futex wake at 1.6 ns, a sleep's entry at 205 us (an idle core's
+        // first work came a fifth of a ping-pong run late) and a line between cores at 1.3 ns.
+        "wake_send_ns" => m.wake_send_ns = (m.wake_send_ns * f).clamp(200.0, 20_000.0),
         // Fitted from the measured wake-up latency: on the loaded machine the measure (a
         // median of 9) read 5.4 ms once, which made every simulated sleep cost a time slice
         // (2-worker producer-consumer at 9K events/s against 3.75M measured).
         "wakeup_ns" => m.wakeup_ns *= f,
-        "sleep_ns" => m.sleep_ns *= f,
+        "sleep_ns" => m.sleep_ns = (m.sleep_ns * f).clamp(200.0, 20_000.0),
         "actor_msg_ns" => c.actor_msg_ns *= f,
         "contention" => m.contention *= f,
+        "cold_line_ns" => m.cold_line_ns *= f,
+        "warm_colors" => m.warm_colors *= f,
+        "warm_msgs" => m.warm_msgs *= f,
+        "memory_line_ns" => m.memory_line_ns *= f,
         _ => {}
     }
 }
@@ -642,24 +754,63 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
 /// Sum of squared log errors of `cal` over its cases, but for the busy-CPU cases: those test
 /// the model of shared CPUs with the constants the quiet cases fix.
 fn misfit(cal: &Calibration) -> f64 {
-    cal.measured
+    let fitted: Vec<Measurement> = cal
+        .measured
         .iter()
         .filter(|m| !matches!(m.work, Some(Work::Actor { busy: true, .. })))
-        .map(|m| {
-            let s = simulate_case(m, &cal.cost, cal.actor_msg_ns);
-            if s > 0.0 && m.measured > 0.0 {
-                (s / m.measured).ln().powi(2)
-            } else {
-                10.0
-            }
-        })
+        .cloned()
+        .collect();
+    simulate_all(&fitted, cal)
+        .iter()
+        .zip(&fitted)
+        .map(
+            |(&s, m)| {
+                if s > 0.0 && m.measured > 0.0 {
+                    (s / m.measured).ln().powi(2)
+                } else {
+                    10.0
+                }
+            },
+        )
         .sum()
+}
+
+/// The simulated figure of each case of `cases` under `cal`, in order: on as many threads as
+/// this process may use (each simulation is deterministic and runs on one thread, so the
+/// figures do not depend on the split; calibration runs hundreds of these sets).
+fn simulate_all(cases: &[Measurement], cal: &Calibration) -> Vec<f64> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cases.len());
+    if threads <= 1 {
+        return cases.iter().map(|m| simulate_case(m, &cal.cost, cal.actor_msg_ns)).collect();
+    }
+    let mut out = vec![0.0; cases.len()];
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(m) = cases.get(i) else { return mine };
+                        mine.push((i, simulate_case(m, &cal.cost, cal.actor_msg_ns)));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            for (i, v) in w.join().unwrap_or_default() {
+                out[i] = v;
+            }
+        }
+    });
+    out
 }
 
 /// The study's section (`ochre study`, issue 20): the simulator calibrated on the figures the
 /// study just wrote to `out` (for at most `budget`), its validation table and its predictions.
 pub(crate) fn study_reports(out: &Path, quick: bool, budget: Duration) -> Vec<BenchReport> {
-    let measured = match measure(Some(out)) {
+    let measured = match measure(Some(out), None) {
         Ok(m) => m,
         Err(e) => {
             let mut r = BenchReport::new("sim-validate", "The simulator against the benchmarks");
@@ -667,7 +818,7 @@ pub(crate) fn study_reports(out: &Path, quick: bool, budget: Duration) -> Vec<Be
             return vec![r];
         }
     };
-    let cal = calibrate_for(&measured, budget);
+    let cal = fit(&measured, budget, None);
     let rows = validation(&cal);
     let mut v = BenchReport::new(
         "sim-validate",
@@ -689,28 +840,36 @@ pub(crate) fn study_reports(out: &Path, quick: bool, budget: Duration) -> Vec<Be
 }
 
 /// Fits the cost model to `measured` by coordinate descent on multipliers of its constants,
-/// starting from the defaults with this machine's measured futex wake-up latency.
-fn calibrate(measured: &[Measurement]) -> Calibration {
-    calibrate_for(measured, Duration::from_secs(300))
-}
-
-/// [`calibrate`], for at most `budget` of search.
-fn calibrate_for(measured: &[Measurement], budget: Duration) -> Calibration {
+/// for at most `budget` of search (checked between knobs), from the cost model of `start` if
+/// given (a refit of saved figures: deterministic, and shorter from a near fit), else from the
+/// defaults with this machine's measured futex wake-up latency.
+fn fit(measured: &[Measurement], budget: Duration, start: Option<&Calibration>) -> Calibration {
     let mut cal = Calibration { measured: measured.to_vec(), ..Calibration::default() };
     cal.source = "this machine".into();
-    cal.cost.work_fixed_ns = 500.0;
-    cal.cost.contention = 0.3;
-    if let Ok(lat) = ochre::measure_wakeup(ochre::Wakeup::Futex, 9) {
-        cal.cost.wakeup_ns = lat.as_nanos() as f64;
+    match start {
+        Some(s) => {
+            cal.cost = s.cost.clone();
+            cal.actor_msg_ns = s.actor_msg_ns;
+        }
+        None => {
+            cal.cost.work_fixed_ns = 500.0;
+            cal.cost.contention = 0.3;
+            if let Ok(lat) = ochre::measure_wakeup(ochre::Wakeup::Futex, 9) {
+                cal.cost.wakeup_ns = lat.as_nanos() as f64;
+            }
+        }
     }
     let mut best = misfit(&cal);
     let mut step = 2.0f64;
-    let start = Instant::now();
+    let start_time = Instant::now();
     // Coordinate descent: each knob in turn moves by the best of a few factors (or stays);
     // the factors shrink when a whole pass improved nothing.
-    while step > 1.04 && start.elapsed() < budget {
+    while step > 1.04 && start_time.elapsed() < budget {
         let mut improved = false;
         for k in KNOBS {
+            if start_time.elapsed() >= budget {
+                break;
+            }
             let mut pick = None;
             for f in [step, step.sqrt(), 1.0 / step.sqrt(), 1.0 / step] {
                 let mut c = cal.clone();
@@ -730,14 +889,14 @@ fn calibrate_for(measured: &[Measurement], budget: Duration) -> Calibration {
             step = step.sqrt();
         }
     }
-    eprintln!("calibrated in {:.0} s: misfit {best:.3}", start.elapsed().as_secs_f64());
+    eprintln!("calibrated in {:.0} s: misfit {best:.3}", start_time.elapsed().as_secs_f64());
     cal
 }
 
 // ---------------------------------------------------------------------------------------------
 // Validation.
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct ValidationRow {
     case: String,
     cores: usize,
@@ -749,18 +908,17 @@ struct ValidationRow {
 }
 
 fn validation(cal: &Calibration) -> Vec<ValidationRow> {
+    let simulated = simulate_all(&cal.measured, cal);
     cal.measured
         .iter()
-        .map(|m| {
-            let simulated = simulate_case(m, &cal.cost, cal.actor_msg_ns);
-            ValidationRow {
-                case: m.name.clone(),
-                cores: m.cores,
-                unit: m.unit.clone(),
-                measured: m.measured,
-                simulated,
-                error: (simulated - m.measured) / m.measured,
-            }
+        .zip(simulated)
+        .map(|(m, simulated)| ValidationRow {
+            case: m.name.clone(),
+            cores: m.cores,
+            unit: m.unit.clone(),
+            measured: m.measured,
+            simulated,
+            error: (simulated - m.measured) / m.measured,
         })
         .collect()
 }
@@ -1117,9 +1275,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         fake_study(&dir);
         // A malformed benchmark file is an error, not a panic.
-        assert!(measure(Some(&dir)).unwrap_err().contains("steal.json"));
+        assert!(measure(Some(&dir), None).unwrap_err().contains("steal.json"));
         std::fs::remove_file(dir.join("steal.json")).unwrap();
-        let measured = measure(Some(&dir)).unwrap();
+        let measured = measure(Some(&dir), None).unwrap();
         assert_eq!(measured.len(), 2);
         let cal = Calibration { measured, ..Calibration::default() };
         let rows = validation(&cal);
@@ -1139,6 +1297,15 @@ mod tests {
         let back = load(&path).unwrap();
         let again = validation(&back);
         assert_eq!(again[0].simulated, rows[0].simulated);
+        // So does a validation's JSON, and its figures are the measured ones.
+        let doc = serde_json::json!({ "rows": rows, "cost": cal.cost,
+            "actor_msg_ns": cal.actor_msg_ns, "source": cal.source });
+        write_json(&path, &doc).unwrap();
+        let saved = figures(None, Some(&path), None).unwrap();
+        assert_eq!(saved.iter().map(|m| m.measured).collect::<Vec<_>>(), [20e6, 15e6]);
+        assert_eq!(validation(&load(&path).unwrap())[1].simulated, rows[1].simulated);
+        assert_eq!(figures(None, Some(&path), Some("ping")).unwrap().len(), 2);
+        assert!(figures(None, Some(&path), Some("no such case")).is_err());
         std::fs::write(&path, "[]").unwrap();
         assert!(load(&path).is_err());
         assert!(load(&dir.join("missing.json")).is_err());

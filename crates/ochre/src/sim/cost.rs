@@ -10,6 +10,17 @@
 //! and leaves the next one there, event after event. Without it, the simulator charged data
 //! once per move, and victim order could change only the balance, never the transfers.
 //!
+//! A core's own caches are modelled by reuse: a color that runs where it ran last time, after
+//! more than [`CostModel::warm_colors`] other turns there, reads its lines from the next level
+//! ([`CostModel::cold_line_ns`]); an event's closure is read from its poster, streamed when it
+//! lies next to the one from that poster run before it (a queue run in posting order, as a
+//! producer's loop to one counter), a whole latency when not (a driver's interleaved posts to
+//! 60 colors): by distance from another core, from beyond the core's caches
+//! ([`CostModel::memory_line_ns`]) when its own core posted more than
+//! [`CostModel::warm_msgs`] since. Without them, this machine's figures had an empty event of a
+//! 100-color fan-out 12 ns dearer than the simulator's, and a fork-join's scattered queue
+//! 20 ns dearer than a counter's, which one cost per event could not both fit.
+//!
 //! Invariants: every cost is a plain number of nanoseconds (no cost is negative); the cache-line
 //! latency grows with topology distance (`line_ns[d]` for distance `d`, index 0 = same core).
 //! The defaults are round figures for a 2-3 GHz x86 server of the last decade; `ochre sim
@@ -36,8 +47,27 @@ pub struct CostModel {
     pub receive_ns: f64,
     /// Latency of a cache line between two cores at topology distance `d` (index `d`, 0..=5).
     pub line_ns: [f64; 6],
-    /// Lines of a color's own data that follow it when it runs on another core than last time.
+    /// Lines of a color's own data that follow it when it runs on another core than last time,
+    /// or that it reads from beyond the core's nearest cache when more than
+    /// [`warm_colors`](Self::warm_colors) colors ran there since its last turn.
     pub color_lines: f64,
+    /// Colors whose data the nearest cache of a core holds at once (turns of other colors on
+    /// that core after which a color's data is out of it).
+    #[serde(default = "default_warm_colors")]
+    pub warm_colors: f64,
+    /// A line read on its own core from its next cache level (a latency: scattered lines).
+    #[serde(default = "default_cold_line_ns")]
+    pub cold_line_ns: f64,
+    /// Posts a core makes before the closure of the first is out of its own caches: an event
+    /// posted and run on one core, older than this, costs a
+    /// [`memory_line_ns`](Self::memory_line_ns) more if it is not the neighbour in memory of
+    /// the event run before it there (a queue run out of posting order, as a driver's
+    /// interleaved posts to 60 colors), a streamed line ([`STREAM_OVERLAP`]) if it is.
+    #[serde(default = "default_warm_msgs")]
+    pub warm_msgs: f64,
+    /// A line read from beyond a core's own caches (shared cache or memory).
+    #[serde(default = "default_memory_line_ns")]
+    pub memory_line_ns: f64,
     /// Messages per cache line in a batch buffer (a `Msg` is 32 bytes).
     pub msgs_per_line: f64,
     /// The sender's cost of waking a sleeping core (a futex wake system call).
@@ -78,6 +108,31 @@ fn default_slice_ns() -> f64 {
     3_000_000.0
 }
 
+/// A 48 KiB L1 data cache (this machine's) over the few lines a color's turn touches (its
+/// queue, its state, an actor's cell) and those of its events and the runtime's own: a round
+/// figure (this machine's actor programs: 41 colors run as if warm, 100 as if not), fitted by
+/// calibration.
+fn default_warm_colors() -> f64 {
+    64.0
+}
+
+/// An L2 hit, about 14 cycles at 3 GHz; fitted by calibration.
+fn default_cold_line_ns() -> f64 {
+    5.0
+}
+
+/// A 2 MiB L2 (this machine's) over a 64-byte closure and its queue slot, halved for what
+/// the handlers' own data takes: a round figure, fitted by calibration.
+fn default_warm_msgs() -> f64 {
+    16_384.0
+}
+
+/// A shared last-level cache's hit, or a memory access partly overlapped: a round figure,
+/// fitted by calibration.
+fn default_memory_line_ns() -> f64 {
+    30.0
+}
+
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
@@ -90,6 +145,10 @@ impl Default for CostModel {
             receive_ns: 12.0,
             line_ns: [0.0, 20.0, 35.0, 60.0, 100.0, 180.0],
             color_lines: 2.0,
+            warm_colors: default_warm_colors(),
+            cold_line_ns: default_cold_line_ns(),
+            warm_msgs: default_warm_msgs(),
+            memory_line_ns: default_memory_line_ns(),
             msgs_per_line: 2.0,
             wake_send_ns: 1_500.0,
             wakeup_ns: 6_000.0,

@@ -9,7 +9,9 @@
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
-//! read by its event from the core that posted it).
+//! and its closure read by its event from the core that posted it; the workload's own layer,
+//! [`Workload::layer_ns`], and the recipient's line it touches,
+//! [`Workload::post_touches_recipient`]).
 //!
 //! Invariants:
 //! * Deterministic: a run is a function of its [`Setup`] (seed included) and workload; the host's
@@ -91,6 +93,19 @@ pub trait Workload {
     /// program's own state goes back to its start (its counters; its random generator may go
     /// on). Stateless programs need nothing.
     fn restart(&mut self) {}
+    /// Per event, the cost of the program's own layer around its handlers (an actor layer's
+    /// reference counts and cell), ns: plain code, charged as it is, where the handler's work
+    /// ([`handle`](Self::handle)'s) is a busy loop ([`CostModel::work`]). 0 by default.
+    fn layer_ns(&self) -> u64 {
+        0
+    }
+    /// Whether a post touches a line of its recipient's (an actor layer's reference count on
+    /// its recipient, taken by the poster and dropped by the event): a line that crosses
+    /// between cores when the poster and the recipient's core differ, charged by distance to
+    /// whichever core takes it from the other. False by default.
+    fn post_touches_recipient(&self) -> bool {
+        false
+    }
 }
 
 /// What to simulate.
@@ -202,6 +217,9 @@ struct Tag {
     seq: u32,
     /// The core that posted it ([`NO_CORE`] for the root).
     from: u32,
+    /// Its poster core's count of posts when it was posted ([`Core::posted`]): how many posts
+    /// that core made since, and whether it lies next to the event that core ran before it.
+    posted: u32,
     data: u64,
 }
 
@@ -210,7 +228,7 @@ const NO_CORE: u32 = u32::MAX;
 
 thread_local! {
     static RAN: Cell<Tag> =
-        const { Cell::new(Tag { id: 0, poster: 0, seq: 0, from: NO_CORE, data: 0 }) };
+        const { Cell::new(Tag { id: 0, poster: 0, seq: 0, from: NO_CORE, posted: 0, data: 0 }) };
 }
 
 fn task_of(tag: Tag) -> Task {
@@ -267,6 +285,10 @@ struct Core {
     nudge_cooldown: u32,
     last_sleep: Option<Duration>,
     turns: u32,
+    /// Posts made by this core's handlers (wrapping): stamps its events ([`Tag::posted`]).
+    posted: u32,
+    /// Per poster core, the stamp ([`Tag::posted`]) of its last event run here.
+    last_ran_posted: Vec<u32>,
     turn_sends: u32,
     /// Posts held by a guest's fence this turn (`worker::Core::held_in_turn`).
     held_in_turn: u32,
@@ -451,6 +473,11 @@ pub struct Sim<'w> {
     last_core: LastCore,
     /// The workload's [`Workload::message_lines`].
     message_lines: f64,
+    /// The workload's [`Workload::layer_ns`].
+    layer_ns: f64,
+    /// Per color, the core that last wrote its recipient line, if posts touch one
+    /// ([`Workload::post_touches_recipient`]).
+    recipient_line: Option<LastCore>,
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
@@ -488,6 +515,8 @@ impl<'w> Sim<'w> {
                 nudge_cooldown: 0,
                 last_sleep: None,
                 turns: 0,
+                posted: 0,
+                last_ran_posted: vec![0; n],
                 turn_sends: 0,
                 held_in_turn: 0,
                 filing: false,
@@ -527,6 +556,8 @@ impl<'w> Sim<'w> {
         let max_spinners = crate::idle::max_spinners(setup.config.max_spinners, n, n);
         let checks = setup.check.then(Checks::default);
         let message_lines = work.message_lines().max(0.0);
+        let layer_ns = work.layer_ns() as f64;
+        let recipient_line = work.post_touches_recipient().then(LastCore::default);
         let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         Sim {
             setup,
@@ -545,6 +576,8 @@ impl<'w> Sim<'w> {
             next_id: 0,
             last_core: LastCore::default(),
             message_lines,
+            layer_ns,
+            recipient_line,
             checks,
             report: Report::default(),
             posts: Vec::new(),
@@ -577,7 +610,14 @@ impl<'w> Sim<'w> {
     fn tag(&mut self, poster: u64, seq: u32, from: u32, data: u64) -> Tag {
         let id = self.next_id;
         self.next_id += 1;
-        Tag { id, poster, seq, from, data }
+        let posted = match self.cores.get_mut(from as usize) {
+            Some(core) => {
+                core.posted = core.posted.wrapping_add(1);
+                core.posted
+            }
+            None => 0,
+        };
+        Tag { id, poster, seq, from, posted, data }
     }
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
@@ -626,8 +666,11 @@ impl<'w> Sim<'w> {
         let root = self.tag(ROOT - u64::from(run), 0, NO_CORE, ROOT);
         let color = self.work.root();
         let home = home_of(color, self.placement);
-        let dest = self.cores[home].queue.route(color);
-        let _ = self.cores[home].queue.post_to(dest, task_of(root), false);
+        // As `Runtime::run` posts it: a message to the color's home, which routes it as any
+        // received post (to where the color lives now, if an earlier run moved it or lent it:
+        // queued at home regardless, the root of such a run was lost and the run ran nothing).
+        let msg = Msg::Post { color, task: task_of(root), urgent: false, step: false };
+        self.receive(home, msg, home, false, &mut false, None);
         // Every core starts with a round (the others find nothing and idle).
         for k in 0..n {
             self.net.schedule(k, start);
@@ -902,10 +945,15 @@ impl<'w> Sim<'w> {
         let start = self.cores[k].now;
         let wait0 = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait);
         let mut t = start + self.setup.cost.turn_ns as u64;
-        if let Some(prev) = self.last_core.replace(color, k) {
+        let stamp = self.cores[k].turns;
+        if let Some((prev, at)) = self.last_core.replace(color, k, stamp) {
+            let cost = &self.setup.cost;
             if prev != k {
                 let d = self.distance(prev, k);
-                t += (self.setup.cost.color_lines * self.setup.cost.line(d)) as u64;
+                t += (cost.color_lines * cost.line(d)) as u64;
+            } else if f64::from(stamp.wrapping_sub(at)) > cost.warm_colors {
+                // Here last time, but more colors than the nearest cache holds ran since.
+                t += (cost.color_lines * cost.cold_line_ns) as u64;
             }
         }
         self.cores[k].now = t;
@@ -947,15 +995,36 @@ impl<'w> Sim<'w> {
         if let Some(c) = self.checks.as_mut() {
             c.event(tag, color);
         }
+        // The event drops its reference to its recipient (the poster took it).
+        self.touch_recipient(k, color);
         let ev = Event { color, data: tag.data, core: k, now_ns: self.cores[k].now };
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
         let work = self.work.handle(&ev, &mut posts);
-        let mut cost = self.setup.cost.work(work);
+        let mut cost = self.setup.cost.work(work) + self.layer_ns;
         if self.message_lines > 0.0 && tag.from != NO_CORE && tag.from as usize != k {
             // The handler reads its message's payload, still in the poster's cache.
             let d = self.distance(tag.from as usize, k);
             cost += self.setup.cost.stream(self.message_lines, d);
+        }
+        if let Some(from) = self.cores.get(tag.from as usize).map(|_| tag.from as usize) {
+            // Its closure, written by its poster: read as a stream if it lies next to the one
+            // from that poster run here before (posted just before it: a queue run in posting
+            // order), else a whole latency. From another core: by distance. From this one: out
+            // of its caches if it posted more than they hold since.
+            let age = self.cores[from].posted.wrapping_sub(tag.posted);
+            let last = &mut self.cores[k].last_ran_posted[from];
+            let next = tag.posted == last.wrapping_add(1);
+            *last = tag.posted;
+            let c = &self.setup.cost;
+            let line = if from != k {
+                c.line(self.distance(from, k))
+            } else if f64::from(age) > c.warm_msgs {
+                c.memory_line_ns
+            } else {
+                0.0
+            };
+            cost += if next { line / super::cost::STREAM_OVERLAP } else { line };
         }
         let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
         self.cores[k].now += spent;
@@ -989,6 +1058,7 @@ impl<'w> Sim<'w> {
 
     /// A post made by a handler on core `k` (`worker::Core::post`).
     fn post(&mut self, k: usize, color: Color, tag: Tag) {
+        self.touch_recipient(k, color);
         let cost = &self.setup.cost;
         if !self.setup.config.batching {
             // libasync-smp: a lock per posted event, local posts included.
@@ -1027,6 +1097,19 @@ impl<'w> Sim<'w> {
                 }
             }
             Route::Move { .. } => {}
+        }
+    }
+
+    /// Core `k` writes `color`'s recipient line ([`Workload::post_touches_recipient`]): it
+    /// pays the line's transfer if another core wrote it last.
+    fn touch_recipient(&mut self, k: usize, color: Color) {
+        let Some(lines) = self.recipient_line.as_mut() else { return };
+        match lines.replace(color, k, 0) {
+            Some((prev, _)) if prev != k => {
+                let d = self.distance(prev, k);
+                self.cores[k].now += self.setup.cost.line(d) as u64;
+            }
+            _ => {}
         }
     }
 
@@ -1453,29 +1536,32 @@ const SPIN_YIELD_NS: u64 = 10_000;
 /// map), a hash map for the others.
 ///
 /// Invariant: a color is in `dense` (its entry not `NONE`) or in `sparse`, never both.
+/// With each core, the turn count of that core when the color's turn began there ([`Core`]'s
+/// `turns`): how many turns ran there since.
 #[derive(Default)]
 struct LastCore {
-    dense: Vec<u32>,
-    sparse: FxHashMap<Color, usize>,
+    dense: Vec<(u32, u32)>,
+    sparse: FxHashMap<Color, (usize, u32)>,
 }
 
 impl LastCore {
-    /// Colors below this are kept in the table (4 bytes each).
+    /// Colors below this are kept in the table (8 bytes each).
     const DENSE: u64 = 1 << 20;
     const NONE: u32 = u32::MAX;
 
-    /// Records that `color` runs on core `k`; returns the core it ran on before, if any.
-    fn replace(&mut self, color: Color, k: usize) -> Option<usize> {
+    /// Records that `color` runs on core `k` at its turn `stamp`; returns the core it ran on
+    /// before and that core's turn count then, if any.
+    fn replace(&mut self, color: Color, k: usize, stamp: u32) -> Option<(usize, u32)> {
         match u32::try_from(k) {
             Ok(k32) if color.0 < Self::DENSE && k32 != Self::NONE => {
                 let i = color.0 as usize;
                 if i >= self.dense.len() {
-                    self.dense.resize((i + 1).next_power_of_two(), Self::NONE);
+                    self.dense.resize((i + 1).next_power_of_two(), (Self::NONE, 0));
                 }
-                let prev = std::mem::replace(&mut self.dense[i], k32);
-                (prev != Self::NONE).then_some(prev as usize)
+                let (prev, at) = std::mem::replace(&mut self.dense[i], (k32, stamp));
+                (prev != Self::NONE).then_some((prev as usize, at))
             }
-            _ => self.sparse.insert(color, k),
+            _ => self.sparse.insert(color, (k, stamp)),
         }
     }
 }
@@ -1583,7 +1669,7 @@ pub(super) mod tests_support {
 
     /// Event `id`, post `seq` of `poster`, runs.
     pub(crate) fn run(c: &mut Checks, id: u64, poster: u64, seq: u32) {
-        c.event(Tag { id, poster, seq, from: super::NO_CORE, data: 0 }, Color(1));
+        c.event(Tag { id, poster, seq, from: super::NO_CORE, posted: 0, data: 0 }, Color(1));
     }
 
     /// A turn of color 1 on `core` over `[start, end]`.
@@ -1647,10 +1733,10 @@ mod agenda_tests {
     #[test]
     fn last_core_remembers_small_and_large_colors() {
         let mut last = LastCore::default();
-        assert_eq!(last.replace(Color(5), 3), None);
-        assert_eq!(last.replace(Color(5), 7), Some(3));
-        assert_eq!(last.replace(Color(u64::MAX), 1), None);
-        assert_eq!(last.replace(Color(u64::MAX), 2), Some(1));
-        assert_eq!(last.replace(Color(6), 0), None);
+        assert_eq!(last.replace(Color(5), 3, 10), None);
+        assert_eq!(last.replace(Color(5), 7, 11), Some((3, 10)));
+        assert_eq!(last.replace(Color(u64::MAX), 1, 12), None);
+        assert_eq!(last.replace(Color(u64::MAX), 2, 13), Some((1, 12)));
+        assert_eq!(last.replace(Color(6), 0, 14), None);
     }
 }

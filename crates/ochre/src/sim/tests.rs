@@ -287,7 +287,10 @@ fn colors_leave_a_shared_cpu_for_an_idle_core() {
     };
     let (quiet, shared, fixed) = (run(0.0, true), run(0.5, true), run(0.5, false));
     assert_eq!(shared.cpu_shares[0], 1000);
-    assert!(shared.cpu_shares[1] < 600, "{:?}", shared.cpu_shares);
+    // Measured while the worker wants its CPU: below a whole one, by how much depends on how
+    // soon relief took its consumers (under the default costs since the core's caches are
+    // modelled, 784 thousandths; 600 before).
+    assert!(shared.cpu_shares[1] < 900, "{:?}", shared.cpu_shares);
     assert!(shared.moved > quiet.moved + 10, "moved {} vs {}", shared.moved, quiet.moved);
     assert!(
         shared.makespan_ns < fixed.makespan_ns,
@@ -387,4 +390,42 @@ fn cost_aware_stealing_steals_once_earlier_runs_weighed_the_colors() {
         cold.makespan_ns
     );
     assert_eq!(warm.events, cold.events);
+}
+
+/// A core's own caches, by reuse. On one core, a fan-out's 100 consumers (each one turn per
+/// round, more than `warm_colors` turns apart) pay `color_lines` lines of `cold_line_ns` a
+/// turn, and nothing when `warm_colors` holds them all; a driver's queue of 60 colors' posts,
+/// interleaved and older than `warm_msgs` posts, pays a whole `memory_line_ns` per event, and
+/// a counter's queue, run in posting order, a streamed line.
+#[test]
+fn a_core_pays_for_what_it_has_not_touched_lately() {
+    let t = Topology::flat(vec![0]);
+    let run = |cost: &CostModel, work: &mut dyn Workload| {
+        let mut setup = Setup::new(1, t.clone(), Config::default());
+        setup.cost = cost.clone();
+        simulate(setup, work).makespan_ns as f64
+    };
+    let base = CostModel { cold_line_ns: 0.0, memory_line_ns: 0.0, ..CostModel::default() };
+    let rounds = 40;
+    let fan_out = |cost: &CostModel| run(cost, &mut ProdCons::new(1, &t, 0, rounds));
+    let cold = CostModel { cold_line_ns: 50.0, ..base.clone() };
+    let extra = fan_out(&cold) - fan_out(&base);
+    // The producer and its 100 consumers, every round but the first (nothing ran before).
+    let want = ((rounds - 1) * (workload::FAN_OUT as u64 + 1)) as f64 * base.color_lines * 50.0;
+    assert!((extra - want).abs() < want * 0.05, "fan-out: +{extra} ns, want {want}");
+    let roomy = CostModel { warm_colors: 1_000.0, ..cold };
+    assert_eq!(fan_out(&roomy), fan_out(&base));
+
+    let far = CostModel { memory_line_ns: 100.0, warm_msgs: 100.0, ..base.clone() };
+    let messages = 6_000.0;
+    let driver = |cost: &CostModel| {
+        let p = Program::ForkJoin { actors: 60, per_actor: 100, work_ns: 0 };
+        run(cost, &mut Actors::new(p, 0))
+    };
+    let counter = |cost: &CostModel| run(cost, &mut Actors::new(Program::Counting { n: 6_000 }, 0));
+    let scattered = driver(&far) - driver(&base);
+    let streamed = counter(&far) - counter(&base);
+    let (whole, stream) = (messages * 100.0, messages * 100.0 / cost::STREAM_OVERLAP);
+    assert!((scattered - whole).abs() < whole * 0.05, "fork-join: +{scattered} ns, want {whole}");
+    assert!((streamed - stream).abs() < stream * 0.05, "counting: +{streamed} ns, want {stream}");
 }

@@ -400,7 +400,8 @@ impl Measured for Groups {
 }
 
 /// The Savina actor programs of `ochre-bench` `actors`, one color per actor (`Color(1 + i)`),
-/// each message costing `msg_ns` plus its program's work.
+/// each message costing `msg_ns` of the actor layer's own code ([`Workload::layer_ns`]) plus
+/// its program's work.
 pub struct Actors {
     program: Program,
     msg_ns: u64,
@@ -522,7 +523,7 @@ fn other(rng: &mut u64, me: usize, n: usize) -> usize {
 }
 
 impl Actors {
-    /// `program`, each message costing `msg_ns` of handler time.
+    /// `program`, each message costing `msg_ns` of the actor layer's code.
     pub fn new(program: Program, msg_ns: u64) -> Self {
         let n = program.actors();
         Actors { program, msg_ns, state: vec![[0; 4]; n], rng: 0x2545_f491_4f6c_dd1d }
@@ -542,13 +543,23 @@ impl Workload for Actors {
         self.state.iter_mut().for_each(|s| *s = [0; 4]);
     }
 
+    fn layer_ns(&self) -> u64 {
+        self.msg_ns
+    }
+
+    /// A message holds a strong reference to its recipient (`bench actors`: taken by the
+    /// sender's `Weak::upgrade`, dropped when it has run).
+    fn post_touches_recipient(&self) -> bool {
+        true
+    }
+
     fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
         let me = (ev.color.0 as usize).wrapping_sub(1);
         if ev.data != ROOT && me >= self.state.len() {
             return 0;
         }
         let (k, r) = (kind(ev.data), rest(ev.data));
-        let mut cost = self.msg_ns;
+        let mut cost = 0;
         match self.program {
             Program::PingPong { n } => {
                 if ev.data == ROOT {
