@@ -151,7 +151,7 @@ impl Word {
     pub(crate) fn waiting(self) -> bool {
         self.0 & WAITING != 0
     }
-    #[cfg(any(test, loom))]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn parked(self) -> bool {
         self.0 & PARKED != 0
     }
