@@ -16,6 +16,17 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use ochre::{Color, ColorCell, Runtime};
 
+/// What each posted closure captures (the probe's CAPTURE argument).
+#[derive(Clone, Copy)]
+enum Capture {
+    None,
+    Arc,
+    Cell,
+    Data,
+    Static,
+    Work,
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let k: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(60);
@@ -53,68 +64,69 @@ fn main() {
             .map(|&c| &**Box::leak(Box::new(CachePadded::new(ColorCell::new(c, 0)))))
             .collect(),
     );
+    let name = capture.clone();
+    // Matched once here, not per posted event.
+    let capture = match capture.as_str() {
+        "arc" => Capture::Arc,
+        "cell" => Capture::Cell,
+        "data" => Capture::Data,
+        "static" => Capture::Static,
+        "work" => Capture::Work,
+        _ => Capture::None,
+    };
     // `BUSY=1`: a thread spins on worker 1's CPU for the whole probe (a shared machine).
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if std::env::var("BUSY").is_ok_and(|v| v == "1") {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            ochre_bench::peers::pin_as(1);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        });
-    }
+    let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
     let mut rates = Vec::new();
-    for run in 0..runs {
-        let colors = colors.clone();
-        let cells = cells.clone();
-        let capture = capture.clone();
-        let report = rt
-            .run(driver, move || {
-                for i in 0..n {
-                    let j = i % colors.len();
-                    match capture.as_str() {
-                        "arc" => {
-                            let a = cells[j].clone();
-                            ochre::post(colors[j], move || drop(a));
+    ochre_bench::actors::with_busy_cpu(busy, || {
+        for run in 0..runs {
+            let colors = colors.clone();
+            let cells = cells.clone();
+            let report = rt
+                .run(driver, move || {
+                    for i in 0..n {
+                        let j = i % colors.len();
+                        match capture {
+                            Capture::Arc => {
+                                let a = cells[j].clone();
+                                ochre::post(colors[j], move || drop(a));
+                            }
+                            Capture::Cell => {
+                                let a = cells[j].clone();
+                                ochre::post(colors[j], move || {
+                                    let _ = a.with(|v| *v += 1);
+                                });
+                            }
+                            Capture::Data => {
+                                let payload = (i as u64, j as u64, 7u64);
+                                ochre::post(colors[j], move || {
+                                    std::hint::black_box(payload);
+                                });
+                            }
+                            Capture::Static => {
+                                let a: &'static ColorCell<u64> = statics[j];
+                                let payload = (i as u64, j as u64);
+                                ochre::post(colors[j], move || {
+                                    let _ = a.with(|v| *v += payload.0 & 1);
+                                });
+                            }
+                            Capture::Work => {
+                                let a = cells[j].clone();
+                                ochre::post(colors[j], move || {
+                                    ochre_bench::harness::work(1_000);
+                                    let _ = a.with(|v| *v += 1);
+                                });
+                            }
+                            Capture::None => ochre::post(colors[j], || {}),
                         }
-                        "cell" => {
-                            let a = cells[j].clone();
-                            ochre::post(colors[j], move || {
-                                let _ = a.with(|v| *v += 1);
-                            });
-                        }
-                        "data" => {
-                            let payload = (i as u64, j as u64, 7u64);
-                            ochre::post(colors[j], move || {
-                                std::hint::black_box(payload);
-                            });
-                        }
-                        "static" => {
-                            let a: &'static ColorCell<u64> = statics[j];
-                            let payload = (i as u64, j as u64);
-                            ochre::post(colors[j], move || {
-                                let _ = a.with(|v| *v += payload.0 & 1);
-                            });
-                        }
-                        "work" => {
-                            let a = cells[j].clone();
-                            ochre::post(colors[j], move || {
-                                ochre_bench::harness::work(1_000);
-                                let _ = a.with(|v| *v += 1);
-                            });
-                        }
-                        _ => ochre::post(colors[j], || {}),
                     }
-                }
-            })
-            .expect("run");
-        let secs = report.elapsed.as_secs_f64().max(1e-9);
-        let rate = n as f64 / secs / 1e6;
-        rates.push(rate);
-        if run + 1 == runs {
-            for (w, s) in report.workers.iter().enumerate() {
-                println!(
+                })
+                .expect("run");
+            let secs = report.elapsed.as_secs_f64().max(1e-9);
+            let rate = n as f64 / secs / 1e6;
+            rates.push(rate);
+            if run + 1 == runs {
+                for (w, s) in report.workers.iter().enumerate() {
+                    println!(
                     "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} \
                      sleeps {} spins {} hits {} moves out {} in {} steals {} lent {} inbox {} \
                      steal asks {} failed {} waited {} us share {}",
@@ -137,14 +149,14 @@ fn main() {
                     s.steal_wait_us,
                     s.cpu_share,
                 );
+                }
             }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     rates.sort_by(f64::total_cmp);
     println!(
-        "{place} {capture} k={k}: median {:.2}M events/s (min {:.2}, max {:.2})",
+        "{place} {name} k={k}: median {:.2}M events/s (min {:.2}, max {:.2})",
         rates[rates.len() / 2],
         rates[0],
         rates[rates.len() - 1]

@@ -898,7 +898,7 @@ const BUSY: &str = " busy";
 
 /// Runs `f` while a thread pinned as worker `busy` spins (if any): the runtime's worker there
 /// shares its CPU with a program that never sleeps.
-fn with_busy_cpu<T>(busy: Option<usize>, f: impl FnOnce() -> T) -> T {
+pub fn with_busy_cpu<T>(busy: Option<usize>, f: impl FnOnce() -> T) -> T {
     let Some(worker) = busy else { return f() };
     let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|s| {
@@ -1085,9 +1085,8 @@ pub fn ochre_sample(
             }
             let (workers, config) = (self.workers, self.config.clone());
             let build = move || Runtime::builder().workers(workers).config(config.clone()).build();
-            self.out = Some(peers::on_fresh_runtime(&build, size, |rt, n| {
-                run_ochre(rt, &make(n), &plain_color)
-            }));
+            self.out =
+                Some(peers::on_fresh_runtime(&build, size, |rt, n| on_ochre(rt, &make(n), false)));
         }
     }
     let mut v = Sample { name, workers, config, out: None };

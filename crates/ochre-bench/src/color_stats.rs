@@ -30,6 +30,9 @@ const SETTINGS: [(&str, u32, bool); 4] = [
     ("stats and stall watch off", 0, false),
 ];
 
+/// The settings measured with colors in place, where the goal is checked: off and 1 in 1024.
+const IN_PLACE: [&str; 2] = ["ochre", "stats 1 in 1024"];
+
 /// The goal: statistics on keep at least this share of the rate with them off.
 const GOAL: f64 = 0.97;
 
@@ -43,7 +46,7 @@ pub const IN_PLACE_PAIRS: usize = 15;
 fn builds(workers: usize, follow: bool) -> Vec<(&'static str, BuildOchre)> {
     SETTINGS
         .iter()
-        .filter(|&&(_, period, stall)| follow || (stall && period != 64))
+        .filter(|&&(name, ..)| follow || IN_PLACE.contains(&name))
         .map(|&(name, period, stall)| {
             let stall = stall.then_some(std::time::Duration::from_millis(100));
             let config =
@@ -106,19 +109,10 @@ pub fn run(opts: &Options) -> BenchReport {
     report
 }
 
-/// The paired quotients `a / b` on `case` (one per repetition), sorted.
-fn paired_quotients(report: &BenchReport, a: &str, b: &str, case: &str) -> Vec<f64> {
-    let row = |s: &str| report.rows.iter().find(|r| r.system == s && r.case == case);
-    let (Some(ra), Some(rb)) = (row(a), row(b)) else { return Vec::new() };
-    let mut q: Vec<f64> = ra.samples.iter().zip(&rb.samples).map(|(x, y)| x / y).collect();
-    q.sort_by(f64::total_cmp);
-    q
-}
-
 /// Notes the paired ratio of statistics on (1 in 1024) over off on `case` with its spread, and
 /// checks the goal on it if `checked` (colors in place).
 fn judge(report: &mut BenchReport, case: &str, checked: bool) {
-    let q = paired_quotients(report, "stats 1 in 1024", "ochre", case);
+    let Some(q) = report.paired_quotients(IN_PLACE[1], IN_PLACE[0], case) else { return };
     let (Some(&lo), Some(&hi)) = (q.first(), q.last()) else { return };
     let r = crate::harness::median(&q);
     // The middle half of the quotients: wider than the goal's margin on either side, the

@@ -273,12 +273,19 @@ impl BenchReport {
     /// (a shared host's load moving over seconds) cancels in each quotient, which it does not in
     /// a ratio of medians. `None` unless both were measured with as many samples.
     pub fn paired_ratio(&self, a: &str, b: &str, case: &str) -> Option<f64> {
+        self.paired_quotients(a, b, case).map(|q| median(&q))
+    }
+
+    /// The quotients behind [`paired_ratio`](Self::paired_ratio), one per repetition, sorted
+    /// (for their spread). `None` unless both were measured with as many samples.
+    pub fn paired_quotients(&self, a: &str, b: &str, case: &str) -> Option<Vec<f64>> {
         let (sa, sb) = (&self.row(a, case)?.samples, &self.row(b, case)?.samples);
         if sa.is_empty() || sa.len() != sb.len() {
             return None;
         }
-        let quotients: Vec<f64> = sa.iter().zip(sb).map(|(x, y)| x / y).collect();
-        Some(median(&quotients))
+        let mut quotients: Vec<f64> = sa.iter().zip(sb).map(|(x, y)| x / y).collect();
+        quotients.sort_by(f64::total_cmp);
+        Some(quotients)
     }
 
     /// Records a goal check.

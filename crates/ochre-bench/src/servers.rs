@@ -416,13 +416,7 @@ pub fn run(opts: &Options) -> BenchReport {
          in the notes and the JSON.",
     );
     let Some(setup) = setup(&mut report, "servers") else { return report };
-    let load = match setup.load_runtime() {
-        Ok(rt) => rt,
-        Err(e) => {
-            report.notes.push(format!("no injector runtime: {e}"));
-            return report;
-        }
-    };
+    let Some(load) = setup.load_runtime_or_note(&mut report) else { return report };
     let (cpus, injector, dir, root) = (&setup.cpus, setup.injector, &setup.dir, &setup.root);
     let secs = sample_seconds(opts);
     let probe_secs = if opts.quick { 0.3 } else { 0.6 };
@@ -797,13 +791,9 @@ pub fn run_ncopy(opts: &Options) -> BenchReport {
         "N-COPY: load-aware balancing against SO_REUSEPORT hashing, one copy's CPU busy",
     );
     let Some(setup) = setup(&mut report, "servers-ncopy") else { return report };
-    match setup.load_runtime() {
-        Ok(load) => {
-            ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector);
-            report.notes.push(injector_stalls_note());
-        }
-        Err(e) => report.notes.push(format!("no injector runtime: {e}")),
-    }
+    let Some(load) = setup.load_runtime_or_note(&mut report) else { return report };
+    ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector);
+    report.notes.push(injector_stalls_note());
     let _ = std::fs::remove_dir_all(&setup.dir);
     report
 }
@@ -817,13 +807,7 @@ pub fn run_semi_open(opts: &Options) -> BenchReport {
         "Semi-open throughput-vs-load curves of the server architectures, up to saturation",
     );
     let Some(setup) = setup(&mut report, "servers-semi") else { return report };
-    let load = match setup.load_runtime() {
-        Ok(load) => load,
-        Err(e) => {
-            report.notes.push(format!("no injector runtime: {e}"));
-            return report;
-        }
-    };
+    let Some(load) = setup.load_runtime_or_note(&mut report) else { return report };
     let (cpus, injector) = (&setup.cpus, setup.injector);
     let mut systems: Vec<&str> = SYSTEMS.to_vec();
     if nginx_path().is_none() {

@@ -229,6 +229,17 @@ impl Setup {
     pub(crate) fn load_runtime(&self) -> Result<Runtime, String> {
         Runtime::builder().cpus([self.injector]).build().map_err(|e| e.to_string())
     }
+
+    /// [`load_runtime`](Self::load_runtime), or `None` with the reason noted in `report` and the
+    /// scratch directory removed (for a benchmark that cannot go on without it).
+    pub(crate) fn load_runtime_or_note(&self, report: &mut BenchReport) -> Option<Runtime> {
+        self.load_runtime()
+            .map_err(|e| {
+                report.notes.push(format!("no injector runtime: {e}"));
+                let _ = std::fs::remove_dir_all(&self.dir);
+            })
+            .ok()
+    }
 }
 
 /// The SPECweb99-like set the benchmark serves: `dirs` directories under `root/specweb`.

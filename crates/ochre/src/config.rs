@@ -90,13 +90,13 @@ pub enum Steal {
     /// worker that advertises a backlog, and moves one to a CPU clearly slower than its
     /// victim's only from a victim with 16 colors waiting or more (`steal::DEEP_READY`: there
     /// the backlog would wait longer for its turn; with a busy CPU this took fork-join with 1 µs
-    /// items from 0.65-0.81x tokio to 0.86-0.87x); a stolen color whose home's CPU is clearly worse stays with the thief as a
-    /// resident (`follow::keeps_loan`). **The default**: against stealing off in `bench actors`
-    /// (2 workers, paired ratios to tokio, medians of 5, three processes on a quiet machine) it
-    /// took fork-join with 1 µs items from 0.79-0.80x tokio to 0.96-0.98x (with a busy CPU
-    /// 0.70-0.72x to 0.71-0.76x), at an equal geometric mean over the 18 cases (1.58-1.61x
-    /// against 1.57-1.64x); it cost bank 4-8% and, with a busy CPU, fork-join with empty items
-    /// 10-20%. On `bench pingpong` and `bench prodcons` it is within 3% of stealing off.
+    /// items from 0.65-0.81x tokio to 0.86-0.87x); a stolen color whose home's CPU is clearly
+    /// worse stays with the thief as a resident (`follow::keeps_loan`). **The default**: against
+    /// stealing off in `bench actors` (2 workers, paired ratios to tokio, medians of 5, three
+    /// processes on a quiet machine) it took fork-join with 1 µs items from 0.79-0.80x tokio to
+    /// 0.96-0.98x (with a busy CPU 0.70-0.72x to 0.71-0.76x), at an equal geometric mean over
+    /// the 18 cases (1.58-1.61x against 1.57-1.64x); it cost bank 4-8% and, with a busy CPU,
+    /// fork-join with empty items 10-20%. On `bench pingpong` and `bench prodcons` it is within 3% of stealing off.
     Backlog,
     /// Stealing: an idle worker takes colors, with all their pending events, from a loaded
     /// worker. Alone, libasync-smp's plain stealing (one color from a random loaded worker); the

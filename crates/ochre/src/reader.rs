@@ -52,11 +52,11 @@
 //! are plain increments); and a list of parked reads under a mutex. Only the worker that
 //! holds the color starts its exclusive turns, so at most one writer contends at a time.
 //!
-//! * **A read** on worker `w` adds one to `w`'s count (a store: `w` is its only writer), then (a SeqCst fence between) reads the
-//!   word (Acquire): with neither `WRITER` nor `WAITING` set it runs, and leaves (count - 1,
-//!   Release). With one set it takes its one back and parks: under the mutex, it sets `PARKED`
-//!   if a flag is still set (else it tries again) and joins the list, with the worker it was
-//!   posted on.
+//! * **A read** on worker `w` adds one to `w`'s count (a store: `w` is its only writer), then
+//!   (a SeqCst fence between) reads the word (Acquire): with neither `WRITER` nor `WAITING` set
+//!   it runs, and leaves (count - 1, Release). With one set it takes its one back and parks:
+//!   under the mutex, it sets `PARKED` if a flag is still set (else it tries again) and joins
+//!   the list, with the worker it was posted on.
 //! * **An exclusive turn** of the color (worker loop, `worker::run_round`) sets `WAITING`, then
 //!   (a SeqCst fence between) reads every worker's count and the granted count (Acquire: pairs
 //!   with the reads' Release, their reads happen before the turn). All zero: it takes `WRITER`.

@@ -197,20 +197,21 @@ impl Core {
         let dest = self.queue.route(color);
         if let Dest::Remote { home } = dest {
             if InlineTask::fits::<F>() && shared.config.inline_posts {
+                if urgent {
+                    self.counters.add(Counter::PostsUrgent, 1);
+                }
                 let msg = Msg::PostInline { color, task: InlineTask::new(f), urgent, step: false };
-                return self.post_remote(shared, home, msg, urgent);
+                return self.post_remote(shared, home, msg);
             }
         }
         let task = Task::new_for(f, dest.runs_on());
         self.post_to(shared, color, dest, task, urgent);
     }
 
-    /// A post to a color whose home is worker `home`, another one.
+    /// A post to a color whose home is worker `home`, another one (urgent posts counted by the
+    /// caller, as local ones are).
     #[inline]
-    fn post_remote(&mut self, shared: &Shared, home: usize, msg: Msg, urgent: bool) {
-        if urgent {
-            self.counters.add(Counter::PostsUrgent, 1);
-        }
+    fn post_remote(&mut self, shared: &Shared, home: usize, msg: Msg) {
         self.counters.add(Counter::PostsRemote, 1);
         self.event_remote_posts += 1;
         self.event_remote_dest = home;
@@ -230,9 +231,7 @@ impl Core {
                 self.send(shared, to, Msg::Forward { color, home, task, urgent });
             }
             Route::Remote { home, task } => {
-                // `post_to` counted the urgent post already.
-                let msg = Msg::Post { color, task, urgent, step: false };
-                self.post_remote(shared, home, msg, false);
+                self.post_remote(shared, home, Msg::Post { color, task, urgent, step: false })
             }
             Route::Held(ask) => {
                 self.counters.add(Counter::PostsLocal, 1);
