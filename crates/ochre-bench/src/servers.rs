@@ -72,6 +72,14 @@
 //! connections landed on CPU 1, 60-80K when on CPU 0 (6 alternated repetitions, 64
 //! connections); SWS, which places connections by the CPU share each worker measures, gave
 //! 110-128K in the same runs. A server's median at 2 cores can land on either of SYMPED's modes.
+//! Later (load average 8-14, CPU 0 crowded: each server's thread there waited 85-89% of the
+//! time), SYMPED's loop beside the injector won nearly every accept and served 150-170K, while
+//! SWS's placement by CPU share gave the worker on CPU 0 (share 12-15%) about a fifth of the
+//! connections (20-26K of 92-101K requests/s, its status counters): fewer connections beside
+//! the injector mean fewer requests per switch between it and the server (SWS's worker there
+//! 3.7 µs of CPU a request with every connection, 5.4-5.7 µs with four fifths of them). Every
+//! connection on that worker (a test build choosing colors homed there) gave SWS 1.47x
+//! [1.28-1.52] (5 paired repetitions; SYMPED unchanged, 0.98), 0.81-0.83 of SYMPED.
 //!
 //! Stall warnings (`ochre::stall: color 2305843009213693959 has been running for 100 ms on
 //! worker 0`) printed during a run are the injector's: those colors are `ochre_load`'s clients
