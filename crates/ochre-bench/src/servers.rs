@@ -72,6 +72,14 @@
 //! connections landed on CPU 1, 60-80K when on CPU 0 (6 alternated repetitions, 64
 //! connections); SWS, which places connections by the CPU share each worker measures, gave
 //! 110-128K in the same runs. A server's median at 2 cores can land on either of SYMPED's modes.
+//! Later (load average 8-14, CPU 0 crowded: each server's thread there waited 85-89% of the
+//! time), SYMPED's loop beside the injector won nearly every accept and served 150-170K, while
+//! SWS's placement by CPU share gave the worker on CPU 0 (share 12-15%) about a fifth of the
+//! connections (20-26K of 92-101K requests/s, its status counters): fewer connections beside
+//! the injector mean fewer requests per switch between it and the server (SWS's worker there
+//! 3.7 µs of CPU a request with every connection, 5.4-5.7 µs with four fifths of them). Every
+//! connection on that worker (a test build choosing colors homed there) gave SWS 1.47x
+//! [1.28-1.52] (5 paired repetitions; SYMPED unchanged, 0.98), 0.81-0.83 of SYMPED.
 //!
 //! Stall warnings (`ochre::stall: color 2305843009213693959 has been running for 100 ms on
 //! worker 0`) printed during a run are the injector's: those colors are `ochre_load`'s clients
@@ -525,7 +533,7 @@ pub fn run(opts: &Options) -> BenchReport {
         }
         if w == 2 {
             let began = std::time::Instant::now();
-            ncopy(&mut report, opts, root, &load, cpus, injector);
+            ncopy(&mut report, opts, root, &load, cpus, injector, &Arch::ALL);
             let took = began.elapsed().as_secs_f64();
             report.notes.push(format!("[N-COPY 2] the balancing case took {took:.0} s"));
         }
@@ -607,6 +615,12 @@ fn thread_demand(tid: i32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
     let mut f = stat.split_whitespace().map(|x| x.parse::<u64>().ok());
     Some(Duration::from_nanos(f.next()??.checked_add(f.next()??)?))
+}
+
+/// How long thread `tid` of this process has run (`schedstat`'s first field).
+fn thread_run(tid: i32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    stat.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
 }
 
 /// One server's semi-open curve: from [`SESSION_RAMP_START`] sessions per second, doubling,
@@ -786,13 +800,18 @@ impl Drop for Competitor {
 /// Runs the N-COPY balancing case alone (what `ochre bench servers` runs at 2 cores), for
 /// looking at it without the whole study.
 pub fn run_ncopy(opts: &Options) -> BenchReport {
+    run_ncopy_of(opts, &Arch::ALL)
+}
+
+/// [`run_ncopy`] for the architectures `archs` only.
+pub fn run_ncopy_of(opts: &Options, archs: &[Arch]) -> BenchReport {
     let mut report = BenchReport::new(
         "servers",
         "N-COPY: load-aware balancing against SO_REUSEPORT hashing, one copy's CPU busy",
     );
     let Some(setup) = setup(&mut report, "servers-ncopy") else { return report };
     let Some(load) = setup.load_runtime_or_note(&mut report) else { return report };
-    ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector);
+    ncopy(&mut report, opts, &setup.root, &load, &setup.cpus, setup.injector, archs);
     report.notes.push(injector_stalls_note());
     let _ = std::fs::remove_dir_all(&setup.dir);
     report
@@ -840,6 +859,7 @@ fn ncopy(
     load: &Runtime,
     cpus: &[usize],
     injector: usize,
+    archs: &[Arch],
 ) {
     if cpus.len() < 2 {
         report.notes.push("N-COPY needs 2 CPUs: skipped".into());
@@ -863,7 +883,7 @@ fn ncopy(
     // Per architecture: balanced and hashed, each with the busy process running and with it
     // paused (the references: what the busy process cost each).
     let mut lives = Vec::new();
-    for arch in Arch::ALL {
+    for &arch in archs {
         for (balance, suffix) in [(Balance::LoadAware, ""), (Balance::Kernel, "-reuseport")] {
             let name = format!("{}-ncopy-2{suffix}", arch.name());
             let live = start_copies(arch, &config, &topology, copy_cpus, 2, 2, balance)
@@ -880,10 +900,13 @@ fn ncopy(
     // The busy process's CPU time and the wall time of each system's runs: how much of the
     // busy CPU the competitor kept (a copy of many runnable threads takes more of it).
     let shares = vec![std::cell::Cell::new((Duration::ZERO, Duration::ZERO)); systems.len()];
+    // And the injector's: with it on a copy's CPU, how much of that CPU the copy left it.
+    let injector_tid = injector_thread(load);
+    let injected = vec![std::cell::Cell::new(Duration::ZERO); systems.len()];
     let runs = systems
         .iter()
-        .zip(&shares)
-        .map(|((name, i, paused), share)| {
+        .zip(shares.iter().zip(&injected))
+        .map(|((name, i, paused), (share, injected))| {
             let (busy, case, live) = (&busy, &case, &lives[*i].1);
             System::new(name.clone(), move || {
                 let live = live.as_ref().map_err(|e| e.clone())?;
@@ -892,8 +915,12 @@ fn ncopy(
                     busy.pause(true)?;
                 }
                 let (began, before) = (std::time::Instant::now(), busy.cpu_time());
+                let ran = injector_tid.and_then(thread_run);
                 let (per, label) = (NCOPY_PER_CONNECTION, format!("[{case}] {name}"));
                 let r = drive_reconnecting(load, &target, NCOPY_CLIENTS, per, secs, &label);
+                if let Some((b, a)) = ran.zip(injector_tid.and_then(thread_run)) {
+                    injected.set(injected.get() + (a - b));
+                }
                 if let Some((b, a)) = before.zip(busy.cpu_time()) {
                     let (cpu, wall) = share.get();
                     share.set((cpu + (a - b), wall + began.elapsed()));
@@ -916,10 +943,19 @@ fn ncopy(
             format!("{name} {:.0}%", cpu.as_secs_f64() / wall.as_secs_f64() * 100.0)
         })
         .collect();
+    let injector_share: Vec<String> = systems
+        .iter()
+        .zip(shares.iter().zip(&injected))
+        .filter(|((_, _, paused), (s, _))| !paused && !s.get().1.is_zero())
+        .map(|((name, _, _), (s, ran))| {
+            let wall = s.get().1.as_secs_f64();
+            format!("{name} {:.0}%", ran.get().as_secs_f64() / wall * 100.0)
+        })
+        .collect();
     let busy_pid = busy.pid();
     drop(busy);
     let mut spreads = Vec::new();
-    for arch in Arch::ALL {
+    for &arch in archs {
         let lb = format!("{}-ncopy-2", arch.name());
         let kernel = format!("{lb}-reuseport");
         let alone = format!("{kernel}{ALONE}");
@@ -952,9 +988,10 @@ fn ncopy(
          {injector}; {NCOPY_CLIENTS} clients, {NCOPY_PER_CONNECTION} requests per connection; \
          staged copies have pools of 2; paired ratios balanced / SO_REUSEPORT per \
          repetition, min-max: {}; the busy process's share of CPU {busy_cpu} during each \
-         system's runs: {}",
+         system's runs: {}; the injector's thread ran (share of CPU {injector}): {}",
         spreads.join(", "),
         competitor.join(", "),
+        injector_share.join(", "),
     ));
 }
 

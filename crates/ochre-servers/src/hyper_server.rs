@@ -132,6 +132,9 @@ impl Serving {
                 .timer(TokioTimer::new())
                 .header_read_timeout(me.head_timeout)
                 .pipeline_flush(true)
+                // A client that ends its side after its request is answered, as by SWS (hyper's
+                // default drops the request: `tests/short_reads.rs`).
+                .half_close(true)
                 .serve_connection(TokioIo::new(watched), TowerToHyperService::new(me.service))
                 .await;
             if let Err(e) = r {

@@ -142,6 +142,8 @@ struct Entry {
     conn: Option<Conn>,
     /// Readiness came while it was in a stage.
     missed: bool,
+    /// The peer's end was reported (sticky: it stays closed).
+    peer_closed: bool,
     last: Instant,
 }
 
@@ -177,8 +179,16 @@ fn poller(shared: &Shared, mut poll: Poll, from_stages: &Receiver<Back>) {
             }
             let Some(e) = conns.get_mut(key) else { continue };
             e.last = now;
+            // The peer's end reported: reads go on to the end of file (`Conn::read`); remembered
+            // for a connection in a stage, whose edge this is.
+            e.peer_closed |= ev.is_read_closed() || ev.is_error();
             match e.conn.take() {
-                Some(c) => dispatch(shared, key, c),
+                Some(mut c) => {
+                    if e.peer_closed {
+                        c.note_peer_closed();
+                    }
+                    dispatch(shared, key, c)
+                }
                 None => e.missed = true,
             }
         }
@@ -193,15 +203,23 @@ fn poller(shared: &Shared, mut poll: Poll, from_stages: &Receiver<Back>) {
                         .register(&mut SourceFd(&fd), Token(entry.key()), interest)
                         .is_ok()
                     {
-                        entry.insert(Entry { conn: Some(conn), missed: false, last: now });
+                        entry.insert(Entry {
+                            conn: Some(conn),
+                            missed: false,
+                            peer_closed: false,
+                            last: now,
+                        });
                     } else {
                         conn.close();
                         shared.active.fetch_sub(1, Ordering::SeqCst);
                     }
                 }
-                Back::Park(key, conn) => {
+                Back::Park(key, mut conn) => {
                     let Some(e) = conns.get_mut(key) else { continue };
                     e.last = now;
+                    if e.peer_closed {
+                        conn.note_peer_closed();
+                    }
                     if std::mem::take(&mut e.missed) {
                         dispatch(shared, key, conn);
                     } else {
@@ -275,7 +293,7 @@ fn write_stage(shared: &Shared, queue: &Receiver<(usize, Conn)>) {
         };
         match conn.write() {
             Io::Closed => shared.back(Back::Close(key, conn)),
-            Io::WouldBlock => shared.back(Back::Park(key, conn)),
+            Io::WouldBlock | Io::Drained => shared.back(Back::Park(key, conn)),
             Io::Ok if conn.done() => shared.back(Back::Close(key, conn)),
             Io::Ok if conn.has_input() => {
                 let _ = shared.to_read.send((key, conn));

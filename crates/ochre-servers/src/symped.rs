@@ -177,6 +177,9 @@ fn event_loop(
                 Token(key) => {
                     let Some(e) = conns.get_mut(key) else { continue };
                     e.last = now;
+                    if ev.is_read_closed() || ev.is_error() {
+                        e.conn.note_peer_closed();
+                    }
                     if e.conn.drive(site, None) == Io::Closed {
                         close(shared, &poll, conns.remove(key));
                     }
