@@ -1530,6 +1530,8 @@ mod tests {
     }
 
     #[test]
+    // Tens of thousands of posts: minutes under Miri, and no unsafe code of its own.
+    #[cfg_attr(miri, ignore)]
     fn thousands_of_colors_keep_their_slots_and_their_traffic() {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(2));
@@ -1559,6 +1561,8 @@ mod tests {
     }
 
     #[test]
+    // Tens of thousands of posts: minutes under Miri, and no unsafe code of its own.
+    #[cfg_attr(miri, ignore)]
     fn idle_slots_are_bounded() {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(1));
