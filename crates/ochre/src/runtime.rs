@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::color::home_of;
 use crate::config::{Config, Spin, Wakeup};
 use crate::context::{with_current, Enter};
-use crate::message::{Msg, Task};
+use crate::message::{InlineTask, Msg, Task};
 use crate::shared::{PanicRecord, Shared, QUIESCENT, RUNNING, SHUTDOWN};
 use crate::stats::WorkerStats;
 use crate::sync::{lock, AtomicBool, Condvar, Mutex, Ordering};
@@ -595,7 +595,7 @@ impl Handle {
 
     /// Posts `f` as an event of `color`; [`Error::Closed`] if the runtime was dropped.
     pub fn try_post<F: FnOnce() + Send + 'static>(&self, color: Color, f: F) -> Result<(), Error> {
-        self.try_post_task(color, Task::new(f), false)
+        self.try_post_closure(color, f, false)
     }
 
     /// Posts `f` as a read of `color` (see [`post_read`](crate::post_read)), from any thread: on
@@ -631,20 +631,33 @@ impl Handle {
         color: Color,
         f: F,
     ) -> Result<(), Error> {
-        self.try_post_task(color, Task::new(f), true)
+        self.try_post_closure(color, f, true)
     }
 
-    fn try_post_task(&self, color: Color, task: Task, urgent: bool) -> Result<(), Error> {
+    fn try_post_closure<F: FnOnce() + Send + 'static>(
+        &self,
+        color: Color,
+        f: F,
+        urgent: bool,
+    ) -> Result<(), Error> {
         if self.shared.control.closed.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
         // On one of this runtime's workers, post as the running handler (its order, its buffers).
         let on_worker = with_current(|ctx| Arc::ptr_eq(&ctx.shared, &self.shared)).unwrap_or(false);
         if on_worker {
-            return crate::context::post_task(color, task, urgent);
+            return crate::context::post_task(color, Task::new(f), urgent);
         }
         let dest = home_of(color, self.shared.placement);
-        self.shared.post_external(dest, Msg::Post { color, task, urgent, step: false }, true);
+        let config = &self.shared.config;
+        // A small closure travels in the message and the worker stores it (no allocation here,
+        // and no free on the worker into this thread's allocator arena), as between workers.
+        let msg = if InlineTask::fits::<F>() && config.inline_posts && config.batching {
+            Msg::PostInline { color, task: InlineTask::new(f), urgent, step: false }
+        } else {
+            Msg::Post { color, task: Task::new(f), urgent, step: false }
+        };
+        self.shared.post_external(dest, msg, true);
         Ok(())
     }
 

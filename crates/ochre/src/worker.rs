@@ -79,6 +79,8 @@ pub(crate) struct Core {
     /// (`follow`: an event that made exactly one is a step of a chain of messages).
     event_remote_posts: u32,
     event_remote_dest: usize,
+    /// The buffer swapped with the outside posts waiting for this worker (`shared::Outside`).
+    outside_spare: Vec<Msg>,
     /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
     turn_sends: u32,
     /// True while the inbox is being filed in the middle of a handler ([`Core::send`]).
@@ -141,6 +143,7 @@ impl Core {
             events_since_check: 0,
             event_remote_posts: 0,
             event_remote_dest: 0,
+            outside_spare: Vec::new(),
             turn_sends: 0,
             filing: false,
             held_in_turn: 0,
@@ -462,6 +465,17 @@ impl Core {
                 let stream = if shared.config.follow { follow::stream(&batch) } else { None };
                 for msg in batch.drain(..) {
                     self.receive(shared, msg, from, &mut may_move, stream);
+                }
+                if from.id == OUTSIDE {
+                    // What other threads posted behind this announcement (`shared::Outside`).
+                    // Swapped with this worker's spare buffer: both keep their capacity.
+                    let mut waiting = std::mem::take(&mut self.outside_spare);
+                    remote.take_outside(&mut waiting);
+                    taken += waiting.len() as u64;
+                    for msg in waiting.drain(..) {
+                        self.receive(shared, msg, from, &mut false, None);
+                    }
+                    self.outside_spare = waiting;
                 }
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
                 self.outbox.recycle(batch, shared.remotes.get(from.id).map(|r| &*r.returns));
