@@ -3,6 +3,8 @@
 //! order alternated A B / B A), printing each pair's ratio (readers / exclusive) and the median.
 //! `readers_probe [busy|few] [uniform|zipf] [PAIRS]`; with `one:exclusive` or `one:readers` as
 //! the last argument it runs that system alone (for callgrind: instructions per request).
+//! Environment: `PROBE_WORKERS` (2), `PROBE_NOFOLLOW` (colors stay home), `PROBE_ROUND` (the
+//! round budget), `PROBE_COUNTERS` (per-worker events and other counters per sample).
 
 use ochre::{Config, Runtime};
 use ochre_bench::harness::median;
@@ -17,9 +19,15 @@ fn sample(mode: Mode, case: Case, requests: u64) -> Result<f64, String> {
     let follow = std::env::var_os("PROBE_NOFOLLOW").is_none();
     // PROBE_WORKERS: another number of workers (1: both programs on one CPU).
     let workers = std::env::var("PROBE_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
-    let build = move || {
-        Runtime::builder().workers(workers).config(Config::default().follow(follow)).build()
+    // PROBE_ROUND: another round budget (events a worker runs between two looks at its inbox
+    // and flushes of its batches): the latency of a request that crosses to another worker.
+    let round = std::env::var("PROBE_ROUND").ok().and_then(|r| r.parse().ok());
+    let config = Config::default().follow(follow);
+    let config = match round {
+        Some(r) => config.round_budget(r),
+        None => config,
     };
+    let build = move || Runtime::builder().workers(workers).config(config.clone()).build();
     let mut counters = String::new();
     let rate = peers::on_fresh_runtime(&build, requests, |rt, n| {
         let before = rt.stats();
