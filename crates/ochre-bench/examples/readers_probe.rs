@@ -3,6 +3,9 @@
 //! order alternated A B / B A), printing each pair's ratio (readers / exclusive) and the median.
 //! `readers_probe [busy|few] [uniform|zipf] [PAIRS]`; with `one:exclusive` or `one:readers` as
 //! the last argument it runs that system alone (for callgrind: instructions per request).
+//! Environment: `PROBE_WORKERS` (2), `PROBE_NOFOLLOW` (colors stay home), `PROBE_ROUND` (the
+//! round budget), `PROBE_COUNTERS` (per-worker events and other counters per sample),
+//! `PROBE_STATS=N` (per-color statistics 1 in N: the busiest colors' event cost and moves).
 
 use ochre::{Config, Runtime};
 use ochre_bench::harness::median;
@@ -17,13 +20,29 @@ fn sample(mode: Mode, case: Case, requests: u64) -> Result<f64, String> {
     let follow = std::env::var_os("PROBE_NOFOLLOW").is_none();
     // PROBE_WORKERS: another number of workers (1: both programs on one CPU).
     let workers = std::env::var("PROBE_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
-    let build = move || {
-        Runtime::builder().workers(workers).config(Config::default().follow(follow)).build()
+    // PROBE_ROUND: another round budget (events a worker runs between two looks at its inbox
+    // and flushes of its batches): the latency of a request that crosses to another worker.
+    let round = std::env::var("PROBE_ROUND").ok().and_then(|r| r.parse().ok());
+    // PROBE_STATS=N: per-color statistics sampled 1 in N, the busiest colors printed per sample.
+    let stats: u32 = std::env::var("PROBE_STATS").ok().and_then(|r| r.parse().ok()).unwrap_or(0);
+    let config = Config::default().follow(follow).color_stats(stats);
+    let config = match round {
+        Some(r) => config.round_budget(r),
+        None => config,
     };
+    let build = move || Runtime::builder().workers(workers).config(config.clone()).build();
     let mut counters = String::new();
     let rate = peers::on_fresh_runtime(&build, requests, |rt, n| {
         let before = rt.stats();
         let rate = readers::run_program(rt, mode, case, n);
+        if stats > 0 {
+            for c in rt.color_stats().top(4) {
+                println!(
+                    "  {mode:?} color {:#x}: {} events, run p50 {} ns p99 {} ns, moves in {} out {}",
+                    c.color.0, c.events, c.run_p50_ns, c.run_p99_ns, c.moves_in, c.moves_out
+                );
+            }
+        }
         let d: Vec<_> = rt.stats().iter().zip(&before).map(|(a, b)| a.since(b)).collect();
         let sum = |f: fn(&ochre::WorkerStats) -> u64| d.iter().map(f).sum::<u64>();
         counters = format!(

@@ -9,16 +9,26 @@
 //!   starts). An unsampled turn or post costs one decrement and a branch of a counter in the
 //!   worker's own memory; no clock read, no map lookup. Moves and steals are rare and counted
 //!   exactly, each as an increment in a map of counts apart from the histograms (an entry
-//!   with histograms is made at the flush, not on the move's path). Counts of events and run
+//!   with histograms is made by a reader, not on the move's path). Counts of events and run
 //!   time are therefore estimates (`sampled × N`), exact with `N = 1`.
-//! * **Per worker, no shared atomics on the hot path.** Each worker records into a `Local`
-//!   table it alone owns (in its `Core`). Every so often (at most every [`FLUSH_EVERY`], and
-//!   before the worker sleeps, and always at the end of a run) it merges that table into its
-//!   slot of `Published` under a mutex that only readers contend for, and clears it (its
-//!   entries stay, emptied: their histograms are not made and grown again at each flush). A
-//!   reader ([`Handle::color_stats`](crate::Handle::color_stats)) locks each slot in turn and
-//!   merges them, so a snapshot is at most one flush old while the runtime runs and exact in a
-//!   run report (the workers flushed before they reported done).
+//! * **Per worker, no shared atomics on the hot path; no histogram on the worker.** A sampled
+//!   figure (a run time or a wait, with its color) is pushed to a buffer in the worker's own
+//!   `Local` (in its `Core`): 16 bytes, no map lookup, no histogram touched. Every so often (at
+//!   most every [`FLUSH_EVERY`], and before the worker sleeps, and always at the end of a run)
+//!   the worker hands the buffer to its `Slot` of `Published` (a swap or a copy, under a mutex
+//!   that only readers contend for, never waited for in the middle of a run), and the figures
+//!   are made into histograms by whoever reads them (a snapshot,
+//!   [`Handle::color_stats`](crate::Handle::color_stats), as the run report's after the workers
+//!   are done), on the reader's thread. Why: histograms made on the worker, two per color, were
+//!   allocated afresh on every new runtime
+//!   and grown value by value (a few hundred counters each; about 90 page faults per runtime
+//!   for producer-consumer's 101 colors, `perf stat`), and the histograms' memory went through
+//!   the worker's cache at each sampled event. The worker folds figures into histograms itself
+//!   only past a bound: its buffer fills between two flushes ([`LOCAL_SAMPLES`], a short
+//!   period: with 1 in 1, every event), or no reader took its slot's figures for a long time
+//!   ([`PENDING_SAMPLES`]). A snapshot is at most one flush old while the runtime runs (the
+//!   figures a worker is folding past that bound at the time show in the next one) and exact
+//!   in a run report (the workers flushed, waiting for the locks, before they reported done).
 //! * **Bounded memory.** A table keeps at most [`MAX_COLORS`] colors; past it, the colors with
 //!   the least run time are folded into one "other" entry, so totals stay right and the top
 //!   colors (what a person looks for) stay named. Per-color histograms have one significant
@@ -42,6 +52,15 @@ pub const MAX_COLORS: usize = 512;
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Significant digits of the per-color histograms (1: within 10%, a few hundred counters).
 const SIGFIG: u8 = 1;
+/// Sampled figures a worker keeps between two flushes before it makes them into histograms
+/// itself (64 KiB): at 1 in 1024 a flush comes first (4M events; [`FLUSH_EVERY`] at 30M events
+/// a second is 3M events, 3,000 figures); with a short period (1 in 1, exact, for tests) this
+/// bounds the worker's memory.
+pub const LOCAL_SAMPLES: usize = 4096;
+/// Figures a worker's slot keeps for readers before the worker makes them into histograms
+/// itself (1 MiB): a run that nobody reads keeps bounded memory (at 1 in 1024 and 30M events a
+/// second, every 2 s or so).
+pub const PENDING_SAMPLES: usize = 1 << 16;
 
 fn histogram() -> Histogram<u64> {
     // An auto-resizing histogram from 1: cannot fail for sigfig 1.
@@ -209,6 +228,34 @@ impl Table {
         self.entry(e.color).merge(e);
     }
 
+    /// Records sampled figures into the colors' histograms.
+    fn record_all(&mut self, samples: &[Sample]) {
+        for s in samples {
+            let e = self.entry(s.color);
+            let ns = s.ns & !WAIT;
+            if s.ns & WAIT != 0 {
+                record(&mut e.wait_ns, ns);
+            } else {
+                record(&mut e.run_ns, ns);
+                e.run_ns_sum = e.run_ns_sum.saturating_add(ns);
+            }
+        }
+    }
+
+    /// Adds counts of moves and steals.
+    fn add_moves(&mut self, color: Color, [moved_in, moved_out, stolen_in, lent_out]: Moves) {
+        let e = self.entry(color);
+        e.moves_in += moved_in;
+        e.moves_out += moved_out;
+        e.steals_in += stolen_in;
+        e.steals_out += lent_out;
+    }
+
+    /// Nothing recorded since the entries were last emptied.
+    fn is_blank(&self) -> bool {
+        self.other.is_none() && self.colors.values().all(ColorEntry::is_blank)
+    }
+
     /// Folds the colors with the least run time into "other" until at most [`MAX_COLORS`]
     /// remain named.
     fn bound(&mut self) {
@@ -239,12 +286,37 @@ impl Table {
 /// A color's moves and steals since the last flush, in the order of [`Event`].
 type Moves = [u64; 4];
 
-/// A worker's own recorder (in its `Core`): sampling counters and the table since last flush.
+fn add_moves(to: &mut Moves, from: Moves) {
+    for (t, f) in to.iter_mut().zip(from) {
+        *t += f;
+    }
+}
+
+/// The flag of a [`Sample`]'s `ns` that makes it a wait (else a run time); values are capped
+/// below it.
+const WAIT: u64 = 1 << 63;
+/// The largest value recorded (a quarter of `u64`'s range: far below [`WAIT`]).
+const MAX_NS: u64 = u64::MAX / 4;
+
+/// One sampled figure: a run time, or a wait (`ns` with [`WAIT`] set), of `color`.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    color: Color,
+    ns: u64,
+}
+
+/// A worker's own recorder (in its `Core`): sampling counters and what was sampled since the
+/// last flush.
 pub(crate) struct Local {
     /// Sample period; 0: off.
     period: u32,
     turn_tick: u32,
     post_tick: u32,
+    /// Figures sampled since the last flush (module doc: no histogram on the worker); its
+    /// memory is reserved at the first sample and kept (swapped with the slot's).
+    samples: Vec<Sample>,
+    /// Histograms of the figures that filled `samples` between two flushes ([`LOCAL_SAMPLES`]):
+    /// empty at 1 in 1024. Its entries stay, emptied, across flushes.
     table: Table,
     /// Moves and steals counted since the last flush, apart from `table`: an entry of the
     /// table is two histograms, whose making (two allocations and their growth) cost 2,800
@@ -252,7 +324,7 @@ pub(crate) struct Local {
     /// an entry at each first move after a flush: 3,652 counts took 9.1M instructions in a
     /// producer-consumer run at 2 workers under callgrind, more than every sampled event's
     /// timing and recording together. Here a count is a hash-map increment; the entries are
-    /// made at the flush, under no one's wait.
+    /// made by readers.
     moves: FxHashMap<Color, Moves>,
     last_flush: Option<Instant>,
 }
@@ -290,6 +362,7 @@ impl Local {
             period,
             turn_tick: countdown(period),
             post_tick: countdown(period),
+            samples: Vec::new(),
             table: Table::default(),
             moves: FxHashMap::default(),
             last_flush: None,
@@ -308,20 +381,36 @@ impl Local {
         tick(&mut self.post_tick, self.period)
     }
 
+    /// Keeps a sampled figure until the next flush.
+    #[inline]
+    fn push(&mut self, color: Color, ns: u64) {
+        if self.samples.len() >= LOCAL_SAMPLES {
+            self.spill();
+        }
+        if self.samples.capacity() == 0 {
+            self.samples.reserve_exact(LOCAL_SAMPLES);
+        }
+        self.samples.push(Sample { color, ns });
+    }
+
+    /// Makes the figures kept into histograms here: the buffer filled between two flushes.
+    #[cold]
+    fn spill(&mut self) {
+        self.table.record_all(&self.samples);
+        self.samples.clear();
+    }
+
     /// A sampled event of `color` ran from `started` to `ended`.
     #[cold]
     pub(crate) fn ran(&mut self, color: Color, started: Instant, ended: Instant) {
-        let ns = ended.saturating_duration_since(started).as_nanos().min(u128::from(u64::MAX / 4))
-            as u64;
-        let e = self.table.entry(color);
-        record(&mut e.run_ns, ns);
-        e.run_ns_sum = e.run_ns_sum.saturating_add(ns);
+        let ns = ended.saturating_duration_since(started).as_nanos().min(u128::from(MAX_NS));
+        self.push(color, ns as u64);
     }
 
     /// A sampled event of `color` waited `ns` from its post to its start.
     #[cold]
     pub(crate) fn waited(&mut self, color: Color, ns: u64) {
-        record(&mut self.table.entry(color).wait_ns, ns.min(u64::MAX / 4));
+        self.push(color, ns.min(MAX_NS) | WAIT);
     }
 
     /// Counts a move or a steal of `color` (exact; nothing when statistics are off).
@@ -331,61 +420,79 @@ impl Local {
             return;
         }
         if self.moves.len() >= MAX_COLORS && !self.moves.contains_key(&color) {
-            self.take_moves(); // bounded memory: the table folds past MAX_COLORS
+            // Bounded memory: the table folds past MAX_COLORS.
+            for (color, moves) in self.moves.drain() {
+                self.table.add_moves(color, moves);
+            }
         }
         self.moves.entry(color).or_default()[what as usize] += 1;
     }
 
-    /// Moves the counts of moves and steals into the table's entries (at a flush).
-    fn take_moves(&mut self) {
-        for (color, [moved_in, moved_out, stolen_in, lent_out]) in self.moves.drain() {
-            let e = self.table.entry(color);
-            e.moves_in += moved_in;
-            e.moves_out += moved_out;
-            e.steals_in += stolen_in;
-            e.steals_out += lent_out;
-        }
-    }
-
-    /// Merges the table into `slot` and clears it: always if `force` (end of a run; the lock is
-    /// then waited for), else if [`FLUSH_EVERY`] passed since the last flush and no reader holds
-    /// the slot (a worker never waits for a reader in the middle of a run).
-    pub(crate) fn flush(&mut self, slot: &Mutex<Table>, force: bool) {
+    /// Hands what was recorded since the last flush to `slot`: always if `force` (end of a run;
+    /// the locks are then waited for), else if [`FLUSH_EVERY`] passed since the last flush and
+    /// no reader holds the slot (a worker never waits for a reader in the middle of a run).
+    pub(crate) fn flush(&mut self, slot: &Slot, force: bool) {
         if self.period == 0
-            || (self.table.colors.is_empty() && self.table.other.is_none() && self.moves.is_empty())
+            || (self.samples.is_empty() && self.moves.is_empty() && self.table.is_blank())
         {
             return;
         }
         let now = Instant::now();
-        let mut published = if force {
-            lock(slot)
+        if !force && self.last_flush.is_some_and(|t| now.duration_since(t) < FLUSH_EVERY) {
+            return;
+        }
+        let Some(mut pending) = take_lock(&slot.pending, force) else { return };
+        // The figures: a swap when the slot's buffer is empty (a reader took it), so the two
+        // buffers' memory goes back and forth instead of being allocated again.
+        if pending.samples.is_empty() {
+            std::mem::swap(&mut pending.samples, &mut self.samples);
         } else {
-            if self.last_flush.is_some_and(|t| now.duration_since(t) < FLUSH_EVERY) {
-                return;
+            pending.samples.extend_from_slice(&self.samples);
+            self.samples.clear();
+        }
+        for (color, moves) in self.moves.drain() {
+            add_moves(pending.moves.entry(color).or_default(), moves);
+        }
+        // Past its bound, the slot's figures are made into histograms here (no reader took them).
+        let overflow = (pending.samples.len() >= PENDING_SAMPLES).then(|| pending.take());
+        drop(pending);
+        self.last_flush = Some(now);
+        if overflow.is_none() && self.table.is_blank() {
+            return;
+        }
+        let Some(mut table) = take_lock(&slot.table, force) else {
+            // A reader holds the histograms: the figures wait in the slot for it, or for the
+            // next flush.
+            if let Some(o) = overflow {
+                lock(&slot.pending).put_back(o);
             }
-            match slot.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            }
+            return;
         };
-        self.take_moves();
-        // Entries are kept, cleared, not dropped: made again after each flush, a busy worker's
-        // entries were allocated and their histograms grown anew (allocation, reallocations,
-        // copies, page faults: `malloc`, `realloc` and `memmove` were a third of what statistics
-        // at 1 in 1024 cost producer-consumer under `perf record`) every `FLUSH_EVERY`. Only
-        // entries with something recorded are merged.
+        if let Some(o) = overflow {
+            o.record_into(&mut table);
+        }
+        // The entries are kept, emptied, not dropped: made again after each flush, a busy
+        // worker's entries were allocated and their histograms grown anew every `FLUSH_EVERY`.
         for e in self.table.colors.values_mut().filter(|e| !e.is_blank()) {
-            published.merge_entry(e);
+            table.merge_entry(e);
             e.clear();
         }
-        if let Some(o) = &self.table.other {
-            published.other.get_or_insert_with(|| ColorEntry::new(OTHER)).merge(o);
+        if let Some(o) = self.table.other.take() {
+            table.other.get_or_insert_with(|| ColorEntry::new(OTHER)).merge(&o);
         }
-        published.bound();
-        drop(published);
-        self.table.other = None;
-        self.last_flush = Some(now);
+        table.bound();
+    }
+}
+
+/// Locks `m`: waiting for it if `wait`, else only if it is free (`None` when held).
+fn take_lock<T>(m: &Mutex<T>, wait: bool) -> Option<MutexGuard<'_, T>> {
+    if wait {
+        return Some(lock(m));
+    }
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
 
@@ -398,27 +505,66 @@ pub(crate) enum Event {
     LentOut = 3,
 }
 
-/// Each worker's published table, read by snapshots.
+/// Figures a worker handed over that no reader has made into histograms yet.
+#[derive(Default)]
+struct Pending {
+    samples: Vec<Sample>,
+    moves: FxHashMap<Color, Moves>,
+}
+
+impl Pending {
+    fn take(&mut self) -> Pending {
+        std::mem::take(self)
+    }
+
+    fn put_back(&mut self, p: Pending) {
+        self.samples.extend_from_slice(&p.samples);
+        for (color, moves) in p.moves {
+            add_moves(self.moves.entry(color).or_default(), moves);
+        }
+    }
+
+    fn record_into(self, table: &mut Table) {
+        table.record_all(&self.samples);
+        for (color, moves) in self.moves {
+            table.add_moves(color, moves);
+        }
+    }
+}
+
+/// A worker's published statistics: figures handed over (`pending`, written by the worker,
+/// taken by readers) and histograms (`table`, made from them by readers). Locks are taken one
+/// at a time by the worker; a reader holds `table` while it takes `pending`.
+pub(crate) struct Slot {
+    pending: Mutex<Pending>,
+    table: Mutex<Table>,
+}
+
+/// Each worker's published statistics, read by snapshots.
 pub(crate) struct Published {
-    slots: Box<[Mutex<Table>]>,
+    slots: Box<[Slot]>,
     period: u32,
 }
 
 impl Published {
     pub(crate) fn new(workers: usize, period: u32) -> Self {
-        Published { slots: (0..workers).map(|_| Mutex::new(Table::default())).collect(), period }
+        let slot = || Slot { pending: Mutex::default(), table: Mutex::default() };
+        Published { slots: (0..workers).map(|_| slot()).collect(), period }
     }
 
-    pub(crate) fn slot(&self, worker: usize) -> &Mutex<Table> {
+    pub(crate) fn slot(&self, worker: usize) -> &Slot {
         &self.slots[worker]
     }
 
-    /// Merges every worker's table.
+    /// Merges every worker's statistics, making the figures handed over into histograms.
     pub(crate) fn snapshot(&self) -> ColorStats {
         let mut all = Table::default();
         let mut per_worker = Vec::with_capacity(self.slots.len());
         for slot in self.slots.iter() {
-            let t = lock(slot);
+            let mut t = lock(&slot.table);
+            let pending = lock(&slot.pending).take();
+            pending.record_into(&mut t);
+            t.bound();
             let mut worker = ColorEntry::new(OTHER);
             for e in t.colors.values() {
                 all.merge_entry(e);
@@ -542,57 +688,109 @@ mod tests {
         assert!(!(0..10).any(|_| off.sample_turn() || off.sample_post()));
     }
 
-    #[test]
-    fn flush_merges_and_bounds() {
-        let slot = Mutex::new(Table::default());
-        let mut l = Local::new(1);
-        l.count(Color(3), Event::MovedIn);
-        for c in 0..(MAX_COLORS as u64 + 100) {
-            l.ran(Color(c), Instant::now(), Instant::now());
-            l.table.entry(Color(c)).run_ns_sum = c; // known order
-        }
-        l.flush(&slot, true);
-        let t = lock(&slot);
-        assert!(t.colors.len() <= MAX_COLORS);
-        let other = t.other.as_ref().expect("smallest colors folded");
-        let total: u64 =
-            t.colors.values().map(|e| e.run_ns.len()).sum::<u64>() + other.run_ns.len();
-        assert_eq!(total, MAX_COLORS as u64 + 100, "folding keeps every event");
-        // The largest colors stay named.
-        assert!(t.colors.contains_key(&Color(MAX_COLORS as u64 + 99)));
-        let named = t.colors.get(&Color(3)).map_or(0, |e| e.moves_in);
-        assert_eq!(named + other.moves_in, 1, "the move of color 3 is kept");
+    /// `ran` with a known run time.
+    fn ran_ns(l: &mut Local, color: Color, ns: u64) {
+        let t = Instant::now();
+        l.ran(color, t, t + Duration::from_nanos(ns));
     }
 
     #[test]
-    fn moves_are_counted_apart_and_merged_at_the_flush() {
-        let slot = Mutex::new(Table::default());
+    fn sampled_figures_make_no_histogram_on_the_worker() {
+        let p = Published::new(1, 1024);
+        let mut l = Local::new(1024);
+        ran_ns(&mut l, Color(1), 500);
+        l.waited(Color(1), 700);
+        ran_ns(&mut l, Color(2), 100);
+        assert!(l.table.colors.is_empty(), "figures are kept as they are, not in histograms");
+        l.flush(p.slot(0), true);
+        assert!(lock(&p.slot(0).table).colors.is_empty(), "nor made into histograms at a flush");
+        assert_eq!(lock(&p.slot(0).pending).samples.len(), 3);
+        assert!(l.samples.is_empty() && l.samples.capacity() == 0, "swapped with the slot's");
+        let s = p.snapshot();
+        let one = s.get(Color(1)).expect("color 1 named");
+        assert_eq!((one.sampled_events(), one.run_ns_sum, one.wait_ns.len()), (1, 500, 1));
+        assert!(one.wait_ns.max() >= 700 / 10 * 9, "the wait is recorded as one");
+        assert_eq!(s.get(Color(2)).map(|e| e.run_ns_sum), Some(100));
+        assert!(lock(&p.slot(0).pending).samples.is_empty(), "the reader took the figures");
+        // Taken again by the next snapshot: nothing is counted twice.
+        ran_ns(&mut l, Color(1), 10);
+        l.flush(p.slot(0), true);
+        let s = p.snapshot();
+        assert_eq!(s.get(Color(1)).map(|e| (e.sampled_events(), e.run_ns_sum)), Some((2, 510)));
+    }
+
+    #[test]
+    fn a_full_buffer_goes_into_histograms_on_the_worker_and_loses_nothing() {
+        let p = Published::new(1, 1);
+        let mut l = Local::new(1);
+        for k in 0..(LOCAL_SAMPLES as u64 + 10) {
+            ran_ns(&mut l, Color(k % 3), 1);
+        }
+        assert!(l.samples.len() <= LOCAL_SAMPLES, "bounded: {}", l.samples.len());
+        assert!(!l.table.colors.is_empty(), "spilled into the worker's histograms");
+        l.flush(p.slot(0), true);
+        assert!(l.table.is_blank(), "emptied by the flush");
+        let s = p.snapshot();
+        let total: u64 = s.colors.iter().map(ColorEntry::sampled_events).sum();
+        assert_eq!(total, LOCAL_SAMPLES as u64 + 10);
+        // The slot's figures too are bounded when nobody reads them.
+        for _ in 0..(PENDING_SAMPLES / (LOCAL_SAMPLES / 2) + 2) {
+            for _ in 0..LOCAL_SAMPLES / 2 {
+                ran_ns(&mut l, Color(5), 1);
+            }
+            l.flush(p.slot(0), true);
+            assert!(lock(&p.slot(0).pending).samples.len() < PENDING_SAMPLES);
+        }
+        assert!(lock(&p.slot(0).table).colors.contains_key(&Color(5)), "made into histograms");
+        let rounds = (PENDING_SAMPLES / (LOCAL_SAMPLES / 2) + 2) as u64;
+        let five = p.snapshot().get(Color(5)).map(ColorEntry::sampled_events);
+        assert_eq!(five, Some(rounds * (LOCAL_SAMPLES / 2) as u64));
+    }
+
+    #[test]
+    fn snapshots_bound_the_colors_named() {
+        let p = Published::new(1, 1);
+        let mut l = Local::new(1);
+        l.count(Color(3), Event::MovedIn);
+        for c in 0..(MAX_COLORS as u64 + 100) {
+            ran_ns(&mut l, Color(c), c + 1); // known order
+        }
+        l.flush(p.slot(0), true);
+        let s = p.snapshot();
+        assert!(s.colors.len() <= MAX_COLORS);
+        let other = s.other.as_ref().expect("smallest colors folded");
+        let total: u64 = s.colors.iter().map(|e| e.run_ns.len()).sum::<u64>() + other.run_ns.len();
+        assert_eq!(total, MAX_COLORS as u64 + 100, "folding keeps every event");
+        // The largest colors stay named.
+        assert!(s.get(Color(MAX_COLORS as u64 + 99)).is_some());
+        let named = s.get(Color(3)).map_or(0, |e| e.moves_in);
+        assert_eq!(named + other.moves_in, 1, "the move of color 3 is kept");
+        assert!(lock(&p.slot(0).table).colors.len() <= MAX_COLORS, "and so does the slot");
+    }
+
+    #[test]
+    fn moves_are_counted_apart_and_merged_by_readers() {
+        let p = Published::new(1, 1024);
         let mut l = Local::new(1024);
         l.count(Color(7), Event::MovedIn);
         l.count(Color(7), Event::MovedIn);
         l.count(Color(7), Event::LentOut);
         l.count(Color(8), Event::StolenIn);
-        assert!(
-            l.table.colors.is_empty(),
-            "a count makes no entry (no histogram) before the flush"
-        );
+        assert!(l.table.colors.is_empty(), "a count makes no entry (no histogram)");
         l.count(Color(9), Event::MovedIn);
-        l.flush(&slot, true);
-        let t = lock(&slot);
-        let e = &t.colors[&Color(7)];
-        assert_eq!((e.moves_in, e.moves_out, e.steals_in, e.steals_out), (2, 0, 0, 1));
-        assert_eq!(t.colors[&Color(8)].steals_in, 1);
-        drop(t);
+        l.flush(p.slot(0), true);
         assert!(l.moves.is_empty());
-        // The entries stay, cleared: the next flush adds only what was counted since.
-        assert!(l.table.colors.values().all(ColorEntry::is_blank));
+        assert!(lock(&p.slot(0).table).colors.is_empty(), "nor does a flush");
+        let s = p.snapshot();
+        let e = s.get(Color(7)).unwrap();
+        assert_eq!((e.moves_in, e.moves_out, e.steals_in, e.steals_out), (2, 0, 0, 1));
+        assert_eq!(s.get(Color(8)).unwrap().steals_in, 1);
         l.count(Color(8), Event::StolenIn);
-        l.flush(&slot, true);
-        let t = lock(&slot);
-        assert_eq!(t.colors[&Color(8)].steals_in, 2);
-        assert_eq!(t.colors[&Color(7)].moves_in, 2, "a cleared entry adds nothing");
-        assert_eq!(t.colors[&Color(9)].moves_in, 1);
-        drop(t);
+        l.flush(p.slot(0), true);
+        let s = p.snapshot();
+        assert_eq!(s.get(Color(8)).unwrap().steals_in, 2);
+        assert_eq!(s.get(Color(7)).unwrap().moves_in, 2, "nothing is counted twice");
+        assert_eq!(s.get(Color(9)).unwrap().moves_in, 1);
         let mut off = Local::new(0);
         off.count(Color(7), Event::MovedIn);
         assert!(off.moves.is_empty(), "nothing is counted with statistics off");
@@ -603,10 +801,8 @@ mod tests {
         let p = Published::new(2, 1);
         let mut a = Local::new(1);
         let mut b = Local::new(1);
-        a.ran(Color(1), Instant::now(), Instant::now());
-        a.table.entry(Color(1)).run_ns_sum = 10;
-        b.ran(Color(2), Instant::now(), Instant::now());
-        b.table.entry(Color(2)).run_ns_sum = 50;
+        ran_ns(&mut a, Color(1), 10);
+        ran_ns(&mut b, Color(2), 50);
         b.waited(Color(2), 1000);
         a.flush(p.slot(0), true);
         b.flush(p.slot(1), true);
@@ -614,13 +810,12 @@ mod tests {
         assert_eq!(s1.colors.iter().map(|e| e.color).collect::<Vec<_>>(), [Color(2), Color(1)]);
         assert_eq!(s1.workers.len(), 2);
         assert_eq!(s1.workers[1].wait_ns.len(), 1);
-        a.ran(Color(1), Instant::now(), Instant::now());
-        a.table.entry(Color(1)).run_ns_sum = 100;
+        ran_ns(&mut a, Color(1), 90);
         a.flush(p.slot(0), true);
         let s2 = p.snapshot();
         let d = s2.top_since(&s1, 10);
         assert_eq!(d.len(), 1, "only color 1 ran since: {d:?}");
-        assert_eq!((d[0].color, d[0].sampled_events, d[0].run_ns), (Color(1), 1, 100));
+        assert_eq!((d[0].color, d[0].sampled_events, d[0].run_ns), (Color(1), 1, 90));
         let top = s2.top(1);
         assert_eq!(top[0].color, Color(1));
         assert_eq!(top[0].sampled_events, 2);
