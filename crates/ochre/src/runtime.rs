@@ -554,6 +554,9 @@ impl Drop for Runtime {
         for r in self.shared.remotes.iter() {
             drop(r.poke.inbox.take_batches());
             while r.poke.inbox.pop_locked().is_some() {}
+            let mut behind = Vec::new();
+            r.take_outside(&mut behind);
+            drop(behind);
         }
     }
 }

@@ -206,8 +206,11 @@ fn dropping_the_runtime_drops_unrun_events_and_closes_handles() {
     })
     .unwrap();
     let handle = rt.handle();
-    let w = witness.clone();
-    handle.post(Color(3), move || drop(w));
+    // Two from outside: the second waits behind the first's announcement (`shared::Outside`).
+    for _ in 0..2 {
+        let w = witness.clone();
+        handle.post(Color(3), move || drop(w));
+    }
     // Each event that never ran still holds one clone of the witness.
     let unrun = Arc::strong_count(&witness) as u64 - 1;
     assert!(unrun >= 1, "the event posted after the run has not run");
