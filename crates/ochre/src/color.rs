@@ -15,7 +15,8 @@ use std::fmt;
 /// The two top bits of the value name a mode: bit 63 a [grouped](Color::grouped) color, bit 62
 /// (ungrouped) one that [admits readers](Color::with_readers), whose every exclusive turn takes
 /// a reader-writer word. A color made from a hash or a wide counter should keep to the low 62
-/// bits (`Color(h >> 2)`), or a quarter of its colors pay for reads they never get.
+/// bits ([`Color::plain`]), or a quarter of its colors pay for reads they never get and half of
+/// them are grouped.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct Color(pub u64);
 
@@ -29,6 +30,20 @@ impl Color {
     /// The color of events posted without one: a program that never colors anything is serial,
     /// and therefore correct, and parallelism is added one color at a time.
     pub const DEFAULT: Color = Color(0);
+
+    /// A plain color (neither grouped nor admitting readers) from any 64-bit value: a hash, a
+    /// wide counter, an address. The value's two top bits are dropped; `Color(n)` is the same
+    /// color for `n` below 2^62.
+    ///
+    /// ```
+    /// use ochre::Color;
+    /// let c = Color::plain(u64::MAX);
+    /// assert!(!c.admits_readers() && c.group().is_none());
+    /// assert_eq!(Color::plain(7), Color(7));
+    /// ```
+    pub const fn plain(value: u64) -> Color {
+        Color(value & !(GROUPED | READERS))
+    }
 
     /// Member `member` of color group `group` (a "bubble" of the memory-aware scheduling work: a
     /// connection and its helpers, a MapReduce task and its buffers). The members of a group are
