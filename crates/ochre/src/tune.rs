@@ -32,33 +32,49 @@
 //!
 //! Measured: whenever a destination's buffer leaves full, whether that destination was idle
 //! (its `Status::idle` flag) and how many colors wait there (its `Status::ready`, as of its
-//! last round): two relaxed loads of one line per full batch; and how long the batch took to
-//! fill (the time since the destination's previous full batch, which the safety flush already
-//! measures).
+//! last round): two relaxed loads of one line per full batch; and, by the sender, how the
+//! batch filled ([`Fill`]): how long it took (the time since the destination's previous full
+//! batch, which the safety flush already measures, known only if no batch left that buffer
+//! before it was full in between) and whether the previous full batch left in the same turn.
 //!
 //! - Backlogged receiver (at least a batch's worth of colors waiting): it will not run dry
 //!   before a larger batch fills, so a larger batch delays nothing it could run and saves a
 //!   synchronization (and a batch's filing) per batch: grow by a quarter.
-//! - Busy receiver with less queued: keep the size. It will soon run dry, and the batch that
-//!   leaves in the middle of a turn is what keeps it fed. The first version grew here:
-//!   producer-consumer at 2 workers (50 messages a round to the other worker) then sent 4
-//!   early and 46 at the end of the producer's turn instead of 4, 32 and 14, and lost 38-46%
-//!   (paired ratios 0.54, 0.58, 0.62 against the fixed size in three processes).
-//! - Idle receiver, and the batch took long to fill (more than [`LONG_FILL`] since the
-//!   destination's previous full batch): it waited that long for the first of these messages:
-//!   shrink by an eighth.
-//! - Idle receiver, batch filled quickly: keep the size. A receiver that keeps up with a fast
-//!   producer is idle at every full batch, and there a smaller batch only adds
-//!   synchronizations: the first version of this rule shrank on every idle receiver, and a
-//!   one-way fan-out of 100 events a round then sent batches of 8 and allocated 1121 buffers
-//!   where the fixed 32 needs a few (`tests/api.rs`, `a_fan_out_reuses_its_batch_buffers...`).
+//! - A turn that fills batch after batch to one destination, each within [`LONG_FILL`] (a
+//!   producer's loop, a fan-out of thousands): the receiver gets a batch every fill whatever
+//!   the size, so a larger one only saves synchronizations: grow by a quarter, idle receiver
+//!   or not. Why: fork-join empty (one handler posts 720 000 messages to 60 actors) lost 35%
+//!   to the fixed 128 (quiet machine, paired); `OCHRE_TUNE_DEBUG=1` showed its receiver busy
+//!   with 4-10 colors queued at 70% of the full batches and idle at the rest, so the backlog
+//!   rule never grew it (25 growths in 62 692 batches).
+//! - Busy receiver with less queued, otherwise: keep the size. It will soon run dry, and the
+//!   batch that leaves in the middle of a turn is what keeps it fed. The first version grew
+//!   here: producer-consumer at 2 workers (50 messages a round to the other worker) then sent
+//!   4 early and 46 at the end of the producer's turn instead of 4, 32 and 14, and lost 38-46%
+//!   (paired ratios 0.54, 0.58, 0.62 against the fixed size in three processes). Its one full
+//!   batch a turn is never the same turn's second, so the loop rule leaves it alone too.
+//! - Idle receiver, and the batch is known to have taken long to fill (more than
+//!   [`LONG_FILL`]): it waited that long for the first of these messages: shrink by an eighth.
+//!   The version before this one took the time since the previous full batch as the fill time even
+//!   when batches had left before they were full in between (ends of turns, early batches):
+//!   the time then counted waits with an empty buffer, between turns and between runs, and
+//!   every such batch to an idle receiver shrank the size; sizes drifted down to means of 8-10
+//!   on producer-consumer, the thread rings, fork-join and bank (`OCHRE_TUNE_DEBUG=1`), and
+//!   the thread ring of 64 tokens lost 5% to the fixed 32.
+//! - Idle receiver, batch filled quickly (outside a loop): keep the size. A receiver that
+//!   keeps up with a fast producer is idle at every full batch, and there a smaller batch
+//!   only adds synchronizations: the first version of this rule shrank on every idle
+//!   receiver, and a one-way fan-out of 100 events a round then sent batches of 8 and
+//!   allocated 1121 buffers where the fixed 32 needs a few (`tests/api.rs`,
+//!   `a_fan_out_reuses_its_batch_buffers...`).
 //!
 //! Growth is faster than shrinking: a producer faster than its consumer keeps it busy and the
 //! size climbs to [`MAX_BATCH`] within a dozen batches; a slow stream (a message every few
-//! microseconds or less often) shrinks it slowly, one full batch at a time.
+//! microseconds or less often) shrinks it slowly, one full batch at a time. In a loop, the two
+//! meet where a batch takes about [`LONG_FILL`] to fill.
 //! - Bounds [`MIN_BATCH`]..[`MAX_BATCH`]: 8 keeps a batch worth a synchronization (the thesis
-//!   found 20-50 best on its applications); 256 messages of 32 bytes is 8 KiB, a buffer that
-//!   stays in the L1/L2 of both workers.
+//!   found 20-50 best on its applications); 256 messages of 48 bytes is 12 KiB, a buffer that
+//!   stays in the L2 of both workers.
 //!
 //! The size is per destination (a fan-out to a busy worker and a chain to an idle one tune
 //! apart). The turn's burst and early-batch rules (`outbox`) keep reading the configured size:
@@ -216,18 +232,29 @@ pub(crate) struct Receiver {
     pub(crate) ready: usize,
 }
 
-/// The next size of a destination's batches after one left full at `size`, having taken `fill`
-/// to fill (module doc): a quarter larger if the receiver had at least `size` colors waiting,
-/// an eighth smaller if it was idle and the fill took longer than [`LONG_FILL`], else the same;
+/// How a batch that left full had filled, as its sender saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Fill {
+    /// How long it took to fill: the time since the previous batch to the same destination
+    /// left full, if none left before it was full in between (else unknown: the time would
+    /// count a wait with an empty buffer, between turns or runs).
+    pub(crate) took: Option<Duration>,
+    /// The previous full batch to the same destination left in the same turn: one handler is
+    /// posting batch after batch to it (a producer's loop, a fan-out).
+    pub(crate) same_turn: bool,
+}
+
+/// The next size of a destination's batches after one left full at `size` (module doc): an
+/// eighth smaller if the receiver was idle and the batch took longer than [`LONG_FILL`] to
+/// fill; a quarter larger if the receiver had at least `size` colors waiting, or if the batch
+/// followed another full one in the same turn and filled within [`LONG_FILL`]; else the same;
 /// within [`MIN_BATCH`]..[`MAX_BATCH`].
-pub(crate) fn next_batch_size(size: usize, receiver: Receiver, fill: Duration) -> usize {
-    let next = if receiver.idle {
-        if fill > LONG_FILL {
-            size - size / 8
-        } else {
-            size
-        }
-    } else if receiver.ready >= size {
+pub(crate) fn next_batch_size(size: usize, receiver: Receiver, fill: Fill) -> usize {
+    let slow = fill.took.is_some_and(|t| t > LONG_FILL);
+    let quick = fill.took.is_some_and(|t| t <= LONG_FILL);
+    let next = if receiver.idle && slow {
+        size - size / 8
+    } else if (!receiver.idle && receiver.ready >= size) || (fill.same_turn && quick) {
         size + (size / 4).max(1)
     } else {
         size
@@ -333,9 +360,14 @@ mod tests {
     const IDLE: Receiver = Receiver { idle: true, ready: 0 };
     const BACKLOGGED: Receiver = Receiver { idle: false, ready: 1000 };
 
+    /// A batch that followed a full one (not in the same turn) and took `t` to fill.
+    fn took(t: Duration) -> Fill {
+        Fill { took: Some(t), same_turn: false }
+    }
+
     #[test]
     fn a_backlogged_receiver_grows_batches_to_the_maximum_and_an_idle_one_shrinks_them() {
-        let (quick, slow) = (US * 5, US * 500);
+        let (quick, slow) = (took(US * 5), took(US * 500));
         let mut size = 32;
         let mut steps = 0;
         while size < MAX_BATCH {
@@ -373,8 +405,44 @@ mod tests {
     fn a_busy_receiver_with_less_than_a_batch_queued_keeps_the_size() {
         // Producer-consumer: the receiver runs the early batch (4 colors) when 32 more leave.
         let busy = |ready| Receiver { idle: false, ready };
-        assert_eq!(next_batch_size(32, busy(4), US * 5), 32);
-        assert_eq!(next_batch_size(32, busy(31), US * 500), 32);
-        assert_eq!(next_batch_size(32, busy(32), US * 5), 40);
+        assert_eq!(next_batch_size(32, busy(4), took(US * 5)), 32);
+        assert_eq!(next_batch_size(32, busy(31), took(US * 500)), 32);
+        assert_eq!(next_batch_size(32, busy(32), took(US * 5)), 40);
+    }
+
+    #[test]
+    fn an_unknown_fill_time_never_shrinks() {
+        // The batch before this one left early (end of a turn, an early batch, a safety
+        // flush): the time since the last full one counts a wait with an empty buffer. The
+        // first version read it as the fill time, and sizes drifted down to 8-10 on the
+        // producer-consumer, thread ring and fork-join cases (OCHRE_TUNE_DEBUG counts).
+        let unknown = Fill { took: None, same_turn: false };
+        for s in MIN_BATCH..=MAX_BATCH {
+            assert_eq!(next_batch_size(s, IDLE, unknown), s);
+            let same_turn = Fill { took: None, same_turn: true };
+            assert_eq!(next_batch_size(s, IDLE, same_turn), s, "growth needs a known fill");
+        }
+    }
+
+    #[test]
+    fn a_turn_that_fills_batch_after_batch_quickly_grows_them_to_the_maximum() {
+        // Fork-join: one handler posts hundreds of thousands of messages; the receiver runs
+        // each at once (a few colors queued, often idle) and the fixed 128 beat the fixed 32
+        // by 16%: growth on a backlog alone never happened there.
+        let loop_fill = |t| Fill { took: Some(t), same_turn: true };
+        let few = Receiver { idle: false, ready: 5 };
+        for receiver in [IDLE, few] {
+            let mut size = 32;
+            for _ in 0..12 {
+                size = next_batch_size(size, receiver, loop_fill(US * 5));
+            }
+            assert_eq!(size, MAX_BATCH, "{receiver:?}");
+        }
+        // The same turn but slow to fill, the receiver idle: it waits, shrink.
+        assert!(next_batch_size(64, IDLE, loop_fill(LONG_FILL * 2)) < 64);
+        // Slow to fill, the receiver busy: nothing waits, nothing to gain: kept.
+        assert_eq!(next_batch_size(64, few, loop_fill(LONG_FILL * 2)), 64);
+        // Quick but across turns (producer-consumer's one full batch a round): kept.
+        assert_eq!(next_batch_size(64, few, took(US * 5)), 64);
     }
 }
