@@ -23,7 +23,7 @@
 //! waits (measured: a sixth of a one-way stream's time). A worker keeps at most `MAX_SPARES`
 //! spares, and its returns queue holds at most `MAX_RETURNS`, whatever the number of workers.
 //!
-//! With [`BatchSize::Adaptive`] (an option, not the default) each destination's size is tuned: when its
+//! With [`BatchSize::Adaptive`] (the default) each destination's size is tuned: when its
 //! buffer leaves full, the worker tells [`Outbox::left_full`] whether the destination was idle
 //! and how many colors wait there, and `tune::next_batch_size` gives the next size (the rule and its reasons are in `tune`).
 //! Buffers then have the capacity of the largest size, so that none reallocates as it grows.
