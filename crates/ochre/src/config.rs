@@ -58,9 +58,9 @@ pub enum BatchSize {
     Fixed,
     /// Tuned online per destination (`tune` module), starting at [`Config::batch_size`]:
     /// larger while the destination has a batch's worth of colors waiting when its batches
-    /// leave full (a larger batch then delays nothing and saves synchronizations), smaller
-    /// while it is idle then and the batches take long to fill (it waited for them), between
-    /// 8 and 256 messages.
+    /// leave full, or while one turn fills batch after batch quickly (a larger batch then
+    /// delays nothing and saves synchronizations), smaller while the destination is idle and
+    /// the batches take long to fill (it waited for them), between 8 and 128 messages.
     Adaptive,
 }
 
