@@ -98,8 +98,8 @@
 //!   grew (the two fixes above).
 //! - This version, `OCHRE_TUNE_DEBUG=1`, one run of each case (counts, not speeds, so the load
 //!   matters little): mean batch sizes 32 on producer-consumer and the thread rings (a few dozen
-//!   full batches where there were thousands), 250-255 on fork-join (empty and 1 µs) and
-//!   counting, 48-252 on bank by destination.
+//!   full batches where there were thousands; 32-38 on big and chameneos), 127-128 (the
+//!   maximum) on fork-join (empty and 1 µs) and counting, 58-128 on bank by destination.
 //! - This version, speeds, loaded by other helpers' builds (load 5-13: hints, not results):
 //!   fork-join empty tuned / fixed default 1.105 and 1.031 (paired medians, two processes of 5
 //!   repetitions at load 5-7; the version before lost 0.83 in the same conditions); the full
