@@ -100,12 +100,19 @@
 //!   matters little): mean batch sizes 32 on producer-consumer and the thread rings (a few dozen
 //!   full batches where there were thousands; 32-38 on big and chameneos), 127-128 (the
 //!   maximum) on fork-join (empty and 1 µs) and counting, 58-128 on bank by destination.
-//! - This version, speeds, loaded by other helpers' builds (load 5-13: hints, not results):
-//!   fork-join empty tuned / fixed default 1.105 and 1.031 (paired medians, two processes of 5
-//!   repetitions at load 5-7; the version before lost 0.83 in the same conditions); the full
-//!   benchmark at load 8-12 ranged 0.66-1.13 on cases where no setting differs in a quiet run
-//!   (ping-pong 2w has no full batch at all): the load moved those figures, not the settings.
-//!   The quiet re-measure decides; `Config::baseline()` and every fixed setting remain.
+//! - This version, speeds, loaded by other helpers' builds (load 4.5-13: hints, not results):
+//!   at the 256 bound, fork-join empty tuned / fixed default 1.105 and 1.031 (paired medians,
+//!   two processes of 5 repetitions at load 5-7; the version before lost 0.83 in the same
+//!   conditions), and the full benchmark at load 8-12 ranged 0.66-1.13 on cases where no
+//!   setting differs in a quiet run (ping-pong 2w has no full batch at all). At the 128 bound,
+//!   two processes of 7 repetitions at load 4.5-6.5, tuned / fixed default: fork-join empty
+//!   1.069, 0.953; counting 1.009, 0.833; the thread rings 1.083, 1.425 (1 token) and 1.017,
+//!   0.993 (64); fork-join 1 µs 1.006, 1.030; bank 1.017, 1.133; producer-consumer empty
+//!   0.974, 0.781 (and 0.628 in a third process), 1 µs 0.988, 1.104, 1.063, 10 µs 0.952,
+//!   0.818, 1.047, where the batch sizes never left 32 (`OCHRE_TUNE_DEBUG`, five processes):
+//!   the spin tuner or the load, not the batch rule. The load moved these figures as much as
+//!   the settings; the quiet re-measure decides. `Config::baseline()` and every fixed setting
+//!   remain.
 
 use std::time::Duration;
 
