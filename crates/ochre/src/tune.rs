@@ -110,9 +110,14 @@
 //!   0.993 (64); fork-join 1 µs 1.006, 1.030; bank 1.017, 1.133; producer-consumer empty
 //!   0.974, 0.781 (and 0.628 in a third process), 1 µs 0.988, 1.104, 1.063, 10 µs 0.952,
 //!   0.818, 1.047, where the batch sizes never left 32 (`OCHRE_TUNE_DEBUG`, five processes):
-//!   the spin tuner or the load, not the batch rule. The load moved these figures as much as
-//!   the settings; the quiet re-measure decides. `Config::baseline()` and every fixed setting
-//!   remain.
+//!   the spin tuner or the load, not the batch rule. Two processes of all 13 cases (5
+//!   repetitions, the benchmark's own two workers the most of a load of 2.3-3.4), tuned /
+//!   fixed default: fork-join empty 1.193, 0.953; bank 1.050, 0.970; chameneos 1.057, 0.969;
+//!   counting 1.055, 1.010; the thread rings 0.969, 1.391 (1 token) and 0.978, 0.956 (64);
+//!   big 1.016, 1.223; ping-pong 2w 0.905, 1.002; the other five 0.979-1.028. Against the
+//!   best fixed setting of each case 8 and 7 of 13 were within 3%, the misses different in
+//!   the two. The load moved these figures as much as the settings; the quiet re-measure
+//!   decides. `Config::baseline()` and every fixed setting remain.
 
 use std::time::Duration;
 
