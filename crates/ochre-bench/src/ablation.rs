@@ -7,9 +7,8 @@
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`); then stealing only
-//! colors with a measured backlog (`Steal::Backlog`: the default configuration); then online
-//! tuning of the spin threshold and the batch size (`Spin::Adaptive`, `BatchSize::Adaptive`, an
-//! option); then, instead of backlog stealing, from the follow step: stealing only from workers
+//! colors with a measured backlog (`Steal::Backlog`); then online tuning of the spin threshold
+//! and the batch size (`Spin::Adaptive`, `BatchSize::Adaptive`: the default configuration); then, instead of backlog stealing, from the follow step: stealing only from workers
 //! whose CPU is shared (`Steal::FromSharedCpus`); and plain stealing with every heuristic.
 //! Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
@@ -46,15 +45,15 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("6 +placement", placed),
         ("7 steal off", no_steal),
         ("8 +follow", follow),
-        (DEFAULT_STEP, backlog),
-        ("10 +online tuning", tuned),
+        ("9 +steal backlogs", backlog),
+        (DEFAULT_STEP, tuned),
         ("11 follow, steal from shared CPUs", relief),
         ("12 follow, plain stealing +heuristics", heuristics),
     ]
 }
 
 /// The step that is the default configuration, named `ochre` in the tables.
-const DEFAULT_STEP: &str = "9 +steal backlogs";
+const DEFAULT_STEP: &str = "10 +online tuning";
 
 fn label(step: &str) -> String {
     if step == DEFAULT_STEP { "ochre" } else { step }.to_string()
@@ -214,9 +213,10 @@ mod tests {
         let default = steps.iter().find(|(n, _)| *n == DEFAULT_STEP).expect("default step");
         assert_eq!(default.1, Config::default());
         assert_eq!(label(DEFAULT_STEP), "ochre");
-        // The step after it is the same configuration, tuned online.
-        let after = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() + 1;
-        let tuned = Config::default().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
-        assert_eq!(steps[after], ("10 +online tuning", tuned));
+        // The step before it is the same configuration with fixed settings.
+        let before = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() - 1;
+        let spin = Spin::Reasoned { threshold: None };
+        let fixed = Config::default().spin(spin).batch_sizing(BatchSize::Fixed);
+        assert_eq!(steps[before], ("9 +steal backlogs", fixed));
     }
 }

@@ -58,9 +58,9 @@ pub enum BatchSize {
     Fixed,
     /// Tuned online per destination (`tune` module), starting at [`Config::batch_size`]:
     /// larger while the destination has a batch's worth of colors waiting when its batches
-    /// leave full (a larger batch then delays nothing and saves synchronizations), smaller
-    /// while it is idle then and the batches take long to fill (it waited for them), between
-    /// 8 and 256 messages.
+    /// leave full, or while one turn fills batch after batch quickly (a larger batch then
+    /// delays nothing and saves synchronizations), smaller while the destination is idle and
+    /// the batches take long to fill (it waited for them), between 8 and 128 messages.
     Adaptive,
 }
 
@@ -128,9 +128,8 @@ pub struct Config {
     pub batch_size: usize,
     /// Whether `batch_size` is fixed or only the start of a size tuned online per destination
     /// (issue 23; the rules and the reasons for their constants are in the `tune` module).
-    /// Default [`BatchSize::Fixed`]: the tuned sizes did not measure at least as well as the
-    /// fixed 32 on the study's loaded 2-CPU machine (`ochre bench tuning`, the `tune` module
-    /// doc has the figures), so tuning is an option until a quieter measurement says otherwise.
+    /// Default [`BatchSize::Adaptive`] (`ochre bench tuning` compares it with fixed sizes; the
+    /// `tune` module doc has the figures); [`Config::baseline`] keeps it fixed.
     #[serde(default = "batch_sizing_default")]
     pub batch_sizing: BatchSize,
     /// Safety flush (thesis §5.3.2): a buffer older than this factor times the mean interval
@@ -139,10 +138,10 @@ pub struct Config {
     pub safety_flush_factor: f64,
     /// How idle workers sleep and are woken.
     pub wakeup: Wakeup,
-    /// What idle workers do before sleeping. Default: reasoned spinning with 10x the measured
-    /// wake-up latency; [`Spin::Adaptive`] tunes the threshold from the idle gaps each worker
-    /// measures (issue 23, `tune` module), an option: it did not measure at least as well as
-    /// the fixed threshold on the study's loaded machine (`ochre bench tuning`).
+    /// What idle workers do before sleeping. Default [`Spin::Adaptive`]: reasoned spinning
+    /// whose threshold each worker tunes from the idle gaps it measures (issue 23, `tune`
+    /// module), starting from 10x the measured wake-up latency (`Spin::Reasoned` with no
+    /// threshold, the default before; `ochre bench tuning` compares them).
     pub spin: Spin,
     /// At most this many workers spin at once. `None`: all of them when there are no more
     /// workers than CPUs (each spins on a CPU of its own), else half the CPUs (at least 1), so
@@ -246,7 +245,7 @@ fn stall_threshold_default() -> Option<Duration> {
 }
 
 fn batch_sizing_default() -> BatchSize {
-    BatchSize::Fixed
+    BatchSize::Adaptive
 }
 
 fn color_stats_default() -> u32 {
@@ -265,7 +264,7 @@ impl Default for Config {
             batch_sizing: batch_sizing_default(),
             safety_flush_factor: 1.1,
             wakeup: Wakeup::Futex,
-            spin: Spin::Reasoned { threshold: None },
+            spin: Spin::Adaptive,
             max_spinners: None,
             steal: Steal::Backlog,
             steal_batch: false,

@@ -22,7 +22,7 @@
 //! milliseconds. Without this, a web server spinning next to its load injector on the same CPU
 //! ran at half speed (`bench sws`, 2 workers on 2 CPUs).
 //!
-//! With [`Spin::Adaptive`] (an option, not the default) the threshold and the decision to spin come from the
+//! With [`Spin::Adaptive`] (the default) the threshold and the decision to spin come from the
 //! idle gaps this worker measured (`tune::SpinTuner`, whose module doc gives the rules): each
 //! idle spell that ends with work is timed (two clock reads a spell) and recorded.
 //!

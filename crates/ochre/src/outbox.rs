@@ -23,10 +23,13 @@
 //! waits (measured: a sixth of a one-way stream's time). A worker keeps at most `MAX_SPARES`
 //! spares, and its returns queue holds at most `MAX_RETURNS`, whatever the number of workers.
 //!
-//! With [`BatchSize::Adaptive`] (an option, not the default) each destination's size is tuned: when its
+//! With [`BatchSize::Adaptive`] (the default) each destination's size is tuned: when its
 //! buffer leaves full, the worker tells [`Outbox::left_full`] whether the destination was idle
 //! and how many colors wait there, and `tune::next_batch_size` gives the next size (the rule and its reasons are in `tune`).
 //! Buffers then have the capacity of the largest size, so that none reallocates as it grows.
+//! With the environment variable `OCHRE_TUNE_DEBUG` set, each outbox prints at its drop what
+//! the rule saw and decided per destination (a developer's view of the rule on a real run;
+//! counted only when a batch leaves full, never on a post).
 //!
 //! The safety check reads the clock only every few events and only when something is pending; a
 //! buffer's age is counted from the first check that saw it pending, so posting itself never reads
@@ -55,9 +58,13 @@ struct OutSlot {
     early_turn: u64,
     /// Messages at which this buffer leaves full: the configured size, or the tuned one.
     size: usize,
-    /// Time between the last two natural flushes (zero before the second): how long the last
-    /// full batch took to fill, for the size tuning.
-    fill: Duration,
+    /// How the last full batch filled, for the size tuning (`tune::Fill`).
+    fill: tune::Fill,
+    /// No batch left this buffer before it was full since the last one that left full: the
+    /// time between the two full ones is then how long the last one took to fill.
+    filled_whole: bool,
+    /// The turn in which the last full batch left.
+    full_turn: u64,
 }
 
 /// Emptied batch buffers given back to a worker by those it sent them to, taken by the worker
@@ -92,6 +99,18 @@ pub(crate) struct Outbox {
     early_at: usize,
     /// Turns ended so far (starts at 1 so that no slot has offered in the current turn).
     turn: u64,
+    /// With `OCHRE_TUNE_DEBUG` set and tuned sizes: what the size rule saw and decided, printed
+    /// when the outbox is dropped (a developer's view of the rule on a real run).
+    debug: Option<Box<TuneDebug>>,
+}
+
+/// What the size rule saw and decided, per destination (`OCHRE_TUNE_DEBUG`).
+#[derive(Default)]
+struct TuneDebug {
+    /// Per destination: [grow, keep busy, keep idle quick, shrink], full batches, sum of sizes.
+    decisions: Vec<[u64; 6]>,
+    ready_sum: Vec<u64>,
+    fill_ns_sum: Vec<u64>,
 }
 
 /// A turn's first batch to a destination may go early, at `batch_size / EARLY_FRACTION`
@@ -130,7 +149,9 @@ impl Outbox {
                     mean_interval: INITIAL_INTERVAL,
                     early_turn: 0,
                     size: batch_size,
-                    fill: Duration::ZERO,
+                    fill: tune::Fill::default(),
+                    filled_whole: false,
+                    full_turn: 0,
                 })
                 .collect(),
             batch_size,
@@ -142,6 +163,7 @@ impl Outbox {
             allocated: 0,
             early_at: (batch_size / EARLY_FRACTION).max(1),
             turn: 1,
+            debug: None,
         }
     }
 
@@ -158,6 +180,14 @@ impl Outbox {
         for slot in &mut self.slots {
             slot.size = start;
         }
+        if sizing == BatchSize::Adaptive && std::env::var_os("OCHRE_TUNE_DEBUG").is_some() {
+            let n = self.slots.len();
+            self.debug = Some(Box::new(TuneDebug {
+                decisions: vec![[0; 6]; n],
+                ready_sum: vec![0; n],
+                fill_ns_sum: vec![0; n],
+            }));
+        }
         self
     }
 
@@ -168,7 +198,25 @@ impl Outbox {
     pub(crate) fn left_full(&mut self, dest: usize, receiver: impl FnOnce() -> tune::Receiver) {
         if self.sizing == BatchSize::Adaptive {
             let slot = &mut self.slots[dest];
-            slot.size = tune::next_batch_size(slot.size, receiver(), slot.fill);
+            let seen = receiver();
+            let next = tune::next_batch_size(slot.size, seen, slot.fill);
+            if let Some(d) = self.debug.as_deref_mut() {
+                let k = if next > slot.size {
+                    0
+                } else if next < slot.size {
+                    3
+                } else if seen.idle {
+                    2
+                } else {
+                    1
+                };
+                d.decisions[dest][k] += 1;
+                d.decisions[dest][4] += 1;
+                d.decisions[dest][5] += slot.size as u64;
+                d.ready_sum[dest] += seen.ready as u64;
+                d.fill_ns_sum[dest] += slot.fill.took.map_or(0, |t| t.as_nanos() as u64);
+            }
+            slot.size = next;
         }
     }
 
@@ -211,13 +259,19 @@ impl Outbox {
             return None;
         }
         let now = now();
+        let mut took = None;
         if let Some(last) = slot.last_natural {
-            let gap = now.saturating_duration_since(last).clamp(MIN_INTERVAL, MAX_INTERVAL);
-            slot.mean_interval = (slot.mean_interval * 7 + gap) / 8;
-            slot.fill = gap;
+            let gap = now.saturating_duration_since(last);
+            let clamped = gap.clamp(MIN_INTERVAL, MAX_INTERVAL);
+            slot.mean_interval = (slot.mean_interval * 7 + clamped) / 8;
+            took = slot.filled_whole.then_some(gap);
         }
+        slot.fill = tune::Fill { took, same_turn: slot.full_turn == self.turn };
+        slot.full_turn = self.turn;
         slot.last_natural = Some(now);
-        Some(self.take(dest))
+        let batch = self.take(dest);
+        self.slots[dest].filled_whole = true;
+        Some(batch)
     }
 
     /// Marks the last message buffered for `dest`, if it is a post, as a chain step (`follow`).
@@ -273,6 +327,7 @@ impl Outbox {
             if let Some(i) = self.pending.iter().position(|&d| d == dest) {
                 self.pending.swap_remove(i);
             }
+            slot.filled_whole = false;
         }
         slot.seen_pending = None;
         std::mem::take(&mut slot.msgs)
@@ -313,7 +368,34 @@ impl Outbox {
             }
         }
     }
+}
 
+impl Drop for Outbox {
+    /// Prints what the size rule decided (`OCHRE_TUNE_DEBUG`), at the end of a run.
+    fn drop(&mut self) {
+        let Some(d) = self.debug.as_deref() else { return };
+        for (dest, k) in d.decisions.iter().enumerate() {
+            if k[4] == 0 {
+                continue;
+            }
+            eprintln!(
+                "tune: batches to worker {dest}: {} full batches, mean size {:.1}, final {}, \
+                 grow {} keep-busy {} keep-idle {} shrink {}, mean ready {:.1}, mean fill {:.1} us",
+                k[4],
+                k[5] as f64 / k[4] as f64,
+                self.slots[dest].size,
+                k[0],
+                k[1],
+                k[2],
+                k[3],
+                d.ready_sum[dest] as f64 / k[4] as f64,
+                d.fill_ns_sum[dest] as f64 / k[4] as f64 / 1000.0,
+            );
+        }
+    }
+}
+
+impl Outbox {
     #[cfg(all(test, not(loom)))]
     fn size(&self, dest: usize) -> usize {
         self.slots[dest].size
@@ -458,8 +540,9 @@ mod tests {
             batch.len()
         };
         // Destination 1 is backlogged at every full batch, 2 is idle: their sizes part. Filled
-        // at once, 2's batches keep their size; filled slowly, they shrink. The clock is given
-        // (`push_at`): under Miri, or on a loaded machine, a real one would make every fill slow.
+        // at once, one per turn, 2's batches keep their size; filled slowly, they shrink. The
+        // clock is given (`push_at`): under Miri, or on a loaded machine, a real one would make
+        // every fill slow.
         let idle = || tune::Receiver { idle: true, ready: 0 };
         let fill_at = |o: &mut Outbox, dest: usize, at: Instant| {
             let n = o.size(dest);
@@ -472,6 +555,7 @@ mod tests {
             o.left_full(1, || tune::Receiver { idle: false, ready: 1000 });
             fill_at(&mut o, 2, t0 + Duration::from_micros(u64::from(i)));
             o.left_full(2, idle);
+            o.end_turn();
         }
         assert_eq!(o.size(1), tune::MAX_BATCH);
         assert_eq!(o.size(2), 32, "an idle receiver of quickly filled batches");
@@ -487,6 +571,40 @@ mod tests {
             assert_eq!(fill(&mut fixed, 1), 32);
             fixed.left_full(1, || unreachable!("a fixed size reads nothing of the receiver"));
         }
+    }
+
+    #[test]
+    fn the_rule_sees_a_fill_time_only_between_two_full_batches_and_whether_a_turn_made_both() {
+        let mut o = Outbox::new(2, 32, 1.1).sized(BatchSize::Adaptive);
+        let t0 = Instant::now();
+        let fill_at = |o: &mut Outbox, at: Instant| {
+            let n = o.size(1) - o.slots[1].msgs.len();
+            (0..n).find_map(|_| o.push_at(1, msg(), &returns(), || at)).expect("full");
+        };
+        fill_at(&mut o, t0);
+        assert_eq!(o.slots[1].fill, tune::Fill { took: None, same_turn: false }, "the first");
+        // Two full batches in one turn, 5 us apart.
+        fill_at(&mut o, t0 + Duration::from_micros(5));
+        let fill = o.slots[1].fill;
+        assert_eq!(fill, tune::Fill { took: Some(Duration::from_micros(5)), same_turn: true });
+        // A turn ends; a few messages leave early (end of the turn, an early batch); long
+        // after, the next batch leaves full: its fill time is unknown (it would count the wait
+        // with an empty buffer) and it is not the same turn's.
+        o.end_turn();
+        assert!(o.push_at(1, msg(), &returns(), || t0).is_none(), "not full");
+        assert_eq!(o.take(1).len(), 1);
+        fill_at(&mut o, t0 + Duration::from_secs(1));
+        assert_eq!(o.slots[1].fill, tune::Fill { took: None, same_turn: false });
+        let idle = || tune::Receiver { idle: true, ready: 0 };
+        o.left_full(1, idle);
+        assert_eq!(o.size(1), 32, "an unknown fill time does not shrink");
+        // An empty buffer taken (a flush with nothing pending) leaves the next fill known.
+        o.end_turn();
+        assert!(o.take(1).is_empty());
+        fill_at(&mut o, t0 + Duration::from_secs(1) + tune::LONG_FILL * 2);
+        assert_eq!(o.slots[1].fill.took, Some(tune::LONG_FILL * 2));
+        o.left_full(1, idle);
+        assert!(o.size(1) < 32, "a slow fill to an idle receiver shrinks");
     }
 
     #[test]
