@@ -152,7 +152,7 @@ pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
         }
         SimCommand::Calibrate { from, measured, only, budget, out } => {
             let start = measured.as_deref().map(load).transpose()?;
-            let figures = figures(from.as_deref(), measured.as_deref(), only.as_deref())?;
+            let figures = figures(from.as_deref(), start.as_ref(), only.as_deref())?;
             let cal = fit(&figures, Duration::from_secs(*budget), start.as_ref());
             let text = serde_json::to_string_pretty(&cal).map_err(|e| e.to_string())?;
             std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
@@ -161,20 +161,25 @@ pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
             Ok(())
         }
         SimCommand::Validate { from, measured, calibration, only, budget, json } => {
-            let cal = match (calibration, measured, from) {
+            // Each file is read once (the same file may give both the model and the figures).
+            let model = calibration.as_deref().map(load).transpose()?;
+            let saved = match (measured.as_deref(), &model) {
+                (Some(m), Some(cal)) if Some(m) == calibration.as_deref() => Some(cal.clone()),
+                (m, _) => m.map(load).transpose()?,
+            };
+            let cal = match model {
                 // Both the cost model and the figures of one file.
-                (Some(p), None, None) if only.is_none() => load(p)?,
-                (Some(p), _, _) => {
-                    let figures = match (measured, from) {
-                        (None, None) => load(p)?.measured,
-                        _ => figures(from.as_deref(), measured.as_deref(), None)?,
+                Some(cal) if saved.is_none() && from.is_none() && only.is_none() => cal,
+                Some(cal) => {
+                    let figures = match (&saved, from) {
+                        (None, None) => cal.measured.clone(),
+                        _ => figures(from.as_deref(), saved.as_ref(), None)?,
                     };
-                    Calibration { measured: select(figures, only.as_deref())?, ..load(p)? }
+                    Calibration { measured: select(figures, only.as_deref())?, ..cal }
                 }
-                (None, _, _) => {
-                    let start = measured.as_deref().map(load).transpose()?;
-                    let figures = figures(from.as_deref(), measured.as_deref(), only.as_deref())?;
-                    fit(&figures, Duration::from_secs(*budget), start.as_ref())
+                None => {
+                    let figures = figures(from.as_deref(), saved.as_ref(), only.as_deref())?;
+                    fit(&figures, Duration::from_secs(*budget), saved.as_ref())
                 }
             };
             let rows = validation(&cal);
@@ -215,13 +220,17 @@ fn load(path: &Path) -> Result<Calibration, String> {
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let mut doc: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if let (Some(o), Some(rows)) = (doc.as_object_mut(), doc_rows(&text)) {
-        o.entry("measured").or_insert(rows);
+    let specs = case_specs();
+    if let Some(o) = doc.as_object_mut() {
+        if !o.contains_key("measured") {
+            if let Some(rows) = o.get("rows").and_then(|r| doc_rows(r, &specs)) {
+                o.insert("measured".into(), rows);
+            }
+        }
     }
     let mut cal: Calibration =
         serde_json::from_value(doc).map_err(|e| format!("{}: {e}", path.display()))?;
     // The workloads and configurations are not stored: take them from the cases by name.
-    let specs = case_specs();
     for m in &mut cal.measured {
         if let Some(s) = specs.iter().find(|s| s.name == m.name && s.cores == m.cores) {
             m.work = s.work;
@@ -231,16 +240,11 @@ fn load(path: &Path) -> Result<Calibration, String> {
     Ok(cal)
 }
 
-/// The measured figures of a `validate --json` file's rows, as a calibration's `measured`
-/// list (rows give the case's name, cores, unit and measured figure; the bench's own names
-/// come from the cases); `None` if the text has no rows.
-fn doc_rows(text: &str) -> Option<serde_json::Value> {
-    #[derive(Deserialize)]
-    struct Rows {
-        rows: Vec<ValidationRow>,
-    }
-    let rows = serde_json::from_str::<Rows>(text).ok()?.rows;
-    let specs = case_specs();
+/// The measured figures of a `validate --json` file's rows (its `rows` value), as a
+/// calibration's `measured` list (rows give the case's name, cores, unit and measured figure;
+/// the bench's own names come from the cases `specs`); `None` if they are not rows.
+fn doc_rows(rows: &serde_json::Value, specs: &[Measurement]) -> Option<serde_json::Value> {
+    let rows = Vec::<ValidationRow>::deserialize(rows).ok()?;
     let measured: Vec<Measurement> = rows
         .iter()
         .filter_map(|r| {
@@ -251,16 +255,16 @@ fn doc_rows(text: &str) -> Option<serde_json::Value> {
     serde_json::to_value(measured).ok()
 }
 
-/// The measured figures: read from a study (`from`), from an earlier run's file (`saved`:
-/// `validate --json` or `calibrate`), else measured here; only the cases whose name contains
+/// The measured figures: read from a study (`from`), those of an earlier run's file (`saved`, as
+/// [`load`] read it: `validate --json` or `calibrate`), else measured here; only the cases whose name contains
 /// `only`, if given.
 fn figures(
     from: Option<&Path>,
-    saved: Option<&Path>,
+    saved: Option<&Calibration>,
     only: Option<&str>,
 ) -> Result<Vec<Measurement>, String> {
     match saved {
-        Some(p) => select(load(p)?.measured, only),
+        Some(cal) => select(cal.measured.clone(), only),
         None => measure(from, only),
     }
 }
@@ -1301,11 +1305,12 @@ mod tests {
         let doc = serde_json::json!({ "rows": rows, "cost": cal.cost,
             "actor_msg_ns": cal.actor_msg_ns, "source": cal.source });
         write_json(&path, &doc).unwrap();
-        let saved = figures(None, Some(&path), None).unwrap();
+        let doc = load(&path).unwrap();
+        let saved = figures(None, Some(&doc), None).unwrap();
         assert_eq!(saved.iter().map(|m| m.measured).collect::<Vec<_>>(), [20e6, 15e6]);
-        assert_eq!(validation(&load(&path).unwrap())[1].simulated, rows[1].simulated);
-        assert_eq!(figures(None, Some(&path), Some("ping")).unwrap().len(), 2);
-        assert!(figures(None, Some(&path), Some("no such case")).is_err());
+        assert_eq!(validation(&doc)[1].simulated, rows[1].simulated);
+        assert_eq!(figures(None, Some(&doc), Some("ping")).unwrap().len(), 2);
+        assert!(figures(None, Some(&doc), Some("no such case")).is_err());
         std::fs::write(&path, "[]").unwrap();
         assert!(load(&path).is_err());
         assert!(load(&dir.join("missing.json")).is_err());

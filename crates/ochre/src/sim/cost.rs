@@ -185,6 +185,12 @@ impl CostModel {
     /// ([`color_lines`](Self::color_lines)), scattered over its structures and charged a
     /// whole latency per line.
     pub fn stream(&self, lines: f64, d: usize) -> f64 {
-        lines * self.line(d) / STREAM_OVERLAP
+        self.streamed(lines, self.line(d))
+    }
+
+    /// Reading `lines` consecutive lines of latency `line_ns` each (from another core, or from
+    /// beyond this core's caches) as a stream: [`STREAM_OVERLAP`] of them in flight at once.
+    pub fn streamed(&self, lines: f64, line_ns: f64) -> f64 {
+        lines * line_ns / STREAM_OVERLAP
     }
 }

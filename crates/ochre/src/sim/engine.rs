@@ -340,18 +340,37 @@ struct Net {
     /// Each core's next step, if it has one.
     agenda: Agenda,
     seq: u64,
+    /// Cores in each state (kept by [`set_state`](Self::set_state), the only writer of a
+    /// core's state): `busy + spinners + sleeping` is the number of cores.
+    counts: StateCounts,
+}
+
+/// How many cores are in each [`State`].
+#[derive(Clone, Copy, Default)]
+struct StateCounts {
+    /// Running or about to.
+    busy: usize,
     spinners: usize,
     sleeping: usize,
-    /// Cores in the `Busy` state (running or about to).
-    busy: usize,
+}
+
+impl StateCounts {
+    fn of(&mut self, state: State) -> &mut usize {
+        match state {
+            State::Busy => &mut self.busy,
+            State::Spin { .. } => &mut self.spinners,
+            State::Sleep { .. } => &mut self.sleeping,
+        }
+    }
 }
 
 impl Net {
+    /// Core `core` goes to `state`; the counts follow.
     fn set_state(&mut self, core: usize, state: State) {
         let st = &mut self.status[core];
-        let (was, is) = (st.state == State::Busy, state == State::Busy);
-        st.state = state;
-        self.busy = self.busy + usize::from(is) - usize::from(was);
+        let was = std::mem::replace(&mut st.state, state);
+        *self.counts.of(was) -= 1;
+        *self.counts.of(state) += 1;
     }
 
     /// Core `core`'s next step is at `at` (replacing the one it had: a core has at most one).
@@ -368,7 +387,6 @@ impl Net {
             State::Spin { until, yields } if yields && at > until => {
                 // Its spin yielded the CPU at `until`, a busy thread ran a time slice, and then
                 // it went to sleep: it sees the message as the slice ends, or is woken.
-                self.spinners -= 1;
                 self.set_state(dest, State::Busy);
                 let st = &mut self.status[dest];
                 st.yielded = Some(until);
@@ -384,14 +402,12 @@ impl Net {
                 true
             }
             State::Spin { .. } => {
-                self.spinners -= 1;
                 report.spin_wins += 1;
                 self.set_state(dest, State::Busy);
                 self.schedule(dest, at + cost.spin_notice_ns as u64);
                 false
             }
             State::Sleep { since } => {
-                self.sleeping -= 1;
                 let wake = at + cost.wakeup_ns as u64;
                 self.set_state(dest, State::Busy);
                 self.status[dest].slept = Some(wake.saturating_sub(since));
@@ -546,9 +562,7 @@ impl<'w> Sim<'w> {
             slot: vec![None; n],
             agenda: Agenda::new(n),
             seq: 0,
-            spinners: 0,
-            sleeping: 0,
-            busy: n,
+            counts: StateCounts { busy: n, ..StateCounts::default() },
         };
         let threshold = setup.spin_threshold.unwrap_or_else(|| {
             crate::idle::threshold_for(Duration::from_nanos(setup.cost.wakeup_ns as u64))
@@ -698,19 +712,13 @@ impl<'w> Sim<'w> {
         let start =
             self.cores.iter().map(|c| c.now).max().unwrap_or(0).max(self.report.makespan_ns);
         for k in 0..n {
-            if let State::Sleep { .. } = self.net.status[k].state {
-                self.net.sleeping -= 1;
-            }
-            if let State::Spin { .. } = self.net.status[k].state {
-                self.net.spinners -= 1;
-            }
             self.net.set_state(k, State::Busy);
             let core = &mut self.cores[k];
             core.now = start;
             if let Some(cpu) = core.cpu.as_mut() {
                 // Asleep since its last charge: the busy thread had the CPU meanwhile.
                 cpu.mark = start;
-                (cpu.window_start, cpu.window_run, cpu.window_wait) = (start, 0, 0);
+                cpu.new_window(start);
             }
         }
         self.work.restart();
@@ -732,7 +740,6 @@ impl<'w> Sim<'w> {
         match self.net.status[k].state {
             State::Busy => self.round(k),
             State::Spin { until, yields } if now >= until => {
-                self.net.spinners -= 1;
                 self.net.set_state(k, State::Busy);
                 if yields {
                     self.yield_cpu(k, until);
@@ -969,11 +976,11 @@ impl<'w> Sim<'w> {
             n += 1;
             self.run_event(k, color, tag);
         }
-        if self.setup.cost.contention > 0.0 && self.net.busy > 1 {
+        if self.setup.cost.contention > 0.0 && self.net.counts.busy > 1 {
             // Other cores running at the same time slow this one (shared caches, memory
             // bandwidth, a shared host): the turn takes longer. Its own time only: not the
             // slices a busy thread took from it meanwhile (`SharedCpu`).
-            let others = (self.net.busy - 1) as f64;
+            let others = (self.net.counts.busy - 1) as f64;
             let lost = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait - wait0);
             let turn = (self.cores[k].now - start - lost) as f64;
             self.cores[k].now += (turn * self.setup.cost.contention * others) as u64;
@@ -1002,29 +1009,26 @@ impl<'w> Sim<'w> {
         posts.clear();
         let work = self.work.handle(&ev, &mut posts);
         let mut cost = self.setup.cost.work(work) + self.layer_ns;
-        if self.message_lines > 0.0 && tag.from != NO_CORE && tag.from as usize != k {
-            // The handler reads its message's payload, still in the poster's cache.
-            let d = self.distance(tag.from as usize, k);
-            cost += self.setup.cost.stream(self.message_lines, d);
-        }
         if let Some(from) = self.cores.get(tag.from as usize).map(|_| tag.from as usize) {
+            let c = &self.setup.cost;
             // Its closure, written by its poster: read as a stream if it lies next to the one
             // from that poster run here before (posted just before it: a queue run in posting
             // order), else a whole latency. From another core: by distance. From this one: out
             // of its caches if it posted more than they hold since.
-            let age = self.cores[from].posted.wrapping_sub(tag.posted);
-            let last = &mut self.cores[k].last_ran_posted[from];
-            let next = tag.posted == last.wrapping_add(1);
-            *last = tag.posted;
-            let c = &self.setup.cost;
             let line = if from != k {
-                c.line(self.distance(from, k))
-            } else if f64::from(age) > c.warm_msgs {
+                let d = self.distance(from, k);
+                // The handler reads its message's payload, still in the poster's cache.
+                cost += c.stream(self.message_lines, d);
+                c.line(d)
+            } else if f64::from(self.cores[from].posted.wrapping_sub(tag.posted)) > c.warm_msgs {
                 c.memory_line_ns
             } else {
                 0.0
             };
-            cost += if next { line / super::cost::STREAM_OVERLAP } else { line };
+            let last = &mut self.cores[k].last_ran_posted[from];
+            let next = tag.posted == last.wrapping_add(1);
+            *last = tag.posted;
+            cost += if next { c.streamed(1.0, line) } else { line };
         }
         let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
         self.cores[k].now += spent;
@@ -1288,7 +1292,7 @@ impl<'w> Sim<'w> {
         let seen = steal::Loaded {
             share: self.net.status[k].share,
             ready: core.queue.ready_len(),
-            sleepers: self.net.sleeping > 0,
+            sleepers: self.net.counts.sleeping > 0,
             asked: self.net.slot[k].is_some(),
             backlog,
         };
@@ -1370,20 +1374,18 @@ impl<'w> Sim<'w> {
                 self.cores[k].last_sleep,
             )
         };
-        if budget > Duration::ZERO && self.net.spinners < self.max_spinners {
+        if budget > Duration::ZERO && self.net.counts.spinners < self.max_spinners {
             let mut until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
             // On a shared CPU the spin's first yield finds the busy thread there.
             let yields = self.cores[k].cpu.is_some() && until >= now + SPIN_YIELD_NS;
             if yields {
                 until = now + SPIN_YIELD_NS;
             }
-            self.net.spinners += 1;
             self.report.spins += 1;
             self.net.set_state(k, State::Spin { until, yields });
             // A message already on its way is noticed when it lands.
             let next = self.next_arrival(k).map_or(until, |a| a.min(until));
             if next < until {
-                self.net.spinners -= 1;
                 self.report.spin_wins += 1;
                 self.net.set_state(k, State::Busy);
                 return self.net.schedule(k, next + self.setup.cost.spin_notice_ns as u64);
@@ -1420,7 +1422,6 @@ impl<'w> Sim<'w> {
             return self.net.schedule(k, now);
         }
         self.report.sleeps += 1;
-        self.net.sleeping += 1;
         self.net.set_state(k, State::Sleep { since: now });
         self.net.agenda.remove(k); // no step until woken
         if let Some(at) = self.next_arrival(k) {
@@ -1476,7 +1477,7 @@ impl Sim<'_> {
             for _ in 0..(slept / recheck).min(32) {
                 let _ = cpu.measure.window(0, 0);
             }
-            (cpu.window_start, cpu.window_run, cpu.window_wait) = (core.now, 0, 0);
+            cpu.new_window(core.now);
             self.net.status[k].share = cpu.measure.share();
         }
     }
@@ -1491,8 +1492,15 @@ impl Sim<'_> {
             return;
         }
         let _ = cpu.measure.window(cpu.window_run, cpu.window_wait);
-        (cpu.window_start, cpu.window_run, cpu.window_wait) = (core.now, 0, 0);
+        cpu.new_window(core.now);
         self.net.status[k].share = cpu.measure.share();
+    }
+}
+
+impl SharedCpu {
+    /// A measuring window starts at `at`.
+    fn new_window(&mut self, at: u64) {
+        (self.window_start, self.window_run, self.window_wait) = (at, 0, 0);
     }
 }
 
