@@ -691,8 +691,9 @@ impl Default for Calibration {
 }
 
 /// The knobs calibration turns: each a multiplier on one constant (or on the line table).
-const KNOBS: [&str; 18] = [
+const KNOBS: [&str; 19] = [
     "contention",
+    "store_ns",
     "cold_line_ns",
     "warm_colors",
     "warm_msgs",
@@ -720,6 +721,7 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
     let m = &mut c.cost;
     match k {
         "event_ns" => m.event_ns *= f,
+        "store_ns" => m.store_ns *= f,
         "local_post_ns" => m.local_post_ns *= f,
         "turn_ns" => m.turn_ns *= f,
         "remote_post_ns" => m.remote_post_ns *= f,
@@ -1315,6 +1317,15 @@ mod tests {
         assert!(load(&path).is_err());
         assert!(load(&dir.join("missing.json")).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The simulated actor programs' closures are as large as the bench's (which decides
+    /// whether they travel inside their messages).
+    #[test]
+    fn actor_closures_are_the_benchs_size() {
+        for (name, p) in Program::suite(true) {
+            assert_eq!(Some(p.closure_bytes()), ochre_bench::actors::closure_bytes(name), "{name}");
+        }
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
-//! and its closure read by its event from the core that posted it; the workload's own layer,
+//! and its closure read by its event from the core that stored it: its poster's, or, for a
+//! closure small enough to travel inside its message to another core
+//! ([`Workload::closure_bytes`], `Config::inline_posts`), its receiver's; the workload's own layer,
 //! [`Workload::layer_ns`], and the recipient's line it touches,
 //! [`Workload::post_touches_recipient`]).
 //!
@@ -36,9 +38,9 @@ use super::cost::CostModel;
 use crate::color::{home_of, Placement};
 use crate::cpu_share::{CpuShare, FULL};
 use crate::follow;
-use crate::message::{Msg, Task};
+use crate::message::{InlineTask, Msg, Task};
 use crate::outbox::{self, Outbox};
-use crate::queue::{ColorQueue, Route, TurnEnd};
+use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
 use crate::steal::{self, Candidate};
 use crate::topology::Topology;
 use crate::{Color, Config, Steal};
@@ -106,7 +108,19 @@ pub trait Workload {
     fn post_touches_recipient(&self) -> bool {
         false
     }
+    /// Bytes of the closure that carries `post` (its captures): one that fits a message
+    /// (`message::InlineTask`: at most 24 bytes, 8-aligned) travels inside the message to a
+    /// color homed on another core, when `Config::inline_posts`, and the receiver stores it
+    /// (charged [`CostModel::store_ns`] there, and read from there by its event); others,
+    /// and every local post, are stored by the poster. Unknown by default
+    /// ([`LARGE_CLOSURE`]: stored by the poster).
+    fn closure_bytes(&self, _post: &Post) -> usize {
+        LARGE_CLOSURE
+    }
 }
+
+/// [`Workload::closure_bytes`] of a closure too large to travel in a message.
+pub const LARGE_CLOSURE: usize = usize::MAX;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -491,6 +505,9 @@ pub struct Sim<'w> {
     message_lines: f64,
     /// The workload's [`Workload::layer_ns`].
     layer_ns: f64,
+    /// Small closures posted to another core travel in their messages (`Config::inline_posts`,
+    /// with batching: the real worker's `post_closure`).
+    inline_posts: bool,
     /// Per color, the core that last wrote its recipient line, if posts touch one
     /// ([`Workload::post_touches_recipient`]).
     recipient_line: Option<LastCore>,
@@ -571,6 +588,7 @@ impl<'w> Sim<'w> {
         let checks = setup.check.then(Checks::default);
         let message_lines = work.message_lines().max(0.0);
         let layer_ns = work.layer_ns() as f64;
+        let inline_posts = setup.config.inline_posts && setup.config.batching;
         let recipient_line = work.post_touches_recipient().then(LastCore::default);
         let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         Sim {
@@ -591,6 +609,7 @@ impl<'w> Sim<'w> {
             last_core: LastCore::default(),
             message_lines,
             layer_ns,
+            inline_posts,
             recipient_line,
             checks,
             report: Report::default(),
@@ -621,17 +640,18 @@ impl<'w> Sim<'w> {
         self.dist[a * self.cores.len() + b] as usize
     }
 
-    fn tag(&mut self, poster: u64, seq: u32, from: u32, data: u64) -> Tag {
+    /// A new event's tag, its closure not stored yet ([`stored`](Self::stored)).
+    fn tag(&mut self, poster: u64, seq: u32, data: u64) -> Tag {
         let id = self.next_id;
         self.next_id += 1;
-        let posted = match self.cores.get_mut(from as usize) {
-            Some(core) => {
-                core.posted = core.posted.wrapping_add(1);
-                core.posted
-            }
-            None => 0,
-        };
-        Tag { id, poster, seq, from, posted, data }
+        Tag { id, poster, seq, from: NO_CORE, posted: 0, data }
+    }
+
+    /// `tag`'s closure is stored by core `k` (in its heap, after those it stored before).
+    fn stored(&mut self, k: usize, tag: Tag) -> Tag {
+        let core = &mut self.cores[k];
+        core.posted = core.posted.wrapping_add(1);
+        Tag { from: k as u32, posted: core.posted, ..tag }
     }
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
@@ -677,7 +697,7 @@ impl<'w> Sim<'w> {
         let n = self.cores.len();
         // Each run's root is a poster of its own (for the order check), as each `Runtime::run`'s
         // first event is posted afresh; event ids, the other posters, stay far below.
-        let root = self.tag(ROOT - u64::from(run), 0, NO_CORE, ROOT);
+        let root = self.tag(ROOT - u64::from(run), 0, ROOT);
         let color = self.work.root();
         let home = home_of(color, self.placement);
         // As `Runtime::run` posts it: a message to the color's home, which routes it as any
@@ -857,7 +877,12 @@ impl<'w> Sim<'w> {
     ) {
         match msg {
             Msg::PostInline { color, task, urgent, step } => {
-                let msg = Msg::Post { color, task: task.into_task(k), urgent, step };
+                // Stored here, by the receiver (`worker::Core::receive`): its closure is this
+                // core's from now on. The engine's task inside gives its tag back when run.
+                task.into_task(k).run();
+                let tag = self.stored(k, RAN.with(|c| c.get()));
+                self.cores[k].now += self.setup.cost.store_ns as u64;
+                let msg = Msg::Post { color, task: task_of(tag), urgent, step };
                 self.receive(k, msg, from, quiet, may_move, stream);
             }
             Msg::Post { color, task, urgent, step } => {
@@ -1038,8 +1063,8 @@ impl<'w> Sim<'w> {
         }
         self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         for (i, p) in posts.iter().enumerate() {
-            let tag = self.tag(tag.id, i as u32, k as u32, p.data);
-            self.post(k, p.color, tag);
+            let tag = self.tag(tag.id, i as u32, p.data);
+            self.post(k, p, tag);
         }
         self.posts = posts;
         // `worker::Core::after_event`: a lone post to another worker is a chain step.
@@ -1061,10 +1086,34 @@ impl<'w> Sim<'w> {
     }
 
     /// A post made by a handler on core `k` (`worker::Core::post`).
-    fn post(&mut self, k: usize, color: Color, tag: Tag) {
+    fn post(&mut self, k: usize, post: &Post, tag: Tag) {
+        let color = post.color;
         self.touch_recipient(k, color);
+        let batching = self.setup.config.batching;
+        let dest = if batching {
+            let dest = self.cores[k].queue.route(color);
+            if let Dest::Remote { home } = dest {
+                if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
+                    // `worker::Core::post_closure`: the closure travels in the message,
+                    // unstored (the engine's task, a pointer to its tag, stands for its bytes).
+                    let core = &mut self.cores[k];
+                    core.event_remote_posts += 1;
+                    core.event_remote_dest = home;
+                    let task = task_of(tag);
+                    let task = InlineTask::new(move || task.run());
+                    let msg = Msg::PostInline { color, task, urgent: false, step: false };
+                    return self.send(k, home, msg);
+                }
+            }
+            Some(dest)
+        } else {
+            None
+        };
+        // Stored by its poster (placed for the receiver: not modelled).
+        let tag = self.stored(k, tag);
         let cost = &self.setup.cost;
-        if !self.setup.config.batching {
+        self.cores[k].now += cost.store_ns as u64;
+        if !batching {
             // libasync-smp: a lock per posted event, local posts included.
             self.cores[k].now += cost.lock_ns as u64;
             if self.cores[k].queue.lease(color).is_none() {
@@ -1073,9 +1122,8 @@ impl<'w> Sim<'w> {
                 return self.send(k, home, msg);
             }
         }
-        let q = &mut self.cores[k].queue;
-        let dest = q.route(color);
-        match q.post_to(dest, task_of(tag), false) {
+        let dest = dest.unwrap_or_else(|| self.cores[k].queue.route(color));
+        match self.cores[k].queue.post_to(dest, task_of(tag), false) {
             Route::Queued => {
                 self.report.posts_local += 1;
                 self.cores[k].now += cost.local_post_ns as u64;
