@@ -395,7 +395,7 @@ impl Net {
 
     /// A message reached `dest` at `at`: wake it if it spins or sleeps. Returns whether a
     /// sleeper was woken (the sender pays a wake-up call).
-    fn arrive(&mut self, dest: usize, at: u64, cost: &CostModel, report: &mut Report) -> bool {
+    fn arrive(&mut self, dest: usize, at: u64, cost: &Ticks, report: &mut Report) -> bool {
         match self.status[dest].state {
             State::Busy => false,
             State::Spin { until, yields } if yields && at > until => {
@@ -409,7 +409,7 @@ impl Net {
                     self.schedule(dest, back);
                     return false;
                 }
-                let wake = at + cost.wakeup_ns as u64;
+                let wake = at + cost.wakeup;
                 st.slept = Some(wake - back);
                 report.wakeups += 1;
                 self.schedule(dest, wake);
@@ -418,11 +418,11 @@ impl Net {
             State::Spin { .. } => {
                 report.spin_wins += 1;
                 self.set_state(dest, State::Busy);
-                self.schedule(dest, at + cost.spin_notice_ns as u64);
+                self.schedule(dest, at + cost.spin_notice);
                 false
             }
             State::Sleep { since } => {
-                let wake = at + cost.wakeup_ns as u64;
+                let wake = at + cost.wakeup;
                 self.set_state(dest, State::Busy);
                 self.status[dest].slept = Some(wake.saturating_sub(since));
                 report.wakeups += 1;
@@ -430,6 +430,53 @@ impl Net {
                 true
             }
         }
+    }
+}
+
+/// The fixed costs of the [`CostModel`] in whole nanoseconds of virtual time, converted once
+/// (a saturating float conversion per charge was about a twentieth of the host time of a
+/// message-heavy run: callgrind, producer-consumer at 16 cores).
+struct Ticks {
+    event: u64,
+    store: u64,
+    turn: u64,
+    round: u64,
+    local_post: u64,
+    remote_post: u64,
+    deliver: u64,
+    lock: u64,
+    wake_send: u64,
+    wakeup: u64,
+    sleep: u64,
+    spin_notice: u64,
+    steal_answer: u64,
+    /// [`CostModel::line`] by distance.
+    line: [u64; 6],
+}
+
+impl Ticks {
+    fn of(c: &CostModel) -> Ticks {
+        Ticks {
+            event: c.event_ns as u64,
+            store: c.store_ns as u64,
+            turn: c.turn_ns as u64,
+            round: c.round_ns as u64,
+            local_post: c.local_post_ns as u64,
+            remote_post: c.remote_post_ns as u64,
+            deliver: c.deliver_ns as u64,
+            lock: c.lock_ns as u64,
+            wake_send: c.wake_send_ns as u64,
+            wakeup: c.wakeup_ns as u64,
+            sleep: c.sleep_ns as u64,
+            spin_notice: c.spin_notice_ns as u64,
+            steal_answer: c.steal_answer_ns as u64,
+            line: c.line_ns.map(|l| l as u64),
+        }
+    }
+
+    /// [`CostModel::line`]`(d) as u64`.
+    fn line(&self, d: usize) -> u64 {
+        self.line[d.min(self.line.len() - 1)]
     }
 }
 
@@ -493,6 +540,8 @@ pub struct Sim<'w> {
     /// Per core: emptied batch buffers given back to it (`shared::Remote::returns`).
     returns: Vec<crate::outbox::Returns>,
     net: Net,
+    /// The cost model's fixed costs in whole ns.
+    ticks: Ticks,
     work: &'w mut dyn Workload,
     base: Instant,
     threshold: Duration,
@@ -589,6 +638,7 @@ impl<'w> Sim<'w> {
         let message_lines = work.message_lines().max(0.0);
         let layer_ns = work.layer_ns() as f64;
         let inline_posts = setup.config.inline_posts && setup.config.batching;
+        let ticks = Ticks::of(&setup.cost);
         let recipient_line = work.post_touches_recipient().then(LastCore::default);
         let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         Sim {
@@ -599,6 +649,7 @@ impl<'w> Sim<'w> {
             cores,
             returns: (0..n).map(|_| crate::outbox::returns()).collect(),
             net,
+            ticks,
             work,
             // The outbox's clock: any fixed instant will do, only differences are read.
             base: Instant::now(),
@@ -781,7 +832,7 @@ impl<'w> Sim<'w> {
         let mut ran = match self.cores[k].mid_round.take() {
             Some(ran) => ran,
             None => {
-                self.cores[k].now += self.setup.cost.round_ns as u64;
+                self.cores[k].now += self.ticks.round;
                 self.take_inbox(k);
                 self.answer(k);
                 0
@@ -881,7 +932,7 @@ impl<'w> Sim<'w> {
                 // core's from now on. The engine's task inside gives its tag back when run.
                 task.into_task(k).run();
                 let tag = self.stored(k, RAN.with(|c| c.get()));
-                self.cores[k].now += self.setup.cost.store_ns as u64;
+                self.cores[k].now += self.ticks.store;
                 let msg = Msg::Post { color, task: task_of(tag), urgent, step };
                 self.receive(k, msg, from, quiet, may_move, stream);
             }
@@ -976,7 +1027,7 @@ impl<'w> Sim<'w> {
         };
         let start = self.cores[k].now;
         let wait0 = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait);
-        let mut t = start + self.setup.cost.turn_ns as u64;
+        let mut t = start + self.ticks.turn;
         let stamp = self.cores[k].turns;
         if let Some((prev, at)) = self.last_core.replace(color, k, stamp) {
             let cost = &self.setup.cost;
@@ -1055,7 +1106,7 @@ impl<'w> Sim<'w> {
             *last = tag.posted;
             cost += if next { c.streamed(1.0, line) } else { line };
         }
-        let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
+        let spent = self.jitter(cost) + self.ticks.event;
         self.cores[k].now += spent;
         if self.cores[k].cpu.is_some() {
             // Before its posts leave: a slice of the busy thread may have come in between.
@@ -1111,11 +1162,11 @@ impl<'w> Sim<'w> {
         };
         // Stored by its poster (placed for the receiver: not modelled).
         let tag = self.stored(k, tag);
-        let cost = &self.setup.cost;
-        self.cores[k].now += cost.store_ns as u64;
+        let cost = &self.ticks;
+        self.cores[k].now += cost.store;
         if !batching {
             // libasync-smp: a lock per posted event, local posts included.
-            self.cores[k].now += cost.lock_ns as u64;
+            self.cores[k].now += cost.lock;
             if self.cores[k].queue.lease(color).is_none() {
                 let home = home_of(color, self.placement);
                 let msg = Msg::Post { color, task: task_of(tag), urgent: false, step: false };
@@ -1126,7 +1177,7 @@ impl<'w> Sim<'w> {
         match self.cores[k].queue.post_to(dest, task_of(tag), false) {
             Route::Queued => {
                 self.report.posts_local += 1;
-                self.cores[k].now += cost.local_post_ns as u64;
+                self.cores[k].now += cost.local_post;
             }
             Route::Forward { to, task } => {
                 self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent: false })
@@ -1139,7 +1190,7 @@ impl<'w> Sim<'w> {
             }
             Route::Held(ask) => {
                 self.report.posts_local += 1;
-                self.cores[k].now += cost.local_post_ns as u64;
+                self.cores[k].now += cost.local_post;
                 self.ask_sync(k, ask);
                 // The home's `Synced` that lets them in waits in the inbox: filed now and then.
                 let core = &mut self.cores[k];
@@ -1159,7 +1210,7 @@ impl<'w> Sim<'w> {
         match lines.replace(color, k, 0) {
             Some((prev, _)) if prev != k => {
                 let d = self.distance(prev, k);
-                self.cores[k].now += self.setup.cost.line(d) as u64;
+                self.cores[k].now += self.ticks.line(d);
             }
             _ => {}
         }
@@ -1201,7 +1252,7 @@ impl<'w> Sim<'w> {
         }
         let core = &mut self.cores[k];
         core.turn_sends += 1;
-        core.now += self.setup.cost.remote_post_ns as u64;
+        core.now += self.ticks.remote_post;
         // The clock is read only when the buffer fills (`Instant` arithmetic per message was a
         // few percent of a fan-out's host time).
         let (base, at) = (self.base, core.now);
@@ -1235,13 +1286,13 @@ impl<'w> Sim<'w> {
         let d = self.distance(k, dest);
         let latency = self.jitter(self.setup.cost.line(d));
         let core = &mut self.cores[k];
-        core.now += self.setup.cost.deliver_ns as u64;
+        core.now += self.ticks.deliver;
         let at = (core.now + latency).max(core.last_arrival[dest]);
         core.last_arrival[dest] = at;
         let quiet = core.queue.is_quiet();
         self.net.inbox[dest].push(Arrival { at, from: k, quiet, msgs: batch });
-        if self.net.arrive(dest, at, &self.setup.cost, &mut self.report) {
-            self.cores[k].now += self.setup.cost.wake_send_ns as u64;
+        if self.net.arrive(dest, at, &self.ticks, &mut self.report) {
+            self.cores[k].now += self.ticks.wake_send;
         }
     }
 
@@ -1354,8 +1405,8 @@ impl<'w> Sim<'w> {
             return;
         };
         let at = self.cores[k].now;
-        self.cores[k].now += self.setup.cost.wake_send_ns as u64;
-        self.net.arrive(w, at, &self.setup.cost, &mut self.report);
+        self.cores[k].now += self.ticks.wake_send;
+        self.net.arrive(w, at, &self.ticks, &mut self.report);
     }
 
     /// `steal::answer`: lends to the thief in this core's slot, if its request has arrived.
@@ -1366,7 +1417,7 @@ impl<'w> Sim<'w> {
         }
         self.net.slot[k] = None;
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
-        self.cores[k].now += self.setup.cost.steal_answer_ns as u64;
+        self.cores[k].now += self.ticks.steal_answer;
         self.send(k, thief, Msg::Grant { from: k as u32, loans });
         if self.setup.config.batching {
             self.flush_to(k, thief);
@@ -1393,7 +1444,7 @@ impl<'w> Sim<'w> {
             steal::worth_asking(config.steal, mine, &seen) && self.net.slot[v].is_none()
         });
         let Some(v) = victim else { return };
-        let visible = self.cores[k].now + self.setup.cost.line(self.distance(k, v)) as u64;
+        let visible = self.cores[k].now + self.ticks.line(self.distance(k, v));
         self.net.slot[v] = Some((k, visible));
         self.cores[k].steal_pending = true;
         self.report.steal_requests += 1;
@@ -1436,7 +1487,7 @@ impl<'w> Sim<'w> {
             if next < until {
                 self.report.spin_wins += 1;
                 self.net.set_state(k, State::Busy);
-                return self.net.schedule(k, next + self.setup.cost.spin_notice_ns as u64);
+                return self.net.schedule(k, next + self.ticks.spin_notice);
             }
             return self.net.schedule(k, until.min(now + SPIN_STEAL_EVERY_NS));
         }
@@ -1461,7 +1512,7 @@ impl<'w> Sim<'w> {
     /// Sleeps until a message arrives (`idle::sleep`); a message already on its way wakes it as
     /// it lands (the sender would have seen the sleep announced).
     fn sleep(&mut self, k: usize) {
-        self.cores[k].now += self.setup.cost.sleep_ns as u64;
+        self.cores[k].now += self.ticks.sleep;
         if self.cores[k].cpu.is_some() {
             self.charge_cpu(k);
         }
@@ -1473,7 +1524,7 @@ impl<'w> Sim<'w> {
         self.net.set_state(k, State::Sleep { since: now });
         self.net.agenda.remove(k); // no step until woken
         if let Some(at) = self.next_arrival(k) {
-            self.net.arrive(k, at, &self.setup.cost, &mut self.report);
+            self.net.arrive(k, at, &self.ticks, &mut self.report);
         }
     }
 }
