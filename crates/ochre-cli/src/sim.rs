@@ -22,6 +22,12 @@
 //!   on the thesis's 8-core Harpertown and 16-core Opteron and on a 2-socket 64-core machine;
 //!   a comparison whose sign disagrees with the seeds' says why (what the run showed).
 //!
+//! The best model so far, fitted to this machine's quiet figures (measured with nothing else
+//! running) and saved with them, is `crates/ochre-cli/sim/calibration.json` (a `validate --json`
+//! file): `validate --calibration crates/ochre-cli/sim/calibration.json` shows its table without
+//! measuring or fitting, `--measured` on it refits from it, and a fit given no starting model
+//! (`validate` or `calibrate` measuring here, the study's section) starts from it.
+//!
 //! Invariants: a case's simulated figure is in the unit of its measured one; nothing here
 //! panics on a missing or malformed file (an error message instead); every table printed is also
 //! written as JSON when asked.
@@ -218,8 +224,21 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
 fn load(path: &Path) -> Result<Calibration, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The best model fitted so far on this machine's quiet figures, with those figures (the JSON of
+/// `validate`; see the module doc): the start of a fit from scratch.
+const SAVED_MODEL: &str = include_str!("../sim/calibration.json");
+
+/// [`SAVED_MODEL`], read.
+fn saved_model() -> Result<Calibration, String> {
+    parse(SAVED_MODEL)
+}
+
+/// A calibration from the text of a file [`load`] reads.
+fn parse(text: &str) -> Result<Calibration, String> {
+    let mut doc: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let specs = case_specs();
     if let Some(o) = doc.as_object_mut() {
         if !o.contains_key("measured") {
@@ -228,8 +247,7 @@ fn load(path: &Path) -> Result<Calibration, String> {
             }
         }
     }
-    let mut cal: Calibration =
-        serde_json::from_value(doc).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut cal: Calibration = serde_json::from_value(doc).map_err(|e| e.to_string())?;
     // The workloads and configurations are not stored: take them from the cases by name.
     for m in &mut cal.measured {
         if let Some(s) = specs.iter().find(|s| s.name == m.name && s.cores == m.cores) {
@@ -848,16 +866,17 @@ pub(crate) fn study_reports(out: &Path, quick: bool, budget: Duration) -> Vec<Be
 /// Fits the cost model to `measured` by coordinate descent on multipliers of its constants,
 /// for at most `budget` of search (checked between knobs), from the cost model of `start` if
 /// given (a refit of saved figures: deterministic, and shorter from a near fit), else from the
-/// defaults with this machine's measured futex wake-up latency.
+/// saved model ([`SAVED_MODEL`]), else (should it not parse) from the defaults with this
+/// machine's measured futex wake-up latency.
 fn fit(measured: &[Measurement], budget: Duration, start: Option<&Calibration>) -> Calibration {
     let mut cal = Calibration { measured: measured.to_vec(), ..Calibration::default() };
     cal.source = "this machine".into();
-    match start {
-        Some(s) => {
-            cal.cost = s.cost.clone();
+    match start.cloned().map(Ok).unwrap_or_else(saved_model) {
+        Ok(s) => {
+            cal.cost = s.cost;
             cal.actor_msg_ns = s.actor_msg_ns;
         }
-        None => {
+        Err(_) => {
             cal.cost.work_fixed_ns = 500.0;
             cal.cost.contention = 0.3;
             if let Ok(lat) = ochre::measure_wakeup(ochre::Wakeup::Futex, 9) {
@@ -1317,6 +1336,32 @@ mod tests {
         assert!(load(&path).is_err());
         assert!(load(&dir.join("missing.json")).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The saved model ([`SAVED_MODEL`]) reads, and simulates the figures it was saved with: a
+    /// change of the engine or the workloads that moves them shows here (then fit and save the
+    /// model again: `validate --measured crates/ochre-cli/sim/calibration.json --json ...`).
+    #[test]
+    fn the_saved_model_gives_its_saved_table() {
+        let cal = saved_model().unwrap();
+        assert_eq!(cal.measured.len(), 32);
+        #[derive(Deserialize)]
+        struct Rows {
+            rows: Vec<ValidationRow>,
+        }
+        let saved: Rows = serde_json::from_str(SAVED_MODEL).unwrap();
+        for (now, then) in validation(&cal).iter().zip(&saved.rows) {
+            assert_eq!((&now.case, now.cores), (&then.case, then.cores));
+            let drift = (now.simulated - then.simulated).abs() / then.simulated;
+            assert!(
+                drift < 1e-9,
+                "{} {}w: {} now, {} saved",
+                now.case,
+                now.cores,
+                now.simulated,
+                then.simulated
+            );
+        }
     }
 
     /// The simulated actor programs' closures are as large as the bench's (which decides
