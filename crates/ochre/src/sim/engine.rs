@@ -1140,40 +1140,36 @@ impl<'w> Sim<'w> {
     fn post(&mut self, k: usize, post: &Post, tag: Tag) {
         let color = post.color;
         self.touch_recipient(k, color);
-        let batching = self.setup.config.batching;
-        let dest = if batching {
-            let dest = self.cores[k].queue.route(color);
-            if let Dest::Remote { home } = dest {
-                if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
-                    // `worker::Core::post_closure`: the closure travels in the message,
-                    // unstored (the engine's task, a pointer to its tag, stands for its bytes).
-                    let core = &mut self.cores[k];
-                    core.event_remote_posts += 1;
-                    core.event_remote_dest = home;
-                    let task = task_of(tag);
-                    let task = InlineTask::new(move || task.run());
-                    let msg = Msg::PostInline { color, task, urgent: false, step: false };
-                    return self.send(k, home, msg);
-                }
-            }
-            Some(dest)
-        } else {
-            None
-        };
-        // Stored by its poster (placed for the receiver: not modelled).
-        let tag = self.stored(k, tag);
-        let cost = &self.ticks;
-        self.cores[k].now += cost.store;
-        if !batching {
+        if !self.setup.config.batching {
             // libasync-smp: a lock per posted event, local posts included.
-            self.cores[k].now += cost.lock;
+            self.cores[k].now += self.ticks.lock;
             if self.cores[k].queue.lease(color).is_none() {
+                let tag = self.stored(k, tag);
+                self.cores[k].now += self.ticks.store;
                 let home = home_of(color, self.placement);
                 let msg = Msg::Post { color, task: task_of(tag), urgent: false, step: false };
                 return self.send(k, home, msg);
             }
         }
-        let dest = dest.unwrap_or_else(|| self.cores[k].queue.route(color));
+        // One call site: inlined here, as the worker's post path has it.
+        let dest = self.cores[k].queue.route(color);
+        if let Dest::Remote { home } = dest {
+            if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
+                // `worker::Core::post_closure`: the closure travels in the message, unstored
+                // (the engine's task, a pointer to its tag, stands for its bytes).
+                let core = &mut self.cores[k];
+                core.event_remote_posts += 1;
+                core.event_remote_dest = home;
+                let task = task_of(tag);
+                let task = InlineTask::new(move || task.run());
+                let msg = Msg::PostInline { color, task, urgent: false, step: false };
+                return self.send(k, home, msg);
+            }
+        }
+        // Stored by its poster (placed for the receiver: not modelled).
+        let tag = self.stored(k, tag);
+        let cost = &self.ticks;
+        self.cores[k].now += cost.store;
         match self.cores[k].queue.post_to(dest, task_of(tag), false) {
             Route::Queued => {
                 self.report.posts_local += 1;
