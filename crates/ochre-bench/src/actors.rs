@@ -1094,6 +1094,28 @@ pub fn ochre_sample(
     v.out
 }
 
+/// Bytes of the closure that carries a message of program `name` to its recipient on ochre
+/// (`OSystem::send`'s `move || deliver(actor, msg)`: the recipient's reference and the
+/// message, the fields of this tuple); `None` for an unknown name. Closures of at most 24 bytes
+/// travel inside the message to another worker (`Config::inline_posts`); `ochre sim` models
+/// each program's from its own table, which a test compares with this.
+pub fn closure_bytes(name: &str) -> Option<usize> {
+    struct Size<'a> {
+        name: &'a str,
+        out: Option<usize>,
+    }
+    impl Visit for Size<'_> {
+        fn visit<P: Program>(&mut self, name: &str, _size: u64, _make: impl Fn(u64) -> P) {
+            if name == self.name {
+                self.out = Some(std::mem::size_of::<(ActorRef<P>, P::Msg)>());
+            }
+        }
+    }
+    let mut v = Size { name, out: None };
+    suite(true, &mut v);
+    v.out
+}
+
 /// Geometric mean.
 fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()

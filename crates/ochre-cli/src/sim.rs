@@ -22,6 +22,12 @@
 //!   on the thesis's 8-core Harpertown and 16-core Opteron and on a 2-socket 64-core machine;
 //!   a comparison whose sign disagrees with the seeds' says why (what the run showed).
 //!
+//! The best model so far, fitted to this machine's quiet figures (measured with nothing else
+//! running) and saved with them, is `crates/ochre-cli/sim/calibration.json` (a `validate --json`
+//! file): `validate --calibration crates/ochre-cli/sim/calibration.json` shows its table without
+//! measuring or fitting, `--measured` on it refits from it, and a fit given no starting model
+//! (`validate` or `calibrate` measuring here, the study's section) starts from it.
+//!
 //! Invariants: a case's simulated figure is in the unit of its measured one; nothing here
 //! panics on a missing or malformed file (an error message instead); every table printed is also
 //! written as JSON when asked.
@@ -152,7 +158,7 @@ pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
         }
         SimCommand::Calibrate { from, measured, only, budget, out } => {
             let start = measured.as_deref().map(load).transpose()?;
-            let figures = figures(from.as_deref(), measured.as_deref(), only.as_deref())?;
+            let figures = figures(from.as_deref(), start.as_ref(), only.as_deref())?;
             let cal = fit(&figures, Duration::from_secs(*budget), start.as_ref());
             let text = serde_json::to_string_pretty(&cal).map_err(|e| e.to_string())?;
             std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
@@ -161,20 +167,25 @@ pub(crate) fn run(args: &SimArgs) -> Result<(), String> {
             Ok(())
         }
         SimCommand::Validate { from, measured, calibration, only, budget, json } => {
-            let cal = match (calibration, measured, from) {
+            // Each file is read once (the same file may give both the model and the figures).
+            let model = calibration.as_deref().map(load).transpose()?;
+            let saved = match (measured.as_deref(), &model) {
+                (Some(m), Some(cal)) if Some(m) == calibration.as_deref() => Some(cal.clone()),
+                (m, _) => m.map(load).transpose()?,
+            };
+            let cal = match model {
                 // Both the cost model and the figures of one file.
-                (Some(p), None, None) if only.is_none() => load(p)?,
-                (Some(p), _, _) => {
-                    let figures = match (measured, from) {
-                        (None, None) => load(p)?.measured,
-                        _ => figures(from.as_deref(), measured.as_deref(), None)?,
+                Some(cal) if saved.is_none() && from.is_none() && only.is_none() => cal,
+                Some(cal) => {
+                    let figures = match (&saved, from) {
+                        (None, None) => cal.measured.clone(),
+                        _ => figures(from.as_deref(), saved.as_ref(), None)?,
                     };
-                    Calibration { measured: select(figures, only.as_deref())?, ..load(p)? }
+                    Calibration { measured: select(figures, only.as_deref())?, ..cal }
                 }
-                (None, _, _) => {
-                    let start = measured.as_deref().map(load).transpose()?;
-                    let figures = figures(from.as_deref(), measured.as_deref(), only.as_deref())?;
-                    fit(&figures, Duration::from_secs(*budget), start.as_ref())
+                None => {
+                    let figures = figures(from.as_deref(), saved.as_ref(), only.as_deref())?;
+                    fit(&figures, Duration::from_secs(*budget), saved.as_ref())
                 }
             };
             let rows = validation(&cal);
@@ -213,15 +224,31 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
 fn load(path: &Path) -> Result<Calibration, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if let (Some(o), Some(rows)) = (doc.as_object_mut(), doc_rows(&text)) {
-        o.entry("measured").or_insert(rows);
-    }
-    let mut cal: Calibration =
-        serde_json::from_value(doc).map_err(|e| format!("{}: {e}", path.display()))?;
-    // The workloads and configurations are not stored: take them from the cases by name.
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The best model fitted so far on this machine's quiet figures, with those figures (the JSON of
+/// `validate`; see the module doc): the start of a fit from scratch.
+const SAVED_MODEL: &str = include_str!("../sim/calibration.json");
+
+/// [`SAVED_MODEL`], read.
+fn saved_model() -> Result<Calibration, String> {
+    parse(SAVED_MODEL)
+}
+
+/// A calibration from the text of a file [`load`] reads.
+fn parse(text: &str) -> Result<Calibration, String> {
+    let mut doc: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let specs = case_specs();
+    if let Some(o) = doc.as_object_mut() {
+        if !o.contains_key("measured") {
+            if let Some(rows) = o.get("rows").and_then(|r| doc_rows(r, &specs)) {
+                o.insert("measured".into(), rows);
+            }
+        }
+    }
+    let mut cal: Calibration = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+    // The workloads and configurations are not stored: take them from the cases by name.
     for m in &mut cal.measured {
         if let Some(s) = specs.iter().find(|s| s.name == m.name && s.cores == m.cores) {
             m.work = s.work;
@@ -231,16 +258,11 @@ fn load(path: &Path) -> Result<Calibration, String> {
     Ok(cal)
 }
 
-/// The measured figures of a `validate --json` file's rows, as a calibration's `measured`
-/// list (rows give the case's name, cores, unit and measured figure; the bench's own names
-/// come from the cases); `None` if the text has no rows.
-fn doc_rows(text: &str) -> Option<serde_json::Value> {
-    #[derive(Deserialize)]
-    struct Rows {
-        rows: Vec<ValidationRow>,
-    }
-    let rows = serde_json::from_str::<Rows>(text).ok()?.rows;
-    let specs = case_specs();
+/// The measured figures of a `validate --json` file's rows (its `rows` value), as a
+/// calibration's `measured` list (rows give the case's name, cores, unit and measured figure;
+/// the bench's own names come from the cases `specs`); `None` if they are not rows.
+fn doc_rows(rows: &serde_json::Value, specs: &[Measurement]) -> Option<serde_json::Value> {
+    let rows = Vec::<ValidationRow>::deserialize(rows).ok()?;
     let measured: Vec<Measurement> = rows
         .iter()
         .filter_map(|r| {
@@ -251,16 +273,16 @@ fn doc_rows(text: &str) -> Option<serde_json::Value> {
     serde_json::to_value(measured).ok()
 }
 
-/// The measured figures: read from a study (`from`), from an earlier run's file (`saved`:
-/// `validate --json` or `calibrate`), else measured here; only the cases whose name contains
+/// The measured figures: read from a study (`from`), those of an earlier run's file (`saved`, as
+/// [`load`] read it: `validate --json` or `calibrate`), else measured here; only the cases whose name contains
 /// `only`, if given.
 fn figures(
     from: Option<&Path>,
-    saved: Option<&Path>,
+    saved: Option<&Calibration>,
     only: Option<&str>,
 ) -> Result<Vec<Measurement>, String> {
     match saved {
-        Some(p) => select(load(p)?.measured, only),
+        Some(cal) => select(cal.measured.clone(), only),
         None => measure(from, only),
     }
 }
@@ -687,8 +709,9 @@ impl Default for Calibration {
 }
 
 /// The knobs calibration turns: each a multiplier on one constant (or on the line table).
-const KNOBS: [&str; 18] = [
+const KNOBS: [&str; 19] = [
     "contention",
+    "store_ns",
     "cold_line_ns",
     "warm_colors",
     "warm_msgs",
@@ -716,6 +739,7 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
     let m = &mut c.cost;
     match k {
         "event_ns" => m.event_ns *= f,
+        "store_ns" => m.store_ns *= f,
         "local_post_ns" => m.local_post_ns *= f,
         "turn_ns" => m.turn_ns *= f,
         "remote_post_ns" => m.remote_post_ns *= f,
@@ -842,16 +866,17 @@ pub(crate) fn study_reports(out: &Path, quick: bool, budget: Duration) -> Vec<Be
 /// Fits the cost model to `measured` by coordinate descent on multipliers of its constants,
 /// for at most `budget` of search (checked between knobs), from the cost model of `start` if
 /// given (a refit of saved figures: deterministic, and shorter from a near fit), else from the
-/// defaults with this machine's measured futex wake-up latency.
+/// saved model ([`SAVED_MODEL`]), else (should it not parse) from the defaults with this
+/// machine's measured futex wake-up latency.
 fn fit(measured: &[Measurement], budget: Duration, start: Option<&Calibration>) -> Calibration {
     let mut cal = Calibration { measured: measured.to_vec(), ..Calibration::default() };
     cal.source = "this machine".into();
-    match start {
-        Some(s) => {
-            cal.cost = s.cost.clone();
+    match start.cloned().map(Ok).unwrap_or_else(saved_model) {
+        Ok(s) => {
+            cal.cost = s.cost;
             cal.actor_msg_ns = s.actor_msg_ns;
         }
-        None => {
+        Err(_) => {
             cal.cost.work_fixed_ns = 500.0;
             cal.cost.contention = 0.3;
             if let Ok(lat) = ochre::measure_wakeup(ochre::Wakeup::Futex, 9) {
@@ -1301,15 +1326,51 @@ mod tests {
         let doc = serde_json::json!({ "rows": rows, "cost": cal.cost,
             "actor_msg_ns": cal.actor_msg_ns, "source": cal.source });
         write_json(&path, &doc).unwrap();
-        let saved = figures(None, Some(&path), None).unwrap();
+        let doc = load(&path).unwrap();
+        let saved = figures(None, Some(&doc), None).unwrap();
         assert_eq!(saved.iter().map(|m| m.measured).collect::<Vec<_>>(), [20e6, 15e6]);
-        assert_eq!(validation(&load(&path).unwrap())[1].simulated, rows[1].simulated);
-        assert_eq!(figures(None, Some(&path), Some("ping")).unwrap().len(), 2);
-        assert!(figures(None, Some(&path), Some("no such case")).is_err());
+        assert_eq!(validation(&doc)[1].simulated, rows[1].simulated);
+        assert_eq!(figures(None, Some(&doc), Some("ping")).unwrap().len(), 2);
+        assert!(figures(None, Some(&doc), Some("no such case")).is_err());
         std::fs::write(&path, "[]").unwrap();
         assert!(load(&path).is_err());
         assert!(load(&dir.join("missing.json")).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The saved model ([`SAVED_MODEL`]) reads, and simulates the figures it was saved with: a
+    /// change of the engine or the workloads that moves them shows here (then fit and save the
+    /// model again: `validate --measured crates/ochre-cli/sim/calibration.json --json ...`).
+    #[test]
+    fn the_saved_model_gives_its_saved_table() {
+        let cal = saved_model().unwrap();
+        assert_eq!(cal.measured.len(), 32);
+        #[derive(Deserialize)]
+        struct Rows {
+            rows: Vec<ValidationRow>,
+        }
+        let saved: Rows = serde_json::from_str(SAVED_MODEL).unwrap();
+        for (now, then) in validation(&cal).iter().zip(&saved.rows) {
+            assert_eq!((&now.case, now.cores), (&then.case, then.cores));
+            let drift = (now.simulated - then.simulated).abs() / then.simulated;
+            assert!(
+                drift < 1e-9,
+                "{} {}w: {} now, {} saved",
+                now.case,
+                now.cores,
+                now.simulated,
+                then.simulated
+            );
+        }
+    }
+
+    /// The simulated actor programs' closures are as large as the bench's (which decides
+    /// whether they travel inside their messages).
+    #[test]
+    fn actor_closures_are_the_benchs_size() {
+        for (name, p) in Program::suite(true) {
+            assert_eq!(Some(p.closure_bytes()), ochre_bench::actors::closure_bytes(name), "{name}");
+        }
     }
 
     #[test]

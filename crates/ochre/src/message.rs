@@ -233,8 +233,14 @@ impl InlineTask {
     /// take none anyway) and fit the bytes, alignment included.
     #[inline]
     pub(crate) const fn fits<F>() -> bool {
-        let size = std::mem::size_of::<F>();
-        size > 0 && size <= INLINE_BYTES && std::mem::align_of::<F>() <= 8
+        Self::fits_layout(std::mem::size_of::<F>(), std::mem::align_of::<F>())
+    }
+
+    /// [`fits`](Self::fits) for a closure of `size` bytes aligned to `align` (the simulator's
+    /// workloads give their closures' sizes).
+    #[inline]
+    pub(crate) const fn fits_layout(size: usize, align: usize) -> bool {
+        size > 0 && size <= INLINE_BYTES && align <= 8
     }
 
     /// [`fits`](Self::fits) for the type of `_f`.

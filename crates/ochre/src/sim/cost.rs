@@ -12,7 +12,8 @@
 //!
 //! A core's own caches are modelled by reuse: a color that runs where it ran last time, after
 //! more than [`CostModel::warm_colors`] other turns there, reads its lines from the next level
-//! ([`CostModel::cold_line_ns`]); an event's closure is read from its poster, streamed when it
+//! ([`CostModel::cold_line_ns`]); an event's closure is read from the core that stored it (its
+//! poster, or the receiver of a closure carried inline in its message), streamed when it
 //! lies next to the one from that poster run before it (a queue run in posting order, as a
 //! producer's loop to one counter), a whole latency when not (a driver's interleaved posts to
 //! 60 colors): by distance from another core, from beyond the core's caches
@@ -33,6 +34,11 @@ use serde::{Deserialize, Serialize};
 pub struct CostModel {
     /// Per event run: pop from the color's queue, call, free the closure.
     pub event_ns: f64,
+    /// Storing a closure (allocate, write): paid by its poster, or by its receiver for one
+    /// carried inside its message (`message::InlineTask`). 0 in files written before inline
+    /// posts, whose post costs included it.
+    #[serde(default)]
+    pub store_ns: f64,
     /// Per turn: take the next ready color, end its turn, the end-of-turn flush check.
     pub turn_ns: f64,
     /// Per round of the run loop: look at the inbox and the steal slot, publish counters.
@@ -68,7 +74,8 @@ pub struct CostModel {
     /// A line read from beyond a core's own caches (shared cache or memory).
     #[serde(default = "default_memory_line_ns")]
     pub memory_line_ns: f64,
-    /// Messages per cache line in a batch buffer (a `Msg` is 32 bytes).
+    /// Messages per cache line in a batch buffer (a `Msg` is 48 bytes since it carries small
+    /// closures inline, 32 before).
     pub msgs_per_line: f64,
     /// The sender's cost of waking a sleeping core (a futex wake system call).
     pub wake_send_ns: f64,
@@ -137,10 +144,11 @@ impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             event_ns: 12.0,
+            store_ns: 6.0,
             turn_ns: 15.0,
             round_ns: 40.0,
-            local_post_ns: 12.0,
-            remote_post_ns: 10.0,
+            local_post_ns: 6.0,
+            remote_post_ns: 4.0,
             deliver_ns: 60.0,
             receive_ns: 12.0,
             line_ns: [0.0, 20.0, 35.0, 60.0, 100.0, 180.0],
@@ -149,7 +157,7 @@ impl Default for CostModel {
             cold_line_ns: default_cold_line_ns(),
             warm_msgs: default_warm_msgs(),
             memory_line_ns: default_memory_line_ns(),
-            msgs_per_line: 2.0,
+            msgs_per_line: 64.0 / 48.0,
             wake_send_ns: 1_500.0,
             wakeup_ns: 6_000.0,
             sleep_ns: 800.0,
@@ -185,6 +193,12 @@ impl CostModel {
     /// ([`color_lines`](Self::color_lines)), scattered over its structures and charged a
     /// whole latency per line.
     pub fn stream(&self, lines: f64, d: usize) -> f64 {
-        lines * self.line(d) / STREAM_OVERLAP
+        self.streamed(lines, self.line(d))
+    }
+
+    /// Reading `lines` consecutive lines of latency `line_ns` each (from another core, or from
+    /// beyond this core's caches) as a stream: [`STREAM_OVERLAP`] of them in flight at once.
+    pub fn streamed(&self, lines: f64, line_ns: f64) -> f64 {
+        lines * line_ns / STREAM_OVERLAP
     }
 }

@@ -9,7 +9,9 @@
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
-//! and its closure read by its event from the core that posted it; the workload's own layer,
+//! and its closure read by its event from the core that stored it: its poster's, or, for a
+//! closure small enough to travel inside its message to another core
+//! ([`Workload::closure_bytes`], `Config::inline_posts`), its receiver's; the workload's own layer,
 //! [`Workload::layer_ns`], and the recipient's line it touches,
 //! [`Workload::post_touches_recipient`]).
 //!
@@ -36,9 +38,9 @@ use super::cost::CostModel;
 use crate::color::{home_of, Placement};
 use crate::cpu_share::{CpuShare, FULL};
 use crate::follow;
-use crate::message::{Msg, Task};
+use crate::message::{InlineTask, Msg, Task};
 use crate::outbox::{self, Outbox};
-use crate::queue::{ColorQueue, Route, TurnEnd};
+use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
 use crate::steal::{self, Candidate};
 use crate::topology::Topology;
 use crate::{Color, Config, Steal};
@@ -106,7 +108,19 @@ pub trait Workload {
     fn post_touches_recipient(&self) -> bool {
         false
     }
+    /// Bytes of the closure that carries `post` (its captures): one that fits a message
+    /// (`message::InlineTask`: at most 24 bytes, 8-aligned) travels inside the message to a
+    /// color homed on another core, when `Config::inline_posts`, and the receiver stores it
+    /// (charged [`CostModel::store_ns`] there, and read from there by its event); others,
+    /// and every local post, are stored by the poster. Unknown by default
+    /// ([`LARGE_CLOSURE`]: stored by the poster).
+    fn closure_bytes(&self, _post: &Post) -> usize {
+        LARGE_CLOSURE
+    }
 }
+
+/// [`Workload::closure_bytes`] of a closure too large to travel in a message.
+pub const LARGE_CLOSURE: usize = usize::MAX;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -340,18 +354,37 @@ struct Net {
     /// Each core's next step, if it has one.
     agenda: Agenda,
     seq: u64,
+    /// Cores in each state (kept by [`set_state`](Self::set_state), the only writer of a
+    /// core's state): `busy + spinners + sleeping` is the number of cores.
+    counts: StateCounts,
+}
+
+/// How many cores are in each [`State`].
+#[derive(Clone, Copy, Default)]
+struct StateCounts {
+    /// Running or about to.
+    busy: usize,
     spinners: usize,
     sleeping: usize,
-    /// Cores in the `Busy` state (running or about to).
-    busy: usize,
+}
+
+impl StateCounts {
+    fn of(&mut self, state: State) -> &mut usize {
+        match state {
+            State::Busy => &mut self.busy,
+            State::Spin { .. } => &mut self.spinners,
+            State::Sleep { .. } => &mut self.sleeping,
+        }
+    }
 }
 
 impl Net {
+    /// Core `core` goes to `state`; the counts follow.
     fn set_state(&mut self, core: usize, state: State) {
         let st = &mut self.status[core];
-        let (was, is) = (st.state == State::Busy, state == State::Busy);
-        st.state = state;
-        self.busy = self.busy + usize::from(is) - usize::from(was);
+        let was = std::mem::replace(&mut st.state, state);
+        *self.counts.of(was) -= 1;
+        *self.counts.of(state) += 1;
     }
 
     /// Core `core`'s next step is at `at` (replacing the one it had: a core has at most one).
@@ -362,13 +395,12 @@ impl Net {
 
     /// A message reached `dest` at `at`: wake it if it spins or sleeps. Returns whether a
     /// sleeper was woken (the sender pays a wake-up call).
-    fn arrive(&mut self, dest: usize, at: u64, cost: &CostModel, report: &mut Report) -> bool {
+    fn arrive(&mut self, dest: usize, at: u64, cost: &Ticks, report: &mut Report) -> bool {
         match self.status[dest].state {
             State::Busy => false,
             State::Spin { until, yields } if yields && at > until => {
                 // Its spin yielded the CPU at `until`, a busy thread ran a time slice, and then
                 // it went to sleep: it sees the message as the slice ends, or is woken.
-                self.spinners -= 1;
                 self.set_state(dest, State::Busy);
                 let st = &mut self.status[dest];
                 st.yielded = Some(until);
@@ -377,22 +409,20 @@ impl Net {
                     self.schedule(dest, back);
                     return false;
                 }
-                let wake = at + cost.wakeup_ns as u64;
+                let wake = at + cost.wakeup;
                 st.slept = Some(wake - back);
                 report.wakeups += 1;
                 self.schedule(dest, wake);
                 true
             }
             State::Spin { .. } => {
-                self.spinners -= 1;
                 report.spin_wins += 1;
                 self.set_state(dest, State::Busy);
-                self.schedule(dest, at + cost.spin_notice_ns as u64);
+                self.schedule(dest, at + cost.spin_notice);
                 false
             }
             State::Sleep { since } => {
-                self.sleeping -= 1;
-                let wake = at + cost.wakeup_ns as u64;
+                let wake = at + cost.wakeup;
                 self.set_state(dest, State::Busy);
                 self.status[dest].slept = Some(wake.saturating_sub(since));
                 report.wakeups += 1;
@@ -400,6 +430,53 @@ impl Net {
                 true
             }
         }
+    }
+}
+
+/// The fixed costs of the [`CostModel`] in whole nanoseconds of virtual time, converted once
+/// (a saturating float conversion per charge was about a twentieth of the host time of a
+/// message-heavy run: callgrind, producer-consumer at 16 cores).
+struct Ticks {
+    event: u64,
+    store: u64,
+    turn: u64,
+    round: u64,
+    local_post: u64,
+    remote_post: u64,
+    deliver: u64,
+    lock: u64,
+    wake_send: u64,
+    wakeup: u64,
+    sleep: u64,
+    spin_notice: u64,
+    steal_answer: u64,
+    /// [`CostModel::line`] by distance.
+    line: [u64; 6],
+}
+
+impl Ticks {
+    fn of(c: &CostModel) -> Ticks {
+        Ticks {
+            event: c.event_ns as u64,
+            store: c.store_ns as u64,
+            turn: c.turn_ns as u64,
+            round: c.round_ns as u64,
+            local_post: c.local_post_ns as u64,
+            remote_post: c.remote_post_ns as u64,
+            deliver: c.deliver_ns as u64,
+            lock: c.lock_ns as u64,
+            wake_send: c.wake_send_ns as u64,
+            wakeup: c.wakeup_ns as u64,
+            sleep: c.sleep_ns as u64,
+            spin_notice: c.spin_notice_ns as u64,
+            steal_answer: c.steal_answer_ns as u64,
+            line: c.line_ns.map(|l| l as u64),
+        }
+    }
+
+    /// [`CostModel::line`]`(d) as u64`.
+    fn line(&self, d: usize) -> u64 {
+        self.line[d.min(self.line.len() - 1)]
     }
 }
 
@@ -463,6 +540,8 @@ pub struct Sim<'w> {
     /// Per core: emptied batch buffers given back to it (`shared::Remote::returns`).
     returns: Vec<crate::outbox::Returns>,
     net: Net,
+    /// The cost model's fixed costs in whole ns.
+    ticks: Ticks,
     work: &'w mut dyn Workload,
     base: Instant,
     threshold: Duration,
@@ -475,6 +554,9 @@ pub struct Sim<'w> {
     message_lines: f64,
     /// The workload's [`Workload::layer_ns`].
     layer_ns: f64,
+    /// Small closures posted to another core travel in their messages (`Config::inline_posts`,
+    /// with batching: the real worker's `post_closure`).
+    inline_posts: bool,
     /// Per color, the core that last wrote its recipient line, if posts touch one
     /// ([`Workload::post_touches_recipient`]).
     recipient_line: Option<LastCore>,
@@ -546,9 +628,7 @@ impl<'w> Sim<'w> {
             slot: vec![None; n],
             agenda: Agenda::new(n),
             seq: 0,
-            spinners: 0,
-            sleeping: 0,
-            busy: n,
+            counts: StateCounts { busy: n, ..StateCounts::default() },
         };
         let threshold = setup.spin_threshold.unwrap_or_else(|| {
             crate::idle::threshold_for(Duration::from_nanos(setup.cost.wakeup_ns as u64))
@@ -557,6 +637,8 @@ impl<'w> Sim<'w> {
         let checks = setup.check.then(Checks::default);
         let message_lines = work.message_lines().max(0.0);
         let layer_ns = work.layer_ns() as f64;
+        let inline_posts = setup.config.inline_posts && setup.config.batching;
+        let ticks = Ticks::of(&setup.cost);
         let recipient_line = work.post_touches_recipient().then(LastCore::default);
         let rng = setup.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         Sim {
@@ -567,6 +649,7 @@ impl<'w> Sim<'w> {
             cores,
             returns: (0..n).map(|_| crate::outbox::returns()).collect(),
             net,
+            ticks,
             work,
             // The outbox's clock: any fixed instant will do, only differences are read.
             base: Instant::now(),
@@ -577,6 +660,7 @@ impl<'w> Sim<'w> {
             last_core: LastCore::default(),
             message_lines,
             layer_ns,
+            inline_posts,
             recipient_line,
             checks,
             report: Report::default(),
@@ -607,17 +691,18 @@ impl<'w> Sim<'w> {
         self.dist[a * self.cores.len() + b] as usize
     }
 
-    fn tag(&mut self, poster: u64, seq: u32, from: u32, data: u64) -> Tag {
+    /// A new event's tag, its closure not stored yet ([`stored`](Self::stored)).
+    fn tag(&mut self, poster: u64, seq: u32, data: u64) -> Tag {
         let id = self.next_id;
         self.next_id += 1;
-        let posted = match self.cores.get_mut(from as usize) {
-            Some(core) => {
-                core.posted = core.posted.wrapping_add(1);
-                core.posted
-            }
-            None => 0,
-        };
-        Tag { id, poster, seq, from, posted, data }
+        Tag { id, poster, seq, from: NO_CORE, posted: 0, data }
+    }
+
+    /// `tag`'s closure is stored by core `k` (in its heap, after those it stored before).
+    fn stored(&mut self, k: usize, tag: Tag) -> Tag {
+        let core = &mut self.cores[k];
+        core.posted = core.posted.wrapping_add(1);
+        Tag { from: k as u32, posted: core.posted, ..tag }
     }
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
@@ -663,7 +748,7 @@ impl<'w> Sim<'w> {
         let n = self.cores.len();
         // Each run's root is a poster of its own (for the order check), as each `Runtime::run`'s
         // first event is posted afresh; event ids, the other posters, stay far below.
-        let root = self.tag(ROOT - u64::from(run), 0, NO_CORE, ROOT);
+        let root = self.tag(ROOT - u64::from(run), 0, ROOT);
         let color = self.work.root();
         let home = home_of(color, self.placement);
         // As `Runtime::run` posts it: a message to the color's home, which routes it as any
@@ -698,19 +783,13 @@ impl<'w> Sim<'w> {
         let start =
             self.cores.iter().map(|c| c.now).max().unwrap_or(0).max(self.report.makespan_ns);
         for k in 0..n {
-            if let State::Sleep { .. } = self.net.status[k].state {
-                self.net.sleeping -= 1;
-            }
-            if let State::Spin { .. } = self.net.status[k].state {
-                self.net.spinners -= 1;
-            }
             self.net.set_state(k, State::Busy);
             let core = &mut self.cores[k];
             core.now = start;
             if let Some(cpu) = core.cpu.as_mut() {
                 // Asleep since its last charge: the busy thread had the CPU meanwhile.
                 cpu.mark = start;
-                (cpu.window_start, cpu.window_run, cpu.window_wait) = (start, 0, 0);
+                cpu.new_window(start);
             }
         }
         self.work.restart();
@@ -732,7 +811,6 @@ impl<'w> Sim<'w> {
         match self.net.status[k].state {
             State::Busy => self.round(k),
             State::Spin { until, yields } if now >= until => {
-                self.net.spinners -= 1;
                 self.net.set_state(k, State::Busy);
                 if yields {
                     self.yield_cpu(k, until);
@@ -754,7 +832,7 @@ impl<'w> Sim<'w> {
         let mut ran = match self.cores[k].mid_round.take() {
             Some(ran) => ran,
             None => {
-                self.cores[k].now += self.setup.cost.round_ns as u64;
+                self.cores[k].now += self.ticks.round;
                 self.take_inbox(k);
                 self.answer(k);
                 0
@@ -850,7 +928,12 @@ impl<'w> Sim<'w> {
     ) {
         match msg {
             Msg::PostInline { color, task, urgent, step } => {
-                let msg = Msg::Post { color, task: task.into_task(k), urgent, step };
+                // Stored here, by the receiver (`worker::Core::receive`): its closure is this
+                // core's from now on. The engine's task inside gives its tag back when run.
+                task.into_task(k).run();
+                let tag = self.stored(k, RAN.with(|c| c.get()));
+                self.cores[k].now += self.ticks.store;
+                let msg = Msg::Post { color, task: task_of(tag), urgent, step };
                 self.receive(k, msg, from, quiet, may_move, stream);
             }
             Msg::Post { color, task, urgent, step } => {
@@ -944,7 +1027,7 @@ impl<'w> Sim<'w> {
         };
         let start = self.cores[k].now;
         let wait0 = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait);
-        let mut t = start + self.setup.cost.turn_ns as u64;
+        let mut t = start + self.ticks.turn;
         let stamp = self.cores[k].turns;
         if let Some((prev, at)) = self.last_core.replace(color, k, stamp) {
             let cost = &self.setup.cost;
@@ -969,11 +1052,11 @@ impl<'w> Sim<'w> {
             n += 1;
             self.run_event(k, color, tag);
         }
-        if self.setup.cost.contention > 0.0 && self.net.busy > 1 {
+        if self.setup.cost.contention > 0.0 && self.net.counts.busy > 1 {
             // Other cores running at the same time slow this one (shared caches, memory
             // bandwidth, a shared host): the turn takes longer. Its own time only: not the
             // slices a busy thread took from it meanwhile (`SharedCpu`).
-            let others = (self.net.busy - 1) as f64;
+            let others = (self.net.counts.busy - 1) as f64;
             let lost = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait - wait0);
             let turn = (self.cores[k].now - start - lost) as f64;
             self.cores[k].now += (turn * self.setup.cost.contention * others) as u64;
@@ -1002,31 +1085,28 @@ impl<'w> Sim<'w> {
         posts.clear();
         let work = self.work.handle(&ev, &mut posts);
         let mut cost = self.setup.cost.work(work) + self.layer_ns;
-        if self.message_lines > 0.0 && tag.from != NO_CORE && tag.from as usize != k {
-            // The handler reads its message's payload, still in the poster's cache.
-            let d = self.distance(tag.from as usize, k);
-            cost += self.setup.cost.stream(self.message_lines, d);
-        }
         if let Some(from) = self.cores.get(tag.from as usize).map(|_| tag.from as usize) {
+            let c = &self.setup.cost;
             // Its closure, written by its poster: read as a stream if it lies next to the one
             // from that poster run here before (posted just before it: a queue run in posting
             // order), else a whole latency. From another core: by distance. From this one: out
             // of its caches if it posted more than they hold since.
-            let age = self.cores[from].posted.wrapping_sub(tag.posted);
-            let last = &mut self.cores[k].last_ran_posted[from];
-            let next = tag.posted == last.wrapping_add(1);
-            *last = tag.posted;
-            let c = &self.setup.cost;
             let line = if from != k {
-                c.line(self.distance(from, k))
-            } else if f64::from(age) > c.warm_msgs {
+                let d = self.distance(from, k);
+                // The handler reads its message's payload, still in the poster's cache.
+                cost += c.stream(self.message_lines, d);
+                c.line(d)
+            } else if f64::from(self.cores[from].posted.wrapping_sub(tag.posted)) > c.warm_msgs {
                 c.memory_line_ns
             } else {
                 0.0
             };
-            cost += if next { line / super::cost::STREAM_OVERLAP } else { line };
+            let last = &mut self.cores[k].last_ran_posted[from];
+            let next = tag.posted == last.wrapping_add(1);
+            *last = tag.posted;
+            cost += if next { c.streamed(1.0, line) } else { line };
         }
-        let spent = self.jitter(cost) + self.setup.cost.event_ns as u64;
+        let spent = self.jitter(cost) + self.ticks.event;
         self.cores[k].now += spent;
         if self.cores[k].cpu.is_some() {
             // Before its posts leave: a slice of the busy thread may have come in between.
@@ -1034,8 +1114,8 @@ impl<'w> Sim<'w> {
         }
         self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         for (i, p) in posts.iter().enumerate() {
-            let tag = self.tag(tag.id, i as u32, k as u32, p.data);
-            self.post(k, p.color, tag);
+            let tag = self.tag(tag.id, i as u32, p.data);
+            self.post(k, p, tag);
         }
         self.posts = posts;
         // `worker::Core::after_event`: a lone post to another worker is a chain step.
@@ -1057,24 +1137,43 @@ impl<'w> Sim<'w> {
     }
 
     /// A post made by a handler on core `k` (`worker::Core::post`).
-    fn post(&mut self, k: usize, color: Color, tag: Tag) {
+    fn post(&mut self, k: usize, post: &Post, tag: Tag) {
+        let color = post.color;
         self.touch_recipient(k, color);
-        let cost = &self.setup.cost;
         if !self.setup.config.batching {
             // libasync-smp: a lock per posted event, local posts included.
-            self.cores[k].now += cost.lock_ns as u64;
+            self.cores[k].now += self.ticks.lock;
             if self.cores[k].queue.lease(color).is_none() {
+                let tag = self.stored(k, tag);
+                self.cores[k].now += self.ticks.store;
                 let home = home_of(color, self.placement);
                 let msg = Msg::Post { color, task: task_of(tag), urgent: false, step: false };
                 return self.send(k, home, msg);
             }
         }
-        let q = &mut self.cores[k].queue;
-        let dest = q.route(color);
-        match q.post_to(dest, task_of(tag), false) {
+        // One call site: inlined here, as the worker's post path has it.
+        let dest = self.cores[k].queue.route(color);
+        if let Dest::Remote { home } = dest {
+            if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
+                // `worker::Core::post_closure`: the closure travels in the message, unstored
+                // (the engine's task, a pointer to its tag, stands for its bytes).
+                let core = &mut self.cores[k];
+                core.event_remote_posts += 1;
+                core.event_remote_dest = home;
+                let task = task_of(tag);
+                let task = InlineTask::new(move || task.run());
+                let msg = Msg::PostInline { color, task, urgent: false, step: false };
+                return self.send(k, home, msg);
+            }
+        }
+        // Stored by its poster (placed for the receiver: not modelled).
+        let tag = self.stored(k, tag);
+        let cost = &self.ticks;
+        self.cores[k].now += cost.store;
+        match self.cores[k].queue.post_to(dest, task_of(tag), false) {
             Route::Queued => {
                 self.report.posts_local += 1;
-                self.cores[k].now += cost.local_post_ns as u64;
+                self.cores[k].now += cost.local_post;
             }
             Route::Forward { to, task } => {
                 self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent: false })
@@ -1087,7 +1186,7 @@ impl<'w> Sim<'w> {
             }
             Route::Held(ask) => {
                 self.report.posts_local += 1;
-                self.cores[k].now += cost.local_post_ns as u64;
+                self.cores[k].now += cost.local_post;
                 self.ask_sync(k, ask);
                 // The home's `Synced` that lets them in waits in the inbox: filed now and then.
                 let core = &mut self.cores[k];
@@ -1107,7 +1206,7 @@ impl<'w> Sim<'w> {
         match lines.replace(color, k, 0) {
             Some((prev, _)) if prev != k => {
                 let d = self.distance(prev, k);
-                self.cores[k].now += self.setup.cost.line(d) as u64;
+                self.cores[k].now += self.ticks.line(d);
             }
             _ => {}
         }
@@ -1149,7 +1248,7 @@ impl<'w> Sim<'w> {
         }
         let core = &mut self.cores[k];
         core.turn_sends += 1;
-        core.now += self.setup.cost.remote_post_ns as u64;
+        core.now += self.ticks.remote_post;
         // The clock is read only when the buffer fills (`Instant` arithmetic per message was a
         // few percent of a fan-out's host time).
         let (base, at) = (self.base, core.now);
@@ -1183,13 +1282,13 @@ impl<'w> Sim<'w> {
         let d = self.distance(k, dest);
         let latency = self.jitter(self.setup.cost.line(d));
         let core = &mut self.cores[k];
-        core.now += self.setup.cost.deliver_ns as u64;
+        core.now += self.ticks.deliver;
         let at = (core.now + latency).max(core.last_arrival[dest]);
         core.last_arrival[dest] = at;
         let quiet = core.queue.is_quiet();
         self.net.inbox[dest].push(Arrival { at, from: k, quiet, msgs: batch });
-        if self.net.arrive(dest, at, &self.setup.cost, &mut self.report) {
-            self.cores[k].now += self.setup.cost.wake_send_ns as u64;
+        if self.net.arrive(dest, at, &self.ticks, &mut self.report) {
+            self.cores[k].now += self.ticks.wake_send;
         }
     }
 
@@ -1288,7 +1387,7 @@ impl<'w> Sim<'w> {
         let seen = steal::Loaded {
             share: self.net.status[k].share,
             ready: core.queue.ready_len(),
-            sleepers: self.net.sleeping > 0,
+            sleepers: self.net.counts.sleeping > 0,
             asked: self.net.slot[k].is_some(),
             backlog,
         };
@@ -1302,8 +1401,8 @@ impl<'w> Sim<'w> {
             return;
         };
         let at = self.cores[k].now;
-        self.cores[k].now += self.setup.cost.wake_send_ns as u64;
-        self.net.arrive(w, at, &self.setup.cost, &mut self.report);
+        self.cores[k].now += self.ticks.wake_send;
+        self.net.arrive(w, at, &self.ticks, &mut self.report);
     }
 
     /// `steal::answer`: lends to the thief in this core's slot, if its request has arrived.
@@ -1314,7 +1413,7 @@ impl<'w> Sim<'w> {
         }
         self.net.slot[k] = None;
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
-        self.cores[k].now += self.setup.cost.steal_answer_ns as u64;
+        self.cores[k].now += self.ticks.steal_answer;
         self.send(k, thief, Msg::Grant { from: k as u32, loans });
         if self.setup.config.batching {
             self.flush_to(k, thief);
@@ -1341,7 +1440,7 @@ impl<'w> Sim<'w> {
             steal::worth_asking(config.steal, mine, &seen) && self.net.slot[v].is_none()
         });
         let Some(v) = victim else { return };
-        let visible = self.cores[k].now + self.setup.cost.line(self.distance(k, v)) as u64;
+        let visible = self.cores[k].now + self.ticks.line(self.distance(k, v));
         self.net.slot[v] = Some((k, visible));
         self.cores[k].steal_pending = true;
         self.report.steal_requests += 1;
@@ -1370,23 +1469,21 @@ impl<'w> Sim<'w> {
                 self.cores[k].last_sleep,
             )
         };
-        if budget > Duration::ZERO && self.net.spinners < self.max_spinners {
+        if budget > Duration::ZERO && self.net.counts.spinners < self.max_spinners {
             let mut until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
             // On a shared CPU the spin's first yield finds the busy thread there.
             let yields = self.cores[k].cpu.is_some() && until >= now + SPIN_YIELD_NS;
             if yields {
                 until = now + SPIN_YIELD_NS;
             }
-            self.net.spinners += 1;
             self.report.spins += 1;
             self.net.set_state(k, State::Spin { until, yields });
             // A message already on its way is noticed when it lands.
             let next = self.next_arrival(k).map_or(until, |a| a.min(until));
             if next < until {
-                self.net.spinners -= 1;
                 self.report.spin_wins += 1;
                 self.net.set_state(k, State::Busy);
-                return self.net.schedule(k, next + self.setup.cost.spin_notice_ns as u64);
+                return self.net.schedule(k, next + self.ticks.spin_notice);
             }
             return self.net.schedule(k, until.min(now + SPIN_STEAL_EVERY_NS));
         }
@@ -1411,7 +1508,7 @@ impl<'w> Sim<'w> {
     /// Sleeps until a message arrives (`idle::sleep`); a message already on its way wakes it as
     /// it lands (the sender would have seen the sleep announced).
     fn sleep(&mut self, k: usize) {
-        self.cores[k].now += self.setup.cost.sleep_ns as u64;
+        self.cores[k].now += self.ticks.sleep;
         if self.cores[k].cpu.is_some() {
             self.charge_cpu(k);
         }
@@ -1420,11 +1517,10 @@ impl<'w> Sim<'w> {
             return self.net.schedule(k, now);
         }
         self.report.sleeps += 1;
-        self.net.sleeping += 1;
         self.net.set_state(k, State::Sleep { since: now });
         self.net.agenda.remove(k); // no step until woken
         if let Some(at) = self.next_arrival(k) {
-            self.net.arrive(k, at, &self.setup.cost, &mut self.report);
+            self.net.arrive(k, at, &self.ticks, &mut self.report);
         }
     }
 }
@@ -1476,7 +1572,7 @@ impl Sim<'_> {
             for _ in 0..(slept / recheck).min(32) {
                 let _ = cpu.measure.window(0, 0);
             }
-            (cpu.window_start, cpu.window_run, cpu.window_wait) = (core.now, 0, 0);
+            cpu.new_window(core.now);
             self.net.status[k].share = cpu.measure.share();
         }
     }
@@ -1491,8 +1587,15 @@ impl Sim<'_> {
             return;
         }
         let _ = cpu.measure.window(cpu.window_run, cpu.window_wait);
-        (cpu.window_start, cpu.window_run, cpu.window_wait) = (core.now, 0, 0);
+        cpu.new_window(core.now);
         self.net.status[k].share = cpu.measure.share();
+    }
+}
+
+impl SharedCpu {
+    /// A measuring window starts at `at`.
+    fn new_window(&mut self, at: u64) {
+        (self.window_start, self.window_run, self.window_wait) = (at, 0, 0);
     }
 }
 

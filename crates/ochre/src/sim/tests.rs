@@ -429,3 +429,60 @@ fn a_core_pays_for_what_it_has_not_touched_lately() {
     assert!((scattered - whole).abs() < whole * 0.05, "fork-join: +{scattered} ns, want {whole}");
     assert!((streamed - stream).abs() < stream * 0.05, "counting: +{streamed} ns, want {stream}");
 }
+
+/// The root, on core 0, posts `n` events to `to`, homed on core 1, each carried by a closure
+/// of `bytes` bytes.
+struct Fan {
+    root: Color,
+    to: Color,
+    n: u64,
+    bytes: usize,
+}
+
+impl Workload for Fan {
+    fn root(&self) -> Color {
+        self.root
+    }
+
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        if ev.data == ROOT {
+            out.extend((0..self.n).map(|i| Post { color: self.to, data: i }));
+        }
+        0
+    }
+
+    fn closure_bytes(&self, _post: &Post) -> usize {
+        self.bytes
+    }
+}
+
+/// A small closure posted to another core travels in its message and is stored by its
+/// receiver (`Config::inline_posts`): the receiver's events read it from their own core, not
+/// from the poster's; a large one, or any with inline posts off, is stored by the poster.
+#[test]
+fn small_closures_travel_inline_and_their_receiver_stores_them() {
+    let t = Topology::flat(vec![0, 1]);
+    let root = (1..).map(Color).find(|&c| home(c, 2, &t) == 0).unwrap();
+    let to = (1..).map(Color).find(|&c| home(c, 2, &t) == 1).unwrap();
+    let n = 2_000;
+    let far = CostModel {
+        line_ns: [0.0, 1_000.0, 1_000.0, 1_000.0, 1_000.0, 1_000.0],
+        ..CostModel::default()
+    };
+    let run = |inline: bool, bytes: usize| {
+        let config = Config::default().follow(false).steal(Steal::Off).inline_posts(inline);
+        let mut setup = Setup::new(2, t.clone(), config);
+        setup.cost = far.clone();
+        setup.check = true;
+        let r = simulate(setup, &mut Fan { root, to, n, bytes });
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.events_per_core, [1, n]);
+        r.makespan_ns as f64
+    };
+    let stored = run(false, 16);
+    let inline = run(true, 16);
+    // Each of the receiver's events read its closure from core 0, streamed: a quarter line.
+    let read = n as f64 * 1_000.0 / cost::STREAM_OVERLAP;
+    assert!(stored - inline > 0.8 * read, "stored {stored} ns, inline {inline} ns");
+    assert_eq!(run(true, 32), stored, "too large to travel inline");
+}

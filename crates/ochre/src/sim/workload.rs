@@ -105,6 +105,11 @@ impl Workload for PingPong {
             }
         }
     }
+
+    /// `ochre_hop`'s closure: a color and a count.
+    fn closure_bytes(&self, _post: &Post) -> usize {
+        16
+    }
 }
 
 impl Measured for PingPong {
@@ -163,6 +168,16 @@ impl Workload for ProdCons {
             }
         }
         0
+    }
+
+    /// `prodcons::produce`'s closures: to the producer, the round and the rounds left; to a
+    /// consumer, the round, its completion closure (round and rounds left) and an index.
+    fn closure_bytes(&self, post: &Post) -> usize {
+        if kind(post.data) == 1 {
+            16
+        } else {
+            32
+        }
     }
 }
 
@@ -238,6 +253,11 @@ impl Workload for Imbalanced {
             out.push(Post { color: ev.color, data: ev.data - 1 });
         }
         self.cost_ns
+    }
+
+    /// `steal::chain`'s closure: a color, the links left and their cost.
+    fn closure_bytes(&self, _post: &Post) -> usize {
+        24
     }
 }
 
@@ -487,6 +507,21 @@ impl Program {
         }
     }
 
+    /// Bytes of the closure that carries one of its messages in `bench actors` (the recipient's
+    /// `Arc` and the program's message enum; the bench's `actors::closure_bytes` gives the same,
+    /// from the types): its pingpong's `u64` 16, the `Ring`'s token (two words and a tag) and
+    /// the bank's debit (two words and a tag) 32, the others (one word and a tag) 24.
+    pub fn closure_bytes(self) -> usize {
+        match self {
+            Program::PingPong { .. } => 16,
+            Program::Ring { .. } | Program::Bank { .. } => 32,
+            Program::Counting { .. }
+            | Program::Big { .. }
+            | Program::ForkJoin { .. }
+            | Program::Chameneos { .. } => 24,
+        }
+    }
+
     /// Messages a run sends (the benchmark's numerator).
     pub fn messages(self) -> u64 {
         match self {
@@ -551,6 +586,10 @@ impl Workload for Actors {
     /// sender's `Weak::upgrade`, dropped when it has run).
     fn post_touches_recipient(&self) -> bool {
         true
+    }
+
+    fn closure_bytes(&self, _post: &Post) -> usize {
+        self.program.closure_bytes()
     }
 
     fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
