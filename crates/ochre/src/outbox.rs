@@ -328,6 +328,12 @@ impl Outbox {
                 self.pending.swap_remove(i);
             }
             slot.filled_whole = false;
+            if self.sizing == BatchSize::Adaptive && slot.msgs.len() < slot.size {
+                // Leaving before it is full: the size the rule grew may be more than the turns
+                // post now (`tune::after_partial_batch`).
+                let start = self.batch_size.clamp(tune::MIN_BATCH, tune::MAX_BATCH);
+                slot.size = tune::after_partial_batch(slot.size, slot.msgs.len(), start);
+            }
         }
         slot.seen_pending = None;
         std::mem::take(&mut slot.msgs)
@@ -605,6 +611,33 @@ mod tests {
         assert_eq!(o.slots[1].fill.took, Some(tune::LONG_FILL * 2));
         o.left_full(1, idle);
         assert!(o.size(1) < 32, "a slow fill to an idle receiver shrinks");
+    }
+
+    /// A fan-out grows the size to the maximum; then each turn posts 50 messages, which used to
+    /// leave whole at its end for good (a review's case: 5,000, then 10,000 turns of 50, kept
+    /// 128). Now the size comes back until batches leave mid-turn again.
+    #[test]
+    fn a_size_grown_by_a_fan_out_comes_back_when_turns_post_less() {
+        let mut o = Outbox::new(2, 32, 1.1).sized(BatchSize::Adaptive);
+        let t0 = Instant::now();
+        let busy = || tune::Receiver { idle: false, ready: 4 };
+        for _ in 0..5_000 {
+            if o.push_at(1, msg(), &returns(), || t0).is_some() {
+                o.left_full(1, busy);
+            }
+        }
+        assert_eq!(o.size(1), tune::MAX_BATCH, "the fan-out grew it");
+        let _ = o.take(1);
+        for turn in 0..200 {
+            o.end_turn();
+            for _ in 0..50 {
+                if o.push_at(1, msg(), &returns(), || t0 + Duration::from_secs(turn)).is_some() {
+                    o.left_full(1, busy);
+                }
+            }
+            let _ = o.take(1);
+        }
+        assert_eq!(o.size(1), 32, "back to the configured size");
     }
 
     #[test]
