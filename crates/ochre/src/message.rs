@@ -236,6 +236,14 @@ impl InlineTask {
         Self::fits_layout(std::mem::size_of::<F>(), std::mem::align_of::<F>())
     }
 
+    /// Whether a closure of type `F` posted to another worker (or from outside the runtime)
+    /// travels inline under `config`: it [fits](Self::fits), inline posts are on, and posts
+    /// are batched (the libasync-smp transport stores every closure).
+    #[inline]
+    pub(crate) fn wanted<F>(config: &crate::Config) -> bool {
+        Self::fits::<F>() && config.inline_posts && config.batching
+    }
+
     /// [`fits`](Self::fits) for a closure of `size` bytes aligned to `align` (the simulator's
     /// workloads give their closures' sizes).
     #[inline]

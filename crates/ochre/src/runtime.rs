@@ -655,7 +655,7 @@ impl Handle {
         let config = &self.shared.config;
         // A small closure travels in the message and the worker stores it (no allocation here,
         // and no free on the worker into this thread's allocator arena), as between workers.
-        let msg = if InlineTask::fits::<F>() && config.inline_posts && config.batching {
+        let msg = if InlineTask::wanted::<F>(config) {
             Msg::PostInline { color, task: InlineTask::new(f), urgent, step: false }
         } else {
             Msg::Post { color, task: Task::new(f), urgent, step: false }

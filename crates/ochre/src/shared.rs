@@ -102,6 +102,11 @@ pub(crate) struct Remote {
 /// 2M events from the main thread to 16 colors, then running them, 2 workers: about 2M events a
 /// second in all, the workers' time mostly in glibc's `free` and arena consolidation; tokio
 /// (unbounded channels to 16 tasks) ran the same at 15-18M.
+/// Messages of room a worker's spare outside buffer keeps ([`Remote::take_outside`]): a burst
+/// of outside posts (2M events posted before a run: 96 MB of messages) does not stay allocated
+/// for the runtime's life.
+pub(crate) const OUTSIDE_KEPT: usize = 4096;
+
 #[derive(Default)]
 pub(crate) struct Outside {
     pub(crate) msgs: Vec<Msg>,
@@ -159,12 +164,25 @@ impl Remote {
 
     /// The worker's side of [`Outside`], after it took a batch from
     /// [`OUTSIDE`](crate::inbox::OUTSIDE): the messages posted behind it, swapped into `into`
-    /// (empty; both buffers keep their capacity). Later posts announce themselves again.
+    /// (empty; it becomes the buffer later posts wait in, so past [`OUTSIDE_KEPT`] messages
+    /// of room it is given back first). Later posts announce themselves again.
     pub(crate) fn take_outside(&self, into: &mut Vec<Msg>) {
         debug_assert!(into.is_empty());
+        if into.capacity() > OUTSIDE_KEPT {
+            *into = Vec::new();
+        }
         let mut outside = lock(&self.outside);
         outside.announced = false;
         std::mem::swap(&mut outside.msgs, into);
+    }
+
+    /// What follows a batch from `from` that the worker just took: if it came from outside the
+    /// runtime, the messages posted behind it ([`take_outside`](Self::take_outside)), in `into`.
+    #[inline]
+    pub(crate) fn take_behind(&self, from: crate::inbox::Sender, into: &mut Vec<Msg>) {
+        if from.id == crate::inbox::OUTSIDE {
+            self.take_outside(into);
+        }
     }
 
     /// Wakes the worker from whichever sleep it announced.

@@ -199,7 +199,7 @@ impl Core {
         }
         let dest = self.queue.route(color);
         if let Dest::Remote { home } = dest {
-            if InlineTask::fits::<F>() && shared.config.inline_posts {
+            if InlineTask::wanted::<F>(&shared.config) {
                 if urgent {
                     self.counters.add(Counter::PostsUrgent, 1);
                 }
@@ -466,17 +466,15 @@ impl Core {
                 for msg in batch.drain(..) {
                     self.receive(shared, msg, from, &mut may_move, stream);
                 }
-                if from.id == OUTSIDE {
-                    // What other threads posted behind this announcement (`shared::Outside`).
-                    // Swapped with this worker's spare buffer: both keep their capacity.
-                    let mut waiting = std::mem::take(&mut self.outside_spare);
-                    remote.take_outside(&mut waiting);
-                    taken += waiting.len() as u64;
-                    for msg in waiting.drain(..) {
-                        self.receive(shared, msg, from, &mut false, None);
-                    }
-                    self.outside_spare = waiting;
+                // What other threads posted behind this batch, if it came from outside
+                // (`shared::Outside`), swapped with this worker's spare buffer.
+                let mut behind = std::mem::take(&mut self.outside_spare);
+                remote.take_behind(from, &mut behind);
+                taken += behind.len() as u64;
+                for msg in behind.drain(..) {
+                    self.receive(shared, msg, from, &mut false, None);
                 }
+                self.outside_spare = behind;
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
                 self.outbox.recycle(batch, shared.remotes.get(from.id).map(|r| &*r.returns));
             }
