@@ -6,7 +6,7 @@
 //! responses apart from the `Date` value. hyper + tower-http has its own headers and error
 //! pages: for it the status, the body of files, `Content-Length` and the media type must agree.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,14 +14,8 @@ use std::time::Duration;
 use ochre_http::ServerConfig;
 use ochre_servers::{loopback_listener, start, Arch, Plan};
 
-/// A response as read off the wire.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    /// Header lines, lower-cased names, without `Date`.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
+mod common;
+use common::{read_replies, Reply};
 
 impl Reply {
     fn header(&self, name: &str) -> Option<&str> {
@@ -47,43 +41,7 @@ fn exchange(addr: SocketAddr, request: &str, n: usize, head: bool) -> Vec<Reply>
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
-    let mut buf = Vec::new();
-    let mut replies = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    while replies.len() < n {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut resp = httparse::Response::new(&mut headers);
-        if let Ok(httparse::Status::Complete(used)) = resp.parse(&buf) {
-            let len: usize = resp
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .map(|h| std::str::from_utf8(h.value).unwrap().trim().parse().unwrap())
-                .unwrap_or(0);
-            let len = if head { 0 } else { len };
-            if buf.len() >= used + len {
-                let headers = resp
-                    .headers
-                    .iter()
-                    .filter(|h| !h.name.eq_ignore_ascii_case("date"))
-                    .map(|h| {
-                        (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned())
-                    })
-                    .collect();
-                replies.push(Reply {
-                    status: resp.code.unwrap(),
-                    headers,
-                    body: buf[used..used + len].to_vec(),
-                });
-                buf.drain(..used + len);
-                continue;
-            }
-        }
-        let k = s.read(&mut chunk).unwrap();
-        assert!(k > 0, "connection closed after {} of {n} responses", replies.len());
-        buf.extend_from_slice(&chunk[..k]);
-    }
-    replies
+    read_replies(&mut s, n, head, request).0
 }
 
 fn get(path: &str) -> String {

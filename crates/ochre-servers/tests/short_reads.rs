@@ -21,6 +21,9 @@ use std::time::Duration;
 use ochre_http::ServerConfig;
 use ochre_servers::{loopback_listener, start, Arch, Plan, Running};
 
+mod common;
+use common::read_replies;
+
 /// How long a client waits for anything before failing the test (the servers' keep-alive
 /// timeout is 60 s: a connection left open until then fails here).
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -60,33 +63,11 @@ fn connect(addr: SocketAddr) -> TcpStream {
     s
 }
 
-/// Reads `n` responses (status and body, by `Content-Length`) from `s`.
+/// Reads `n` responses (status and body) from `s`, and nothing beyond them.
 fn responses(s: &mut TcpStream, n: usize, what: &str) -> Vec<(u16, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    while out.len() < n {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut resp = httparse::Response::new(&mut headers);
-        if let Ok(httparse::Status::Complete(used)) = resp.parse(&buf) {
-            let len: usize = resp
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
-                .unwrap_or(0);
-            if buf.len() >= used + len {
-                out.push((resp.code.unwrap_or(0), buf[used..used + len].to_vec()));
-                buf.drain(..used + len);
-                continue;
-            }
-        }
-        let got = s.read(&mut chunk).unwrap_or_else(|e| panic!("{what}: {e} after {out:?}"));
-        assert!(got > 0, "{what}: closed after {} of {n} responses", out.len());
-        buf.extend_from_slice(&chunk[..got]);
-    }
-    assert!(buf.is_empty(), "{what}: bytes beyond the responses");
-    out
+    let (replies, rest) = read_replies(s, n, false, what);
+    assert!(rest.is_empty(), "{what}: bytes beyond the responses");
+    replies.into_iter().map(|r| (r.status, r.body)).collect()
 }
 
 #[test]
