@@ -1576,6 +1576,8 @@ mod tests {
     }
 
     #[test]
+    // Thousands of posts: minutes under Miri, and no unsafe code of its own.
+    #[cfg_attr(miri, ignore)]
     fn an_idle_slot_gives_back_a_large_backlogs_memory() {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(1));
