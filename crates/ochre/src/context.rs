@@ -7,7 +7,6 @@
 use std::cell::Cell;
 use std::ptr;
 
-use crate::message::Task;
 use crate::worker::WorkerCtx;
 use crate::{Color, Error};
 
@@ -47,15 +46,14 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&WorkerCtx) -> R) -> Option<R> {
     Some(f(unsafe { &*p }))
 }
 
-pub(crate) fn post_task(color: Color, task: Task, urgent: bool) -> Result<(), Error> {
-    with_current(|ctx| ctx.core.borrow_mut().post(&ctx.shared, color, task, urgent))
-        .ok_or(Error::NotInRuntime)
-}
-
 /// Posts on this thread's worker; `None` outside a handler. (An `Option`, not a `Result`: the
 /// hot path then builds and drops no error value, which cost a tenth of a post.)
 #[inline]
-fn post_closure<F: FnOnce() + Send + 'static>(color: Color, f: F, urgent: bool) -> Option<()> {
+pub(crate) fn post_closure<F: FnOnce() + Send + 'static>(
+    color: Color,
+    f: F,
+    urgent: bool,
+) -> Option<()> {
     with_current(|ctx| {
         let mut core = ctx.core.borrow_mut();
         if core.colors.sample_post() {

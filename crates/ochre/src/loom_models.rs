@@ -85,10 +85,12 @@ fn loom_outside_posts_arrive_once_and_in_order() {
         let mut batches = remote.poke.inbox.take_batches();
         while let Some((from, batch)) = batches.next_with_sender() {
             got.extend(batch.into_iter().map(tag));
-            // As the worker does (`Core::take_inbox`).
-            let mut behind = Vec::new();
-            remote.take_behind(from, &mut behind);
-            got.extend(behind.into_iter().map(tag));
+            // As the worker does (`Core::take_inbox`, `receive_outside`).
+            if from.id == crate::inbox::OUTSIDE {
+                let mut behind = Vec::new();
+                remote.take_outside(&mut behind);
+                got.extend(behind.into_iter().map(tag));
+            }
         }
     }
     model(|| {

@@ -84,6 +84,8 @@ pub(crate) struct Outbox {
     /// How sizes are chosen, and the capacity of a new buffer (the largest size).
     sizing: BatchSize,
     capacity: usize,
+    /// Where sizes start, and where a grown one comes back to (`tune::after_partial_batch`).
+    start: usize,
     factor: f64,
     /// Destinations whose buffers are non-empty, so that flushing costs nothing when there is
     /// nothing to flush and visits only what is pending otherwise.
@@ -157,6 +159,7 @@ impl Outbox {
             batch_size,
             sizing: BatchSize::Fixed,
             capacity: batch_size,
+            start: batch_size,
             factor,
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
@@ -176,7 +179,7 @@ impl Outbox {
                 tune::MAX_BATCH.max(self.batch_size),
             ),
         };
-        (self.sizing, self.capacity) = (sizing, capacity);
+        (self.sizing, self.capacity, self.start) = (sizing, capacity, start);
         for slot in &mut self.slots {
             slot.size = start;
         }
@@ -331,8 +334,7 @@ impl Outbox {
             if self.sizing == BatchSize::Adaptive && slot.msgs.len() < slot.size {
                 // Leaving before it is full: the size the rule grew may be more than the turns
                 // post now (`tune::after_partial_batch`).
-                let start = self.batch_size.clamp(tune::MIN_BATCH, tune::MAX_BATCH);
-                slot.size = tune::after_partial_batch(slot.size, slot.msgs.len(), start);
+                slot.size = tune::after_partial_batch(slot.size, slot.msgs.len(), self.start);
             }
         }
         slot.seen_pending = None;

@@ -646,10 +646,11 @@ impl Handle {
         if self.shared.control.closed.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
-        // On one of this runtime's workers, post as the running handler (its order, its buffers).
+        // On one of this runtime's workers, post as the running handler does (its order, its
+        // buffers, its placement of the closure).
         let on_worker = with_current(|ctx| Arc::ptr_eq(&ctx.shared, &self.shared)).unwrap_or(false);
         if on_worker {
-            return crate::context::post_task(color, Task::new(f), urgent);
+            return crate::context::post_closure(color, f, urgent).ok_or(Error::NotInRuntime);
         }
         let dest = home_of(color, self.shared.placement);
         let config = &self.shared.config;

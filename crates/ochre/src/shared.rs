@@ -88,6 +88,11 @@ pub(crate) struct Remote {
     pub(crate) outside: Padded<Mutex<Outside>>,
 }
 
+/// Messages of room a worker's spare outside buffer keeps ([`Remote::take_outside`]): a burst
+/// of outside posts (2M events posted before a run: 96 MB of messages) does not stay allocated
+/// for the runtime's life.
+pub(crate) const OUTSIDE_KEPT: usize = 4096;
+
 /// Messages posted to a worker from threads outside the runtime (`Handle::post`), waiting for
 /// the worker to take them.
 ///
@@ -102,11 +107,6 @@ pub(crate) struct Remote {
 /// 2M events from the main thread to 16 colors, then running them, 2 workers: about 2M events a
 /// second in all, the workers' time mostly in glibc's `free` and arena consolidation; tokio
 /// (unbounded channels to 16 tasks) ran the same at 15-18M.
-/// Messages of room a worker's spare outside buffer keeps ([`Remote::take_outside`]): a burst
-/// of outside posts (2M events posted before a run: 96 MB of messages) does not stay allocated
-/// for the runtime's life.
-pub(crate) const OUTSIDE_KEPT: usize = 4096;
-
 #[derive(Default)]
 pub(crate) struct Outside {
     pub(crate) msgs: Vec<Msg>,
@@ -174,15 +174,6 @@ impl Remote {
         let mut outside = lock(&self.outside);
         outside.announced = false;
         std::mem::swap(&mut outside.msgs, into);
-    }
-
-    /// What follows a batch from `from` that the worker just took: if it came from outside the
-    /// runtime, the messages posted behind it ([`take_outside`](Self::take_outside)), in `into`.
-    #[inline]
-    pub(crate) fn take_behind(&self, from: crate::inbox::Sender, into: &mut Vec<Msg>) {
-        if from.id == crate::inbox::OUTSIDE {
-            self.take_outside(into);
-        }
     }
 
     /// Wakes the worker from whichever sleep it announced.

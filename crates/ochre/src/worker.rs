@@ -466,15 +466,9 @@ impl Core {
                 for msg in batch.drain(..) {
                     self.receive(shared, msg, from, &mut may_move, stream);
                 }
-                // What other threads posted behind this batch, if it came from outside
-                // (`shared::Outside`), swapped with this worker's spare buffer.
-                let mut behind = std::mem::take(&mut self.outside_spare);
-                remote.take_behind(from, &mut behind);
-                taken += behind.len() as u64;
-                for msg in behind.drain(..) {
-                    self.receive(shared, msg, from, &mut false, None);
+                if from.id == OUTSIDE {
+                    taken += self.receive_outside(shared, from);
                 }
-                self.outside_spare = behind;
                 // The emptied buffer serves this worker's next outgoing batch, or goes back.
                 self.outbox.recycle(batch, shared.remotes.get(from.id).map(|r| &*r.returns));
             }
@@ -495,6 +489,20 @@ impl Core {
             remote.status.received.store(self.received, Ordering::SeqCst);
         }
         taken
+    }
+
+    /// Routes what other threads posted behind the batch from outside this worker just took
+    /// (`shared::Outside`), swapped with this worker's spare buffer. Returns how many.
+    #[cold]
+    fn receive_outside(&mut self, shared: &Shared, from: Sender) -> u64 {
+        let mut behind = std::mem::take(&mut self.outside_spare);
+        shared.remotes[self.id].take_outside(&mut behind);
+        let n = behind.len() as u64;
+        for msg in behind.drain(..) {
+            self.receive(shared, msg, from, &mut false, None);
+        }
+        self.outside_spare = behind;
+        n
     }
 
     /// Routes one message of a batch from `sender`; while `may_move`, a post may move its color
