@@ -70,6 +70,15 @@ impl Color {
         self.0 & (GROUPED | READERS) == READERS
     }
 
+    /// The entry of this color in a direct-mapped table of `entries` (a power of two): the top
+    /// bits of a multiplicative (Fibonacci) hash, so that strided colors spread. The run
+    /// queue's cache of recent routes and the reader colors' memo index by it.
+    #[inline]
+    pub(crate) const fn table_index(self, entries: usize) -> usize {
+        debug_assert!(entries.is_power_of_two() && entries > 1);
+        (self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - entries.trailing_zeros())) as usize
+    }
+
     /// The group of a grouped color.
     pub const fn group(self) -> Option<u32> {
         if self.0 & GROUPED != 0 {

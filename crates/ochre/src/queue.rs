@@ -277,11 +277,10 @@ impl GuestFilter {
 /// per [`bucket`].
 const RECENT: usize = 64;
 
-/// One of 64 buckets for `color` (the guest filter's bit, the cache of recent routes' entry):
-/// the top bits of a multiplicative hash, so that strided colors spread (as in `home_of`).
+/// One of 64 buckets for `color` (the guest filter's bit, the cache of recent routes' entry).
 #[inline]
 fn bucket(color: Color) -> usize {
-    (color.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize
+    color.table_index(RECENT)
 }
 
 /// Waiting colors [`ColorQueue::has_backlog`] looks at, from the back of the ready list: a

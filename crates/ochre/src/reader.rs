@@ -407,10 +407,10 @@ impl Cache {
     };
 }
 
-/// The memo's entry for `color` (Fibonacci hashing: the top bits of a multiply).
+/// The memo's entry for `color`.
 #[inline]
 fn recent_index(color: Color) -> usize {
-    (color.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT.trailing_zeros())) as usize
+    color.table_index(RECENT)
 }
 
 thread_local! {
