@@ -109,10 +109,21 @@ pub(crate) struct Outbox {
 /// What the size rule saw and decided, per destination (`OCHRE_TUNE_DEBUG`).
 #[derive(Default)]
 struct TuneDebug {
-    /// Per destination: [grow, keep busy, keep idle quick, shrink], full batches, sum of sizes.
-    decisions: Vec<[u64; 6]>,
-    ready_sum: Vec<u64>,
-    fill_ns_sum: Vec<u64>,
+    to: Vec<RuleSeen>,
+}
+
+/// What the size rule saw and decided for one destination, over the full batches sent there.
+#[derive(Clone, Copy, Default)]
+struct RuleSeen {
+    batches: u64,
+    grew: u64,
+    kept_busy: u64,
+    kept_idle: u64,
+    shrank: u64,
+    /// Sums, for the means: batch sizes, colors waiting at the receiver, fill times (ns).
+    sizes: u64,
+    ready: u64,
+    fill_ns: u64,
 }
 
 /// A turn's first batch to a destination may go early, at `batch_size / EARLY_FRACTION`
@@ -185,11 +196,7 @@ impl Outbox {
         }
         if sizing == BatchSize::Adaptive && std::env::var_os("OCHRE_TUNE_DEBUG").is_some() {
             let n = self.slots.len();
-            self.debug = Some(Box::new(TuneDebug {
-                decisions: vec![[0; 6]; n],
-                ready_sum: vec![0; n],
-                fill_ns_sum: vec![0; n],
-            }));
+            self.debug = Some(Box::new(TuneDebug { to: vec![RuleSeen::default(); n] }));
         }
         self
     }
@@ -204,20 +211,20 @@ impl Outbox {
             let seen = receiver();
             let next = tune::next_batch_size(slot.size, seen, slot.fill);
             if let Some(d) = self.debug.as_deref_mut() {
-                let k = if next > slot.size {
-                    0
+                let r = &mut d.to[dest];
+                *(if next > slot.size {
+                    &mut r.grew
                 } else if next < slot.size {
-                    3
+                    &mut r.shrank
                 } else if seen.idle {
-                    2
+                    &mut r.kept_idle
                 } else {
-                    1
-                };
-                d.decisions[dest][k] += 1;
-                d.decisions[dest][4] += 1;
-                d.decisions[dest][5] += slot.size as u64;
-                d.ready_sum[dest] += seen.ready as u64;
-                d.fill_ns_sum[dest] += slot.fill.took.map_or(0, |t| t.as_nanos() as u64);
+                    &mut r.kept_busy
+                }) += 1;
+                r.batches += 1;
+                r.sizes += slot.size as u64;
+                r.ready += seen.ready as u64;
+                r.fill_ns += slot.fill.took.map_or(0, |t| t.as_nanos() as u64);
             }
             slot.size = next;
         }
@@ -382,22 +389,23 @@ impl Drop for Outbox {
     /// Prints what the size rule decided (`OCHRE_TUNE_DEBUG`), at the end of a run.
     fn drop(&mut self) {
         let Some(d) = self.debug.as_deref() else { return };
-        for (dest, k) in d.decisions.iter().enumerate() {
-            if k[4] == 0 {
+        for (dest, r) in d.to.iter().enumerate() {
+            if r.batches == 0 {
                 continue;
             }
+            let mean = |sum: u64| sum as f64 / r.batches as f64;
             eprintln!(
                 "tune: batches to worker {dest}: {} full batches, mean size {:.1}, final {}, \
                  grow {} keep-busy {} keep-idle {} shrink {}, mean ready {:.1}, mean fill {:.1} us",
-                k[4],
-                k[5] as f64 / k[4] as f64,
+                r.batches,
+                mean(r.sizes),
                 self.slots[dest].size,
-                k[0],
-                k[1],
-                k[2],
-                k[3],
-                d.ready_sum[dest] as f64 / k[4] as f64,
-                d.fill_ns_sum[dest] as f64 / k[4] as f64 / 1000.0,
+                r.grew,
+                r.kept_busy,
+                r.kept_idle,
+                r.shrank,
+                mean(r.ready),
+                mean(r.fill_ns) / 1000.0,
             );
         }
     }
