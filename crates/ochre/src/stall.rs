@@ -181,6 +181,9 @@ fn watch(shared: Weak<Shared>, threshold: Duration, tick: Duration) {
     let mut seen: Vec<Seen> = Vec::new();
     loop {
         std::thread::sleep(tick);
+        // The process's pool of empty event memory gives back what waited unused (`alloc`),
+        // even while nothing allocates.
+        crate::alloc::decay_pool();
         let Some(shared) = shared.upgrade() else { return };
         if shared.control.closed.load(Ordering::Relaxed) {
             return;
