@@ -515,6 +515,8 @@ pub struct Heap {
     cap: Option<usize>,
     /// Object bytes of full blocks (unlisted, every object out).
     full_bytes: usize,
+    /// Blocks listed in the bins: what [`Heap::stats`] walks.
+    listed: usize,
     /// Counters (`live_bytes` is computed by `stats`).
     stats: HeapStats,
 }
@@ -548,6 +550,7 @@ impl Heap {
             crumbs: Vec::new(),
             cap,
             full_bytes: 0,
+            listed: 0,
             stats: HeapStats::default(),
         }
     }
@@ -572,6 +575,12 @@ impl Heap {
     /// Whether carving a new block from the system would pass the cap.
     fn block_over_cap(&self) -> bool {
         self.cap.is_some_and(|cap| (self.stats.blocks + 1) * BLOCK > cap)
+    }
+
+    /// Blocks listed in the bins (partly used, or a bin's one empty block): the length of
+    /// [`stats`](Self::stats)'s walk, a cache line each.
+    pub fn listed_blocks(&self) -> usize {
+        self.listed
     }
 
     /// Counters.
@@ -849,6 +858,7 @@ impl Heap {
             }
         }
         self.bins[bin].head = b;
+        self.listed += 1;
     }
 
     fn unlink(&mut self, bin: usize, b: *mut BlockHeader) {
@@ -867,6 +877,7 @@ impl Heap {
             (*b).next = ptr::null_mut();
             (*b).in_bin = false;
         }
+        self.listed -= 1;
     }
 }
 
@@ -1024,11 +1035,25 @@ mod tests {
             unsafe { h.free(p) };
         }
         assert_eq!(h.stats().live_bytes, 0);
+        assert_eq!(h.listed_blocks(), listed_by_walk(&h));
     }
 
     /// Live bytes are computed from full blocks and listed ones: checked against a model at every
     /// step of allocations and frees that fill blocks, empty them and fill them again, in
     /// several classes and destinations, in a shuffled order.
+    /// Blocks listed in `h`'s bins, counted along the lists.
+    fn listed_by_walk(h: &Heap) -> usize {
+        let mut n = 0;
+        for bin in &h.bins {
+            let mut b = bin.head;
+            while !b.is_null() {
+                n += 1;
+                b = unsafe { (*b).next };
+            }
+        }
+        n
+    }
+
     #[test]
     fn live_bytes_follow_every_allocation_and_free() {
         let mut h = Heap::new(0, 2, None);
@@ -1057,6 +1082,7 @@ mod tests {
             }
             if step % 97 == 0 {
                 assert_eq!(h.stats().live_bytes, live, "step {step}");
+                assert_eq!(h.listed_blocks(), listed_by_walk(&h), "step {step}");
             }
         }
         assert!(h.stats().blocks > 4, "blocks were filled");

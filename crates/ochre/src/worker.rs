@@ -41,9 +41,20 @@ use crate::sync::Ordering;
 use crate::{Color, Error};
 
 /// Rounds between two publications of the heap's gauges (live bytes, blocks, crumbs): computing
-/// them walks the heap's bins, and a gauge read by a person need not move every round. Exact
-/// whenever the worker idles and at the end of the run.
+/// them walks the heap's bins, and a gauge read by a person need not move every round. Exact at
+/// the end of a run (see also [`EVENTS_PER_WALKED_BLOCK`]).
 const HEAP_GAUGES_EVERY: u32 = 64;
+
+/// Events a worker runs, per block of its heap's walk, between two walks (in rounds and idle
+/// spells; the end of a run always walks): a program that queued a flood of events lists
+/// thousands of partly freed blocks, a cache miss each, and a walk every 64 rounds and at each
+/// idle spell took 7% of a fan-out's time (`fanout_probe local data`). A heap of at most
+/// [`WALKED_FREELY`] listed blocks is walked whenever due.
+const EVENTS_PER_WALKED_BLOCK: u64 = 256;
+
+/// Listed blocks a walk of the heap may pass without waiting for events (see
+/// [`EVENTS_PER_WALKED_BLOCK`]).
+const WALKED_FREELY: u64 = 64;
 
 /// Posts a fence may hold during one turn between two filings of the inbox (for the home's
 /// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
@@ -93,6 +104,8 @@ pub(crate) struct Core {
     published_backlog: bool,
     /// Rounds until the heap's gauges are published again (`publish_round`).
     heap_gauges_in: u32,
+    /// Events run when the heap's gauges were last computed.
+    events_at_walk: u64,
     /// This worker's CPU share measure (`cpu_share`), sampled with the heap gauges.
     pub(crate) cpu_share: CpuShare,
     /// Credits of the smooth weighted round robin of [`Core::place`].
@@ -150,6 +163,7 @@ impl Core {
             published_ready: 0,
             published_backlog: false,
             heap_gauges_in: 0,
+            events_at_walk: 0,
             turns: turn_period,
             turn_period,
             overdue: Vec::new(),
@@ -629,20 +643,44 @@ impl Core {
     /// Publishes counters and load for other threads, at the end of a round: the heap's gauges
     /// only every [`HEAP_GAUGES_EVERY`] rounds (they walk the heap's bins).
     pub(crate) fn publish_round(&mut self, shared: &Shared) {
-        let heap = self.heap_gauges_in == 0;
-        self.heap_gauges_in = if heap { HEAP_GAUGES_EVERY } else { self.heap_gauges_in - 1 };
-        self.publish_with(shared, heap);
+        let due = self.heap_gauges_in == 0;
+        self.heap_gauges_in = if due { HEAP_GAUGES_EVERY } else { self.heap_gauges_in - 1 };
+        let walk = due && self.walk_due();
+        self.publish_with(shared, due, walk);
     }
 
-    /// Publishes counters, the heap's gauges and load for other threads.
+    /// Publishes counters, the heap's gauges and load for other threads, when the worker goes
+    /// idle: the heap's gauges if [`walk_due`](Self::walk_due).
+    pub(crate) fn publish_idle(&mut self, shared: &Shared) {
+        let walk = self.walk_due();
+        self.publish_with(shared, true, walk);
+    }
+
+    /// Publishes counters, the heap's gauges and load for other threads (the end of a run: the
+    /// gauges are exact).
     pub(crate) fn publish(&mut self, shared: &Shared) {
-        self.publish_with(shared, true);
+        self.publish_with(shared, true, true);
     }
 
-    fn publish_with(&mut self, shared: &Shared, heap_gauges: bool) {
+    /// Whether the heap's gauges may be computed now: its walk is short, or the events run since
+    /// the last one paid for it ([`EVENTS_PER_WALKED_BLOCK`]).
+    fn walk_due(&self) -> bool {
+        let events = self.counters.0[Counter::EventsRun as usize];
+        crate::alloc::with_heap(|h| h.listed_blocks() as u64).is_none_or(|listed| {
+            listed <= WALKED_FREELY
+                || events.saturating_sub(self.events_at_walk) >= listed * EVENTS_PER_WALKED_BLOCK
+        })
+    }
+
+    /// `heap_gauges`: the CPU share's sample and the colors' statistics too; `walk`: the heap's
+    /// gauges too (a walk of its partly used blocks).
+    fn publish_with(&mut self, shared: &Shared, heap_gauges: bool, walk: bool) {
         let allocated = self.outbox.take_allocated();
         self.counters.add(Counter::BatchBuffers, allocated);
-        if let Some(h) = heap_gauges.then(|| crate::alloc::with_heap(|h| h.stats())).flatten() {
+        if walk {
+            self.events_at_walk = self.counters.0[Counter::EventsRun as usize];
+        }
+        if let Some(h) = walk.then(|| crate::alloc::with_heap(|h| h.stats())).flatten() {
             self.counters.set(Counter::EmaLiveBytes, h.live_bytes as u64);
             self.counters.set(Counter::EmaBlocks, h.blocks as u64);
             self.counters.set(Counter::EmaCrumbs, h.crumbs_pending as u64);
