@@ -24,9 +24,15 @@ fn main() {
     for _ in 0..rounds {
         let start = Instant::now();
         let mut inside = 0.0;
+        let mut idle = [0u64; 4];
         for i in 0..runs {
             let report = rt.run(Color(1 + u64::from(i % 16)), || {}).expect("run");
             inside += report.elapsed.as_secs_f64();
+            let all = report.total();
+            for (n, v) in idle.iter_mut().zip([all.spins, all.spin_wins, all.spins_cut, all.sleeps])
+            {
+                *n += v;
+            }
         }
         let us = start.elapsed().as_secs_f64() * 1e6 / f64::from(runs);
         let inside = inside * 1e6 / f64::from(runs);
@@ -35,7 +41,12 @@ fn main() {
             tokio.block_on(async { tokio::spawn(async {}).await.expect("task") });
         }
         let tus = start.elapsed().as_secs_f64() * 1e6 / f64::from(runs);
-        println!("ochre {us:.1} us/run ({inside:.1} from opening the gate to the last worker's end)   tokio {tus:.1} us/run");
+        let [spins, wins, cut, sleeps] = idle.map(|n| n as f64 / f64::from(runs));
+        println!(
+            "ochre {us:.1} us/run ({inside:.1} from opening the gate to the last worker's end; \
+             per run: spins {spins:.2}, found work {wins:.2}, cut by a taken CPU {cut:.2}, sleeps \
+             {sleeps:.2})   tokio {tus:.1} us/run"
+        );
         o.push(us);
         t.push(tus);
     }

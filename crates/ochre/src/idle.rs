@@ -31,7 +31,7 @@
 //! Each worker counts the messages it sent and received (per batch, in its own `Status`), and
 //! outside posters count theirs in one runtime-wide counter. A worker with nothing to do (queue
 //! empty, buffers flushed, no descriptors or timers) marks itself `parked` before it sleeps, or
-//! once it has spun a while without work (so that a run whose workers spin at its end ends
+//! once it has spun a little without work (so that a run whose workers spin at its end ends
 //! then, not when their spin budgets run out); one that finds every worker parked collects,
 //! twice, every worker's `(epoch, parked, sent, received)` (epoch first; a worker increments
 //! its epoch before doing anything after a wake, or after its spin found work) and the outside
@@ -72,13 +72,6 @@ pub(crate) fn spin_budget(
             _ => Duration::ZERO,
         },
     }
-}
-
-/// Whether an idle worker may spin at all: not while `paused` (a spin's yield lately took long:
-/// the CPU is shared), nor while it measures less than [`SPIN_MIN_SHARE`] of its CPU (`share`,
-/// thousandths). The runtime and the simulator use it.
-pub(crate) fn may_spin(paused: bool, share: u32) -> bool {
-    !paused && share >= SPIN_MIN_SHARE
 }
 
 /// The reasoned-spinning threshold for a measured wake-up `latency`: 10x it (thesis §5.3.1),
@@ -136,17 +129,21 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
             core.no_spin_until = None; // over: no clock read in later idle spells
         }
         let budget = match shared.config.spin {
-            _ if !may_spin(paused, core.cpu_share.share()) => Duration::ZERO,
+            _ if paused => Duration::ZERO,
             Spin::Adaptive => core.spin_tuner.budget(shared.spin_threshold),
             spin => spin_budget(spin, shared.spin_threshold, core.last_sleep),
         };
         (budget, shared.config.steal != crate::Steal::Off)
     };
     // A worker without descriptors or timers counts as parked for quiescence while it sleeps,
-    // and also once it has spun a while (`YIELD_EVERY` rounds) without work: a run whose
+    // and also once it has spun 64 rounds (a microsecond or two) without work: a run whose
     // workers spin at its end ends then, not when their spin budgets run out (a threshold, 350
-    // us here). Not at once: short idle spells are the common ones under load, and entering
-    // and leaving the parked state writes lines other workers read.
+    // us here). Not at once: the shortest idle spells are the common ones under load, and
+    // entering and leaving the parked state writes lines other workers read. Not later either:
+    // it was at the first yield (256 rounds), and beside a busy thread that yield, or the
+    // scheduler taking back a spinner that used up its due, held the end of every run for the
+    // other thread's time slice: `Runtime::run` of one empty event, both CPUs shared with busy
+    // loops, 0.9-1.4 ms a run, 0.2-0.35 ms after (`run_probe`; quiet: 45-49 -> 42 us).
     let quiet = !ctx.core.borrow().io.active();
     // Memory freed here for other workers goes back before we idle, so it never waits on us (and
     // a quiescent run ends with every such object handed back).
@@ -199,14 +196,6 @@ fn leave_parked(ctx: &WorkerCtx) {
     shared.control.parked.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// A worker spins only while it measures at least this share of its CPU (thousandths,
-/// `cpu_share`): next to another busy thread a spinner's yield hands that thread a whole time
-/// slice (milliseconds), and a worker that burnt its slice spinning is not run at once when work
-/// comes, where a sleeper is. `Runtime::run` of one empty event, 2 workers, both CPUs shared
-/// with a busy loop: about 1 ms a run with spinning (the first long yield stopped it for 1 ms,
-/// less than a run's interval), 73 µs without (`run_probe`); tokio 5 µs.
-const SPIN_MIN_SHARE: u32 = crate::cpu_share::FULL * 9 / 10;
-
 /// Spin rounds between two yields of the CPU (about 10 µs of spinning).
 const YIELD_EVERY: u32 = 256;
 /// A yield that takes this long means another thread ran: the CPU is shared.
@@ -215,7 +204,7 @@ const SHARED_CPU: Duration = Duration::from_micros(50);
 pub(crate) const SHARED_CPU_PAUSE: Duration = Duration::from_millis(1);
 
 /// Spins up to `budget` watching for work. Returns true if work came (or the run is stopping).
-/// With `quiet`, enters the parked state after its first `YIELD_EVERY` rounds (`parked` says
+/// With `quiet`, enters the parked state after its first 64 rounds (`parked` says
 /// whether it did; the caller leaves it).
 fn spin(
     ctx: &WorkerCtx,
@@ -243,6 +232,11 @@ fn spin(
         }
         round = round.wrapping_add(1);
         if round.is_multiple_of(64) {
+            if quiet && !*parked {
+                // Quiescence, if found, stops the run: `has_work` sees it next round.
+                *parked = true;
+                enter_parked(ctx);
+            }
             if start.elapsed() >= budget {
                 break;
             }
@@ -263,11 +257,6 @@ fn spin(
                 if t.elapsed() >= SHARED_CPU {
                     shared_cpu = true;
                     break;
-                }
-                if quiet && !*parked {
-                    // Quiescence, if found, stops the run: `has_work` sees it next round.
-                    *parked = true;
-                    enter_parked(ctx);
                 }
             }
         }
@@ -422,14 +411,5 @@ mod tests {
         assert_eq!(spin_budget(Spin::Never, th, Some(Duration::ZERO)), Duration::ZERO);
         let limit = Duration::from_millis(2);
         assert_eq!(spin_budget(Spin::Always { limit }, th, None), limit);
-    }
-
-    #[test]
-    fn a_worker_spins_only_on_a_cpu_it_has_to_itself() {
-        let full = crate::cpu_share::FULL;
-        assert!(may_spin(false, full));
-        assert!(may_spin(false, SPIN_MIN_SHARE));
-        assert!(!may_spin(false, full / 2), "next to a busy thread it sleeps at once");
-        assert!(!may_spin(true, full), "nor right after a long yield");
     }
 }

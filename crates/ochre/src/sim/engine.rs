@@ -1458,9 +1458,9 @@ impl<'w> Sim<'w> {
             return self.net.schedule(k, at);
         }
         let now = self.cores[k].now;
-        // The CPU was found shared lately, or measured shared: no spinning (`idle`).
+        // The CPU was found shared lately: no spinning (`idle`).
         let paused = self.cores[k].cpu.as_ref().is_some_and(|c| now < c.no_spin_until);
-        let budget = if !crate::idle::may_spin(paused, self.net.status[k].share) {
+        let budget = if paused {
             Duration::ZERO
         } else {
             crate::idle::spin_budget(
