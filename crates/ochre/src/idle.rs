@@ -74,6 +74,26 @@ pub(crate) fn spin_budget(
     }
 }
 
+/// Whether an idle worker may spin at all: not while `paused` (a spin's yield lately took long:
+/// the CPU is shared), and, unless it `watches` descriptors or timers, not while it measures
+/// less than [`SPIN_MIN_SHARE`] of its CPU (`share`, thousandths). The runtime and the
+/// simulator use it.
+///
+/// Beside a busy thread, a spinner uses up its due and the scheduler then hands that thread a
+/// whole time slice (milliseconds) before the worker runs again, where a sleeper woken by work
+/// runs at once: `Runtime::run` of one empty event, 2 workers, both CPUs shared with busy
+/// loops, 0.2-0.35 ms a run spinning, 72-76 us not (`run_probe`; tokio 3-6 us); `bench actors`
+/// busy, 64-token ring 0.72-1.07 -> 1.03-1.91 of tokio. A worker that watches descriptors
+/// spins still: the thread beside it is often the peer it exchanges with (a client, an
+/// injector), and not spinning there cost `bench sws` at 2 workers 13-20%.
+pub(crate) fn may_spin(paused: bool, watches: bool, share: u32) -> bool {
+    !paused && (watches || share >= SPIN_MIN_SHARE)
+}
+
+/// Least share of its CPU (thousandths, `cpu_share`) at which a worker without descriptors
+/// spins ([`may_spin`]).
+const SPIN_MIN_SHARE: u32 = crate::cpu_share::FULL * 9 / 10;
+
 /// The reasoned-spinning threshold for a measured wake-up `latency`: 10x it (thesis §5.3.1),
 /// clamped to [50 µs, 5 ms] so that a noisy probe cannot disable spinning or make it burn a core
 /// (the thesis's 200K cycles is 70-100 µs at 2-3 GHz). The runtime and the simulator use it.
@@ -128,8 +148,9 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         if !paused {
             core.no_spin_until = None; // over: no clock read in later idle spells
         }
+        let watches = core.io.active();
         let budget = match shared.config.spin {
-            _ if paused => Duration::ZERO,
+            _ if !may_spin(paused, watches, core.cpu_share.share()) => Duration::ZERO,
             Spin::Adaptive => core.spin_tuner.budget(shared.spin_threshold),
             spin => spin_budget(spin, shared.spin_threshold, core.last_sleep),
         };
@@ -411,5 +432,15 @@ mod tests {
         assert_eq!(spin_budget(Spin::Never, th, Some(Duration::ZERO)), Duration::ZERO);
         let limit = Duration::from_millis(2);
         assert_eq!(spin_budget(Spin::Always { limit }, th, None), limit);
+    }
+
+    #[test]
+    fn a_worker_without_descriptors_spins_only_on_a_cpu_it_has_to_itself() {
+        let full = crate::cpu_share::FULL;
+        assert!(may_spin(false, false, full));
+        assert!(may_spin(false, false, SPIN_MIN_SHARE));
+        assert!(!may_spin(false, false, full / 2), "next to a busy thread it sleeps at once");
+        assert!(may_spin(false, true, full / 2), "unless it watches descriptors");
+        assert!(!may_spin(true, true, full), "and none right after a long yield");
     }
 }

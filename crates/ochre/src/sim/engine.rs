@@ -1460,7 +1460,8 @@ impl<'w> Sim<'w> {
         let now = self.cores[k].now;
         // The CPU was found shared lately: no spinning (`idle`).
         let paused = self.cores[k].cpu.as_ref().is_some_and(|c| now < c.no_spin_until);
-        let budget = if paused {
+        // The simulated workers watch no descriptors.
+        let budget = if !crate::idle::may_spin(paused, false, self.net.status[k].share) {
             Duration::ZERO
         } else {
             crate::idle::spin_budget(
