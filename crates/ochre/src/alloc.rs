@@ -33,8 +33,8 @@
 //! The owner drains its remote stack when a size class runs out, and in [`Heap::drain_remote`].
 //! A block whose objects all came back stays while it is its bin's only block; otherwise it goes
 //! to a cache of [`CACHED_BLOCKS`] empty blocks (any bin), beyond that to a pool of empty blocks
-//! shared by the process (bounded, taken by any heap before it allocates), and beyond that back to
-//! the system.
+//! shared by the process (bounded, taken by any heap before it allocates; what waits unused in it
+//! for a second beyond 32 MiB goes back, `decay_pool`), and beyond that back to the system.
 //!
 //! Lifetime: every block holds a strong count on its owner's [`HeapShared`], so a remote free can
 //! always reach the owner's stack. When a `Heap` is dropped with objects still out, it marks its
