@@ -12,10 +12,16 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let runs: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
-    // `SPIN=never`: workers sleep at once when idle (a diagnostic of where the time goes).
+    // `SPIN=never`: workers sleep at once when idle; `SPIN=always`: they spin up to 200 us
+    // first (diagnostics of where the time goes).
     let mut config = ochre::Config::default();
-    if std::env::var("SPIN").is_ok_and(|v| v == "never") {
-        config = config.spin(ochre::Spin::Never);
+    match std::env::var("SPIN").as_deref() {
+        Ok("never") => config = config.spin(ochre::Spin::Never),
+        Ok("always") => {
+            let limit = std::time::Duration::from_micros(200);
+            config = config.spin(ochre::Spin::Always { limit });
+        }
+        _ => {}
     }
     let rt = Runtime::builder().workers(2).config(config).build().expect("runtime");
     let tokio =

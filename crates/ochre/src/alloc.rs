@@ -34,7 +34,8 @@
 //! A block whose objects all came back stays while it is its bin's only block; otherwise it goes
 //! to a cache of [`CACHED_BLOCKS`] empty blocks (any bin), beyond that to a pool of empty blocks
 //! shared by the process (bounded, taken by any heap before it allocates; what waits unused in it
-//! for a second beyond 32 MiB goes back, `decay_pool`), and beyond that back to the system.
+//! for a second beyond 32 MiB goes back, `decay_pool`), and beyond that back to the global
+//! allocator.
 //!
 //! Lifetime: every block holds a strong count on its owner's [`HeapShared`], so a remote free can
 //! always reach the owner's stack. When a `Heap` is dropped with objects still out, it marks its
@@ -239,7 +240,8 @@ unsafe impl Send for EmptyBlock {}
 ///
 /// How much it keeps follows use, as jemalloc's decay does: up to [`POOLED_BLOCKS`] (256 MiB),
 /// of which whatever waited unused through a whole [`POOL_DECAY`] beyond [`POOL_KEEP`] (32 MiB)
-/// goes back to the system (`decay_pool`). A fixed bound sized the reuse to one burst size: a
+/// goes back to the global allocator (`decay_pool`; glibc keeps some of it, and gives the rest
+/// of its pages back to the system as it trims). A fixed bound sized the reuse to one burst: a
 /// producer queueing 4 million messages to its counter (128 MiB of closures) page-faulted a
 /// quarter of its time with the 32 MiB bound, and ran 1.25x faster with this one (`bench actors`
 /// counting, paired against tokio: 0.81-0.84 -> 1.03-1.05).
@@ -259,7 +261,7 @@ const POOLED_BLOCKS: usize = 16384;
 const POOL_KEEP: usize = 2048;
 
 /// The pool's decay period: blocks beyond [`POOL_KEEP`] that none took during a whole period go
-/// back to the system at its end.
+/// back to the global allocator at its end.
 #[cfg(not(loom))]
 const POOL_DECAY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -333,9 +335,10 @@ fn pool_put(b: *mut u8) -> bool {
     pooled
 }
 
-/// Ends the pool's decay period if it is over, giving back to the system the blocks beyond
-/// [`POOL_KEEP`] that waited unused through all of it. Called when blocks come back to the pool
-/// and by each runtime's watchdog (`stall`), so that an idle runtime returns its memory too.
+/// Ends the pool's decay period if it is over, giving back to the global allocator the blocks
+/// beyond [`POOL_KEEP`] that waited unused through all of it. Called when blocks come back to
+/// the pool and by each runtime's watchdog (`stall`), so that an idle runtime returns its memory
+/// too.
 #[cfg(not(loom))]
 pub(crate) fn decay_pool() {
     let pool = empty_blocks();
