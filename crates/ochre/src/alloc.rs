@@ -224,135 +224,6 @@ fn spare_batches() -> &'static crossbeam_queue::ArrayQueue<SpareBatch> {
 #[cfg(not(loom))]
 const SPARE_BATCHES: usize = 1024;
 
-/// An empty block's memory in the pool (no header: it is written anew when a heap takes it).
-#[cfg(not(loom))]
-struct EmptyBlock(*mut u8);
-
-// SAFETY: plain memory of `block_layout()`, owned by whoever holds the value.
-#[cfg(not(loom))]
-unsafe impl Send for EmptyBlock {}
-
-/// Empty blocks, shared by every heap of the process: a block released by a heap (past its
-/// cache) or by a dropped runtime serves the next heap that needs one, on any thread, instead
-/// of going back to glibc, which gives its pages back to the system (a worker's arena is trimmed
-/// as its top chunk grows) so that the next burst of events page-faults them in again: a third
-/// of the time of a program that queues a million messages, run after run.
-///
-/// How much it keeps follows use, as jemalloc's decay does: up to [`POOLED_BLOCKS`] (256 MiB),
-/// of which whatever waited unused through a whole [`POOL_DECAY`] beyond [`POOL_KEEP`] (32 MiB)
-/// goes back to the global allocator (`decay_pool`; glibc keeps some of it, and gives the rest
-/// of its pages back to the system as it trims). A fixed bound sized the reuse to one burst: a
-/// producer queueing 4 million messages to its counter (128 MiB of closures) page-faulted a
-/// quarter of its time with the 32 MiB bound, and ran 1.25x faster with this one (`bench actors`
-/// counting, paired against tokio: 0.81-0.84 -> 1.03-1.05).
-#[cfg(not(loom))]
-fn empty_blocks() -> &'static crossbeam_queue::ArrayQueue<EmptyBlock> {
-    static POOL: std::sync::OnceLock<crossbeam_queue::ArrayQueue<EmptyBlock>> =
-        std::sync::OnceLock::new();
-    POOL.get_or_init(|| crossbeam_queue::ArrayQueue::new(POOLED_BLOCKS))
-}
-
-/// Empty blocks the process keeps at most.
-#[cfg(not(loom))]
-const POOLED_BLOCKS: usize = 16384;
-
-/// Empty blocks the pool keeps however long they wait.
-#[cfg(not(loom))]
-const POOL_KEEP: usize = 2048;
-
-/// The pool's decay period: blocks beyond [`POOL_KEEP`] that none took during a whole period go
-/// back to the global allocator at its end.
-#[cfg(not(loom))]
-const POOL_DECAY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The pool's decay state: when the current period started (ms since the process's first look)
-/// and the fewest blocks the pool held during it (the ones that waited through all of it).
-/// Atomics: any thread takes, puts and ends a period; a race costs a block kept or given back a
-/// period early, never memory (only a block popped from the pool is freed).
-#[cfg(not(loom))]
-struct PoolDecay {
-    since_ms: std::sync::atomic::AtomicU64,
-    low: std::sync::atomic::AtomicUsize,
-}
-
-#[cfg(not(loom))]
-impl PoolDecay {
-    const fn new() -> Self {
-        PoolDecay {
-            since_ms: std::sync::atomic::AtomicU64::new(0),
-            low: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    /// A block was taken, leaving `len` in the pool.
-    fn taken(&self, len: usize) {
-        self.low.fetch_min(len, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// At `now_ms`, with `len` blocks pooled: if the period is over, starts the next one and
-    /// returns how many blocks to give back (those beyond [`POOL_KEEP`] that waited through
-    /// the whole period); else 0.
-    fn tick(&self, now_ms: u64, len: usize) -> usize {
-        use std::sync::atomic::Ordering::Relaxed;
-        let since = self.since_ms.load(Relaxed);
-        let period = POOL_DECAY.as_millis() as u64;
-        if now_ms < since.saturating_add(period)
-            || self.since_ms.compare_exchange(since, now_ms, Relaxed, Relaxed).is_err()
-        {
-            return 0;
-        }
-        let give = self.low.load(Relaxed).min(len).saturating_sub(POOL_KEEP);
-        // The next period starts from what stays pooled.
-        self.low.store(len - give, Relaxed);
-        give
-    }
-}
-
-#[cfg(not(loom))]
-static POOL_DECAY_STATE: PoolDecay = PoolDecay::new();
-
-/// Milliseconds since the first call in this process.
-#[cfg(not(loom))]
-fn process_ms() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
-}
-
-/// Takes an empty block from the pool.
-#[cfg(not(loom))]
-fn pool_take() -> Option<*mut u8> {
-    let pool = empty_blocks();
-    let EmptyBlock(b) = pool.pop()?;
-    POOL_DECAY_STATE.taken(pool.len());
-    Some(b)
-}
-
-/// Puts an empty block in the pool; false (the caller keeps it) if the pool is full.
-#[cfg(not(loom))]
-fn pool_put(b: *mut u8) -> bool {
-    let pooled = empty_blocks().push(EmptyBlock(b)).is_ok();
-    decay_pool();
-    pooled
-}
-
-/// Ends the pool's decay period if it is over, giving back to the global allocator the blocks
-/// beyond [`POOL_KEEP`] that waited unused through all of it. Called when blocks come back to
-/// the pool and by each runtime's watchdog (`stall`), so that an idle runtime returns its memory
-/// too.
-#[cfg(not(loom))]
-pub(crate) fn decay_pool() {
-    let pool = empty_blocks();
-    for _ in 0..POOL_DECAY_STATE.tick(process_ms(), pool.len()) {
-        let Some(EmptyBlock(b)) = pool.pop() else { break };
-        // SAFETY: pooled blocks came from `alloc(block_layout())` and belong to the pool.
-        unsafe { dealloc(b, block_layout()) };
-    }
-}
-
-/// [`decay_pool`] under loom: the model has no pool.
-#[cfg(loom)]
-pub(crate) fn decay_pool() {}
-
 /// The half of a heap that other threads reach: the remote stack and the abandonment protocol.
 pub struct HeapShared {
     id: usize,
@@ -448,6 +319,23 @@ unsafe fn drain_orphan(shared: &HeapShared) {
     }
 }
 
+#[cfg(not(loom))]
+mod pool;
+
+/// The pool under loom: the model has none, and blocks go back to the global allocator.
+#[cfg(loom)]
+mod pool {
+    pub(super) fn take() -> Option<*mut u8> {
+        None
+    }
+    pub(super) fn put(_: *mut u8) -> bool {
+        false
+    }
+    pub(crate) fn decay() {}
+}
+
+pub(crate) use pool::decay as decay_pool;
+
 /// Gives a block back to the process-wide pool of empty blocks, or, that full, to the system,
 /// and drops its count on the owner.
 ///
@@ -456,10 +344,7 @@ unsafe fn drain_orphan(shared: &HeapShared) {
 unsafe fn release_block(b: *mut BlockHeader) {
     // SAFETY: the header is valid until the block is pooled or deallocated below.
     let owner = unsafe { (*b).owner };
-    #[cfg(not(loom))]
-    let pooled = pool_put(b.cast());
-    #[cfg(loom)]
-    let pooled = false;
+    let pooled = pool::put(b.cast());
     if !pooled {
         // SAFETY: `b` came from `alloc(block_layout())`.
         unsafe { dealloc(b.cast(), block_layout()) };
@@ -814,10 +699,7 @@ impl Heap {
                 self.stats.refused += 1;
                 return None;
             }
-            #[cfg(not(loom))]
-            let pooled = pool_take();
-            #[cfg(loom)]
-            let pooled = None;
+            let pooled = pool::take();
             // SAFETY: non-zero size.
             let b =
                 pooled.unwrap_or_else(|| unsafe { alloc(block_layout()) }).cast::<BlockHeader>();
@@ -974,24 +856,6 @@ pub(crate) unsafe fn free_here(obj: NonNull<u8>) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_pool_gives_back_only_what_waited_unused_through_a_whole_period() {
-        let d = PoolDecay::new();
-        let p = POOL_DECAY.as_millis() as u64;
-        let burst = POOL_KEEP + 5000;
-        // A burst comes back mid-period: it did not wait through the period, so it stays.
-        assert_eq!(d.tick(p / 2, burst), 0, "the first period is not over");
-        assert_eq!(d.tick(p, burst), 0, "blocks pooled mid-period are kept");
-        // The next burst takes 1000 of them; the rest waited through the whole period.
-        d.taken(burst - 1000);
-        assert_eq!(d.tick(p + p / 2, burst - 1000), 0, "not at the end of the period");
-        assert_eq!(d.tick(2 * p, burst - 1000), 4000, "beyond the kept ones, the idle ones go");
-        // Blocks that come back during the next period were in use: none goes, the kept stay.
-        assert_eq!(d.tick(3 * p, POOL_KEEP + 3000), 0);
-        assert_eq!(d.tick(4 * p, POOL_KEEP + 3000), 3000);
-        assert_eq!(d.tick(5 * p, POOL_KEEP), 0, "the kept blocks stay however long they wait");
-    }
-
     fn l(size: usize) -> Layout {
         Layout::from_size_align(size, 8).unwrap()
     }
@@ -1041,9 +905,6 @@ mod tests {
         assert_eq!(h.listed_blocks(), listed_by_walk(&h));
     }
 
-    /// Live bytes are computed from full blocks and listed ones: checked against a model at every
-    /// step of allocations and frees that fill blocks, empty them and fill them again, in
-    /// several classes and destinations, in a shuffled order.
     /// Blocks listed in `h`'s bins, counted along the lists.
     fn listed_by_walk(h: &Heap) -> usize {
         let mut n = 0;
@@ -1056,6 +917,10 @@ mod tests {
         }
         n
     }
+
+    /// Live bytes are computed from full blocks and listed ones: checked against a model at every
+    /// step of allocations and frees that fill blocks, empty them and fill them again, in
+    /// several classes and destinations, in a shuffled order.
 
     #[test]
     fn live_bytes_follow_every_allocation_and_free() {

@@ -138,7 +138,7 @@ pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
 
 fn idle_spell(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
-    let (budget, try_steal) = {
+    let (budget, try_steal, watches) = {
         let mut core = ctx.core.borrow_mut();
         // Idle with its CPU found shared: is it still? (`cpu_share`; published just below.)
         core.cpu_share.probe();
@@ -154,7 +154,7 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
             Spin::Adaptive => core.spin_tuner.budget(shared.spin_threshold),
             spin => spin_budget(spin, shared.spin_threshold, core.last_sleep),
         };
-        (budget, shared.config.steal != crate::Steal::Off)
+        (budget, shared.config.steal != crate::Steal::Off, watches)
     };
     // A worker without descriptors or timers counts as parked for quiescence while it sleeps,
     // and also once it has spun 64 rounds (a microsecond or two) without work: a run whose
@@ -165,7 +165,7 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     // scheduler taking back a spinner that used up its due, held the end of every run for the
     // other thread's time slice: `Runtime::run` of one empty event, both CPUs shared with busy
     // loops, 0.9-1.4 ms a run, 0.2-0.35 ms after (`run_probe`; quiet: 45-49 -> 42 us).
-    let quiet = !ctx.core.borrow().io.active();
+    let quiet = !watches;
     // Memory freed here for other workers goes back before we idle, so it never waits on us (and
     // a quiescent run ends with every such object handed back).
     crate::alloc::with_heap(|h| h.flush_crumbs());
@@ -241,7 +241,8 @@ fn spin(
         return false;
     }
     ctx.core.borrow_mut().counters.add(Counter::Spins, 1);
-    let io = ctx.core.borrow().io.active();
+    // Not quiet: it watches descriptors or timers, which it polls while it spins.
+    let io = !quiet;
     let start = Instant::now();
     let mut found = false;
     let mut shared_cpu = false;

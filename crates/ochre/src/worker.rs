@@ -672,22 +672,20 @@ impl Core {
         })
     }
 
-    /// `heap_gauges`: the CPU share's sample and the colors' statistics too; `walk`: the heap's
+    /// `sample`: the CPU share's sample and the colors' statistics too; `walk`: the heap's
     /// gauges too (a walk of its partly used blocks).
-    fn publish_with(&mut self, shared: &Shared, heap_gauges: bool, walk: bool) {
+    fn publish_with(&mut self, shared: &Shared, sample: bool, walk: bool) {
         let allocated = self.outbox.take_allocated();
         self.counters.add(Counter::BatchBuffers, allocated);
-        if walk {
-            self.events_at_walk = self.counters.0[Counter::EventsRun as usize];
-        }
         if let Some(h) = walk.then(|| crate::alloc::with_heap(|h| h.stats())).flatten() {
+            self.events_at_walk = self.counters.0[Counter::EventsRun as usize];
             self.counters.set(Counter::EmaLiveBytes, h.live_bytes as u64);
             self.counters.set(Counter::EmaBlocks, h.blocks as u64);
             self.counters.set(Counter::EmaCrumbs, h.crumbs_pending as u64);
             self.counters.set(Counter::EmaRemoteFrees, h.remote_frees as u64);
             self.counters.set(Counter::EmaRefused, h.refused as u64);
         }
-        if heap_gauges {
+        if sample {
             let _ = self.cpu_share.sample();
             let share = self.cpu_share.share() as usize;
             // Relaxed: a hint for placement (`place`, `follow`, stealing from shared CPUs).
@@ -698,7 +696,7 @@ impl Core {
             self.counters.set(Counter::CpuShare, share as u64);
         }
         shared.remotes[self.id].stats.publish(&self.counters);
-        if heap_gauges {
+        if sample {
             self.colors.flush(shared.color_stats.slot(self.id), false);
         }
         self.publish_ready(shared);

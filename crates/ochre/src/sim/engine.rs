@@ -1458,7 +1458,7 @@ impl<'w> Sim<'w> {
             return self.net.schedule(k, at);
         }
         let now = self.cores[k].now;
-        // The CPU was found shared lately: no spinning (`idle`).
+        // No spinning on a CPU found or measured shared (`idle::may_spin`).
         let paused = self.cores[k].cpu.as_ref().is_some_and(|c| now < c.no_spin_until);
         // The simulated workers watch no descriptors.
         let budget = if !crate::idle::may_spin(paused, false, self.net.status[k].share) {
