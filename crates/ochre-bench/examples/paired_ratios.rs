@@ -7,34 +7,16 @@
 //! process). A file's ratio for a case is the median over the repetitions of SYSTEM's sample
 //! over PEER's sample of the same repetition (the benchmarks alternate the systems within a
 //! repetition): the figure this project compares builds by, since absolute rates on a shared
-//! machine move from one process to the next.
+//! machine move from one process to the next (`BenchReport::paired_ratio`, as the benchmarks'
+//! own checks compute it).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::Value;
+use ochre_bench::BenchReport;
 
 /// Per case, per label, one ratio per file (in the files' order).
 type Table = BTreeMap<String, BTreeMap<String, Vec<f64>>>;
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
-/// The samples of every (case, system) row of one benchmark JSON file.
-fn samples(doc: &Value) -> BTreeMap<(String, String), Vec<f64>> {
-    let rows = doc.get("rows").and_then(Value::as_array).cloned().unwrap_or_default();
-    rows.iter()
-        .filter_map(|r| {
-            let case = r.get("case")?.as_str()?.to_string();
-            let system = r.get("system")?.as_str()?.to_string();
-            let s = r.get("samples")?.as_array()?.iter().filter_map(Value::as_f64).collect();
-            Some(((case, system), s))
-        })
-        .collect()
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -57,8 +39,8 @@ fn main() {
     for path in &files {
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
         let label = stem.rsplit_once('-').map_or(stem, |(l, _)| l).to_string();
-        let doc: Value = match std::fs::read(path).map(|b| serde_json::from_slice(&b)) {
-            Ok(Ok(v)) => v,
+        let report: BenchReport = match std::fs::read(path).map(|b| serde_json::from_slice(&b)) {
+            Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 eprintln!("paired_ratios: {}: not benchmark JSON ({e}); skipped", path.display());
                 continue;
@@ -68,15 +50,14 @@ fn main() {
                 continue;
             }
         };
-        let rows = samples(&doc);
-        for ((case, sys), s) in &rows {
-            if *sys != system {
-                continue;
-            }
-            let Some(p) = rows.get(&(case.clone(), peer.clone())) else { continue };
-            let ratios = s.iter().zip(p).map(|(a, b)| a / b).collect();
-            if let Some(r) = median(ratios) {
-                table.entry(case.clone()).or_default().entry(label.clone()).or_default().push(r);
+        for row in report.rows.iter().filter(|r| r.system == system) {
+            if let Some(r) = report.paired_ratio(&system, &peer, &row.case) {
+                table
+                    .entry(row.case.clone())
+                    .or_default()
+                    .entry(label.clone())
+                    .or_default()
+                    .push(r);
             }
         }
     }
