@@ -13,10 +13,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use ochre_bench::harness::geomean;
 use ochre_bench::BenchReport;
 
-/// Per case, per label, one ratio per file (in the files' order).
-type Table = BTreeMap<String, BTreeMap<String, Vec<f64>>>;
+/// A file's build label and process number (`LABEL-N.json`; N 0 when the name has none).
+type Process = (String, u32);
+
+fn process_of(path: &Path) -> Process {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    match stem.rsplit_once('-') {
+        Some((label, n)) if n.parse::<u32>().is_ok() => (label.to_string(), n.parse().unwrap_or(0)),
+        _ => (stem.to_string(), 0),
+    }
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -26,19 +35,16 @@ fn main() {
     };
     let system = args.next().unwrap_or_else(|| "ochre".into());
     let peer = args.next().unwrap_or_else(|| "tokio-mt".into());
-    let mut files: Vec<_> = match std::fs::read_dir(Path::new(&dir)) {
+    let files: Vec<_> = match std::fs::read_dir(Path::new(&dir)) {
         Ok(d) => d.filter_map(Result::ok).map(|e| e.path()).collect(),
         Err(e) => {
             eprintln!("paired_ratios: {dir}: {e}");
             std::process::exit(1);
         }
     };
-    files.retain(|p| p.extension().is_some_and(|x| x == "json"));
-    files.sort();
-    let mut table = Table::new();
-    for path in &files {
-        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-        let label = stem.rsplit_once('-').map_or(stem, |(l, _)| l).to_string();
+    // Per case, per process (label, then number: `base-10` after `base-2`), the ratio.
+    let mut table: BTreeMap<String, BTreeMap<Process, f64>> = BTreeMap::new();
+    for path in files.iter().filter(|p| p.extension().is_some_and(|x| x == "json")) {
         let report: BenchReport = match std::fs::read(path).map(|b| serde_json::from_slice(&b)) {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
@@ -50,14 +56,10 @@ fn main() {
                 continue;
             }
         };
+        let process = process_of(path);
         for row in report.rows.iter().filter(|r| r.system == system) {
             if let Some(r) = report.paired_ratio(&system, &peer, &row.case) {
-                table
-                    .entry(row.case.clone())
-                    .or_default()
-                    .entry(label.clone())
-                    .or_default()
-                    .push(r);
+                table.entry(row.case.clone()).or_default().insert(process.clone(), r);
             }
         }
     }
@@ -66,26 +68,28 @@ fn main() {
         std::process::exit(1);
     }
     println!("{system} / {peer}, paired medians, one figure per process:");
-    let mut logs: BTreeMap<String, Vec<(f64, usize)>> = BTreeMap::new();
-    for (case, by_label) in &table {
-        let cells: Vec<String> = by_label
-            .iter()
-            .map(|(label, rs)| {
-                let slots = logs.entry(label.clone()).or_default();
-                slots.resize(slots.len().max(rs.len()), (0.0, 0));
-                for (slot, r) in slots.iter_mut().zip(rs) {
-                    slot.0 += r.ln();
-                    slot.1 += 1;
-                }
-                let figures: Vec<String> = rs.iter().map(|r| format!("{r:.2}")).collect();
-                format!("{label}: {}", figures.join(" "))
-            })
-            .collect();
-        println!("{case:28} {}", cells.join("   "));
+    // Each process's ratios over the cases it measured, for its geometric mean.
+    let mut by_process: BTreeMap<&Process, Vec<f64>> = BTreeMap::new();
+    for (case, ratios) in &table {
+        let mut line = String::new();
+        let mut label = None;
+        for (process, &r) in ratios {
+            if label != Some(&process.0) {
+                label = Some(&process.0);
+                line.push_str(&format!("   {}:", process.0));
+            }
+            line.push_str(&format!(" {r:.2}"));
+            by_process.entry(process).or_default().push(r);
+        }
+        println!("{case:28}{line}");
     }
-    for (label, slots) in &logs {
-        let means: Vec<String> =
-            slots.iter().map(|(sum, n)| format!("{:.3}", (sum / *n as f64).exp())).collect();
-        println!("{label}: geometric mean per process {}", means.join(" "));
+    let mut label = None;
+    for (process, ratios) in &by_process {
+        if label != Some(&process.0) {
+            label = Some(&process.0);
+            print!("\n{}: geometric mean per process", process.0);
+        }
+        print!(" {:.3}", geomean(ratios));
     }
+    println!();
 }

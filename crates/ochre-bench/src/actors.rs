@@ -53,7 +53,7 @@ use crossbeam_utils::CachePadded;
 use ochre::{Color, ColorCell, Config, Runtime, Steal};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::harness::{measure_case, work, BenchReport, Options, System};
+use crate::harness::{geomean, measure_case, work, BenchReport, Options, System};
 use crate::peers;
 
 /// What a handler may do besides changing its actor's state.
@@ -1114,11 +1114,6 @@ pub fn closure_bytes(name: &str) -> Option<usize> {
     let mut v = Size { name, out: None };
     suite(true, &mut v);
     v.out
-}
-
-/// Geometric mean.
-fn geomean(v: &[f64]) -> f64 {
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 /// The goals, on paired ratios (median over repetitions of the two systems' quotient in that

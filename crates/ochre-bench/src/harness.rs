@@ -157,6 +157,11 @@ pub struct Check {
     pub held: bool,
 }
 
+/// Geometric mean of a non-empty slice of positive figures (ratios).
+pub fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
 /// Median of a non-empty slice.
 pub fn median(samples: &[f64]) -> f64 {
     let mut s = samples.to_vec();

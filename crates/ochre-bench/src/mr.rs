@@ -97,7 +97,7 @@ use ochre_mr::MapReduce;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::harness::{measure_case, BenchReport, Options, System};
+use crate::harness::{geomean, measure_case, BenchReport, Options, System};
 use crate::peers;
 
 /// Input bytes per rayon task where the application splits its input itself (what ochre's
@@ -466,11 +466,6 @@ fn ochre_system<'a, A: Application>(
         let rt = rt.as_ref().map_err(|e| e.to_string())?;
         rate(|| A::run(app, rt).map(|r| r.0).map_err(|e| e.to_string()), |g| check(g, &name))
     })
-}
-
-/// Geometric mean.
-fn geomean(v: &[f64]) -> f64 {
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 /// The applications whose time is nearly all map (the parallel-efficiency goal).
