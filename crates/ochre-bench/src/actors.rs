@@ -1015,13 +1015,15 @@ pub fn run(opts: &Options) -> BenchReport {
 
 /// What is done with each program of the suite ([`suite`]): given its name, its size (the
 /// argument of `make`) and how to make it at a size.
-trait Visit {
+/// Receives each program of the suite with its name and size ([`suite`]).
+pub trait Visit {
+    /// Called once per program: `make(size)` builds it.
     fn visit<P: Program>(&mut self, name: &str, size: u64, make: impl Fn(u64) -> P);
 }
 
 /// The programs and their sizes (quick sizes, or four times larger), each given to `v`: the one
 /// table that the benchmark ([`programs`]) and one-sample measures ([`ochre_sample`]) read.
-fn suite(quick: bool, v: &mut impl Visit) {
+pub fn suite(quick: bool, v: &mut impl Visit) {
     let k = if quick { 1 } else { 4 };
     v.visit("pingpong", 600_000 * k, |n| PingPong { n });
     v.visit("counting", 1_000_000 * k, |n| Counting { n });
