@@ -212,7 +212,7 @@ fn window_share(run_ns: u64, delay_ns: u64) -> Option<u32> {
 }
 
 /// Run time and run-queue delay, in ns, from the text of a `schedstat` file.
-fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
     let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
     Some((fields.next()?.ok()?, fields.next()?.ok()?))
 }

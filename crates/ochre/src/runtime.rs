@@ -247,6 +247,10 @@ struct GateState {
 /// A worker thread: pin once, then serve runs until the runtime is dropped.
 fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Option<usize>) {
     let config = &shared.config;
+    if config.stall_threshold.is_some() {
+        // Opened by this thread: the watchdog reads this thread's waits for a CPU from it.
+        shared.stalls.register_thread(core.id);
+    }
     let uses_shares = config.placement || config.follow || config.steal != crate::Steal::Off;
     if uses_shares && shared.workers > 1 {
         // Opened here: the file is this thread's. (One worker has nowhere else to place.)
