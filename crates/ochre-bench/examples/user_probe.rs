@@ -1,0 +1,202 @@
+//! Diagnostic: data-parallel programs written as a user new to each library would write them,
+//! ochre against rayon and tokio-mt in one process, alternated: a sum of squares over 8M numbers
+//! split in chunks (one plain color per chunk, results posted to a collector color), and a
+//! word-frequency count over generated text, chunked the same way (each chunk's map merged
+//! into the collector's).
+//!
+//! `user_probe [REPS] [CHUNK]` (defaults 7 and 8192 numbers a chunk; the word count takes an
+//! eighth of it in lines).
+//!
+//! Found (2 workers, quiet, medians of 7, speed over ochre's): the sum at 65,536 / 8,192 /
+//! 1,024 numbers a chunk, rayon 0.88 / 1.14 / 1.52 (ochre/rayon 1.14, 0.88, 0.66), tokio 1.03 /
+//! 0.94 / 0.80; the word count at 8,192 / 1,024 / 128 lines, rayon 1.08 / 1.48 / 1.35, tokio
+//! 1.02 / 1.08 / 0.78. So ochre is tokio's match as users write these, and falls behind rayon as
+//! chunks shrink (rayon splits work without an event per chunk, and its reduce merges in
+//! parallel where a collector color merges one map after another). Reading a result cell after
+//! the run takes `Arc::try_unwrap(..).into_inner()` (`ColorCell::with` from outside the
+//! runtime is refused): what a new user tries first, `with`, fails with `WrongColor`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ochre::{Color, ColorCell, Runtime};
+use rayon::prelude::*;
+
+fn sum_ochre(rt: &Runtime, data: &Arc<Vec<u64>>, chunk: usize) -> u64 {
+    let total = Arc::new(ColorCell::new(Color::DEFAULT, 0u64));
+    let (d, t) = (data.clone(), total.clone());
+    rt.run(Color::DEFAULT, move || {
+        let chunks = d.len().div_ceil(chunk);
+        for i in 0..chunks {
+            let (d, t) = (d.clone(), t.clone());
+            ochre::post(Color(1 + i as u64), move || {
+                let s: u64 =
+                    d[i * chunk..((i + 1) * chunk).min(d.len())].iter().map(|x| x * x).sum();
+                ochre::post(Color::DEFAULT, move || {
+                    let _ = t.with(|v| *v += s);
+                });
+            });
+        }
+    })
+    .expect("run");
+    // Every closure ran and dropped its clone: the cell is ours again.
+    match Arc::try_unwrap(total) {
+        Ok(cell) => cell.into_inner(),
+        Err(_) => panic!("a clone of the total outlived the run"),
+    }
+}
+
+fn sum_rayon(pool: &rayon::ThreadPool, data: &[u64], chunk: usize) -> u64 {
+    pool.install(|| data.par_chunks(chunk).map(|c| c.iter().map(|x| x * x).sum::<u64>()).sum())
+}
+
+fn sum_tokio(rt: &tokio::runtime::Runtime, data: &Arc<Vec<u64>>, chunk: usize) -> u64 {
+    rt.block_on(async {
+        let handles: Vec<_> = (0..data.len().div_ceil(chunk))
+            .map(|i| {
+                let d = data.clone();
+                tokio::spawn(async move {
+                    d[i * chunk..((i + 1) * chunk).min(d.len())].iter().map(|x| x * x).sum::<u64>()
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for h in handles {
+            total += h.await.expect("task");
+        }
+        total
+    })
+}
+
+fn count(lines: &[String]) -> HashMap<String, u64> {
+    let mut m = HashMap::new();
+    for l in lines {
+        for w in l.split_ascii_whitespace() {
+            *m.entry(w.to_string()).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+fn merge(into: &mut HashMap<String, u64>, from: HashMap<String, u64>) {
+    for (k, v) in from {
+        *into.entry(k).or_insert(0) += v;
+    }
+}
+
+fn words_ochre(rt: &Runtime, text: &Arc<Vec<String>>, chunk: usize) -> HashMap<String, u64> {
+    let total = Arc::new(Mutex::new(HashMap::new()));
+    let (d, t) = (text.clone(), total.clone());
+    rt.run(Color::DEFAULT, move || {
+        for i in 0..d.len().div_ceil(chunk) {
+            let (d, t) = (d.clone(), t.clone());
+            ochre::post(Color(1 + i as u64), move || {
+                let m = count(&d[i * chunk..((i + 1) * chunk).min(d.len())]);
+                ochre::post(Color::DEFAULT, move || merge(&mut t.lock().unwrap(), m));
+            });
+        }
+    })
+    .expect("run");
+    let m = std::mem::take(&mut *total.lock().unwrap());
+    m
+}
+
+fn words_rayon(pool: &rayon::ThreadPool, text: &[String], chunk: usize) -> HashMap<String, u64> {
+    pool.install(|| {
+        text.par_chunks(chunk).map(count).reduce(HashMap::new, |mut a, b| {
+            merge(&mut a, b);
+            a
+        })
+    })
+}
+
+fn words_tokio(
+    rt: &tokio::runtime::Runtime,
+    text: &Arc<Vec<String>>,
+    chunk: usize,
+) -> HashMap<String, u64> {
+    rt.block_on(async {
+        let handles: Vec<_> = (0..text.len().div_ceil(chunk))
+            .map(|i| {
+                let d = text.clone();
+                tokio::spawn(async move { count(&d[i * chunk..((i + 1) * chunk).min(d.len())]) })
+            })
+            .collect();
+        let mut total = HashMap::new();
+        for h in handles {
+            merge(&mut total, h.await.expect("task"));
+        }
+        total
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let reps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(7);
+    let chunk: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(8192);
+    let rt = Runtime::builder().workers(2).build().expect("ochre");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("rayon");
+    let tokio =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().expect("tokio");
+    let data: Arc<Vec<u64>> = Arc::new((0..8_000_000u64).collect());
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut word = || {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        format!("w{}", seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % 5000)
+    };
+    let text: Arc<Vec<String>> = Arc::new(
+        (0..200_000).map(|_| (0..10).map(|_| word()).collect::<Vec<_>>().join(" ")).collect(),
+    );
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+    let expect = sum_rayon(&pool, &data, chunk);
+    let expect_words = words_rayon(&pool, &text, chunk / 8);
+    let mut t: [Vec<f64>; 6] = Default::default();
+    for rep in 0..=reps {
+        let mut d = [Duration::ZERO; 6];
+        let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
+        for &s in &order {
+            d[s] = time(&mut || {
+                let got = match s {
+                    0 => sum_ochre(&rt, &data, chunk),
+                    1 => sum_rayon(&pool, &data, chunk),
+                    _ => sum_tokio(&tokio, &data, chunk),
+                };
+                assert_eq!(got, expect);
+            });
+            d[3 + s] = time(&mut || {
+                let got = match s {
+                    0 => words_ochre(&rt, &text, chunk / 8),
+                    1 => words_rayon(&pool, &text, chunk / 8),
+                    _ => words_tokio(&tokio, &text, chunk / 8),
+                };
+                assert!(got == expect_words);
+            });
+        }
+        if rep > 0 {
+            for k in 0..6 {
+                t[k].push(d[k].as_secs_f64() * 1e3);
+            }
+        }
+    }
+    let m: Vec<f64> = t.into_iter().map(median).collect();
+    println!(
+        "sum of squares (chunk {chunk}): ochre {:.2} ms, rayon {:.2} ms, tokio {:.2} ms; ochre/rayon speed {:.2}, ochre/tokio {:.2}",
+        m[0], m[1], m[2], m[1] / m[0], m[2] / m[0]
+    );
+    println!(
+        "word count (chunk {}): ochre {:.2} ms, rayon {:.2} ms, tokio {:.2} ms; ochre/rayon speed {:.2}, ochre/tokio {:.2}",
+        chunk / 8, m[3], m[4], m[5], m[4] / m[3], m[5] / m[3]
+    );
+}
