@@ -19,6 +19,34 @@ use crate::context::current_color;
 use crate::{Color, Error};
 
 /// A value owned by a color.
+///
+/// Events of the color open it with [`with`](Self::with); anything else (another color's event,
+/// a thread outside the runtime) gets [`Error::WrongColor`]. After a run, the value is read
+/// through ownership: every event that held a clone of the cell's `Arc` has run and dropped it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ochre::{Color, ColorCell, Runtime};
+///
+/// let rt = Runtime::builder().workers(2).pin(false).build()?;
+/// let total = Arc::new(ColorCell::new(Color(0), 0u64));
+/// let t = total.clone();
+/// rt.run(Color(0), move || {
+///     for i in 1..=100u64 {
+///         let t = t.clone();
+///         // Work on a color of its own, the result back on the total's color.
+///         ochre::post(Color(i), move || {
+///             let square = i * i;
+///             ochre::post(Color(0), move || t.with(|v| *v += square).expect("total's color"));
+///         });
+///     }
+/// })?;
+/// // Outside the runtime `total.with(..)` is refused; the run is over, so the cell is ours.
+/// assert!(total.with(|v| *v).is_err());
+/// let total = Arc::try_unwrap(total).expect("every event ran").into_inner();
+/// assert_eq!(total, (1..=100u64).map(|i| i * i).sum());
+/// # Ok::<(), ochre::Error>(())
+/// ```
 pub struct ColorCell<T> {
     color: Color,
     borrowed: Cell<bool>,
