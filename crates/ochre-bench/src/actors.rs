@@ -1014,8 +1014,8 @@ pub fn run(opts: &Options) -> BenchReport {
 }
 
 /// What is done with each program of the suite ([`suite`]): given its name, its size (the
-/// argument of `make`) and how to make it at a size.
-/// Receives each program of the suite with its name and size ([`suite`]).
+/// argument of `make`) and how to make it at a size. Public so that probes outside the crate
+/// (`examples/mailbox_probe.rs`) run the benchmark's own programs.
 pub trait Visit {
     /// Called once per program: `make(size)` builds it.
     fn visit<P: Program>(&mut self, name: &str, size: u64, make: impl Fn(u64) -> P);
