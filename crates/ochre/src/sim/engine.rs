@@ -29,7 +29,7 @@
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
 
-use std::cell::Cell;
+use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
@@ -240,13 +240,45 @@ struct Tag {
 /// [`Tag::from`] of an event no core posted (the root).
 const NO_CORE: u32 = u32::MAX;
 
-thread_local! {
-    static RAN: Cell<Tag> =
-        const { Cell::new(Tag { id: 0, poster: 0, seq: 0, from: NO_CORE, posted: 0, data: 0 }) };
+/// The tags of the events queued or in flight: each simulated event is a `Task` that holds its
+/// tag's number here (`Task::sim`), read back when the event runs ([`Tags::take`]).
+///
+/// Invariant: a number is held by at most one task; a slot in `free` belongs to no task.
+#[derive(Default)]
+struct Tags {
+    slots: Vec<Tag>,
+    free: Vec<usize>,
 }
 
-fn task_of(tag: Tag) -> Task {
-    Task::new_for(move || RAN.with(|c| c.set(tag)), 0)
+impl Tags {
+    /// Keeps `tag` for a task: its number.
+    fn put(&mut self, tag: Tag) -> NonZeroUsize {
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = tag;
+                i
+            }
+            None => {
+                self.slots.push(tag);
+                self.slots.len() - 1
+            }
+        };
+        NonZeroUsize::MIN.saturating_add(i)
+    }
+
+    /// A task for `tag`.
+    fn task(&mut self, tag: Tag) -> Task {
+        Task::sim(self.put(tag))
+    }
+
+    /// The tag of `task` (made by [`task`](Self::task)), its number free again; `None` for a
+    /// task the engine did not make (none is: the queues make no tasks).
+    fn take(&mut self, task: Task) -> Option<Tag> {
+        let i = task.sim_number()?.get() - 1;
+        let tag = *self.slots.get(i)?;
+        self.free.push(i);
+        Some(tag)
+    }
 }
 
 /// How a core spends a moment without work.
@@ -548,6 +580,8 @@ pub struct Sim<'w> {
     max_spinners: usize,
     rng: u64,
     next_id: u64,
+    /// The tags of the events not run yet.
+    tags: Tags,
     /// Per color: the core it last ran on (its data is in that core's cache).
     last_core: LastCore,
     /// The workload's [`Workload::message_lines`].
@@ -657,6 +691,7 @@ impl<'w> Sim<'w> {
             max_spinners,
             rng,
             next_id: 0,
+            tags: Tags::default(),
             last_core: LastCore::default(),
             message_lines,
             layer_ns,
@@ -707,8 +742,6 @@ impl<'w> Sim<'w> {
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
     pub fn run(mut self) -> Report {
-        // The tasks' storage, until this returns (see `blocks`).
-        let _blocks = super::blocks::Installed::new();
         let n = self.cores.len();
         self.report.events_per_core = vec![0; n];
         for c in self.work.pinned() {
@@ -754,7 +787,7 @@ impl<'w> Sim<'w> {
         // As `Runtime::run` posts it: a message to the color's home, which routes it as any
         // received post (to where the color lives now, if an earlier run moved it or lent it:
         // queued at home regardless, the root of such a run was lost and the run ran nothing).
-        let msg = Msg::Post { color, task: task_of(root), urgent: false, step: false };
+        let msg = Msg::Post { color, task: self.tags.task(root), urgent: false, step: false };
         self.receive(home, msg, home, false, &mut false, None);
         // Every core starts with a round (the others find nothing and idle).
         for k in 0..n {
@@ -929,11 +962,11 @@ impl<'w> Sim<'w> {
         match msg {
             Msg::PostInline { color, task, urgent, step } => {
                 // Stored here, by the receiver (`worker::Core::receive`): its closure is this
-                // core's from now on. The engine's task inside gives its tag back when run.
-                task.into_task(k).run();
-                let tag = self.stored(k, RAN.with(|c| c.get()));
+                // core's from now on.
+                let Some(tag) = self.tags.take(task.into_task(k)) else { return };
+                let tag = self.stored(k, tag);
                 self.cores[k].now += self.ticks.store;
-                let msg = Msg::Post { color, task: task_of(tag), urgent, step };
+                let msg = Msg::Post { color, task: self.tags.task(tag), urgent, step };
                 self.receive(k, msg, from, quiet, may_move, stream);
             }
             Msg::Post { color, task, urgent, step } => {
@@ -1047,10 +1080,10 @@ impl<'w> Sim<'w> {
         let mut n = 0;
         while n < budget {
             let Some(task) = self.cores[k].queue.pop(key) else { break };
-            task.run();
-            let tag = RAN.with(|c| c.get());
             n += 1;
-            self.run_event(k, color, tag);
+            if let Some(tag) = self.tags.take(task) {
+                self.run_event(k, color, tag);
+            }
         }
         if self.setup.cost.contention > 0.0 && self.net.counts.busy > 1 {
             // Other cores running at the same time slow this one (shared caches, memory
@@ -1147,7 +1180,8 @@ impl<'w> Sim<'w> {
                 let tag = self.stored(k, tag);
                 self.cores[k].now += self.ticks.store;
                 let home = home_of(color, self.placement);
-                let msg = Msg::Post { color, task: task_of(tag), urgent: false, step: false };
+                let msg =
+                    Msg::Post { color, task: self.tags.task(tag), urgent: false, step: false };
                 return self.send(k, home, msg);
             }
         }
@@ -1156,12 +1190,11 @@ impl<'w> Sim<'w> {
         if let Dest::Remote { home } = dest {
             if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
                 // `worker::Core::post_closure`: the closure travels in the message, unstored
-                // (the engine's task, a pointer to its tag, stands for its bytes).
+                // (the engine's task, its tag's number, stands for its bytes).
                 let core = &mut self.cores[k];
                 core.event_remote_posts += 1;
                 core.event_remote_dest = home;
-                let task = task_of(tag);
-                let task = InlineTask::new(move || task.run());
+                let task = InlineTask::sim(self.tags.put(tag));
                 let msg = Msg::PostInline { color, task, urgent: false, step: false };
                 return self.send(k, home, msg);
             }
@@ -1170,7 +1203,8 @@ impl<'w> Sim<'w> {
         let tag = self.stored(k, tag);
         let cost = &self.ticks;
         self.cores[k].now += cost.store;
-        match self.cores[k].queue.post_to(dest, task_of(tag), false) {
+        let task = self.tags.task(tag);
+        match self.cores[k].queue.post_to(dest, task, false) {
             Route::Queued => {
                 self.report.posts_local += 1;
                 self.cores[k].now += cost.local_post;
@@ -1434,11 +1468,19 @@ impl<'w> Sim<'w> {
         let random = self.random();
         let config = &self.setup.config;
         let mine = self.net.status[k].share;
-        let victim = steal::candidates(&self.tiers[k], random).find(|&v| {
+        let worth = |v: usize| {
             let st = &self.net.status[v];
             let seen = Candidate { ready: st.ready, backlog: st.backlog, share: st.share };
             steal::worth_asking(config.steal, mine, &seen) && self.net.slot[v].is_none()
-        });
+        };
+        // Most requests of an idle machine find no victim: a plain pass over the cores says so
+        // without `candidates`' division per victim (a twentieth of a fan-out's host time).
+        // The tiers hold other cores only, so none worth asking here means none there either,
+        // and the draw above is made either way: the run is the same.
+        if !(0..self.cores.len()).any(|v| v != k && worth(v)) {
+            return;
+        }
+        let victim = steal::candidates(&self.tiers[k], random).find(|&v| worth(v));
         let Some(v) = victim else { return };
         let visible = self.cores[k].now + self.ticks.line(self.distance(k, v));
         self.net.slot[v] = Some((k, visible));
