@@ -22,11 +22,13 @@
 //!   on the thesis's 8-core Harpertown and 16-core Opteron and on a 2-socket 64-core machine;
 //!   a comparison whose sign disagrees with the seeds' says why (what the run showed).
 //!
-//! The best model so far, fitted to this machine's quiet figures (measured with nothing else
-//! running) and saved with them, is `crates/ochre-cli/sim/calibration.json` (a `validate --json`
-//! file): `validate --calibration crates/ochre-cli/sim/calibration.json` shows its table without
-//! measuring or fitting, `--measured` on it refits from it, and a fit given no starting model
-//! (`validate` or `calibrate` measuring here, the study's section) starts from it.
+//! The best model so far, fitted to this machine's figures (per case the median of several
+//! `validate` runs, each started with no other benchmark or build running; the file's `source`
+//! says which) and saved with them, is `crates/ochre-cli/sim/calibration.json` (a `validate
+//! --json` file): `validate --calibration crates/ochre-cli/sim/calibration.json` shows its
+//! table without measuring or fitting, `--measured` on it refits from it, and a fit given no
+//! starting model (`validate` or `calibrate` measuring here, the study's section) starts from
+//! it.
 //!
 //! Invariants: a case's simulated figure is in the unit of its measured one; nothing here
 //! panics on a missing or malformed file (an error message instead); every table printed is also
