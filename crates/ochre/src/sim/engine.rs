@@ -1202,11 +1202,9 @@ impl<'w> Sim<'w> {
     fn turn_events(&mut self, k: usize, mut t: Turn) -> Option<usize> {
         let budget = self.setup.config.turn_budget.max(1);
         loop {
-            if t.pending {
-                if !self.post_rest(k, &mut t) {
-                    self.cores[k].mid_turn = Some(t);
-                    return None;
-                }
+            if t.pending && !self.post_rest(k, &mut t) {
+                self.cores[k].mid_turn = Some(t);
+                return None;
             }
             if t.n >= budget {
                 break;
