@@ -382,7 +382,7 @@ pub(crate) struct Loan {
 /// and freeing a boxed closure per simulated event was about a sixth of the host time of a
 /// message-heavy simulation (callgrind, `ochre sim speed`'s thread ring). Running one does
 /// nothing; the engine reads the number back ([`Task::sim_number`]) instead of running it.
-#[cfg(any(test, feature = "sim"))]
+#[cfg(all(any(test, feature = "sim"), not(loom)))]
 mod sim_tasks {
     use std::num::NonZeroUsize;
     use std::ptr::NonNull;
@@ -435,7 +435,7 @@ mod sim_tasks {
         }
     }
 
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     #[test]
     fn a_simulated_task_gives_its_number_back_inline_or_not() {
         let n = NonZeroUsize::new(42).expect("not zero");
