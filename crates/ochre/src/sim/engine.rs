@@ -33,7 +33,6 @@
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
 
-use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
@@ -422,37 +421,38 @@ struct SharedCpu {
 /// Invariant: `log` is never empty and its times never decrease; an entry is dropped only
 /// once a later one is at or before the horizon (no read can reach behind it any more).
 struct Hint<T> {
-    log: VecDeque<(u64, T)>,
+    log: Vec<(u64, T)>,
 }
 
 impl<T: Copy + PartialEq> Hint<T> {
     fn new(v: T) -> Hint<T> {
-        Hint { log: VecDeque::from([(0, v)]) }
+        Hint { log: vec![(0, v)] }
     }
 
     /// The core publishes `v` at `at` (its clock); nobody reads before `horizon` any more.
     fn set(&mut self, at: u64, v: T, horizon: u64) {
-        while self.log.len() >= 2 && self.log[1].0 <= horizon {
-            self.log.pop_front();
+        // Kept: the last entry at or before the horizon, and those after it.
+        let mut old = 0;
+        while self.log.get(old + 1).is_some_and(|&(at, _)| at <= horizon) {
+            old += 1;
         }
-        match self.log.back_mut() {
+        if old > 0 {
+            self.log.drain(..old);
+        }
+        match self.log.last_mut() {
             Some(last) if last.1 == v => {}
             Some(last) if last.0 >= at => last.1 = v,
-            _ => self.log.push_back((at, v)),
+            _ => self.log.push((at, v)),
         }
     }
 
     /// The value a reader sees at `t`: the last published at or before `t` (the oldest kept if
     /// none is).
     fn at(&self, t: u64) -> T {
-        let mut v = self.log[0].1;
-        for &(at, x) in self.log.iter().skip(1) {
-            if at > t {
-                break;
-            }
-            v = x;
+        match self.log.iter().rev().find(|&&(at, _)| at <= t) {
+            Some(&(_, v)) => v,
+            None => self.log[0].1,
         }
-        v
     }
 }
 
@@ -1388,7 +1388,15 @@ impl<'w> Sim<'w> {
 
     /// Core `k` writes `color`'s recipient line ([`Workload::post_touches_recipient`]): it
     /// pays the line's transfer if another core wrote it last.
+    #[inline(always)]
     fn touch_recipient(&mut self, k: usize, color: Color) {
+        // Most workloads touch no line of their recipients: no call for them (two per event).
+        if self.recipient_line.is_some() {
+            self.touch_recipient_line(k, color);
+        }
+    }
+
+    fn touch_recipient_line(&mut self, k: usize, color: Color) {
         let Some(lines) = self.recipient_line.as_mut() else { return };
         match lines.replace(color, k, 0) {
             Some((prev, _)) if prev != k => {
