@@ -7,7 +7,6 @@
 //!   [`Setup::check`], the invariant checks (exclusion, order, exactly once).
 //! * [`cost`]: the [`CostModel`] and its defaults.
 //! * [`workload`]: the benchmarks' message patterns.
-//! * `blocks`: the free list that holds the simulated events' tasks.
 //! * `replay` (tests only): where stealing puts colors, step by step.
 //!
 //! CPU shares are modelled: a busy thread of another process may share a core's CPU
@@ -25,7 +24,6 @@
 //!
 //! Not a stable interface: `ochre sim` and the tests use it (feature `sim`).
 
-mod blocks;
 pub mod cost;
 pub mod engine;
 #[cfg(test)]

@@ -313,6 +313,26 @@ fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
     assert!(r.makespan_ns < 32 * 4 * 20_000 * 9 / 10, "makespan {} ns", r.makespan_ns);
 }
 
+#[test]
+fn a_producer_takes_the_color_its_stream_moves_to_it_in_the_middle_of_its_posts() {
+    // One event posts 20K messages to a counter homed on the other core. The home moves the
+    // counter to the producer after the first batch (`follow`: a stream of events that an
+    // earlier run measured cheap); the
+    // producer files its inbox at each full batch (`file_mid_turn`) and, once it holds the
+    // counter, posts the rest locally. As one step, its posts found nothing filed and all
+    // went to the home, which forwarded them: two messages per post.
+    let n = 20_000;
+    let setup = Setup {
+        check: true,
+        earlier_runs: 1,
+        ..Setup::new(2, Topology::flat(vec![0, 1]), Config::default())
+    };
+    let r = simulate(setup, &mut Actors::new(Program::Counting { n }, 20));
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.moved, 1);
+    assert!(r.msgs < n / 10, "{} messages for {n} posts", r.msgs);
+}
+
 /// Two colors pass a message of `lines` cache lines back and forth, `hops` times in all.
 struct Relay {
     ends: [Color; 2],
