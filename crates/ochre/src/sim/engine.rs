@@ -23,12 +23,12 @@
 //!   of a long round (`ROUND_STEP_NS`), or of a handler's posts up to where it files its inbox
 //!   while another core's step is due before its clock (`cut_posts`). A core takes its inbox
 //!   between rounds, and, as the real worker does, in the middle of a handler that sent a full
-//!   batch or held `worker::HELD_FILE_EVERY` posts behind a fence (`file_mid_turn`). Messages carry their
-//!   arrival time, and a core sees only those arrived by its current time; likewise the hints
-//!   a core publishes for thieves and posters (its ready count, its backlog flag: `Hint`) are
-//!   seen from their publication time on, though its step ran ahead. Between one sender and
-//!   one receiver arrivals keep their order (the transport's FIFO property that the lending
-//!   protocol relies on).
+//!   batch or held `worker::HELD_FILE_EVERY` posts behind a fence (`file_mid_turn`). Messages
+//!   carry their arrival time, and a core sees only those arrived by its current time; likewise
+//!   the hints a core publishes for thieves and posters (its ready count, its backlog flag:
+//!   `Hint`) are seen from their publication time on, though its step ran ahead. Between one
+//!   sender and one receiver arrivals keep their order (the transport's FIFO property that the
+//!   lending protocol relies on).
 //! * With [`Setup::check`], every event is checked as it runs: exclusion (no two cores run one
 //!   color in overlapping virtual intervals), order (the posts of one poster to one color run in
 //!   posting order), exactly once (no event runs twice; at the end, every post ran).
