@@ -679,6 +679,11 @@ impl ColorQueue {
     /// color), for a worker to send it to: a guest goes back home (the answer must be its home;
     /// a loan that is not sent home stays as a resident), a color at home moves to the worker
     /// named ([`TurnEnd::Push`]).
+    ///
+    /// Inlined into the run loop, with its `shed` closure: as a call, its frame and the closure's
+    /// call cost a one-event turn 81 instructions (`turn_probe 400000 1000 1` under callgrind:
+    /// 290.1M -> 257.7M; 9.7-10.0M -> 10.7-10.9M hops/s, 5 alternated runs each).
+    #[inline(always)]
     pub(crate) fn end_turn_shedding(
         &mut self,
         key: usize,
