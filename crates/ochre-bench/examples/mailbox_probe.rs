@@ -60,6 +60,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use ochre::{Color, ColorCell, Runtime};
 use ochre_bench::actors::{self, Cx, Program, Visit};
+use ochre_bench::harness::median;
 
 // ---------------------------------------------------------------------------------------------
 // The mailbox: a segment queue (crossbeam's `SegQueue`: blocks of 31 slots, so one allocation
@@ -583,11 +584,7 @@ impl Visit for Probe {
                 }
             }
         }
-        let med = |v: &mut Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-        };
-        let meds: Vec<f64> = rates.iter_mut().map(med).collect();
+        let meds: Vec<f64> = rates.iter().map(|v| median(v)).collect();
         let base = meds[self.systems.len() - 1];
         let mut line = format!("{name:<24}");
         for (s, m) in self.systems.iter().zip(&meds) {

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ochre::{Color, ColorCell, Runtime};
+use ochre_bench::harness::median;
 use rayon::prelude::*;
 
 fn sum_ochre(rt: &Runtime, data: &Arc<Vec<u64>>, chunk: usize) -> u64 {
@@ -131,11 +132,6 @@ fn words_tokio(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(7);
@@ -190,7 +186,7 @@ fn main() {
             }
         }
     }
-    let m: Vec<f64> = t.into_iter().map(median).collect();
+    let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
     println!(
         "sum of squares (chunk {chunk}): ochre {:.2} ms, rayon {:.2} ms, tokio {:.2} ms; ochre/rayon speed {:.2}, ochre/tokio {:.2}",
         m[0], m[1], m[2], m[1] / m[0], m[2] / m[0]

@@ -98,8 +98,7 @@ impl CpuShare {
             Some(s) if s > 0 => s,
             _ => FULL,
         };
-        let file = File::open("/proc/thread-self/schedstat").ok();
-        CpuShare { file, share, cpu, ..CpuShare::none() }
+        CpuShare { file: open_schedstat(), share, cpu, ..CpuShare::none() }
     }
 
     /// The smoothed share, in thousandths.
@@ -159,9 +158,7 @@ impl CpuShare {
         if self.last.is_some_and(|(t, ..)| now.duration_since(t) < SAMPLE_EVERY) {
             return None;
         }
-        let mut buf = [0u8; 96];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        let (run, delay) = parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)?;
+        let (run, delay) = read_schedstat(file)?;
         let previous = self.last.replace((now, run, delay));
         let (_, run0, delay0) = previous?;
         self.window(run.saturating_sub(run0), delay.saturating_sub(delay0))
@@ -211,8 +208,22 @@ fn window_share(run_ns: u64, delay_ns: u64) -> Option<u32> {
     Some((run_ns * u64::from(FULL) / active) as u32)
 }
 
+/// The calling thread's `schedstat` (its run time and run-queue delay): the file stays that
+/// thread's whichever thread reads it later (`stall`'s watchdog reads the workers'). `None`
+/// where the system has none.
+pub(crate) fn open_schedstat() -> Option<File> {
+    File::open("/proc/thread-self/schedstat").ok()
+}
+
+/// Run time and run-queue delay, in ns, read from a `schedstat` file ([`open_schedstat`]).
+pub(crate) fn read_schedstat(file: &File) -> Option<(u64, u64)> {
+    let mut buf = [0u8; 96];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)
+}
+
 /// Run time and run-queue delay, in ns, from the text of a `schedstat` file.
-pub(crate) fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
     let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
     Some((fields.next()?.ok()?, fields.next()?.ok()?))
 }

@@ -35,7 +35,6 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -76,10 +75,7 @@ pub(crate) struct Word {
 impl Word {
     /// The worker thread's run-queue delay so far (ns), if the system says.
     fn delay_ns(&self) -> Option<u64> {
-        let file = self.schedstat.get()?;
-        let mut buf = [0u8; 96];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        let (_, delay) = crate::cpu_share::parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)?;
+        let (_, delay) = crate::cpu_share::read_schedstat(self.schedstat.get()?)?;
         Some(delay)
     }
 }
@@ -129,7 +125,7 @@ impl Stalls {
     /// `/proc/thread-self` stays that thread's, whoever reads it).
     pub(crate) fn register_thread(&self, worker: usize) {
         if let Some(w) = self.words.get(worker) {
-            if let Ok(f) = File::open("/proc/thread-self/schedstat") {
+            if let Some(f) = crate::cpu_share::open_schedstat() {
                 let _ = w.schedstat.set(f);
             }
         }
@@ -337,16 +333,13 @@ mod tests {
         go.recv().unwrap();
         let file = stalls.words[0].schedstat.get();
         if let Some(file) = file {
-            let mut buf = [0u8; 96];
-            let n = file.read_at(&mut buf, 0).unwrap();
-            let text = std::str::from_utf8(&buf[..n]).unwrap();
-            let (run, delay) = crate::cpu_share::parse_schedstat(text).unwrap();
+            let (run, delay) = crate::cpu_share::read_schedstat(file).unwrap();
             // This (reading) thread ran far less than 40 ms; the spinner ran or waited 40.
-            assert!(run + delay >= 30_000_000, "read another thread's file: {text}");
+            assert!(run + delay >= 30_000_000, "read another thread's file: {run} {delay}");
             assert!(stalls.words[0].delay_ns().is_some());
         } else {
             // No schedstat here (another OS or kernel): wall time, as before.
-            assert!(std::fs::File::open("/proc/thread-self/schedstat").is_err());
+            assert!(crate::cpu_share::open_schedstat().is_none());
         }
         done.send(()).unwrap();
         t.join().unwrap();
