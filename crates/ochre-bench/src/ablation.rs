@@ -7,9 +7,12 @@
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`); then stealing only
-//! colors with a measured backlog (`Steal::Backlog`); then online tuning of the spin threshold
-//! and the batch size (`Spin::Adaptive`, `BatchSize::Adaptive`: the default configuration); then, instead of backlog stealing, from the follow step: stealing only from workers
-//! whose CPU is shared (`Steal::FromSharedCpus`); and plain stealing with every heuristic.
+//! colors with a measured backlog (`Steal::Backlog`); then pinned workers that leave their pin
+//! when another process shares their CPU (`Config::unpin_when_shared`); then online tuning of
+//! the spin threshold and the batch size (`Spin::Adaptive`, `BatchSize::Adaptive`: the default
+//! configuration); then, instead of backlog stealing, from the follow step: stealing only from
+//! workers whose CPU is shared (`Steal::FromSharedCpus`); and plain stealing with every
+//! heuristic.
 //! Padding is a
 //! build-time switch (the `unpadded` feature), so it cannot be a step in one process: the layout
 //! measured here is the padded one, and `scripts/padding-ablation.sh` runs this benchmark with
@@ -33,7 +36,8 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true);
     let backlog = follow.clone().steal(Steal::Backlog);
-    let tuned = backlog.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
+    let unpin = backlog.clone().unpin_when_shared(true);
+    let tuned = unpin.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
     let relief = follow.clone().steal(Steal::FromSharedCpus);
     let heuristics = follow.clone().stealing_heuristics();
     vec![
@@ -46,14 +50,15 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("7 steal off", no_steal),
         ("8 +follow", follow),
         ("9 +steal backlogs", backlog),
+        ("10 +leave a shared CPU's pin", unpin),
         (DEFAULT_STEP, tuned),
-        ("11 follow, steal from shared CPUs", relief),
-        ("12 follow, plain stealing +heuristics", heuristics),
+        ("12 follow, steal from shared CPUs", relief),
+        ("13 follow, plain stealing +heuristics", heuristics),
     ]
 }
 
 /// The step that is the default configuration, named `ochre` in the tables.
-const DEFAULT_STEP: &str = "10 +online tuning";
+const DEFAULT_STEP: &str = "11 +online tuning";
 
 fn label(step: &str) -> String {
     if step == DEFAULT_STEP { "ochre" } else { step }.to_string()
@@ -217,6 +222,6 @@ mod tests {
         let before = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() - 1;
         let spin = Spin::Reasoned { threshold: None };
         let fixed = Config::default().spin(spin).batch_sizing(BatchSize::Fixed);
-        assert_eq!(steps[before], ("9 +steal backlogs", fixed));
+        assert_eq!(steps[before], ("10 +leave a shared CPU's pin", fixed));
     }
 }

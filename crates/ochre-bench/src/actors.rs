@@ -28,8 +28,9 @@
 //! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-static` (the
 //! same with `follow(false)`: colors stay where their hash puts them), `ochre-nosteal` (the
 //! default with `Steal::Off`: what backlog stealing, the default, gives),
-//! `ochre-unpinned` (the default with `Builder::pin(false)`: the system scheduler places the
-//! workers, measured beside pinned ones because a shared machine may favour it),
+//! `ochre-pinned` (the default with `Config::unpin_when_shared` off: workers stay on their
+//! CPUs however busy they are), `ochre-unpinned` (the default with `Builder::pin(false)`: the
+//! system scheduler places the workers from the start),
 //! `ochre-hand` (colors
 //! chosen with `Runtime::home_of` so that each actor lands on the worker its program's
 //! [`Program::hand_worker`] gives: ring neighbours in contiguous blocks, the ping-pong pair and
@@ -968,6 +969,10 @@ fn measure<P: Program>(
             System::new("ochre-static", ochre(Some(Config::default().follow(false)), false)),
             System::new("ochre-nosteal", ochre(Some(Config::default().steal(Steal::Off)), false)),
             System::new("ochre-hand", ochre(None, true)),
+            System::new(
+                "ochre-pinned",
+                ochre(Some(Config::default().unpin_when_shared(false)), false),
+            ),
             System::new("ochre-unpinned", move || {
                 let build = move || Runtime::builder().workers(workers).pin(false).build();
                 with_busy_cpu(spin, || {
@@ -1135,7 +1140,7 @@ fn checks(report: &mut BenchReport) {
     let busy = by_system("ochre", "tokio-mt", BUSY);
     let hand = by_system("ochre", "ochre-hand", "");
     let mean = |v: &[(String, f64)]| geomean(&v.iter().map(|(_, r)| *r).collect::<Vec<_>>());
-    let variants = ["ochre-static", "ochre-nosteal", "ochre-unpinned"].map(|v| {
+    let variants = ["ochre-static", "ochre-nosteal", "ochre-pinned", "ochre-unpinned"].map(|v| {
         let (q, b) = (by_system(v, "tokio-mt", ""), by_system(v, "tokio-mt", BUSY));
         format!("{v} {:.3} quiet, {:.3} busy", mean(&q), mean(&b))
     });

@@ -205,6 +205,18 @@ pub struct Config {
     #[doc(hidden)]
     #[serde(default = "yes")]
     pub anchor_watched: bool,
+    /// A pinned worker that measures a share of its CPU below `cpu_share::UNPIN_BELOW` for a
+    /// few windows in a row (another process runs there) lets the system scheduler place it on any of the runtime's CPUs
+    /// from then on (`worker::Core::unpin`): the scheduler moves a thread to a CPU that is free
+    /// at once, where moving colors off the shared worker (`follow`) only moves work that is
+    /// idle, and a chain of messages through the shared worker waits for its time slices.
+    /// Measured (`bench actors`, 2 workers, ochre / tokio-mt, geometric means): beside a
+    /// compile, pinned 0.56 and 0.85, unpinned 0.88 and 0.87; a thread spinning on worker 1's
+    /// CPU, pinned 0.57 and 0.58, unpinned 0.95 and 0.75; quiet, the same within noise. Only
+    /// with [`Builder::pin`](crate::Builder::pin) and several workers measuring their shares
+    /// (placement, follow or stealing on); off in [`Config::baseline`].
+    #[serde(default = "yes")]
+    pub unpin_when_shared: bool,
     /// A small closure posted to another worker travels inside the message, and the receiver
     /// stores it (`message::InlineTask`); `false`: the poster stores it, placed for the receiver
     /// (EMA), and the message carries a pointer. A transport choice, kept switchable to measure.
@@ -280,6 +292,7 @@ impl Default for Config {
             follow: true,
             anchor_watched: true,
             inline_posts: true,
+            unpin_when_shared: true,
             color_stats: color_stats_default(),
             trace_events: 0,
             stall_threshold: stall_threshold_default(),
@@ -340,6 +353,8 @@ impl Config {
         placement: bool,
         /// Sets [`Config::follow`].
         follow: bool,
+        /// Sets [`Config::unpin_when_shared`].
+        unpin_when_shared: bool,
         /// Sets `Config::anchor_watched` (for tests).
         #[doc(hidden)]
         anchor_watched: bool,
@@ -366,6 +381,7 @@ impl Config {
             .ema(false)
             .placement(false)
             .follow(false)
+            .unpin_when_shared(false)
     }
 
     /// Every stealing heuristic on (batch, locality-aware, cost-aware with a 20 µs floor;
@@ -416,6 +432,7 @@ mod tests {
         assert_eq!(b.spin, Spin::Never);
         assert_eq!(b.steal, Steal::Plain);
         assert!(d.ema && !b.ema);
+        assert!(d.unpin_when_shared && !b.unpin_when_shared);
         assert!(d.validate().is_ok() && b.validate().is_ok());
     }
 

@@ -40,7 +40,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Shortest window between two samples: a few scheduler time slices (3-4 ms each when two
@@ -53,6 +53,14 @@ pub(crate) const RECHECK: Duration = Duration::from_millis(20);
 const MIN_ACTIVE: Duration = Duration::from_millis(2);
 /// Published shares are in thousandths.
 pub(crate) const FULL: u32 = 1000;
+/// A pinned worker whose smoothed share stays below this (thousandths) for [`UNPIN_AFTER`]
+/// measured windows in a row leaves its pin (`Config::unpin_when_shared`): next to one busy
+/// thread a CPU gives about half, and another process busy there for that long (30 ms or
+/// more) is one the scheduler should move the worker away from; a single window's dip (a
+/// short command) is not.
+pub(crate) const UNPIN_BELOW: u32 = 700;
+/// See [`UNPIN_BELOW`].
+pub(crate) const UNPIN_AFTER: u32 = 3;
 /// Lowest weight a worker gets in placement, in thousandths.
 const MIN_SHARE: u32 = 50;
 /// A yield that returns within this found no other thread runnable on the CPU (the same bound
@@ -70,6 +78,20 @@ fn remembered(cpu: Option<usize>) -> Option<&'static AtomicU32> {
     cpu.and_then(|c| REMEMBERED.get(c))
 }
 
+/// Set when a worker of this process left its pin ([`UNPIN_BELOW`]): the machine is shared,
+/// and workers started later (another runtime, the next run of a benchmark) start unpinned
+/// instead of each paying the windows it takes to tell again. For the life of the process:
+/// unpinned workers measured as fast as pinned ones on a quiet machine (`Config`'s
+/// `unpin_when_shared`), so a wrong guess costs little, and a late one costs every message
+/// that waits for a shared CPU's time slice.
+static MACHINE_SHARED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a worker of this process has left its pin because its CPU was shared.
+pub(crate) fn machine_shared() -> bool {
+    // Relaxed: a hint; a worker that misses it measures for itself.
+    MACHINE_SHARED.load(Ordering::Relaxed)
+}
+
 /// One worker's measure of its CPU share. Owned by the worker; opened on the worker's thread.
 pub(crate) struct CpuShare {
     file: Option<File>,
@@ -78,6 +100,8 @@ pub(crate) struct CpuShare {
     share: u32,
     /// A window has been measured (the next ones are smoothed).
     measured: bool,
+    /// Measured windows in a row after which the smoothed share was below [`UNPIN_BELOW`].
+    low_streak: u32,
     /// When this worker last probed its CPU ([`CpuShare::probe`]).
     probed: Option<Instant>,
     /// The CPU the thread is pinned to, if any (its share is remembered).
@@ -87,7 +111,15 @@ pub(crate) struct CpuShare {
 impl CpuShare {
     /// A measure that never samples (before the worker's thread opens its own).
     pub(crate) fn none() -> Self {
-        CpuShare { file: None, last: None, share: FULL, measured: false, probed: None, cpu: None }
+        CpuShare {
+            file: None,
+            last: None,
+            share: FULL,
+            measured: false,
+            low_streak: 0,
+            probed: None,
+            cpu: None,
+        }
     }
 
     /// The measure of the calling thread, to be pinned to `cpu` if given: it starts from the
@@ -99,6 +131,19 @@ impl CpuShare {
             _ => FULL,
         };
         CpuShare { file: open_schedstat(), share, cpu, ..CpuShare::none() }
+    }
+
+    /// The thread is no longer pinned: what it measures from now on is not its CPU's, and is
+    /// not remembered for that CPU.
+    pub(crate) fn unpinned(&mut self) {
+        self.cpu = None;
+        MACHINE_SHARED.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the share has stayed low long enough for a pinned worker to leave its pin
+    /// ([`UNPIN_BELOW`], [`UNPIN_AFTER`]).
+    pub(crate) fn long_shared(&self) -> bool {
+        self.low_streak >= UNPIN_AFTER
     }
 
     /// The smoothed share, in thousandths.
@@ -192,6 +237,9 @@ impl CpuShare {
             // Too quiet to tell: a quarter of the way back to a CPU of its own.
             None => self.share + (FULL - self.share).div_ceil(4),
         };
+        if window.is_some() {
+            self.low_streak = if self.share < UNPIN_BELOW { self.low_streak + 1 } else { 0 };
+        }
         if let Some(r) = remembered(self.cpu) {
             r.store(self.share.max(1), Ordering::Relaxed);
         }
@@ -271,6 +319,26 @@ mod tests {
         assert_eq!(step(10_000_000, 0), 750, "then half way");
         assert_eq!(step(0, 0), 813, "a quiet window: a quarter of the way back");
         assert_eq!(step(0, 0), 860);
+    }
+
+    #[test]
+    fn only_a_share_low_for_several_windows_in_a_row_says_leave_the_pin() {
+        let mut m = CpuShare::none();
+        let step = |m: &mut CpuShare, run: u64, delay: u64| {
+            m.update(window_share(run, delay));
+            m.long_shared()
+        };
+        // One dip (a short command beside the worker), then its own CPU again.
+        assert!(!step(&mut m, 2_000_000, 8_000_000));
+        assert!(!step(&mut m, 10_000_000, 0));
+        assert!(!step(&mut m, 10_000_000, 0));
+        // Half of the CPU, window after window: the third says so.
+        assert!(!step(&mut m, 5_000_000, 5_000_000));
+        assert!(!step(&mut m, 5_000_000, 5_000_000));
+        assert!(step(&mut m, 5_000_000, 5_000_000));
+        // Quiet windows measure nothing and change nothing of the streak.
+        assert!(step(&mut m, 0, 0));
+        assert!(!step(&mut m, 10_000_000, 0), "a window at full share ends it");
     }
 
     #[test]

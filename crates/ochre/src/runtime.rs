@@ -1,9 +1,10 @@
 //! The public face: [`Builder`], [`Runtime`], [`Handle`], [`RunReport`].
 //!
-//! Worker threads are created by [`Builder::build`], pinned once, and live as long as the
-//! `Runtime`: each owns its `Core` (queues, buffers, counters) for its whole life, so everything
-//! a worker allocates stays in memory its own thread allocated (a worker re-created per run would
-//! inherit another thread's heap and share cache lines with it). Between runs the workers wait on
+//! Worker threads are created by [`Builder::build`], pinned once (a pinned worker leaves its pin
+//! for good when another process shares its CPU: [`Config::unpin_when_shared`]), and live as
+//! long as the `Runtime`: each owns its `Core` (queues, buffers, counters) for its whole life, so
+//! everything a worker allocates stays in memory its own thread allocated (a worker re-created
+//! per run would inherit another thread's heap and share cache lines with it). Between runs the workers wait on
 //! a gate; [`Runtime::run`] opens it, and waits until every worker has left its run loop.
 //!
 //! Shutdown semantics: `ochre::shutdown()` / [`Handle::shutdown`] end the current run after each
@@ -83,7 +84,9 @@ impl Builder {
     }
 
     /// Pin worker `i` to the `i`-th CPU (round robin when there are more workers than CPUs).
-    /// Default: true.
+    /// Default: true. A pinned worker that finds its CPU shared with another process leaves its
+    /// pin, and the later workers of the process start unpinned
+    /// ([`Config::unpin_when_shared`], on by default).
     pub fn pin(mut self, pin: bool) -> Self {
         self.pin = pin;
         self
@@ -199,8 +202,12 @@ impl Builder {
             pins: pins.clone(),
             running: AtomicBool::new(false),
         };
+        let config = &shared.config;
+        let may_unpin = config.unpin_when_shared && uses_shares(config) && workers > 1 && self.pin;
+        let runtime_cpus: Arc<[usize]> = cpus.clone().into();
         for (i, pin) in pins.into_iter().enumerate() {
             let mut core = Core::new(i, shared.placement, &shared.config);
+            core.unpin_to = may_unpin.then(|| runtime_cpus.clone());
             // Reads run where they are posted: each worker's lane never moves (`reader`).
             let lane = shared.readers.lane(i);
             if crate::color::home_of(lane, shared.placement) == i {
@@ -244,6 +251,11 @@ struct GateState {
     warnings: Vec<String>,
 }
 
+/// Whether workers measure their CPU shares under `config`: a policy reads them.
+fn uses_shares(config: &Config) -> bool {
+    config.placement || config.follow || config.steal != crate::Steal::Off
+}
+
 /// A worker thread: pin once, then serve runs until the runtime is dropped.
 fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Option<usize>) {
     let config = &shared.config;
@@ -251,13 +263,25 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         // Opened by this thread: the watchdog reads this thread's waits for a CPU from it.
         shared.stalls.register_thread(core.id);
     }
-    let uses_shares = config.placement || config.follow || config.steal != crate::Steal::Off;
-    if uses_shares && shared.workers > 1 {
+    if uses_shares(config) && shared.workers > 1 {
         // Opened here: the file is this thread's. (One worker has nowhere else to place.)
         core.cpu_share = crate::cpu_share::CpuShare::of_this_thread(pin);
         let share = core.cpu_share.share() as usize;
         shared.remotes[core.id].status.cpu_share.store(share, crate::sync::Ordering::Relaxed);
     }
+    // A worker that may leave its pin does not take it where another worker of this process
+    // already found the machine shared (`cpu_share::machine_shared`).
+    let pin = match (pin, &core.unpin_to) {
+        (Some(_), Some(cpus)) if crate::cpu_share::machine_shared() => {
+            // On the runtime's CPUs, not on whatever the spawning thread was pinned to.
+            let _ = topology::allow_current_thread(cpus);
+            core.unpin_to = None;
+            core.cpu_share.unpinned();
+            core.counters.set(crate::stats::Counter::Unpinned, 1);
+            None
+        }
+        (pin, _) => pin,
+    };
     if let Some(cpu) = pin {
         if let Err(e) = topology::pin_current_thread(cpu) {
             let id = core.id;

@@ -31,13 +31,15 @@ macro_rules! counters {
             }
 
             /// Field-wise `self - earlier`, saturating (for per-run deltas); the gauges
-            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`, `cpu_share`) keep `self`'s value.
+            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`, `cpu_share`, `unpinned`) keep `self`'s
+            /// value.
             pub fn since(&self, earlier: &WorkerStats) -> WorkerStats {
                 let mut d = WorkerStats { $($field: self.$field.saturating_sub(earlier.$field),)* };
                 d.ema_live_bytes = self.ema_live_bytes;
                 d.ema_blocks = self.ema_blocks;
                 d.ema_crumbs = self.ema_crumbs;
                 d.cpu_share = self.cpu_share;
+                d.unpinned = self.unpinned;
                 d
             }
 
@@ -70,6 +72,10 @@ counters! {
     /// Share of its CPU this worker got when it wanted to run, in thousandths, as last measured
     /// for placement (`place`; 1000 until measured, and where it cannot be).
     cpu_share = CpuShare,
+    /// 1 if this worker, pinned, left its CPU's pin because another process shared that CPU
+    /// (`Config::unpin_when_shared`); 0 otherwise.
+    #[serde(default)]
+    unpinned = Unpinned,
     /// Turns that posted a burst to other workers and flushed every buffer at their end.
     burst_flushes = BurstFlushes,
     /// Buffers this worker allocated for outgoing batches; the others were reused: buffers of

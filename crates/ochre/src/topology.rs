@@ -248,6 +248,19 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Lets the calling thread run on any of `cpus` (a pinned worker that leaves its CPU's pin).
+pub fn allow_current_thread(cpus: &[usize]) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &cpu in cpus.iter().filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU) {
+        set.set(cpu);
+    }
+    if cpus.iter().all(|&c| c >= rustix::thread::CpuSet::MAX_CPU) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no CPU in range"));
+    }
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}
+
 /// The CPU the calling thread last ran on.
 pub fn current_cpu() -> usize {
     rustix::thread::sched_getcpu()

@@ -108,6 +108,9 @@ pub(crate) struct Core {
     events_at_walk: u64,
     /// This worker's CPU share measure (`cpu_share`), sampled with the heap gauges.
     pub(crate) cpu_share: CpuShare,
+    /// The runtime's CPUs, while this worker is pinned and may leave its pin when its CPU is
+    /// shared ([`unpin`](Self::unpin)).
+    pub(crate) unpin_to: Option<std::sync::Arc<[usize]>>,
     /// Credits of the smooth weighted round robin of [`Core::place`].
     place_credit: Vec<i64>,
     /// Turns to start before the next one whose duration is sampled (0: none are), and the
@@ -170,6 +173,7 @@ impl Core {
             io: IoCore::new(),
             graveyard: Vec::new(),
             cpu_share: CpuShare::none(),
+            unpin_to: None,
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
@@ -662,6 +666,17 @@ impl Core {
         self.publish_with(shared, true, true);
     }
 
+    /// Leaves this worker's pin for the runtime's CPUs, for the rest of the runtime's life
+    /// (`Config::unpin_when_shared`): another process shares its CPU.
+    #[cold]
+    fn unpin(&mut self) {
+        let Some(cpus) = self.unpin_to.take() else { return };
+        if crate::topology::allow_current_thread(&cpus).is_ok() {
+            self.cpu_share.unpinned();
+            self.counters.set(Counter::Unpinned, 1);
+        }
+    }
+
     /// Whether the heap's gauges may be computed now: its walk is short, or the events run since
     /// the last one paid for it ([`EVENTS_PER_WALKED_BLOCK`]).
     fn walk_due(&self) -> bool {
@@ -687,6 +702,9 @@ impl Core {
         }
         if sample {
             let _ = self.cpu_share.sample();
+            if self.unpin_to.is_some() && self.cpu_share.long_shared() {
+                self.unpin();
+            }
             let share = self.cpu_share.share() as usize;
             // Relaxed: a hint for placement (`place`, `follow`, stealing from shared CPUs).
             let published = &shared.remotes[self.id].status.cpu_share;

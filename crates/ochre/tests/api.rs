@@ -817,8 +817,15 @@ impl Drop for BusyThread {
 }
 
 /// Two workers on the first two allowed CPUs, worker 1's shared with a spinning thread (`None`
-/// with fewer than two CPUs).
+/// with fewer than two CPUs). The workers stay pinned (`Config::unpin_when_shared` off): these
+/// tests judge what the runtime does on a CPU it cannot leave
+/// ([`two_workers_one_cpu_busy_as`] keeps `config` as given).
 fn two_workers_one_cpu_busy(config: Config) -> Option<(Runtime, BusyThread)> {
+    two_workers_one_cpu_busy_as(config.unpin_when_shared(false))
+}
+
+/// [`two_workers_one_cpu_busy`] with `config` as given.
+fn two_workers_one_cpu_busy_as(config: Config) -> Option<(Runtime, BusyThread)> {
     let cpus = ochre::topology::allowed_cpus().unwrap();
     if cpus.len() < 2 {
         return None;
@@ -910,6 +917,57 @@ fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
     assert!(judged.len() < 3, "in every judged run: {judged:#?}");
     if !judged.is_empty() {
         eprintln!("skipped: no run with worker 0's CPU free ran 90% there: {judged:#?}");
+    }
+}
+
+/// A pinned worker whose CPU a busy thread shares leaves its pin (`Config::unpin_when_shared`):
+/// after a run long enough to measure its share (about half), its thread may run on either of
+/// the runtime's CPUs and its report says so; with the option off it stays on its CPU. A color
+/// homed on worker 1 keeps it busy (follow and stealing off: nothing moves it).
+#[test]
+fn a_worker_whose_cpu_is_shared_leaves_its_pin() {
+    let _alone_here = cpu_timing();
+    if std::fs::read_to_string("/proc/thread-self/schedstat").is_err() {
+        eprintln!("skipped: no schedstat here, so no share is ever measured");
+        return;
+    }
+    for unpin in [true, false] {
+        let config = Config::default().follow(false).steal(Steal::Off).unpin_when_shared(unpin);
+        let Some((rt, _busy)) = two_workers_one_cpu_busy_as(config) else { return };
+        let c = color_on(&rt, 1, 0);
+        // CPUs worker 1's thread may run on, seen from its handler at the end of each run.
+        let cpus = Arc::new(AtomicUsize::new(0));
+        fn spin_until(c: Color, until: std::time::Instant, cpus: Arc<AtomicUsize>) {
+            if std::time::Instant::now() < until {
+                ochre::post(c, move || spin_until(c, until, cpus));
+            } else {
+                let n = ochre::topology::allowed_cpus().map_or(0, |c| c.len());
+                cpus.store(n, Ordering::Relaxed);
+            }
+        }
+        let mut unpinned = 0;
+        // Up to three runs of 300 ms: the share is sampled at the ends of rounds, every 10 ms
+        // at most, and three low windows in a row are needed.
+        for _ in 0..3 {
+            let until = std::time::Instant::now() + Duration::from_millis(300);
+            let cpus2 = cpus.clone();
+            let report = rt.run(c, move || spin_until(c, until, cpus2)).unwrap();
+            unpinned = report.workers[1].unpinned;
+            if unpinned == 1 {
+                break;
+            }
+        }
+        if unpin {
+            assert_eq!(unpinned, 1, "worker 1 left its pin");
+            // One more run: its last handler sees the thread's affinity as it is now.
+            let until = std::time::Instant::now();
+            let cpus2 = cpus.clone();
+            rt.run(c, move || spin_until(c, until, cpus2)).unwrap();
+            assert_eq!(cpus.load(Ordering::Relaxed), 2, "its thread may run on both CPUs");
+        } else {
+            assert_eq!(unpinned, 0);
+            assert_eq!(cpus.load(Ordering::Relaxed), 1, "still pinned to its CPU");
+        }
     }
 }
 
