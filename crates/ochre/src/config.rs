@@ -206,14 +206,20 @@ pub struct Config {
     #[serde(default = "yes")]
     pub anchor_watched: bool,
     /// A pinned worker that measures a share of its CPU below `cpu_share::UNPIN_BELOW` for a
-    /// few windows in a row (another process runs there) lets the system scheduler place it on any of the runtime's CPUs
-    /// from then on (`worker::Core::unpin`): the scheduler moves a thread to a CPU that is free
-    /// at once, where moving colors off the shared worker (`follow`) only moves work that is
-    /// idle, and a chain of messages through the shared worker waits for its time slices.
-    /// Measured (`bench actors`, 2 workers, ochre / tokio-mt, geometric means): beside a
-    /// compile, pinned 0.56 and 0.85, unpinned 0.88 and 0.87; a thread spinning on worker 1's
-    /// CPU, pinned 0.57 and 0.58, unpinned 0.95 and 0.75; quiet, the same within noise. Only
-    /// with [`Builder::pin`](crate::Builder::pin) and several workers measuring their shares
+    /// few windows in a row (another process runs there), while no other worker gets clearly
+    /// more of its own, lets the system scheduler place it on any of the runtime's CPUs from
+    /// then on, and the process's later workers start unpinned (`worker::Core::unpin`,
+    /// `cpu_share::CpuShare::leaves_pin`). Where every CPU is busy (a compile beside the
+    /// program) colors have nowhere to go, and a chain of messages through a pinned worker waits
+    /// for its CPU's time slices, where the scheduler runs a thread on whichever CPU frees first;
+    /// where another worker's CPU is free, the colors leave instead (`follow`) and the workers
+    /// stay pinned (unpinned, the scheduler put both on the free CPU at times). Measured
+    /// (`bench actors --quick`, 2 workers, geometric means of ochre / tokio-mt, in one process):
+    /// beside a compile (`scripts/beside-build.sh`) 1.024 and 0.942 against 0.655 and 0.678
+    /// pinned (0.868 and 0.951 unpinned from the start); a thread spinning on worker 1's CPU,
+    /// 1.059 and 1.205 against 1.065 and 1.287 (no worker left its pin: the same system, and
+    /// that is the noise; unpinned 0.935 and 1.163); quiet, nothing changes. Only with
+    /// [`Builder::pin`](crate::Builder::pin) and several workers measuring their shares
     /// (placement, follow or stealing on); off in [`Config::baseline`].
     #[serde(default = "yes")]
     pub unpin_when_shared: bool,

@@ -143,7 +143,21 @@ impl CpuShare {
     /// Whether the share has stayed low long enough for a pinned worker to leave its pin
     /// ([`UNPIN_BELOW`], [`UNPIN_AFTER`]).
     pub(crate) fn long_shared(&self) -> bool {
-        self.low_streak >= UNPIN_AFTER
+        // The share too: quiet windows raise it without ending the streak.
+        self.low_streak >= UNPIN_AFTER && self.share < UNPIN_BELOW
+    }
+
+    /// Whether a pinned worker measuring this leaves its pin, given the shares the other
+    /// workers published: its CPU has been shared for long ([`long_shared`](Self::long_shared))
+    /// and no other worker gets clearly more of its CPU (`follow::RELIEF_MARGIN`). Where one
+    /// does, the colors leave instead (`follow::relief`), and the workers stay one to a CPU:
+    /// unpinned next to a thread spinning on one CPU, the scheduler put both workers on the
+    /// free CPU at times, and a 64-token ring ran at 0.39 of tokio against 0.87 pinned
+    /// (`bench actors`, same process). Where every CPU is busy (a compile beside it), the
+    /// colors have nowhere to go and the scheduler does better than any pin.
+    pub(crate) fn leaves_pin(&self, others: impl Iterator<Item = u32>) -> bool {
+        let margin = crate::follow::RELIEF_MARGIN;
+        self.long_shared() && others.into_iter().all(|s| s < self.share + margin)
     }
 
     /// The smoothed share, in thousandths.
@@ -336,9 +350,27 @@ mod tests {
         assert!(!step(&mut m, 5_000_000, 5_000_000));
         assert!(!step(&mut m, 5_000_000, 5_000_000));
         assert!(step(&mut m, 5_000_000, 5_000_000));
-        // Quiet windows measure nothing and change nothing of the streak.
+        // A quiet window measures nothing: the share recovers a quarter of the way (625) and
+        // the streak stands; a second takes the share above the bound.
         assert!(step(&mut m, 0, 0));
+        assert!(!step(&mut m, 0, 0), "recovered to {}", m.share());
+        assert!(step(&mut m, 2_000_000, 8_000_000), "low again, the streak unbroken");
         assert!(!step(&mut m, 10_000_000, 0), "a window at full share ends it");
+    }
+
+    #[test]
+    fn a_worker_leaves_its_pin_only_where_no_other_cpu_is_clearly_freer() {
+        let mut m = CpuShare::none();
+        for _ in 0..UNPIN_AFTER {
+            m.update(window_share(5_000_000, 5_000_000));
+        }
+        assert_eq!(m.share(), 500);
+        assert!(m.leaves_pin([550, 450].into_iter()), "every CPU about as busy");
+        assert!(m.leaves_pin(std::iter::empty()), "no other worker");
+        assert!(!m.leaves_pin([550, 1000].into_iter()), "one free: its colors go there");
+        let mut fresh = CpuShare::none();
+        fresh.update(window_share(5_000_000, 5_000_000));
+        assert!(!fresh.leaves_pin([500].into_iter()), "not shared for long yet");
     }
 
     #[test]

@@ -672,6 +672,11 @@ impl Core {
     fn unpin(&mut self) {
         let Some(cpus) = self.unpin_to.take() else { return };
         if crate::topology::allow_current_thread(&cpus).is_ok() {
+            log::info!(
+                "worker {} leaves its pin: {} thousandths of its CPU",
+                self.id,
+                self.cpu_share.share()
+            );
             self.cpu_share.unpinned();
             self.counters.set(Counter::Unpinned, 1);
         }
@@ -702,8 +707,14 @@ impl Core {
         }
         if sample {
             let _ = self.cpu_share.sample();
-            if self.unpin_to.is_some() && self.cpu_share.long_shared() {
-                self.unpin();
+            if self.unpin_to.is_some() {
+                // Relaxed: hints other workers publish.
+                let status = |w: usize| &shared.remotes[w].status;
+                let others = (0..shared.workers).filter(|&w| w != self.id);
+                let shares = others.map(|w| status(w).cpu_share.load(Ordering::Relaxed) as u32);
+                if self.cpu_share.leaves_pin(shares) {
+                    self.unpin();
+                }
             }
             let share = self.cpu_share.share() as usize;
             // Relaxed: a hint for placement (`place`, `follow`, stealing from shared CPUs).

@@ -816,6 +816,21 @@ impl Drop for BusyThread {
     }
 }
 
+/// A thread spinning on `cpu` until dropped.
+fn busy_thread(cpu: usize) -> BusyThread {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ = ochre::topology::pin_current_thread(cpu);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    BusyThread { stop, thread: Some(thread) }
+}
+
 /// Two workers on the first two allowed CPUs, worker 1's shared with a spinning thread (`None`
 /// with fewer than two CPUs). The workers stay pinned (`Config::unpin_when_shared` off): these
 /// tests judge what the runtime does on a CPU it cannot leave
@@ -831,17 +846,7 @@ fn two_workers_one_cpu_busy_as(config: Config) -> Option<(Runtime, BusyThread)> 
         return None;
     }
     let (mine, busy) = (cpus[0], cpus[1]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let _ = ochre::topology::pin_current_thread(busy);
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        })
-    };
-    let busy = BusyThread { stop, thread: Some(thread) };
+    let busy = busy_thread(busy);
     let rt = Runtime::builder().workers(2).cpus([mine, cpus[1]]).config(config).build().unwrap();
     Some((rt, busy))
 }
@@ -920,12 +925,14 @@ fn an_exchange_leaves_a_cpu_shared_with_a_busy_thread() {
     }
 }
 
-/// A pinned worker whose CPU a busy thread shares leaves its pin (`Config::unpin_when_shared`):
-/// after a run long enough to measure its share (about half), its thread may run on either of
-/// the runtime's CPUs and its report says so; with the option off it stays on its CPU. A color
-/// homed on worker 1 keeps it busy (follow and stealing off: nothing moves it).
+/// Pinned workers whose CPUs busy threads share, every one of them, leave their pins
+/// (`Config::unpin_when_shared`): after runs long enough to measure their shares (about half
+/// each), a worker's thread may run on either of the runtime's CPUs and its report says so;
+/// with the option off they stay on their CPUs. A color on each worker keeps it busy (follow
+/// and stealing off: nothing moves them). (With one CPU busy and the other free, the worker
+/// stays pinned and its colors leave: `cpu_share`'s tests.)
 #[test]
-fn a_worker_whose_cpu_is_shared_leaves_its_pin() {
+fn workers_whose_cpus_are_all_shared_leave_their_pins() {
     let _alone_here = cpu_timing();
     if std::fs::read_to_string("/proc/thread-self/schedstat").is_err() {
         eprintln!("skipped: no schedstat here, so no share is ever measured");
@@ -934,39 +941,52 @@ fn a_worker_whose_cpu_is_shared_leaves_its_pin() {
     for unpin in [true, false] {
         let config = Config::default().follow(false).steal(Steal::Off).unpin_when_shared(unpin);
         let Some((rt, _busy)) = two_workers_one_cpu_busy_as(config) else { return };
-        let c = color_on(&rt, 1, 0);
-        // CPUs worker 1's thread may run on, seen from its handler at the end of each run.
-        let cpus = Arc::new(AtomicUsize::new(0));
-        fn spin_until(c: Color, until: std::time::Instant, cpus: Arc<AtomicUsize>) {
+        // The other CPU busy too.
+        let first = ochre::topology::allowed_cpus().unwrap()[0];
+        let _busy_too = busy_thread(first);
+        let colors = [color_on(&rt, 0, 0), color_on(&rt, 1, 0)];
+        // Per worker, the CPUs its thread may run on, seen from its handler at the end of a run.
+        let cpus: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        fn spin_until(c: Color, w: usize, until: std::time::Instant, cpus: Arc<[AtomicUsize; 2]>) {
             if std::time::Instant::now() < until {
-                ochre::post(c, move || spin_until(c, until, cpus));
+                ochre::post(c, move || spin_until(c, w, until, cpus));
             } else {
                 let n = ochre::topology::allowed_cpus().map_or(0, |c| c.len());
-                cpus.store(n, Ordering::Relaxed);
+                cpus[w].store(n, Ordering::Relaxed);
             }
         }
-        let mut unpinned = 0;
+        let run_for = |ms: u64| {
+            let until = std::time::Instant::now() + Duration::from_millis(ms);
+            let cpus = cpus.clone();
+            rt.run(colors[0], move || {
+                for (w, &c) in colors.iter().enumerate() {
+                    let cpus = cpus.clone();
+                    ochre::post(c, move || spin_until(c, w, until, cpus));
+                }
+            })
+            .unwrap()
+        };
         // Up to three runs of 300 ms: the share is sampled at the ends of rounds, every 10 ms
         // at most, and three low windows in a row are needed.
+        let mut left = [0, 0];
         for _ in 0..3 {
-            let until = std::time::Instant::now() + Duration::from_millis(300);
-            let cpus2 = cpus.clone();
-            let report = rt.run(c, move || spin_until(c, until, cpus2)).unwrap();
-            unpinned = report.workers[1].unpinned;
-            if unpinned == 1 {
+            let report = run_for(300);
+            left = [report.workers[0].unpinned, report.workers[1].unpinned];
+            if left.contains(&1) {
                 break;
             }
         }
+        // One more run: each last handler sees its thread's affinity as it is now.
+        let _ = run_for(0);
+        let seen = [cpus[0].load(Ordering::Relaxed), cpus[1].load(Ordering::Relaxed)];
         if unpin {
-            assert_eq!(unpinned, 1, "worker 1 left its pin");
-            // One more run: its last handler sees the thread's affinity as it is now.
-            let until = std::time::Instant::now();
-            let cpus2 = cpus.clone();
-            rt.run(c, move || spin_until(c, until, cpus2)).unwrap();
-            assert_eq!(cpus.load(Ordering::Relaxed), 2, "its thread may run on both CPUs");
+            assert!(left.contains(&1), "a worker left its pin: {left:?}");
+            for w in 0..2 {
+                assert_eq!(seen[w], if left[w] == 1 { 2 } else { 1 }, "worker {w}: {left:?}");
+            }
         } else {
-            assert_eq!(unpinned, 0);
-            assert_eq!(cpus.load(Ordering::Relaxed), 1, "still pinned to its CPU");
+            assert_eq!(left, [0, 0]);
+            assert_eq!(seen, [1, 1], "both still pinned");
         }
     }
 }
