@@ -449,9 +449,12 @@ impl<T: Copy + PartialEq> Hint<T> {
     /// The value a reader sees at `t`: the last published at or before `t` (the oldest kept if
     /// none is).
     fn at(&self, t: u64) -> T {
-        match self.log.iter().rev().find(|&&(at, _)| at <= t) {
+        // The oldest kept entry is the answer whether or not it is at or before `t`: the
+        // search stops short of it.
+        let (first, rest) = self.log.split_first().expect("a hint's log is never empty");
+        match rest.iter().rev().find(|&&(at, _)| at <= t) {
             Some(&(_, v)) => v,
-            None => self.log[0].1,
+            None => first.1,
         }
     }
 }
@@ -1074,37 +1077,38 @@ impl<'w> Sim<'w> {
                 let stream = stream == Some(color);
                 let follow = *may_move && (quiet || step || stream) && self.setup.config.follow;
                 let offer = follow.then_some(step);
-                let home_ready = self.cores[k].queue.ready_len();
-                let poster_ready = self.net.status[from].ready.at(self.cores[k].now);
                 let poster = offer.map(|_| from);
                 let follow_on = self.setup.config.follow;
                 let status = &self.net.status;
                 let mine = status[k].share;
-                let route =
-                    self.cores[k].queue.receive_post(color, task, urgent, poster, |tr, cost| {
-                        if let Some(step) = offer {
-                            let cheap_stream = stream && follow::cheap(cost);
-                            let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
-                                && follow::moves(&follow::Offer {
-                                    traffic: tr,
-                                    quiet,
-                                    step,
-                                    cheap_stream,
-                                    poster_ready,
-                                    home_ready,
-                                    poster_share: status[from].share,
-                                    home_share: mine,
-                                });
-                            if moves {
-                                return Some(from);
-                            }
+                let core = &mut self.cores[k];
+                let (now, home_ready) = (core.now, core.queue.ready_len());
+                let route = core.queue.receive_post(color, task, urgent, poster, |tr, cost| {
+                    if let Some(step) = offer {
+                        // Read here, when needed: most posts make no offer.
+                        let poster_ready = status[from].ready.at(now);
+                        let cheap_stream = stream && follow::cheap(cost);
+                        let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
+                            && follow::moves(&follow::Offer {
+                                traffic: tr,
+                                quiet,
+                                step,
+                                cheap_stream,
+                                poster_ready,
+                                home_ready,
+                                poster_share: status[from].share,
+                                home_share: mine,
+                            });
+                        if moves {
+                            return Some(from);
                         }
-                        // Off a shared CPU, with the post (`follow::relief`).
-                        if !follow_on {
-                            return None;
-                        }
-                        follow::relief(mine, || peers(status, k))
-                    });
+                    }
+                    // Off a shared CPU, with the post (`follow::relief`).
+                    if !follow_on {
+                        return None;
+                    }
+                    follow::relief(mine, || peers(status, k))
+                });
                 match route {
                     Route::Queued => {}
                     Route::Move { to, task } => {
@@ -1250,9 +1254,10 @@ impl<'w> Sim<'w> {
         let ev = Event { color, data: tag.data, core: k, now_ns: self.cores[k].now };
         t.posts.clear();
         let work = self.work.handle(&ev, &mut t.posts);
-        let mut cost = self.setup.cost.work(work) + self.layer_ns;
-        if let Some(from) = self.cores.get(tag.from as usize).map(|_| tag.from as usize) {
-            let c = &self.setup.cost;
+        let c = &self.setup.cost;
+        let mut cost = c.work(work) + self.layer_ns;
+        let from = tag.from as usize;
+        if from < self.cores.len() {
             // Its closure, written by its poster: read as a stream if it lies next to the one
             // from that poster run here before (posted just before it: a queue run in posting
             // order), else a whole latency. From another core: by distance. From this one: out
@@ -1262,7 +1267,7 @@ impl<'w> Sim<'w> {
                 // The handler reads its message's payload, still in the poster's cache.
                 cost += c.stream(self.message_lines, d);
                 c.line(d)
-            } else if f64::from(self.cores[from].posted.wrapping_sub(tag.posted)) > c.warm_msgs {
+            } else if f64::from(self.cores[k].posted.wrapping_sub(tag.posted)) > c.warm_msgs {
                 c.memory_line_ns
             } else {
                 0.0
@@ -1273,8 +1278,9 @@ impl<'w> Sim<'w> {
             cost += if next { c.streamed(1.0, line) } else { line };
         }
         let spent = self.jitter(cost) + self.ticks.event;
-        self.cores[k].now += spent;
-        if self.cores[k].cpu.is_some() {
+        let core = &mut self.cores[k];
+        core.now += spent;
+        if core.cpu.is_some() {
             // Before its posts leave: a slice of the busy thread may have come in between.
             self.charge_cpu(k);
         }
@@ -1354,13 +1360,14 @@ impl<'w> Sim<'w> {
         }
         // Stored by its poster (placed for the receiver: not modelled).
         let tag = self.stored(k, tag);
-        let cost = &self.ticks;
-        self.cores[k].now += cost.store;
         let task = self.tags.task(tag);
-        match self.cores[k].queue.post_to(dest, task, false) {
+        let cost = &self.ticks;
+        let core = &mut self.cores[k];
+        core.now += cost.store;
+        match core.queue.post_to(dest, task, false) {
             Route::Queued => {
                 self.report.posts_local += 1;
-                self.cores[k].now += cost.local_post;
+                core.now += cost.local_post;
             }
             Route::Forward { to, task } => {
                 self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent: false })
@@ -1474,11 +1481,13 @@ impl<'w> Sim<'w> {
         let (base, at) = (self.base, core.now);
         let now = move || base + Duration::from_nanos(at);
         if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
-            let seen = crate::tune::Receiver {
-                idle: self.idle_hint(dest),
-                ready: self.net.status[dest].ready.at(self.cores[k].now),
+            // What the receiver shows, read only if the batch size adapts to it.
+            let status = &self.net.status[dest];
+            let seen = || crate::tune::Receiver {
+                idle: status.state != State::Busy,
+                ready: status.ready.at(at),
             };
-            self.cores[k].outbox.left_full(dest, || seen);
+            self.cores[k].outbox.left_full(dest, seen);
             self.deliver(k, dest, batch);
             // A handler that posts a full batch may post many more before it returns: what it
             // received meanwhile (a color moved here, given back) takes its next posts.
@@ -1901,63 +1910,66 @@ impl LastCore {
 }
 
 /// The cores' next steps: a tournament tree over the cores, each core's next step keyed by
-/// (virtual time, scheduling sequence number) packed in a `u128`, so that steps run in order of
-/// their start and ties in order of scheduling. A core has at most one entry: rescheduling it
-/// replaces the entry (a binary heap of stale entries grew with every message and cost a tenth
-/// of the host time of message-heavy runs), and an update walks one fixed leaf-to-root path,
-/// one comparison of two adjacent nodes per level, without the data-dependent swaps of a heap.
+/// (virtual time, scheduling sequence number, core) packed in a `u128`, so that steps run in
+/// order of their start and ties in order of scheduling (the core, below the sequence number,
+/// never decides: sequence numbers are unique; it is there so that a node is its key alone, half
+/// the size of a key and a core side by side, and a level of an update one `min`). A core has at
+/// most one entry: rescheduling it replaces the entry (a binary heap of stale entries grew with
+/// every message and cost a tenth of the host time of message-heavy runs), and an update walks
+/// one fixed leaf-to-root path, one comparison of two adjacent nodes per level, without the
+/// data-dependent swaps of a heap.
 ///
 /// Invariants: leaf `width + c` holds core `c`'s next step, key `NONE` if it has none (keys are
 /// unique, their sequence numbers are; cores from `cores` to `width` never have one); node `i`
-/// (`1 <= i < width`) holds the least key under it and that key's core.
+/// (`1 <= i < width`) holds the least key under it; sequence numbers stay below `2^(64 -
+/// CORE_BITS)` and cores below `2^CORE_BITS`.
 struct Agenda {
-    node: Vec<(u128, u32)>,
+    node: Vec<u128>,
     width: usize,
 }
 
 const NONE: u128 = u128::MAX;
 
-fn pack((at, seq): (u64, u64)) -> u128 {
-    (u128::from(at) << 64) | u128::from(seq)
+/// Bits of a key that hold its core.
+const CORE_BITS: u32 = 16;
+
+fn pack((at, seq): (u64, u64), core: usize) -> u128 {
+    debug_assert!(seq < 1 << (64 - CORE_BITS) && core < 1 << CORE_BITS);
+    (u128::from(at) << 64) | u128::from(seq << CORE_BITS | core as u64)
 }
 
 impl Agenda {
     fn new(cores: usize) -> Agenda {
+        assert!(cores <= 1 << CORE_BITS, "{cores} cores: the agenda's keys hold fewer");
         let width = cores.max(2).next_power_of_two();
-        let mut node = vec![(NONE, 0u32); 2 * width];
-        for c in 0..width {
-            node[width + c].1 = c as u32;
-        }
-        // Every key is `NONE`: a node's least is its left child's.
-        for i in (1..width).rev() {
-            node[i] = node[2 * i];
-        }
-        Agenda { node, width }
+        Agenda { node: vec![NONE; 2 * width], width }
     }
 
     /// Sets core `c`'s next step to `key`, whether or not it had one.
     fn set(&mut self, c: usize, key: (u64, u64)) {
-        self.node[self.width + c].0 = pack(key);
+        self.node[self.width + c] = pack(key, c);
         self.update(c);
     }
 
     /// Removes core `c`'s next step, if it has one.
     fn remove(&mut self, c: usize) {
-        if self.node[self.width + c].0 != NONE {
-            self.node[self.width + c].0 = NONE;
+        if self.node[self.width + c] != NONE {
+            self.node[self.width + c] = NONE;
             self.update(c);
         }
     }
 
     /// The earliest step: its core and key.
     fn first(&self) -> Option<(usize, (u64, u64))> {
-        let (k, c) = self.node[1];
-        (k != NONE).then_some((c as usize, ((k >> 64) as u64, k as u64)))
+        let k = self.node[1];
+        let (at, low) = ((k >> 64) as u64, k as u64);
+        let core = (low & ((1 << CORE_BITS) - 1)) as usize;
+        (k != NONE).then_some((core, (at, low >> CORE_BITS)))
     }
 
     /// Removes core `c`'s entry if it is still the one with `key`.
     fn spent(&mut self, c: usize, key: (u64, u64)) {
-        if self.node[self.width + c].0 == pack(key) {
+        if self.node[self.width + c] == pack(key, c) {
             self.remove(c);
         }
     }
@@ -1966,8 +1978,7 @@ impl Agenda {
     fn update(&mut self, c: usize) {
         let mut i = (self.width + c) / 2;
         while i >= 1 {
-            let (a, b) = (self.node[2 * i], self.node[2 * i + 1]);
-            self.node[i] = if b.0 < a.0 { b } else { a };
+            self.node[i] = self.node[2 * i].min(self.node[2 * i + 1]);
             i /= 2;
         }
     }
