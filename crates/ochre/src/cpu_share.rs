@@ -33,6 +33,13 @@
 //!
 //! [`probe`]: CpuShare::probe
 //!
+//! **Leave the pin.** A pinned worker whose share stays below [`UNPIN_BELOW`] for
+//! [`UNPIN_AFTER`] measured windows while no other worker gets clearly more of its CPU (every
+//! CPU busy: there is no worker to move colors to) lets the scheduler place its thread from then
+//! on ([`CpuShare::leaves_pin`], `Config::unpin_when_shared`), and the process's later workers
+//! start unpinned ([`machine_shared`]). Its measure is then no longer its CPU's and is not
+//! remembered for it.
+//!
 //! **Place.** [`pick`] is a smooth weighted round robin (nginx's upstream balancing) over the
 //! published shares: each worker receives new work in proportion to its share, interleaved, with
 //! no randomness; a worker's weight never drops below [`MIN_SHARE`] so that none is starved of

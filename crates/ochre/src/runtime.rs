@@ -4,8 +4,9 @@
 //! for good when another process shares its CPU: [`Config::unpin_when_shared`]), and live as
 //! long as the `Runtime`: each owns its `Core` (queues, buffers, counters) for its whole life, so
 //! everything a worker allocates stays in memory its own thread allocated (a worker re-created
-//! per run would inherit another thread's heap and share cache lines with it). Between runs the workers wait on
-//! a gate; [`Runtime::run`] opens it, and waits until every worker has left its run loop.
+//! per run would inherit another thread's heap and share cache lines with it). Between runs the
+//! workers wait on a gate; [`Runtime::run`] opens it, and waits until every worker has left its
+//! run loop.
 //!
 //! Shutdown semantics: `ochre::shutdown()` / [`Handle::shutdown`] end the current run after each
 //! worker's current turn; nothing is lost: undelivered batches are flushed to their inboxes and

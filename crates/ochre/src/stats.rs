@@ -31,8 +31,8 @@ macro_rules! counters {
             }
 
             /// Field-wise `self - earlier`, saturating (for per-run deltas); the gauges
-            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`, `cpu_share`, `unpinned`) keep `self`'s
-            /// value.
+            /// (`ema_live_bytes`, `ema_blocks`, `ema_crumbs`, `cpu_share`, `unpinned`) keep
+            /// `self`'s value.
             pub fn since(&self, earlier: &WorkerStats) -> WorkerStats {
                 let mut d = WorkerStats { $($field: self.$field.saturating_sub(earlier.$field),)* };
                 d.ema_live_bytes = self.ema_live_bytes;
