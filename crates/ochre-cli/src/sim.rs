@@ -416,13 +416,12 @@ fn speed(cores: usize, reps: usize, only: Option<&str>) -> Result<(), String> {
 }
 
 /// CPU time of the calling thread (wall time also counts other processes' turns on its CPU).
-/// Read from the thread's schedstat (its run time, ns) where there is one: rustix's
+/// Read from the thread's schedstat where there is one (`topology::thread_times`): rustix's
 /// `clock_gettime` looks the vDSO up on its first call and faults under valgrind, which the
 /// simulator's speed is measured with (`valgrind --tool=callgrind ochre sim speed`).
 fn thread_cpu() -> Duration {
-    let ran = std::fs::read_to_string("/proc/thread-self/schedstat").ok();
-    if let Some(ns) = ran.as_deref().and_then(|s| s.split_whitespace().next()?.parse().ok()) {
-        return Duration::from_nanos(ns);
+    if let Some((ran, _)) = ochre::topology::thread_times() {
+        return ran;
     }
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)

@@ -156,15 +156,14 @@ impl CpuShare {
 
     /// Whether a pinned worker measuring this leaves its pin, given the shares the other
     /// workers published: its CPU has been shared for long ([`long_shared`](Self::long_shared))
-    /// and no other worker gets clearly more of its CPU (`follow::RELIEF_MARGIN`). Where one
+    /// and no other worker gets clearly more of its CPU (`follow::clearly_more`). Where one
     /// does, the colors leave instead (`follow::relief`), and the workers stay one to a CPU:
     /// unpinned next to a thread spinning on one CPU, the scheduler put both workers on the
     /// free CPU at times, and a 64-token ring ran at 0.39 of tokio against 0.87 pinned
     /// (`bench actors`, same process). Where every CPU is busy (a compile beside it), the
     /// colors have nowhere to go and the scheduler does better than any pin.
-    pub(crate) fn leaves_pin(&self, others: impl Iterator<Item = u32>) -> bool {
-        let margin = crate::follow::RELIEF_MARGIN;
-        self.long_shared() && others.into_iter().all(|s| s < self.share + margin)
+    pub(crate) fn leaves_pin(&self, mut others: impl Iterator<Item = u32>) -> bool {
+        self.long_shared() && !others.any(|s| crate::follow::clearly_more(s, self.share))
     }
 
     /// The smoothed share, in thousandths.

@@ -212,6 +212,14 @@ pub(crate) fn cheap(event_ns: u64) -> bool {
 /// a few percent is noise.
 pub(crate) const RELIEF_MARGIN: u32 = FULL / 5;
 
+/// Whether a worker getting `theirs` of its CPU is clearly better off than one getting `mine`
+/// (by [`RELIEF_MARGIN`]): the one comparison behind every move of work between shared and
+/// free CPUs (here, and `cpu_share::CpuShare::leaves_pin`).
+#[inline]
+pub(crate) fn clearly_more(theirs: u32, mine: u32) -> bool {
+    theirs >= mine + RELIEF_MARGIN
+}
+
 /// What a worker knows of another when a color's queue empties here.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Peer {
@@ -235,8 +243,7 @@ pub(crate) fn sheds(ready: usize, mine: u32, cheap: bool, home: impl FnOnce() ->
         return false;
     }
     let home = home();
-    home.idle
-        && ((crowded && home.share + RELIEF_MARGIN > mine) || home.share >= mine + RELIEF_MARGIN)
+    home.idle && ((crowded && !clearly_more(mine, home.share)) || clearly_more(home.share, mine))
 }
 
 /// At a borrower whose resident color's queue just emptied: give it back to its `home`? When its
@@ -251,7 +258,7 @@ pub(crate) fn goes_home(
     home: impl FnOnce() -> Peer,
 ) -> bool {
     if moved_on {
-        return home().share + RELIEF_MARGIN > mine;
+        return !clearly_more(mine, home().share);
     }
     sheds(ready, mine, cheap, home)
 }
@@ -263,7 +270,7 @@ pub(crate) fn goes_home(
 /// from 1.0-1.26x tokio to 0.65-0.80x with backlog stealing until loans stayed).
 pub(crate) fn keeps_loan(mine: u32, home: impl FnOnce() -> Peer) -> bool {
     // The home is asked only when this worker could be clearly better off.
-    mine >= RELIEF_MARGIN && home().share + RELIEF_MARGIN <= mine
+    mine >= RELIEF_MARGIN && clearly_more(mine, home().share)
 }
 
 /// Where a color at home here, whose queue just emptied, should go because this worker gets
@@ -278,10 +285,7 @@ pub(crate) fn relief<I: Iterator<Item = Peer>>(
     if mine + RELIEF_MARGIN >= FULL {
         return None;
     }
-    peers()
-        .filter(|p| p.idle && p.share >= mine + RELIEF_MARGIN)
-        .max_by_key(|p| p.share)
-        .map(|p| p.id)
+    peers().filter(|p| p.idle && clearly_more(p.share, mine)).max_by_key(|p| p.share).map(|p| p.id)
 }
 
 /// At a borrower whose resident color's queue just emptied: `Some(true)` to give it back home,

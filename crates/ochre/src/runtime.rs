@@ -271,18 +271,9 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         shared.remotes[core.id].status.cpu_share.store(share, crate::sync::Ordering::Relaxed);
     }
     // A worker that may leave its pin does not take it where another worker of this process
-    // already found the machine shared (`cpu_share::machine_shared`).
-    let pin = match (pin, &core.unpin_to) {
-        (Some(_), Some(cpus)) if crate::cpu_share::machine_shared() => {
-            // On the runtime's CPUs, not on whatever the spawning thread was pinned to.
-            let _ = topology::allow_current_thread(cpus);
-            core.unpin_to = None;
-            core.cpu_share.unpinned();
-            core.counters.set(crate::stats::Counter::Unpinned, 1);
-            None
-        }
-        (pin, _) => pin,
-    };
+    // already found the machine shared (`cpu_share::machine_shared`): it runs on the runtime's
+    // CPUs, not on whatever the spawning thread was pinned to.
+    let pin = pin.filter(|_| !(crate::cpu_share::machine_shared() && core.unpin()));
     if let Some(cpu) = pin {
         if let Err(e) = topology::pin_current_thread(cpu) {
             let id = core.id;

@@ -261,6 +261,13 @@ pub fn allow_current_thread(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// How long the calling thread has run, and waited to run (runnable, not running), so far:
+/// Linux's per-thread `schedstat`. `None` where the system does not say.
+pub fn thread_times() -> Option<(std::time::Duration, std::time::Duration)> {
+    let (run, delay) = crate::cpu_share::read_schedstat(&crate::cpu_share::open_schedstat()?)?;
+    Some((std::time::Duration::from_nanos(run), std::time::Duration::from_nanos(delay)))
+}
+
 /// The CPU the calling thread last ran on.
 pub fn current_cpu() -> usize {
     rustix::thread::sched_getcpu()
@@ -279,6 +286,37 @@ mod tests {
             pin_current_thread(last).unwrap();
             assert_eq!(current_cpu(), last);
             assert_eq!(allowed_cpus().unwrap(), vec![last]);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn leaving_a_pin_lets_the_thread_run_on_every_cpu_given() {
+        let cpus = allowed_cpus().unwrap();
+        std::thread::spawn(move || {
+            pin_current_thread(cpus[0]).unwrap();
+            allow_current_thread(&cpus).unwrap();
+            assert_eq!(allowed_cpus().unwrap(), cpus);
+            assert!(allow_current_thread(&[]).is_err(), "no CPU at all");
+            assert_eq!(allowed_cpus().unwrap(), cpus, "a refused call changes nothing");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_threads_times_grow_as_it_runs_and_are_its_own() {
+        std::thread::spawn(|| {
+            let Some((run0, wait0)) = thread_times() else { return };
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_millis(30) {
+                std::hint::spin_loop();
+            }
+            let (run1, wait1) = thread_times().unwrap();
+            // 30 ms spent running or waiting to run; a fresh thread had little of either.
+            let spent = (run1 + wait1) - (run0 + wait0);
+            assert!(spent >= std::time::Duration::from_millis(20), "{spent:?}");
         })
         .join()
         .unwrap();

@@ -666,20 +666,19 @@ impl Core {
         self.publish_with(shared, true, true);
     }
 
-    /// Leaves this worker's pin for the runtime's CPUs, for the rest of the runtime's life
-    /// (`Config::unpin_when_shared`): another process shares its CPU.
+    /// Lets this worker's thread run on the runtime's CPUs for the rest of the runtime's life
+    /// (`Config::unpin_when_shared`): when its measure says so, or at its start where another
+    /// worker of the process already left its pin. False if the worker may not leave a pin, or
+    /// the system refused.
     #[cold]
-    fn unpin(&mut self) {
-        let Some(cpus) = self.unpin_to.take() else { return };
-        if crate::topology::allow_current_thread(&cpus).is_ok() {
-            log::info!(
-                "worker {} leaves its pin: {} thousandths of its CPU",
-                self.id,
-                self.cpu_share.share()
-            );
-            self.cpu_share.unpinned();
-            self.counters.set(Counter::Unpinned, 1);
+    pub(crate) fn unpin(&mut self) -> bool {
+        let Some(cpus) = self.unpin_to.take() else { return false };
+        if crate::topology::allow_current_thread(&cpus).is_err() {
+            return false;
         }
+        self.cpu_share.unpinned();
+        self.counters.set(Counter::Unpinned, 1);
+        true
     }
 
     /// Whether the heap's gauges may be computed now: its walk is short, or the events run since
@@ -708,12 +707,11 @@ impl Core {
         if sample {
             let _ = self.cpu_share.sample();
             if self.unpin_to.is_some() {
-                // Relaxed: hints other workers publish.
-                let status = |w: usize| &shared.remotes[w].status;
                 let others = (0..shared.workers).filter(|&w| w != self.id);
-                let shares = others.map(|w| status(w).cpu_share.load(Ordering::Relaxed) as u32);
-                if self.cpu_share.leaves_pin(shares) {
-                    self.unpin();
+                if self.cpu_share.leaves_pin(others.map(|w| peer(shared, w).share)) && self.unpin()
+                {
+                    let share = self.cpu_share.share();
+                    log::info!("worker {} leaves its pin: {share} thousandths of its CPU", self.id);
                 }
             }
             let share = self.cpu_share.share() as usize;
