@@ -273,13 +273,23 @@ impl GuestFilter {
 }
 
 /// The run queue of one worker.
-/// Entries of the cache of recent routes (`ColorQueue::recent`): 256 bytes, a few lines; one
-/// per [`bucket`].
-const RECENT: usize = 64;
+/// Buckets of the guest filter (`GuestFilter`): one bit each.
+const GUEST_BUCKETS: usize = 64;
 
-/// One of 64 buckets for `color` (the guest filter's bit, the cache of recent routes' entry).
+/// One of 64 buckets for `color`: its bit in the guest filter.
 #[inline]
 fn bucket(color: Color) -> usize {
+    color.table_index(GUEST_BUCKETS)
+}
+
+/// Entries of the cache of recent routes (`ColorQueue::recent`): 4 KB. A ring of a thousand
+/// actors on two workers passes each worker's tokens through about 500 colors; with 64 entries
+/// nearly every hop missed and paid the hash lookup and `home_of`.
+const RECENT: usize = 1024;
+
+/// `color`'s entry in the cache of recent routes.
+#[inline]
+fn recent_entry(color: Color) -> usize {
     color.table_index(RECENT)
 }
 
@@ -353,7 +363,7 @@ impl ColorQueue {
     /// color) is never believed and needs no invalidation.
     #[inline]
     fn recent_key(&self, color: Color) -> Option<usize> {
-        let k = self.recent[bucket(color)] as usize;
+        let k = self.recent[recent_entry(color)] as usize;
         self.slots.get(k).is_some_and(|s| s.color == color).then_some(k)
     }
 
@@ -388,7 +398,7 @@ impl ColorQueue {
                         None if home != self.me => return Dest::Remote { home },
                         None => self.insert(color, Lease::Local),
                     };
-                    self.recent[bucket(color)] = k as u32;
+                    self.recent[recent_entry(color)] = k as u32;
                     k
                 }
             },
@@ -1067,7 +1077,8 @@ mod tests {
     fn the_cache_of_recent_routes_never_misroutes() {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(2));
-        let mut same = (0..).map(Color).filter(|&c| bucket(c) == bucket(color_on(0, 2, 0)));
+        let mut same =
+            (0..).map(Color).filter(|&c| recent_entry(c) == recent_entry(color_on(0, 2, 0)));
         let mut here = same.clone().filter(|&c| home_of(c, Placement::flat(2)) == 0);
         let (a, b, c) = (here.next().unwrap(), here.next().unwrap(), here.next().unwrap());
         let theirs = same.find(|&c| home_of(c, Placement::flat(2)) == 1).unwrap();
