@@ -17,7 +17,8 @@
 //! * the post says `P` would run the color's next events at no loss of parallelism: either `P`
 //!   sent it in a batch flushed with nothing else to run (a *quiet* batch: `P` is about to
 //!   idle), or it is a *step*, the only post its event made to another worker (a token handed
-//!   on, a reply) and `P` has no more colors waiting than the home, or the batch is a *stream*
+//!   on, a reply) and `P` has no more colors waiting or running than the home (as the batch
+//!   says: counted when it was sent, not the count `P` last published), or the batch is a *stream*
 //!   to a *cheap* color (every message of it a post to this color, at least [`STREAM_MIN`], and
 //!   the color's events measured at most [`CHEAP_NS`]: a counter fed by a producer's loop, whose
 //!   events cost less than carrying them across). A worker fanning out (a producer) sends loud
@@ -165,7 +166,7 @@ pub(crate) struct Offer {
     pub(crate) step: bool,
     /// The post came in a [`stream`] to this color, whose events are [`cheap`].
     pub(crate) cheap_stream: bool,
-    /// Colors waiting on the poster's worker (as it last published) and on the home.
+    /// Colors waiting on the poster's worker (when it sent the post) and on the home.
     pub(crate) poster_ready: usize,
     pub(crate) home_ready: usize,
     /// CPU shares (thousandths) of the poster's worker and of the home.

@@ -51,12 +51,18 @@ pub(crate) struct Sender {
     /// The sender had nothing else to run when it sent the batch (`follow`: its receivers may
     /// move to it).
     pub(crate) quiet: bool,
+    /// Colors waiting or running on the sender when it sent the batch (`follow`: a chain's step moves its
+    /// color only to a poster with no more waiting than the home). Carried, not read from the
+    /// sender's published count: that one is refreshed at the end of rounds, and a handler that
+    /// posted one long event to another worker and one to its own saw the remote one pulled
+    /// over behind the local one as if its worker were free (a user's fork of two events).
+    pub(crate) ready: u32,
 }
 
 impl Sender {
     /// A batch from worker `id` that says nothing of the sender's load.
     pub(crate) fn worker(id: usize) -> Sender {
-        Sender { id, quiet: false }
+        Sender { id, quiet: false, ready: 0 }
     }
 }
 
@@ -280,12 +286,15 @@ mod tests {
     #[test]
     fn batches_name_their_sender() {
         let inbox = Inbox::new();
-        assert!(!inbox.push_batch(vec![post(1)], Sender { id: 3, quiet: true }));
+        assert!(!inbox.push_batch(vec![post(1)], Sender { id: 3, quiet: true, ready: 0 }));
         assert!(!inbox.push_batch(vec![post(2), post(3)], Sender::worker(OUTSIDE)));
         let mut batches = inbox.take_batches();
         let senders: Vec<(Sender, usize)> =
             std::iter::from_fn(|| batches.next_with_sender()).map(|(f, m)| (f, m.len())).collect();
-        assert_eq!(senders, vec![(Sender { id: 3, quiet: true }, 1), (Sender::worker(OUTSIDE), 2)]);
+        assert_eq!(
+            senders,
+            vec![(Sender { id: 3, quiet: true, ready: 0 }, 1), (Sender::worker(OUTSIDE), 2)]
+        );
     }
 
     #[test]

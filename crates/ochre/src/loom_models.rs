@@ -218,7 +218,7 @@ fn deliver_sync(from: usize, to: &ModelWorker, ask: crate::queue::SyncAsk) {
 
 fn deliver_from(from: usize, to: &ModelWorker, msg: Msg) {
     // No parking in this model: the workers step instead of sleeping.
-    let _ = to.inbox.push_batch(vec![msg], Sender { id: from, quiet: true });
+    let _ = to.inbox.push_batch(vec![msg], Sender { id: from, quiet: true, ready: 0 });
 }
 
 /// One step of a worker: route its inbox, then run one turn; returns events run. With

@@ -108,8 +108,12 @@ counters! {
     steal_attempts = StealAttempts,
     /// Colors this worker received by stealing.
     steals_in = StealsIn,
-    /// Colors this worker lent to thieves.
+    /// Colors this worker lent to thieves (asked, or unasked after long turns).
     steals_out = StealsOut,
+    /// Long turns before or after which this worker lent waiting colors to an idle worker
+    /// unasked (`steal::share_behind_long_turn`).
+    #[serde(default)]
+    shares_after_long_turns = SharesAfterLongTurns,
     /// Events that came with the colors this worker stole.
     stolen_events = StolenEvents,
     /// Steal requests answered with nothing (the victim had nothing lendable any more).

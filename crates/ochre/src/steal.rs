@@ -15,6 +15,14 @@
 //!
 //! The heuristics of the seeds' stealing work (batch, locality, pinning, cost) build on this.
 //!
+//! **Long turns share unasked.** A victim answers between turns, so a thief's request waits for
+//! the end of the turn running there; for turns of milliseconds (a data-parallel job's chunks)
+//! that is the whole problem. A worker watches the turns of colors not known to be short on the
+//! coarse clock (`topology::coarse_ns`, a few ns a read; one watched turn is enough to know a
+//! short color) and, around a long one, lends half of its waiting colors to an idle worker with
+//! an unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease,
+//! forwards and return), only its trigger differs.
+//!
 //! Policy and mechanism are apart: which victims a thief tries and in what order
 //! ([`victim_tiers`], [`candidates`]), whether one is worth asking ([`worth_asking`]) and what a
 //! victim lends ([`lend`]) are functions of the configuration and of what the thief sees, called
@@ -171,6 +179,79 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
 /// the seeds' cost-aware floor (20 µs, Mely) is of the same order.
 pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 
+/// Events measured at most this long (ns) are short: a worker does not watch their turns' length
+/// (two reads of the coarse clock a turn, `topology::coarse_ns`). A turn of any other color (not
+/// timed yet, or measured longer) is watched, and a long one ([`long_turn`]) shares the work
+/// waiting behind it ([`share_behind_long_turn`]) and leaves no batch waiting behind the next.
+pub(crate) const WATCHED_ABOVE_NS: u64 = BACKLOG_FLOOR;
+
+/// Whether a turn seen to last `ticks_ns` on the coarse clock (whose ticks are `tick` ns apart)
+/// was long: the clock ticked during it, so it took some of a tick at least, and most of one on
+/// average. One tick in a short turn is a turn that straddled a tick: rare (a 10 us turn in 400
+/// with 4 ms ticks), and the share it triggers at most once a tick.
+pub(crate) fn long_turn(ticks_ns: u64) -> bool {
+    ticks_ns > 0
+}
+
+/// Whether a turn seen to last `ticks_ns` on the coarse clock is timed well enough to be
+/// recorded as the color's cost (`ColorQueue::record_turn`): two ticks or more, so that it
+/// lasted one at least (a single tick may be a short turn that straddled one).
+pub(crate) fn long_turn_measured(ticks_ns: u64, tick: u64) -> bool {
+    ticks_ns >= 2 * tick
+}
+
+/// Events measured longer than this (ns) are long: before a turn of such a color, the colors
+/// waiting behind it are shared with an idle worker ([`share_behind_long_turn`]). A millisecond:
+/// fifty steal round trips, a hundred times the turns of most programs' colors.
+pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
+
+/// Around a long turn, a worker lends half of its waiting colors (one at least) to an idle
+/// worker at once, unasked (a `Grant`, as an answer to a request): colors that wait behind long
+/// turns wait for as long as those turns run, which the idle worker does not make them do.
+/// Before a turn of a color measured long ([`LONG_EVENT_NS`]) with `min_waiting` 1, and after a
+/// turn seen long ([`long_turn`]) with `min_waiting` 2 (the first of them runs next here). Why
+/// not wait for the idle worker to ask: it asks only victims that advertise a backlog, a worker
+/// advertises between turns, so a request made after the advertisement waits for the end of the
+/// next long turn; and a waiting color whose cost is not known (a chunk of a job runs once) is
+/// no backlog to a thief (`ColorQueue::backlogged`). A user's four chunks of 50 ms, three of them
+/// hashed to one of two workers, ran in 150 ms, and twenty of 10 ms in 125-135, where rayon took
+/// 100 and 110-130. Colors pinned, borrowed or holding posts stay.
+pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiting: usize) {
+    if shared.config.steal == Steal::Off
+        || shared.workers < 2
+        || core.queue.ready_len() < min_waiting
+    {
+        return;
+    }
+    // Relaxed: hints; a stale one lends to a worker that just found work (it runs the loan
+    // after its own), or misses an idle one.
+    let idle = |w: usize| shared.remotes[w].status.idle.load(Ordering::Relaxed);
+    let random = core.next_random();
+    let Some(thief) = candidates(&shared.victims[core.id], random).find(|&w| idle(w)) else {
+        return;
+    };
+    // The last waiting colors first, half of those that may be lent (one at least).
+    let loans = core.queue.lend_many(thief, shared.config.steal_batch_max, true, 0);
+    if loans.is_empty() {
+        return;
+    }
+    core.counters.add(Counter::SharesAfterLongTurns, 1);
+    grant(core, shared, thief, loans);
+}
+
+/// Sends `loans` to `thief` in a `Grant`, at once (asked or not).
+fn grant(core: &mut Core, shared: &Shared, thief: usize, loans: Vec<crate::message::Loan>) {
+    core.counters.add(Counter::StealsOut, loans.len() as u64);
+    for loan in &loans {
+        core.note(loan.color, crate::color_stats::Event::LentOut, Some(thief));
+    }
+    let from = crate::message::worker_id(core.id);
+    core.send(shared, thief, Msg::Grant { from, loans });
+    if shared.config.batching {
+        core.flush_to(shared, thief);
+    }
+}
+
 /// The cost-aware floor in ns (0 when cost-aware stealing is off).
 pub(crate) fn min_work_ns(config: &crate::Config) -> u64 {
     config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
@@ -195,15 +276,7 @@ fn answer_request(core: &mut Core, shared: &Shared) {
     }
     let thief = thief - 1;
     let loans = lend(&mut core.queue, thief, &shared.config);
-    core.counters.add(Counter::StealsOut, loans.len() as u64);
-    for loan in &loans {
-        core.note(loan.color, crate::color_stats::Event::LentOut, Some(thief));
-    }
-    let from = crate::message::worker_id(core.id);
-    core.send(shared, thief, Msg::Grant { from, loans });
-    if shared.config.batching {
-        core.flush_to(shared, thief);
-    }
+    grant(core, shared, thief, loans);
 }
 
 /// Turns and rounds (the check runs after each) between two nudges by one worker, so a worker

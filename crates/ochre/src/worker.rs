@@ -357,7 +357,11 @@ impl Core {
         self.trace.flush(dest, batch.len());
         self.counters.add(Counter::BatchedMsgs, batch.len() as u64);
         // Quiet: nothing else to run here, so the receiver may move colors here (`follow`).
-        let from = Sender { id: self.id, quiet: self.queue.is_quiet() };
+        // Waiting: the ready colors and the running one, which a batch flushed before a long
+        // turn leaves behind (`run_round`): the step it carries must not move its color here.
+        let waiting = self.queue.ready_len() + usize::from(self.queue.is_running());
+        let ready = u32::try_from(waiting).unwrap_or(u32::MAX);
+        let from = Sender { id: self.id, quiet: self.queue.is_quiet(), ready };
         if shared.remotes[dest].deliver_batch(batch, from) {
             self.counters.add(Counter::WakeupsSent, 1);
         }
@@ -858,7 +862,7 @@ impl WorkerCtx {
         // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
         let mut waited = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, timed, sampled, timed_events, writes) = {
+            let (key, color, mut next, timed, sampled, timed_events, writes, watched) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -896,7 +900,22 @@ impl WorkerCtx {
                 core.beat.start_turn(shared, color);
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
-                (key, color, first, sample.then(std::time::Instant::now), sampled, timed, writes)
+                // A turn of a color not known to be short is watched on the coarse clock
+                // (`steal::WATCHED_ABOVE_NS`), and no batch waits behind it: a buffer held for
+                // the end of the round would wait for as long as the turn runs (a user's two
+                // long events, one posted to each worker, ran one after the other).
+                let watched = (shared.workers > 1
+                    && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS))
+                .then(crate::topology::coarse_ns);
+                if watched.is_some() && shared.config.batching && core.outbox.has_pending() {
+                    core.flush_all(shared);
+                }
+                if watched.is_some() && stealing && core.queue.known_over(key, steal::LONG_EVENT_NS)
+                {
+                    steal::share_behind_long_turn(&mut core, shared, 1);
+                }
+                let at = sample.then(std::time::Instant::now);
+                (key, color, first, at, sampled, timed, writes, watched)
             };
             self.current.set(Some(color));
             let mut n = 0;
@@ -920,6 +939,19 @@ impl WorkerCtx {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 core.queue.record_turn(key, ns, n);
             }
+            let long = watched.is_some_and(|t0| {
+                let ticks = crate::topology::coarse_ns().saturating_sub(t0);
+                if timed.is_none()
+                    && steal::long_turn_measured(ticks, crate::topology::coarse_tick())
+                {
+                    core.queue.record_turn(key, ticks, n);
+                }
+                let long = steal::long_turn(ticks);
+                if !long {
+                    core.queue.seen_short(key);
+                }
+                long
+            });
             let (me, mine) = (core.id, core.cpu_share.share());
             let held = &mut *core;
             let io = &held.io;
@@ -966,6 +998,11 @@ impl WorkerCtx {
                 crate::reader::grant(shared, &mut core, color, granted);
             }
             core.end_of_turn_flush(shared);
+            if long && stealing {
+                steal::share_behind_long_turn(&mut core, shared, 2);
+                // Advertise what is left now, not in `NUDGE_EVERY_ROUNDS` turns as long.
+                core.nudge_cooldown = 0;
+            }
             if stealing {
                 // Thieves judge victims by the ready count (by the advertised backlog with
                 // `Steal::Backlog`, refreshed by the nudge), and a sleeper is woken to steal:
@@ -1032,7 +1069,7 @@ fn moves_to(
                 quiet: sender.quiet,
                 step,
                 cheap_stream,
-                poster_ready: status(sender.id).ready.load(Ordering::Relaxed),
+                poster_ready: sender.ready as usize,
                 home_ready,
                 poster_share: share(sender.id),
                 home_share: share(me),
@@ -1109,7 +1146,7 @@ mod tests {
         };
         // The home's answer arrives while the handler goes on posting.
         let answer = vec![Msg::Synced { color: counter, epoch }];
-        shared.remotes[0].deliver_batch(answer, crate::inbox::Sender { id: 1, quiet: false });
+        shared.remotes[0].deliver_batch(answer, crate::inbox::Sender::worker(1));
         for _ in 1..100 {
             post(&mut core);
         }

@@ -322,6 +322,8 @@ struct Arrival {
     at: u64,
     from: usize,
     quiet: bool,
+    /// Colors waiting on the sender when it sent the batch (`inbox::Sender::ready`).
+    ready: usize,
     msgs: Vec<Msg>,
 }
 
@@ -878,7 +880,7 @@ impl<'w> Sim<'w> {
         // received post (to where the color lives now, if an earlier run moved it or lent it:
         // queued at home regardless, the root of such a run was lost and the run ran nothing).
         let msg = Msg::Post { color, task: self.tags.task(root), urgent: false, step: false };
-        self.receive(home, msg, home, false, &mut false, None);
+        self.receive(home, msg, home, (false, 0), &mut false, None);
         // Every core starts with a round (the others find nothing and idle).
         for k in 0..n {
             self.net.schedule(k, start);
@@ -1034,7 +1036,7 @@ impl<'w> Sim<'w> {
         }
         let batching = self.setup.config.batching;
         for a in arrived.drain(..) {
-            let Arrival { from, quiet, mut msgs, .. } = a;
+            let Arrival { from, quiet, ready, mut msgs, .. } = a;
             let cost = &self.setup.cost;
             let lines = msgs.len() as f64 / cost.msgs_per_line;
             let d = self.distance(from, k);
@@ -1044,7 +1046,7 @@ impl<'w> Sim<'w> {
             let follows = batching && self.setup.config.follow;
             let stream = if follows { follow::stream(&msgs) } else { None };
             for msg in msgs.drain(..) {
-                self.receive(k, msg, from, quiet, &mut may_move, stream);
+                self.receive(k, msg, from, (quiet, ready), &mut may_move, stream);
             }
             if batching {
                 self.cores[k].outbox.recycle(msgs, self.returns.get(from));
@@ -1059,7 +1061,7 @@ impl<'w> Sim<'w> {
         k: usize,
         msg: Msg,
         from: usize,
-        quiet: bool,
+        (quiet, poster_ready): (bool, usize),
         may_move: &mut bool,
         stream: Option<Color>,
     ) {
@@ -1071,7 +1073,7 @@ impl<'w> Sim<'w> {
                 let tag = self.stored(k, tag);
                 self.cores[k].now += self.ticks.store;
                 let msg = Msg::Post { color, task: self.tags.task(tag), urgent, step };
-                self.receive(k, msg, from, quiet, may_move, stream);
+                self.receive(k, msg, from, (quiet, poster_ready), may_move, stream);
             }
             Msg::Post { color, task, urgent, step } => {
                 let stream = stream == Some(color);
@@ -1082,11 +1084,9 @@ impl<'w> Sim<'w> {
                 let status = &self.net.status;
                 let mine = status[k].share;
                 let core = &mut self.cores[k];
-                let (now, home_ready) = (core.now, core.queue.ready_len());
+                let home_ready = core.queue.ready_len();
                 let route = core.queue.receive_post(color, task, urgent, poster, |tr, cost| {
                     if let Some(step) = offer {
-                        // Read here, when needed: most posts make no offer.
-                        let poster_ready = status[from].ready.at(now);
                         let cheap_stream = stream && follow::cheap(cost);
                         let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
                             && follow::moves(&follow::Offer {
@@ -1514,8 +1514,9 @@ impl<'w> Sim<'w> {
         core.now += self.ticks.deliver;
         let at = (core.now + latency).max(core.last_arrival[dest]);
         core.last_arrival[dest] = at;
-        let quiet = core.queue.is_quiet();
-        self.net.inbox[dest].push(Arrival { at, from: k, quiet, msgs: batch });
+        let waiting = core.queue.ready_len() + usize::from(core.queue.is_running());
+        let (quiet, ready) = (core.queue.is_quiet(), waiting);
+        self.net.inbox[dest].push(Arrival { at, from: k, quiet, ready, msgs: batch });
         if self.net.arrive(dest, at, &self.ticks, &mut self.report) {
             self.cores[k].now += self.ticks.wake_send;
         }
