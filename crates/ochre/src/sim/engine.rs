@@ -431,6 +431,13 @@ impl<T: Copy + PartialEq> Hint<T> {
 
     /// The core publishes `v` at `at` (its clock); nobody reads before `horizon` any more.
     fn set(&mut self, at: u64, v: T, horizon: u64) {
+        // Most publications repeat the one value kept (a core's ready count stays 0 or its
+        // backlog flag false): nothing to drop, nothing to add.
+        if let [only] = self.log.as_mut_slice() {
+            if only.1 == v {
+                return;
+            }
+        }
         // Kept: the last entry at or before the horizon, and those after it.
         let mut old = 0;
         while self.log.get(old + 1).is_some_and(|&(at, _)| at <= horizon) {
@@ -448,7 +455,13 @@ impl<T: Copy + PartialEq> Hint<T> {
 
     /// The value a reader sees at `t`: the last published at or before `t` (the oldest kept if
     /// none is).
+    #[inline]
     fn at(&self, t: u64) -> T {
+        // Most reads find the latest entry (the only one, or one published by then).
+        let (last, older) = self.log.split_last().expect("a hint's log is never empty");
+        if older.is_empty() || last.0 <= t {
+            return last.1;
+        }
         // The oldest kept entry is the answer whether or not it is at or before `t`: the
         // search stops short of it.
         let (first, rest) = self.log.split_first().expect("a hint's log is never empty");
@@ -804,10 +817,18 @@ impl<'w> Sim<'w> {
     }
 
     /// `ns` stretched by the jitter.
+    #[inline(always)]
     fn jitter(&mut self, ns: f64) -> u64 {
+        // Inlined, the common case without jitter is a comparison (a call per event and per
+        // batch was about a fiftieth of a fan-out's host time).
         if self.setup.jitter <= 0.0 {
             return ns as u64;
         }
+        self.jittered(ns)
+    }
+
+    #[inline(never)]
+    fn jittered(&mut self, ns: f64) -> u64 {
         let u = (self.random() >> 11) as f64 / (1u64 << 53) as f64;
         (ns * (1.0 + self.setup.jitter * u)) as u64
     }
@@ -1635,11 +1656,17 @@ impl<'w> Sim<'w> {
     }
 
     /// `steal::answer`: lends to the thief in this core's slot, if its request has arrived.
+    #[inline(always)]
     fn answer(&mut self, k: usize) {
-        let Some((thief, visible)) = self.net.slot[k] else { return };
-        if visible > self.cores[k].now {
-            return;
+        // Inlined, the common case of an empty slot is one test (a call at every turn's end).
+        if self.net.slot[k].is_some_and(|(_, visible)| visible <= self.cores[k].now) {
+            self.lend(k);
         }
+    }
+
+    /// [`answer`](Self::answer) to a request that has arrived.
+    fn lend(&mut self, k: usize) {
+        let Some((thief, _)) = self.net.slot[k] else { return };
         self.net.slot[k] = None;
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
         self.cores[k].now += self.ticks.steal_answer;
@@ -1894,7 +1921,21 @@ impl LastCore {
 
     /// Records that `color` runs on core `k` at its turn `stamp`; returns the core it ran on
     /// before and that core's turn count then, if any.
+    #[inline]
     fn replace(&mut self, color: Color, k: usize, stamp: u32) -> Option<(usize, u32)> {
+        // Inlined, a color already in the table is one look-up (twice per event where posts
+        // touch their recipients).
+        if color.0 < Self::DENSE && k < Self::NONE as usize {
+            if let Some(entry) = self.dense.get_mut(color.0 as usize) {
+                let (prev, at) = std::mem::replace(entry, (k as u32, stamp));
+                return (prev != Self::NONE).then_some((prev as usize, at));
+            }
+        }
+        self.replace_slow(color, k, stamp)
+    }
+
+    #[inline(never)]
+    fn replace_slow(&mut self, color: Color, k: usize, stamp: u32) -> Option<(usize, u32)> {
         match u32::try_from(k) {
             Ok(k32) if color.0 < Self::DENSE && k32 != Self::NONE => {
                 let i = color.0 as usize;
@@ -1974,11 +2015,16 @@ impl Agenda {
         }
     }
 
-    /// Recomputes the path from core `c`'s leaf to the root.
+    /// Recomputes the path from core `c`'s leaf to the root, up to the first node that keeps
+    /// its key (the nodes above it depend on it alone along this path: they keep theirs).
     fn update(&mut self, c: usize) {
         let mut i = (self.width + c) / 2;
         while i >= 1 {
-            self.node[i] = self.node[2 * i].min(self.node[2 * i + 1]);
+            let least = self.node[2 * i].min(self.node[2 * i + 1]);
+            if self.node[i] == least {
+                break;
+            }
+            self.node[i] = least;
             i /= 2;
         }
     }
