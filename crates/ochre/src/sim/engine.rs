@@ -363,6 +363,16 @@ struct Core {
     cut: bool,
 }
 
+impl Core {
+    /// `tag`'s closure is stored by this core, core `k` (in its heap, after those it stored
+    /// before).
+    #[inline]
+    fn store(&mut self, k: usize, tag: Tag) -> Tag {
+        self.posted = self.posted.wrapping_add(1);
+        Tag { from: k as u32, posted: self.posted, ..tag }
+    }
+}
+
 /// A turn in progress (`Sim::turn`): its color, its events so far, and the posts of its current
 /// event, made from `next` on while `pending`.
 struct Turn {
@@ -846,9 +856,7 @@ impl<'w> Sim<'w> {
 
     /// `tag`'s closure is stored by core `k` (in its heap, after those it stored before).
     fn stored(&mut self, k: usize, tag: Tag) -> Tag {
-        let core = &mut self.cores[k];
-        core.posted = core.posted.wrapping_add(1);
-        Tag { from: k as u32, posted: core.posted, ..tag }
+        self.cores[k].store(k, tag)
     }
 
     /// Runs the workload to the end (nothing left to run or in flight) and reports.
@@ -1184,27 +1192,30 @@ impl<'w> Sim<'w> {
     ///
     /// [`cut_posts`]: Self::cut_posts
     fn turn(&mut self, k: usize) -> Option<usize> {
-        let Some((key, color)) = self.cores[k].queue.start_turn() else {
+        let n = self.cores.len();
+        // Borrowed once (see `post`).
+        let core = &mut self.cores[k];
+        let Some((key, color)) = core.queue.start_turn() else {
             return Some(0);
         };
-        let start = self.cores[k].now;
-        let wait0 = self.cores[k].cpu.as_ref().map_or(0, |c| c.window_wait);
+        let start = core.now;
+        let wait0 = core.cpu.as_ref().map_or(0, |c| c.window_wait);
         let mut t = start + self.ticks.turn;
-        let stamp = self.cores[k].turns;
+        let stamp = core.turns;
         if let Some((prev, at)) = self.last_core.replace(color, k, stamp) {
             let cost = &self.setup.cost;
             if prev != k {
-                let d = self.distance(prev, k);
+                let d = usize::from(self.dist[prev * n + k]);
                 t += (cost.color_lines * cost.line(d)) as u64;
             } else if f64::from(stamp.wrapping_sub(at)) > cost.warm_colors {
                 // Here last time, but more colors than the nearest cache holds ran since.
                 t += (cost.color_lines * cost.cold_line_ns) as u64;
             }
         }
-        self.cores[k].now = t;
-        self.cores[k].turns = self.cores[k].turns.wrapping_add(1);
-        let timed = steal::turn_sample(&self.setup.config)
-            .is_some_and(|n| self.cores[k].turns.is_multiple_of(n));
+        core.now = t;
+        core.turns = core.turns.wrapping_add(1);
+        let timed =
+            steal::turn_sample(&self.setup.config).is_some_and(|n| core.turns.is_multiple_of(n));
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
         let turn = Turn {
@@ -1278,30 +1289,36 @@ impl<'w> Sim<'w> {
         let c = &self.setup.cost;
         let mut cost = c.work(work) + self.layer_ns;
         let from = tag.from as usize;
-        if from < self.cores.len() {
+        let n = self.cores.len();
+        // Borrowed once for the cost (see `post`).
+        let core = &mut self.cores[k];
+        if from < n {
             // Its closure, written by its poster: read as a stream if it lies next to the one
             // from that poster run here before (posted just before it: a queue run in posting
             // order), else a whole latency. From another core: by distance. From this one: out
             // of its caches if it posted more than they hold since.
             let line = if from != k {
-                let d = self.distance(from, k);
+                let d = usize::from(self.dist[from * n + k]);
                 // The handler reads its message's payload, still in the poster's cache.
                 cost += c.stream(self.message_lines, d);
                 c.line(d)
-            } else if f64::from(self.cores[k].posted.wrapping_sub(tag.posted)) > c.warm_msgs {
+            } else if f64::from(core.posted.wrapping_sub(tag.posted)) > c.warm_msgs {
                 c.memory_line_ns
             } else {
                 0.0
             };
-            let last = &mut self.cores[k].last_ran_posted[from];
+            let last = &mut core.last_ran_posted[from];
             let next = tag.posted == last.wrapping_add(1);
             *last = tag.posted;
             cost += if next { c.streamed(1.0, line) } else { line };
         }
-        let spent = self.jitter(cost) + self.ticks.event;
-        let core = &mut self.cores[k];
-        core.now += spent;
-        if core.cpu.is_some() {
+        if self.setup.jitter <= 0.0 {
+            core.now += cost as u64 + self.ticks.event;
+        } else {
+            let spent = self.jittered(cost) + self.ticks.event;
+            self.cores[k].now += spent;
+        }
+        if self.cores[k].cpu.is_some() {
             // Before its posts leave: a slice of the busy thread may have come in between.
             self.charge_cpu(k);
         }
@@ -1365,13 +1382,15 @@ impl<'w> Sim<'w> {
                 return self.send(k, home, msg);
             }
         }
+        // The core is borrowed once for the local path (each `self.cores[k]` is a bounds check
+        // and an address: several per post were about a tenth of a chain's host time).
+        let core = &mut self.cores[k];
         // One call site: inlined here, as the worker's post path has it.
-        let dest = self.cores[k].queue.route(color);
+        let dest = core.queue.route(color);
         if let Dest::Remote { home } = dest {
             if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
                 // `worker::Core::post_closure`: the closure travels in the message, unstored
                 // (the engine's task, its tag's number, stands for its bytes).
-                let core = &mut self.cores[k];
                 core.event_remote_posts += 1;
                 core.event_remote_dest = home;
                 let task = InlineTask::sim(self.tags.put(tag));
@@ -1380,10 +1399,8 @@ impl<'w> Sim<'w> {
             }
         }
         // Stored by its poster (placed for the receiver: not modelled).
-        let tag = self.stored(k, tag);
-        let task = self.tags.task(tag);
+        let task = self.tags.task(core.store(k, tag));
         let cost = &self.ticks;
-        let core = &mut self.cores[k];
         core.now += cost.store;
         match core.queue.post_to(dest, task, false) {
             Route::Queued => {
@@ -1594,23 +1611,26 @@ impl<'w> Sim<'w> {
             core.turn_sends = 0;
             core.held_in_turn = 0;
             core.outbox.end_turn();
-            if burst && core.outbox.has_pending() {
-                self.flush_all(k);
-            } else {
-                let mut idle = std::mem::take(&mut self.scratch);
-                idle.clear();
-                let status = &self.net.status;
-                idle.extend(
-                    core.outbox
-                        .pending_dests()
-                        .iter()
-                        .copied()
-                        .filter(|&d| status[d].state != State::Busy),
-                );
-                for &d in &idle {
-                    self.flush_to(k, d);
+            // Most turns of a chain or of a fan-out's receivers leave nothing buffered.
+            if core.outbox.has_pending() {
+                if burst {
+                    self.flush_all(k);
+                } else {
+                    let mut idle = std::mem::take(&mut self.scratch);
+                    idle.clear();
+                    let status = &self.net.status;
+                    idle.extend(
+                        core.outbox
+                            .pending_dests()
+                            .iter()
+                            .copied()
+                            .filter(|&d| status[d].state != State::Busy),
+                    );
+                    for &d in &idle {
+                        self.flush_to(k, d);
+                    }
+                    self.scratch = idle;
                 }
-                self.scratch = idle;
             }
         }
         if self.setup.config.steal != Steal::Off {
