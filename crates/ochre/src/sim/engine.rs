@@ -357,10 +357,6 @@ struct Core {
     /// Set while a turn is cut in the middle of an event's posts ([`Sim::cut_posts`]): the rest
     /// of the turn.
     mid_turn: Option<Turn>,
-    /// True while an event's posts are being made ([`Sim::post_rest`]), and `cut` when one of
-    /// them would file the inbox while another core's step is due before this core's clock.
-    posting: bool,
-    cut: bool,
 }
 
 impl Core {
@@ -711,6 +707,12 @@ pub struct Sim<'w> {
     /// Reused buffer: the arrivals left in an inbox for later.
     later: Vec<Arrival>,
     scratch: Vec<usize>,
+    /// True while the stepping core makes an event's posts ([`post_rest`](Self::post_rest)),
+    /// and `cut` when one of them would file its inbox while another core's step is due before
+    /// its clock. The engine's, not each core's: one core's step runs at a time, and only it
+    /// posts (a flag per core cost a bounds check at each use, four per event).
+    posting: bool,
+    cut: bool,
 }
 
 impl<'w> Sim<'w> {
@@ -752,8 +754,6 @@ impl<'w> Sim<'w> {
                 cpu: shared_cpu(&setup, w),
                 mid_round: None,
                 mid_turn: None,
-                posting: false,
-                cut: false,
             })
             .collect::<Vec<_>>();
         let status = cores
@@ -816,6 +816,8 @@ impl<'w> Sim<'w> {
             arrived: Vec::new(),
             later: Vec::new(),
             scratch: Vec::new(),
+            posting: false,
+            cut: false,
         }
     }
 
@@ -1312,17 +1314,19 @@ impl<'w> Sim<'w> {
             *last = tag.posted;
             cost += if next { c.streamed(1.0, line) } else { line };
         }
-        if self.setup.jitter <= 0.0 {
+        if self.setup.jitter <= 0.0 && core.cpu.is_none() {
+            // The common case, no jitter and a CPU of its own, on the core borrowed above.
             core.now += cost as u64 + self.ticks.event;
+            self.report.makespan_ns = self.report.makespan_ns.max(core.now);
         } else {
-            let spent = self.jittered(cost) + self.ticks.event;
+            let spent = self.jitter(cost) + self.ticks.event;
             self.cores[k].now += spent;
+            if self.cores[k].cpu.is_some() {
+                // Before its posts leave: a slice of the busy thread may have come in between.
+                self.charge_cpu(k);
+            }
+            self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         }
-        if self.cores[k].cpu.is_some() {
-            // Before its posts leave: a slice of the busy thread may have come in between.
-            self.charge_cpu(k);
-        }
-        self.report.makespan_ns = self.report.makespan_ns.max(self.cores[k].now);
         (t.poster, t.next, t.pending) = (tag.id, 0, true);
     }
 
@@ -1330,17 +1334,17 @@ impl<'w> Sim<'w> {
     /// event; false if a post cut the turn ([`cut_posts`](Self::cut_posts)): the rest waits in
     /// `t`.
     fn post_rest(&mut self, k: usize, t: &mut Turn) -> bool {
-        self.cores[k].posting = true;
+        self.posting = true;
         while let Some(&p) = t.posts.get(t.next) {
             let tag = self.tag(t.poster, t.next as u32, p.data);
             t.next += 1;
             self.post(k, &p, tag);
-            if std::mem::take(&mut self.cores[k].cut) {
-                self.cores[k].posting = false;
+            if std::mem::take(&mut self.cut) {
+                self.posting = false;
                 return false;
             }
         }
-        self.cores[k].posting = false;
+        self.posting = false;
         t.pending = false;
         self.after_event(k);
         true
@@ -1457,7 +1461,7 @@ impl<'w> Sim<'w> {
     /// its work (`run_event`), so what it files is what arrived while it worked and posted.
     fn file_mid_turn(&mut self, k: usize) {
         if self.cores[k].queue.is_running() && !self.cores[k].filing {
-            if self.cores[k].posting && self.cut_posts(k) {
+            if self.posting && self.cut_posts(k) {
                 return;
             }
             self.cores[k].filing = true;
@@ -1467,7 +1471,7 @@ impl<'w> Sim<'w> {
     }
 
     /// Whether core `k`, about to file its inbox in the middle of a handler's posts, stops there
-    /// for a later step (its turn is saved in `Core::mid_turn`, `Core::cut` set): when another
+    /// for a later step (its turn is saved in `Core::mid_turn`, `Sim::cut` set): when another
     /// core's step is due before its clock. One step runs a handler's posts, however many, and
     /// what other cores did meanwhile reaches it only when it files its inbox: without the
     /// cut, the steps due before its clock had not run yet and it found nothing, where the real
@@ -1483,7 +1487,7 @@ impl<'w> Sim<'w> {
         let now = self.cores[k].now;
         let due = self.net.agenda.first().is_some_and(|(_, (at, _))| at < now);
         if due {
-            self.cores[k].cut = true;
+            self.cut = true;
         }
         due
     }
