@@ -410,6 +410,11 @@ fn collect(shared: &Shared) -> Option<Collect> {
 
 /// The double collection described in the module doc.
 pub(crate) fn quiescent(shared: &Shared) -> bool {
+    // A hold keeps the run going (`Handle::hold`); its release wakes every worker, and the last
+    // to park again looks once more.
+    if shared.control.holds.load(Ordering::SeqCst) > 0 {
+        return false;
+    }
     let Some(first) = collect(shared) else {
         return false;
     };

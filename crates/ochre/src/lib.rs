@@ -140,7 +140,7 @@ pub use padding::PADDED;
 #[cfg(not(loom))]
 pub use park::measure_wakeup;
 pub use reader::{current_read, post_read, try_post_read};
-pub use runtime::{Builder, EventAlloc, Handle, RunEnd, RunReport, Runtime, TOP_COLORS};
+pub use runtime::{Builder, EventAlloc, Handle, Hold, RunEnd, RunReport, Runtime, TOP_COLORS};
 pub use shared::PanicRecord;
 pub use stall::Stall;
 pub use stats::WorkerStats;

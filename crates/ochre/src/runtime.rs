@@ -132,7 +132,9 @@ impl Builder {
     }
 
     /// Checks the settings, measures the wake-up latency if reasoned spinning needs it, and
-    /// creates the workers' state (threads start with each [`Runtime::run`]).
+    /// creates the workers' state (threads start with each [`Runtime::run`]). The measurement
+    /// is made once per process (tens of milliseconds: wake-ups timed between two threads);
+    /// later builds take a millisecond or two.
     pub fn build(self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
         let allowed = topology::allowed_cpus().map_err(|e| Error::os("reading CPU affinity", e))?;
@@ -370,6 +372,18 @@ pub struct RunReport {
 pub const TOP_COLORS: usize = 10;
 
 impl RunReport {
+    /// The report, or the run's first handler panic as an error ([`Error::HandlerPanicked`]): a
+    /// run whose handlers panicked returns `Ok` (the panics are caught, counted and listed in
+    /// [`panics`](Self::panics), and the run goes on), which `rt.run(color, init)?.check()?`
+    /// turns into an error for a program whose result would be wrong.
+    pub fn check(self) -> Result<RunReport, Error> {
+        if let Some(p) = self.panics.first() {
+            let (color, worker, message) = (p.color, p.worker, p.message.clone());
+            return Err(Error::HandlerPanicked { color, worker, message });
+        }
+        Ok(self)
+    }
+
     /// Sum over workers.
     pub fn total(&self) -> WorkerStats {
         self.workers.iter().fold(WorkerStats::default(), |a, w| a.add(w))
@@ -591,6 +605,31 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// Keeps the runtime's runs from ending as quiescent while it lives ([`Handle::hold`]).
+#[must_use = "a hold dropped at once keeps nothing going"]
+pub struct Hold {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.shared.control.holds.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // The workers may all be parked, their last look at quiescence refused by this
+            // hold: wake them, and the last to park again looks once more.
+            for r in self.shared.remotes.iter() {
+                r.parker.unpark();
+                r.poller.wake();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold").finish_non_exhaustive()
+    }
+}
+
 /// Posts to a runtime from any thread; cheap to clone.
 ///
 /// Events of one color posted by one thread through handles run in the order posted. A post made
@@ -646,6 +685,52 @@ impl Handle {
             return crate::reader::try_post_read(color, f);
         }
         crate::reader::post_read_outside(self, &self.shared, color, f)
+    }
+
+    /// Posts `f` as an urgent event of `color` (see [`post_urgent`](crate::post_urgent)).
+    ///
+    /// # Panics
+    ///
+    /// If the runtime was dropped; [`try_post_urgent`](Handle::try_post_urgent) returns an error
+    /// instead.
+    pub fn post_urgent<F: FnOnce() + Send + 'static>(&self, color: Color, f: F) {
+        if let Err(e) = self.try_post_urgent(color, f) {
+            panic!("ochre::Handle::post_urgent: {e}");
+        }
+    }
+
+    /// Keeps runs from ending for want of work while the returned [`Hold`] lives: a thread that
+    /// feeds a run from outside (reading a file, a socket, a channel) takes one before the run
+    /// starts and drops it after its last post, and the run ends once that work is done. Without
+    /// it a run ends as soon as nothing is queued, running or in flight, which may be between
+    /// two of the feeder's posts (`run` returns, and the posts left wait for the next run).
+    ///
+    /// ```
+    /// # use std::sync::atomic::{AtomicU64, Ordering};
+    /// # use std::sync::Arc;
+    /// use ochre::{Color, Runtime};
+    ///
+    /// let rt = Runtime::builder().workers(2).build()?;
+    /// let (handle, sum) = (rt.handle(), Arc::new(AtomicU64::new(0)));
+    /// let hold = handle.hold();
+    /// let s = sum.clone();
+    /// let feeder = std::thread::spawn(move || {
+    ///     for i in 1..=1000 {
+    ///         let s = s.clone();
+    ///         handle.post(Color(1), move || {
+    ///             s.fetch_add(i, Ordering::Relaxed);
+    ///         });
+    ///     }
+    ///     drop(hold); // the run may end once these are done
+    /// });
+    /// rt.run(Color(1), || {})?;
+    /// feeder.join().unwrap();
+    /// assert_eq!(sum.load(Ordering::Relaxed), 500_500);
+    /// # Ok::<(), ochre::Error>(())
+    /// ```
+    pub fn hold(&self) -> Hold {
+        self.shared.control.holds.fetch_add(1, Ordering::SeqCst);
+        Hold { shared: self.shared.clone() }
     }
 
     /// Posts `f` as an urgent event of `color` (see [`post_urgent`](crate::post_urgent)).

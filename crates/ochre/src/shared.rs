@@ -234,6 +234,8 @@ pub(crate) struct Control {
     pub(crate) external_events: Padded<AtomicU64>,
     /// Registration tokens, unique in the runtime (`io`).
     pub(crate) next_token: Padded<AtomicU64>,
+    /// Live [`Hold`](crate::runtime::Hold)s: while any, a run does not end as quiescent.
+    pub(crate) holds: Padded<AtomicUsize>,
 }
 
 /// What the runtime shares between its workers and its handles.
@@ -308,6 +310,7 @@ impl Shared {
                 external_msgs: Padded::new(AtomicU64::new(0)),
                 external_events: Padded::new(AtomicU64::new(0)),
                 next_token: Padded::new(AtomicU64::new(0)),
+                holds: Padded::new(AtomicUsize::new(0)),
             },
             spin_threshold,
             max_spinners,

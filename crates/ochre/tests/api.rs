@@ -879,6 +879,80 @@ fn colors_waiting_behind_long_turns_go_to_an_idle_worker() {
     assert!(t.shares_after_long_turns >= 1, "{t:?}");
 }
 
+/// A thread that feeds a run from outside keeps it going with a hold: every post it makes runs
+/// in that run, its pauses between posts included; without one, the run ends before the first
+/// of them (quiescent: nothing queued, running or in flight) and they wait for the next run.
+#[test]
+fn a_hold_keeps_a_run_going_until_its_feeder_lets_go() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    for held in [true, false] {
+        let handle = rt.handle();
+        let ran = Arc::new(AtomicU64::new(0));
+        let hold = held.then(|| handle.hold());
+        let r = ran.clone();
+        let feeder = std::thread::spawn(move || {
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(30));
+                for _ in 0..100 {
+                    let r = r.clone();
+                    handle.post(Color(1), move || {
+                        r.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            }
+            drop(hold);
+        });
+        let report = rt.run(Color(1), || {}).unwrap();
+        let in_run = ran.load(Ordering::Relaxed);
+        feeder.join().unwrap();
+        assert_eq!(report.end, RunEnd::Quiescent);
+        if held {
+            assert_eq!(in_run, 300, "the held run ended before its feeder's last post ran");
+        } else {
+            assert!(in_run < 300, "the run without a hold waited for the feeder: {in_run}");
+        }
+    }
+    // What the unheld run left runs in the next one.
+    rt.run(Color(1), || {}).unwrap();
+}
+
+/// An urgent post from outside runs before the color's events queued earlier.
+#[test]
+fn an_urgent_post_from_a_handle_goes_first() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let handle = rt.handle();
+    for (i, urgent) in [(1, false), (2, false), (3, true)] {
+        let o = order.clone();
+        let f = move || o.lock().unwrap().push(i);
+        if urgent {
+            handle.post_urgent(Color(5), f);
+        } else {
+            handle.post(Color(5), f);
+        }
+    }
+    rt.run(Color(6), || {}).unwrap();
+    assert_eq!(*order.lock().unwrap(), vec![3, 1, 2]);
+}
+
+/// `RunReport::check` turns a run whose handlers panicked into the first panic's error, and
+/// passes a clean run's report through.
+#[test]
+fn a_checked_report_is_an_error_after_a_handler_panic() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let report = rt.run(Color(3), || panic!("the sum is wrong")).unwrap();
+    assert_eq!(report.total().panics, 1);
+    match report.check() {
+        Err(Error::HandlerPanicked { color, message, .. }) => {
+            assert_eq!(color, Color(3));
+            assert!(message.contains("the sum is wrong"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let clean = rt.run(Color(3), || {}).unwrap().check().unwrap();
+    assert_eq!(clean.total().events_run, 1);
+}
+
 /// A thread spinning on one CPU until dropped.
 struct BusyThread {
     stop: Arc<AtomicBool>,
