@@ -59,7 +59,10 @@ pub(crate) fn victim_tiers(
 
 /// The victims in the order a thief tries them: tiers nearest first, a start chosen by `random`
 /// within each tier.
-pub(crate) fn candidates(tiers: &[Vec<usize>], random: u64) -> impl Iterator<Item = usize> + '_ {
+pub(crate) fn candidates(
+    tiers: &[Vec<usize>],
+    random: u64,
+) -> impl Iterator<Item = usize> + Clone + '_ {
     tiers.iter().flat_map(move |group| {
         let start = (random % group.len().max(1) as u64) as usize;
         (0..group.len()).map(move |i| group[(start + i) % group.len()])
@@ -217,40 +220,67 @@ pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
 /// hashed to one of two workers, ran in 150 ms, and twenty of 10 ms in 125-135, where rayon took
 /// 100 and 110-130. Colors pinned, borrowed or holding posts stay.
 pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiting: usize) {
-    if shared.config.steal == Steal::Off || shared.workers < 2 {
-        return;
-    }
-    if core.queue.ready_len() < min_waiting {
+    let waiting = core.queue.ready_len();
+    if !shares_behind_long_turn(&shared.config, shared.workers, waiting, min_waiting) {
         return;
     }
     // Relaxed: hints; a stale one lends to a worker that just found work (it runs the loan
     // after its own), or misses an idle one.
     let status = |w: usize| &shared.remotes[w].status;
-    let waiting = core.queue.ready_len();
     let random = core.next_random();
-    let tiers = &shared.victims[core.id];
-    let idle = candidates(tiers, random).find(|&w| status(w).idle.load(Ordering::Relaxed));
-    // No worker idle (at a run's start, or each one in a long turn of its own): the one with
-    // the fewest colors waiting, if a loan evens the lines out (two fewer at least). Four 50 ms
-    // chunks hashed three to one worker waited for the other to be seen idle, which it was not
-    // yet at the run's start nor at the end of its own chunk: 150 ms in most jobs, against 100.
-    let thief = idle.or_else(|| {
-        candidates(tiers, random)
-            .map(|w| (status(w).ready.load(Ordering::Relaxed), w))
-            .filter(|&(ready, _)| ready + 2 <= waiting)
-            .min()
-            .map(|(_, w)| w)
+    let peers = candidates(&shared.victims[core.id], random).map(|w| {
+        let s = status(w);
+        (w, s.idle.load(Ordering::Relaxed), s.ready.load(Ordering::Relaxed))
     });
-    let Some(thief) = thief else {
+    let Some(thief) = long_turn_thief(waiting, peers) else {
         return;
     };
-    // The last waiting colors first, half of those that may be lent (one at least).
-    let loans = core.queue.lend_many(thief, shared.config.steal_batch_max, true, 0);
+    let loans = lend_behind_long_turn(&mut core.queue, thief, &shared.config);
     if loans.is_empty() {
         return;
     }
     core.counters.add(Counter::SharesAfterLongTurns, 1);
     grant(core, shared, thief, loans);
+}
+
+/// Whether a worker with `waiting` colors waiting shares them around a long turn
+/// ([`share_behind_long_turn`]; `min_waiting`: 1 before the turn, 2 after it).
+pub(crate) fn shares_behind_long_turn(
+    config: &crate::Config,
+    workers: usize,
+    waiting: usize,
+    min_waiting: usize,
+) -> bool {
+    config.steal != Steal::Off && workers > 1 && waiting >= min_waiting
+}
+
+/// Who takes the colors waiting behind a long turn on a worker where `waiting` wait: the first
+/// idle worker of `peers` (worker, idle, colors waiting there; in the order a thief asks), or,
+/// none idle (at a run's start, or each one in a long turn of its own), the one with the fewest
+/// colors waiting, if a loan evens the lines out (two fewer at least). Four 50 ms chunks hashed
+/// three to one worker waited for the other to be seen idle, which it was not yet at the run's
+/// start nor at the end of its own chunk: 150 ms in most jobs, against 100.
+pub(crate) fn long_turn_thief(
+    waiting: usize,
+    peers: impl Iterator<Item = (usize, bool, usize)> + Clone,
+) -> Option<usize> {
+    peers.clone().find(|&(_, idle, _)| idle).map(|(w, ..)| w).or_else(|| {
+        peers
+            .filter(|&(_, _, ready)| ready + 2 <= waiting)
+            .map(|(w, _, ready)| (ready, w))
+            .min()
+            .map(|(_, w)| w)
+    })
+}
+
+/// What a worker lends `thief` behind a long turn: the last waiting colors first, half of
+/// those that may be lent (one at least).
+pub(crate) fn lend_behind_long_turn(
+    queue: &mut crate::queue::ColorQueue,
+    thief: usize,
+    config: &crate::Config,
+) -> Vec<crate::message::Loan> {
+    queue.lend_many(thief, config.steal_batch_max, true, 0)
 }
 
 /// Sends `loans` to `thief` in a `Grant`, at once (asked or not).

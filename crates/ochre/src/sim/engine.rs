@@ -5,7 +5,8 @@
 //! What is the runtime's: every decision. Where a post goes, when a batch leaves (full, early to
 //! an idle core, at a burst, to idle cores at the end of a turn, the safety flush against the
 //! outbox's own mean interval, all at the end of a round), where a color moves and when it comes
-//! back, when to spin and how long, whom to ask for a color and what a victim lends: the engine
+//! back, when to spin and how long, whom to ask for a color and what a victim lends, what a long
+//! turn shares unasked (turns watched on a coarse clock of `COARSE_TICK_NS` ticks): the engine
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
@@ -49,6 +50,9 @@ use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
 use crate::steal::{self, Candidate};
 use crate::topology::Topology;
 use crate::{Color, Config, Steal};
+
+/// The coarse clock's tick (`topology::coarse_tick`), ns: Linux's at 250 Hz, this machine's.
+const COARSE_TICK_NS: u64 = 4_000_000;
 
 /// The data of the root event (of color [`Workload::root`]), with which every run starts.
 pub const ROOT: u64 = u64::MAX;
@@ -213,8 +217,10 @@ pub struct Report {
     pub spin_wins: u64,
     /// Steal requests sent.
     pub steal_requests: u64,
-    /// Colors lent to thieves.
+    /// Colors lent to thieves that asked.
     pub stolen: u64,
+    /// Colors lent unasked, behind long turns (`steal::share_behind_long_turn`).
+    pub shared: u64,
     /// Colors moved by `follow` (to a poster, or pushed).
     pub moved: u64,
     /// Engine steps (rounds, spin ticks).
@@ -403,6 +409,8 @@ struct Turn {
     /// The core's CPU wait at the turn's start (`SharedCpu::window_wait`).
     wait0: u64,
     timed: bool,
+    /// Watched on the coarse clock (`worker::run_round`: a color not known to be short).
+    watched: bool,
     /// The current event's id (the poster of its posts) and posts; `next` is the first not
     /// made yet; `pending` until they are all made and the event's end is done.
     poster: u64,
@@ -1202,7 +1210,6 @@ impl<'w> Sim<'w> {
                 let (skip, next) = steal::backoff_after(!loans.is_empty(), core.steal_backoff_next);
                 core.steal_backoff = skip;
                 core.steal_backoff_next = next;
-                self.report.stolen += loans.len() as u64;
                 for loan in loans {
                     core.queue.adopt(from as usize, loan);
                 }
@@ -1251,6 +1258,18 @@ impl<'w> Sim<'w> {
         core.turns = core.turns.wrapping_add(1);
         let timed =
             steal::turn_sample(&self.setup.config).is_some_and(|n| core.turns.is_multiple_of(n));
+        let watched = n > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
+        if watched {
+            // As `worker::run_round`: nothing buffered waits behind a watched turn, and the
+            // colors waiting behind one of a color measured long are shared first.
+            let long = core.queue.known_over(key, steal::LONG_EVENT_NS);
+            if self.setup.config.batching && core.outbox.has_pending() {
+                self.flush_all(k);
+            }
+            if long {
+                self.share_behind_long_turn(k, 1);
+            }
+        }
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
         let mut turn = Turn {
@@ -1260,6 +1279,7 @@ impl<'w> Sim<'w> {
             start,
             wait0,
             timed,
+            watched,
             poster: 0,
             posts,
             next: 0,
@@ -1292,7 +1312,7 @@ impl<'w> Sim<'w> {
                 self.run_event(k, t.color, tag, t);
             }
         }
-        let Turn { key, color, n, start, wait0, timed, .. } = *t;
+        let Turn { key, color, n, start, wait0, timed, watched, .. } = *t;
         // The buffer back for the next turn (swapped: what is there, empty unless this turn
         // was cut, goes with the turn).
         std::mem::swap(&mut self.posts, &mut t.posts);
@@ -1312,7 +1332,20 @@ impl<'w> Sim<'w> {
         if timed {
             self.cores[k].queue.record_turn(key, end - start, n);
         }
-        self.end_turn(k, key);
+        // The coarse clock's reading (`topology::coarse_ns`): the last tick's time.
+        let ticks = end / COARSE_TICK_NS * COARSE_TICK_NS - start / COARSE_TICK_NS * COARSE_TICK_NS;
+        let long = watched && {
+            let queue = &mut self.cores[k].queue;
+            if !timed && steal::long_turn_measured(ticks, COARSE_TICK_NS) {
+                queue.record_turn(key, ticks, n);
+            }
+            let long = steal::long_turn(ticks);
+            if !long {
+                queue.seen_short(key);
+            }
+            long
+        };
+        self.end_turn(k, key, long);
         Some(n)
     }
 
@@ -1617,7 +1650,7 @@ impl<'w> Sim<'w> {
     /// The end of a turn: the color may leave (`follow`), buffers may leave
     /// (`outbox::is_burst`, idle destinations), sleepers may be woken to steal, a request
     /// answered.
-    fn end_turn(&mut self, k: usize, key: usize) {
+    fn end_turn(&mut self, k: usize, key: usize, long: bool) {
         let follow_on = self.setup.config.follow;
         let status = &self.net.status;
         let mine = status[k].share;
@@ -1677,11 +1710,42 @@ impl<'w> Sim<'w> {
                 }
             }
         }
+        if long && self.setup.config.steal != Steal::Off {
+            self.share_behind_long_turn(k, 2);
+            self.cores[k].nudge_cooldown = 0;
+        }
         if self.setup.config.steal != Steal::Off {
             self.publish(k);
             self.nudge(k);
         }
         self.answer(k);
+    }
+
+    /// `steal::share_behind_long_turn`: the colors waiting behind a long turn go to an idle
+    /// core (or the one with the fewest waiting), unasked.
+    fn share_behind_long_turn(&mut self, k: usize, min_waiting: usize) {
+        let waiting = self.cores[k].queue.ready_len();
+        let (config, workers) = (&self.setup.config, self.cores.len());
+        if !steal::shares_behind_long_turn(config, workers, waiting, min_waiting) {
+            return;
+        }
+        let random = self.random();
+        let config = &self.setup.config;
+        let now = self.cores[k].now;
+        let status = &self.net.status;
+        let peers = steal::candidates(&self.tiers[k], random)
+            .map(|w| (w, status[w].state != State::Busy, status[w].ready.at(now)));
+        let Some(thief) = steal::long_turn_thief(waiting, peers) else { return };
+        let loans = steal::lend_behind_long_turn(&mut self.cores[k].queue, thief, config);
+        if loans.is_empty() {
+            return;
+        }
+        self.report.shared += loans.len() as u64;
+        self.cores[k].now += self.ticks.steal_answer;
+        self.send(k, thief, Msg::Grant { from: k as u32, loans });
+        if self.setup.config.batching {
+            self.flush_to(k, thief);
+        }
     }
 
     /// `steal::nudge_sleepers`: a loaded core wakes a sleeper so that it may steal.
@@ -1733,6 +1797,7 @@ impl<'w> Sim<'w> {
         let Some((thief, _)) = self.net.slot[k] else { return };
         self.net.slot[k] = None;
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
+        self.report.stolen += loans.len() as u64;
         self.cores[k].now += self.ticks.steal_answer;
         self.send(k, thief, Msg::Grant { from: k as u32, loans });
         if self.setup.config.batching {

@@ -403,8 +403,12 @@ fn cost_aware_stealing_steals_once_earlier_runs_weighed_the_colors() {
     let (cold, warm) = (run(0), run(3));
     assert_eq!(cold.stolen, 0, "nothing weighed yet");
     assert!(warm.stolen > 0, "weighed colors are lent");
+    // The cold run shares some colors unasked, behind its turns that span a tick of the coarse
+    // clock (`steal::share_behind_long_turn`: 640 us turns, one in six): less than weighed
+    // stealing spreads.
+    assert!(cold.shared > 0);
     assert!(
-        warm.makespan_ns < cold.makespan_ns * 4 / 5,
+        warm.makespan_ns < cold.makespan_ns * 9 / 10,
         "{} vs {}",
         warm.makespan_ns,
         cold.makespan_ns
