@@ -51,8 +51,9 @@ pub(crate) struct Sender {
     /// The sender had nothing else to run when it sent the batch (`follow`: its receivers may
     /// move to it).
     pub(crate) quiet: bool,
-    /// Colors waiting or running on the sender when it sent the batch (`follow`: a chain's step moves its
-    /// color only to a poster with no more waiting than the home). Carried, not read from the
+    /// Colors waiting or running on the sender when it sent the batch (`follow`: a chain's step
+    /// moves its color only to a poster with no more waiting than the home, counted there
+    /// without the color it runs, if any). Carried, not read from the
     /// sender's published count: that one is refreshed at the end of rounds, and a handler that
     /// posted one long event to another worker and one to its own saw the remote one pulled
     /// over behind the local one as if its worker were free (a user's fork of two events).

@@ -276,7 +276,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
             Msg::Forward { color, home, task, urgent } => {
                 q.accept_forward(color, home as usize, task, urgent)
             }
-            Msg::Grant { from, loans } => {
+            Msg::Grant { from, loans, .. } => {
                 for loan in loans {
                     q.adopt(from as usize, loan)
                 }
@@ -403,7 +403,11 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
             let loan = q.lend(thief_id).unwrap();
             deliver(
                 &thief,
-                Msg::Grant { from: crate::message::worker_id(home_id), loans: vec![loan] },
+                Msg::Grant {
+                    from: crate::message::worker_id(home_id),
+                    loans: vec![loan],
+                    asked: true,
+                },
             );
         }
         let poster = {

@@ -298,8 +298,10 @@ pub(crate) enum Msg {
     /// its first event (the one the receiver had posted to it), or none (pushed off a worker
     /// whose CPU is shared).
     Move { color: Color, home: WorkerId, task: Option<Task>, urgent: bool },
-    /// Answer to a steal request: colors on loan with all their pending events (possibly none).
-    Grant { from: WorkerId, loans: Vec<Loan> },
+    /// Answer to a steal request (`asked`), or colors lent unasked behind a long turn
+    /// (`steal::share_behind_long_turn`): colors on loan with all their pending events
+    /// (possibly none). Only an answer settles the receiver's request and its back-off.
+    Grant { from: WorkerId, loans: Vec<Loan>, asked: bool },
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them
     /// any more.
     Return { color: Color, ran: u64 },

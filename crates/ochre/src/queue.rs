@@ -126,7 +126,9 @@ struct Slot {
     /// until sampled): its queued work is this times its queued events (`Steal::Backlog`).
     event_ns: u64,
     /// A turn of it, not timed yet, was seen shorter than a tick of the coarse clock: its turns
-    /// need no watching until a timed one says otherwise ([`ColorQueue::known_within`]).
+    /// are not watched until a timed one says otherwise ([`ColorQueue::known_within`]). A long
+    /// color may be marked so by a turn that fell within a tick (a 2 ms chunk against 4 ms
+    /// ticks, half of the time): then one of its turns in 64, timed, unmarks it.
     seen_short: bool,
     /// Who posts to the color (`follow`).
     traffic: Traffic,
@@ -275,7 +277,18 @@ impl GuestFilter {
     }
 }
 
-/// The run queue of one worker.
+/// A moving average of costs (ns; 0: none yet) with `new`.
+fn cost_average(old: u64, new: u64) -> u64 {
+    if old == 0 {
+        new.max(1)
+    } else {
+        // A turn preempted by another thread (a CPU shared with another process) times the
+        // preemption, milliseconds: a sample counts for at most 4x the estimate, so one such
+        // turn does not make every light color look worth stealing.
+        (old * 3 + new.min(old.saturating_mul(4))) / 4
+    }
+}
+
 /// Buckets of the guest filter (`GuestFilter`): one bit each.
 const GUEST_BUCKETS: usize = 64;
 
@@ -300,12 +313,13 @@ fn recent_entry(color: Color) -> usize {
 /// fan-out's receivers queue alike, so the last few tell as much as all of them.
 const BACKLOG_LOOK: usize = 4;
 
+/// The run queue of one worker.
 pub(crate) struct ColorQueue {
     me: usize,
     placement: Placement,
     index: FxHashMap<Color, usize>,
     slots: Slab<Slot>,
-    /// The slots of colors routed lately, direct-mapped by [`bucket`] (checked against
+    /// The slots of colors routed lately, direct-mapped by [`recent_entry`] (checked against
     /// the slot's color, never trusted: [`recent_key`](Self::recent_key)): a hash lookup and
     /// `home_of` cost a local post half its routing (96 instructions a post in a fan-out).
     recent: [u32; RECENT],
@@ -768,45 +782,48 @@ impl ColorQueue {
         self.ready.is_empty() && self.running.is_none()
     }
 
-    /// Records a sampled turn of the color in `key`: `ns` for the whole turn of `events`.
+    /// Records a timed turn of the color in `key`: `ns` for the whole turn of `events`.
     pub(crate) fn record_turn(&mut self, key: usize, ns: u64, events: usize) {
-        fn average(old: u64, new: u64) -> u64 {
-            if old == 0 {
-                new.max(1)
-            } else {
-                // A turn preempted by another thread (a CPU shared with another process) times
-                // the preemption, milliseconds: a sample counts for at most 4x the estimate, so
-                // one such turn does not make every light color look worth stealing.
-                (old * 3 + new.min(old.saturating_mul(4))) / 4
-            }
-        }
-        let per_event = ns / events.max(1) as u64;
-        if let Some(slot) = self.slots.get_mut(key) {
-            slot.weight_ns = average(slot.weight_ns, ns);
-            slot.event_ns = average(slot.event_ns, per_event);
-            self.event_ns = average(self.event_ns, per_event);
+        if self.record_own(key, ns, events) {
+            self.event_ns = cost_average(self.event_ns, ns / events.max(1) as u64);
         }
     }
 
-    /// Whether the color in `key` is measured (its own sampled turns) to cost at most `ns` an
+    /// Records a turn seen long on the coarse clock (`ns`: whole ticks) as the color's own cost
+    /// only: the worker's average stands for colors not timed yet and takes precisely timed
+    /// turns only (coarse readings are kept only when long, and would lift it).
+    pub(crate) fn record_long_turn(&mut self, key: usize, ns: u64, events: usize) {
+        self.record_own(key, ns, events);
+    }
+
+    fn record_own(&mut self, key: usize, ns: u64, events: usize) -> bool {
+        let Some(slot) = self.slots.get_mut(key) else { return false };
+        slot.weight_ns = cost_average(slot.weight_ns, ns);
+        slot.event_ns = cost_average(slot.event_ns, ns / events.max(1) as u64);
+        true
+    }
+
+    /// Whether the color in `key` is measured (its own timed turns) to cost at most `ns` an
     /// event, or, not timed yet, had a turn seen shorter than a coarse tick
     /// ([`seen_short`](Self::seen_short)): one watched turn a color, not every turn until one is
-    /// sampled (1 in 64 turns), which cost a ring of a thousand colors 8% of its instructions.
+    /// timed (1 in 64 turns), which cost a ring of a thousand colors 8% of its instructions;
+    /// timing that turn precisely instead cost it 18% (colors moving between two workers get a
+    /// new slot at each arrival, and each first turn was timed and flushed the buffers).
     #[inline]
     pub(crate) fn known_within(&self, key: usize, ns: u64) -> bool {
         let s = &self.slots[key];
         (1..=ns).contains(&s.event_ns) || (s.event_ns == 0 && s.seen_short)
     }
 
+    /// A turn of the color in `key`, watched on the coarse clock, ended within the tick it began.
+    pub(crate) fn seen_short(&mut self, key: usize) {
+        self.slots[key].seen_short = true;
+    }
+
     /// Whether the color in `key` is measured to cost more than `ns` an event.
     #[inline]
     pub(crate) fn known_over(&self, key: usize, ns: u64) -> bool {
         self.slots[key].event_ns > ns
-    }
-
-    /// A turn of the color in `key`, watched on the coarse clock, ended within the tick it began.
-    pub(crate) fn seen_short(&mut self, key: usize) {
-        self.slots[key].seen_short = true;
     }
 
     /// The measured cost of an event of the color in `key`, ns: its own sampled turns', else

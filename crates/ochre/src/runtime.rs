@@ -133,8 +133,8 @@ impl Builder {
 
     /// Checks the settings, measures the wake-up latency if reasoned spinning needs it, and
     /// creates the workers' state (threads start with each [`Runtime::run`]). The measurement
-    /// is made once per process (tens of milliseconds: wake-ups timed between two threads);
-    /// later builds take a millisecond or two.
+    /// is made once per process and wake-up mechanism (tens of milliseconds: wake-ups timed
+    /// between two threads); later builds take a millisecond or two.
     pub fn build(self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
         let allowed = topology::allowed_cpus().map_err(|e| Error::os("reading CPU affinity", e))?;
@@ -704,6 +704,9 @@ impl Handle {
     /// starts and drops it after its last post, and the run ends once that work is done. Without
     /// it a run ends as soon as nothing is queued, running or in flight, which may be between
     /// two of the feeder's posts (`run` returns, and the posts left wait for the next run).
+    /// Held, no run ends by itself (only by [`shutdown`](Handle::shutdown)): a hold dropped
+    /// only after `run` returns on the same thread never lets it return, and a hold leaked
+    /// keeps every later run going.
     ///
     /// ```
     /// # use std::sync::atomic::{AtomicU64, Ordering};

@@ -106,7 +106,7 @@ counters! {
     colors_given_back = ColorsGivenBack,
     /// Steal requests this worker made.
     steal_attempts = StealAttempts,
-    /// Colors this worker received by stealing.
+    /// Colors this worker received by stealing (asked, or lent unasked behind a long turn).
     steals_in = StealsIn,
     /// Colors this worker lent to thieves (asked, or unasked after long turns).
     steals_out = StealsOut,

@@ -18,10 +18,11 @@
 //! **Long turns share unasked.** A victim answers between turns, so a thief's request waits for
 //! the end of the turn running there; for turns of milliseconds (a data-parallel job's chunks)
 //! that is the whole problem. A worker watches the turns of colors not known to be short on the
-//! coarse clock (`topology::coarse_ns`, a few ns a read; one watched turn is enough to know a
-//! short color) and, around a long one, lends half of its waiting colors to an idle worker with
-//! an unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease,
-//! forwards and return), only its trigger differs.
+//! coarse clock (`topology::coarse_ns`, a few ns a read; a turn that ends within its tick marks
+//! the color short, so a short color is watched about once) and, around a long one, lends half
+//! of its waiting colors to an idle worker, or to one with fewer waiting, with an unasked `Grant`
+//! ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease, forwards and
+//! return), only its trigger differs; the receiver's own request is settled only by an answer.
 //!
 //! Policy and mechanism are apart: which victims a thief tries and in what order
 //! ([`victim_tiers`], [`candidates`]), whether one is worth asking ([`worth_asking`]) and what a
@@ -204,13 +205,14 @@ pub(crate) fn long_turn_measured(ticks_ns: u64, tick: u64) -> bool {
 }
 
 /// Events measured longer than this (ns) are long: before a turn of such a color, the colors
-/// waiting behind it are shared with an idle worker ([`share_behind_long_turn`]). A millisecond:
+/// waiting behind it are shared with another worker ([`share_behind_long_turn`]). A millisecond:
 /// fifty steal round trips, a hundred times the turns of most programs' colors.
 pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
 
 /// Around a long turn, a worker lends half of its waiting colors (one at least) to an idle
-/// worker (none idle: to the one with two fewer colors waiting, at least) at once, unasked (a `Grant`, as an answer to a request): colors that wait behind long
-/// turns wait for as long as those turns run, which the idle worker does not make them do.
+/// worker (none idle: to the one with two fewer colors waiting, at least) at once, unasked (a
+/// `Grant` that is no answer, unless that worker's request waits here): colors that wait behind
+/// long turns wait for as long as those turns run, which the other worker does not make them do.
 /// Before a turn of a color measured long ([`LONG_EVENT_NS`]) with `min_waiting` 1, and after a
 /// turn seen long ([`long_turn`]) with `min_waiting` 2 (the first of them runs next here). Why
 /// not wait for the idle worker to ask: it asks only victims that advertise a backlog, a worker
@@ -240,7 +242,11 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
         return;
     }
     core.counters.add(Counter::SharesAfterLongTurns, 1);
-    grant(core, shared, thief, loans);
+    // A request of the same worker waiting in this worker's slot is answered by this loan (an
+    // answer right after it would lend the colors left, down to none).
+    let slot = &shared.remotes[core.id].poke.steal_request;
+    let asked = slot.compare_exchange(thief + 1, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    grant(core, shared, thief, loans, asked);
 }
 
 /// Whether a worker with `waiting` colors waiting shares them around a long turn
@@ -283,14 +289,20 @@ pub(crate) fn lend_behind_long_turn(
     queue.lend_many(thief, config.steal_batch_max, true, 0)
 }
 
-/// Sends `loans` to `thief` in a `Grant`, at once (asked or not).
-fn grant(core: &mut Core, shared: &Shared, thief: usize, loans: Vec<crate::message::Loan>) {
+/// Sends `loans` to `thief` in a `Grant`, at once (`asked`: the answer to its request).
+fn grant(
+    core: &mut Core,
+    shared: &Shared,
+    thief: usize,
+    loans: Vec<crate::message::Loan>,
+    asked: bool,
+) {
     core.counters.add(Counter::StealsOut, loans.len() as u64);
     for loan in &loans {
         core.note(loan.color, crate::color_stats::Event::LentOut, Some(thief));
     }
     let from = crate::message::worker_id(core.id);
-    core.send(shared, thief, Msg::Grant { from, loans });
+    core.send(shared, thief, Msg::Grant { from, loans, asked });
     if shared.config.batching {
         core.flush_to(shared, thief);
     }
@@ -320,7 +332,7 @@ fn answer_request(core: &mut Core, shared: &Shared) {
     }
     let thief = thief - 1;
     let loans = lend(&mut core.queue, thief, &shared.config);
-    grant(core, shared, thief, loans);
+    grant(core, shared, thief, loans, true);
 }
 
 /// Turns and rounds (the check runs after each) between two nudges by one worker, so a worker

@@ -589,17 +589,18 @@ impl Core {
                 self.note(color, Event::MovedIn, Some(home as usize));
                 self.queue.adopt_moved(color, home as usize, task, urgent);
             }
-            Msg::Grant { from, loans } => {
-                self.steal_pending = false;
-                if let Some(t) = self.steal_asked_at.take() {
-                    self.counters.add(Counter::StealWaitMicros, t.elapsed().as_micros() as u64);
-                }
-                if loans.is_empty() {
-                    self.counters.add(Counter::StealFailures, 1);
+            Msg::Grant { from, loans, asked } => {
+                if asked {
+                    self.steal_pending = false;
+                    if let Some(t) = self.steal_asked_at.take() {
+                        let us = t.elapsed().as_micros() as u64;
+                        self.counters.add(Counter::StealWaitMicros, us);
+                    }
+                    if loans.is_empty() {
+                        self.counters.add(Counter::StealFailures, 1);
+                    }
                     (self.steal_backoff, self.steal_backoff_next) =
-                        steal::backoff_after(false, self.steal_backoff_next);
-                } else {
-                    self.steal_backoff_next = 1;
+                        steal::backoff_after(!loans.is_empty(), self.steal_backoff_next);
                 }
                 let tier = u64::from(shared.tier[self.id][from as usize]);
                 for loan in loans {
@@ -862,7 +863,7 @@ impl WorkerCtx {
         // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
         let mut waited = 0;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, timed, sampled, timed_events, writes, watched) = {
+            let (key, color, mut next, turn_timer, sampled, timed_events, writes, watched) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -914,8 +915,8 @@ impl WorkerCtx {
                 {
                     steal::share_behind_long_turn(&mut core, shared, 1);
                 }
-                let at = sample.then(std::time::Instant::now);
-                (key, color, first, at, sampled, timed, writes, watched)
+                let turn_timer = sample.then(std::time::Instant::now);
+                (key, color, first, turn_timer, sampled, timed, writes, watched)
             };
             self.current.set(Some(color));
             let mut n = 0;
@@ -935,16 +936,16 @@ impl WorkerCtx {
             let mut core = self.core.borrow_mut();
             core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
-            if let Some(t0) = timed {
+            if let Some(t0) = turn_timer {
                 let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 core.queue.record_turn(key, ns, n);
             }
             let long = watched.is_some_and(|t0| {
                 let ticks = crate::topology::coarse_ns().saturating_sub(t0);
-                if timed.is_none()
+                if turn_timer.is_none()
                     && steal::long_turn_measured(ticks, crate::topology::coarse_tick())
                 {
-                    core.queue.record_turn(key, ticks, n);
+                    core.queue.record_long_turn(key, ticks, n);
                 }
                 let long = steal::long_turn(ticks);
                 if !long {

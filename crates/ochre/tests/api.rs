@@ -820,6 +820,8 @@ fn spin_for(d: Duration) {
 /// the two at once (one in eight did before).
 #[test]
 fn two_long_events_posted_by_one_handler_run_at_once() {
+    // Not beside the tests that keep CPUs busy on purpose: relief would move colors off them.
+    let _cpus = cpu_timing();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (init, mine, theirs) = (color_on(&rt, 0, 0), color_on(&rt, 0, 1), color_on(&rt, 1, 0));
     let jobs = 8;
@@ -857,6 +859,7 @@ fn two_long_events_posted_by_one_handler_run_at_once() {
 /// beforehand (no thief asks for colors whose cost it does not know: `Steal::Backlog`).
 #[test]
 fn colors_waiting_behind_long_turns_go_to_an_idle_worker() {
+    let _cpus = cpu_timing();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let chunks: Vec<Color> = (0..6).map(|i| color_on(&rt, 0, 1 + i)).collect();
     let ran_on = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);

@@ -1204,12 +1204,15 @@ impl<'w> Sim<'w> {
             Msg::Move { color, home, task, urgent } => {
                 self.cores[k].queue.adopt_moved(color, home as usize, task, urgent)
             }
-            Msg::Grant { from, loans } => {
+            Msg::Grant { from, loans, asked } => {
                 let core = &mut self.cores[k];
-                core.steal_pending = false;
-                let (skip, next) = steal::backoff_after(!loans.is_empty(), core.steal_backoff_next);
-                core.steal_backoff = skip;
-                core.steal_backoff_next = next;
+                if asked {
+                    core.steal_pending = false;
+                    let got = !loans.is_empty();
+                    let (skip, next) = steal::backoff_after(got, core.steal_backoff_next);
+                    core.steal_backoff = skip;
+                    core.steal_backoff_next = next;
+                }
                 for loan in loans {
                     core.queue.adopt(from as usize, loan);
                 }
@@ -1258,17 +1261,15 @@ impl<'w> Sim<'w> {
         core.turns = core.turns.wrapping_add(1);
         let timed =
             steal::turn_sample(&self.setup.config).is_some_and(|n| core.turns.is_multiple_of(n));
+        // As `worker::run_round`: nothing buffered waits behind a watched turn, and the colors
+        // waiting behind one of a color measured long are shared first.
         let watched = n > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
-        if watched {
-            // As `worker::run_round`: nothing buffered waits behind a watched turn, and the
-            // colors waiting behind one of a color measured long are shared first.
-            let long = core.queue.known_over(key, steal::LONG_EVENT_NS);
-            if self.setup.config.batching && core.outbox.has_pending() {
-                self.flush_all(k);
-            }
-            if long {
-                self.share_behind_long_turn(k, 1);
-            }
+        let long = watched && core.queue.known_over(key, steal::LONG_EVENT_NS);
+        if watched && self.setup.config.batching && core.outbox.has_pending() {
+            self.flush_all(k);
+        }
+        if long {
+            self.share_behind_long_turn(k, 1);
         }
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
@@ -1334,17 +1335,13 @@ impl<'w> Sim<'w> {
         }
         // The coarse clock's reading (`topology::coarse_ns`): the last tick's time.
         let ticks = end / COARSE_TICK_NS * COARSE_TICK_NS - start / COARSE_TICK_NS * COARSE_TICK_NS;
-        let long = watched && {
-            let queue = &mut self.cores[k].queue;
-            if !timed && steal::long_turn_measured(ticks, COARSE_TICK_NS) {
-                queue.record_turn(key, ticks, n);
-            }
-            let long = steal::long_turn(ticks);
-            if !long {
-                queue.seen_short(key);
-            }
-            long
-        };
+        if watched && !timed && steal::long_turn_measured(ticks, COARSE_TICK_NS) {
+            self.cores[k].queue.record_long_turn(key, ticks, n);
+        }
+        let long = watched && steal::long_turn(ticks);
+        if watched && !long {
+            self.cores[k].queue.seen_short(key);
+        }
         self.end_turn(k, key, long);
         Some(n)
     }
@@ -1742,7 +1739,13 @@ impl<'w> Sim<'w> {
         }
         self.report.shared += loans.len() as u64;
         self.cores[k].now += self.ticks.steal_answer;
-        self.send(k, thief, Msg::Grant { from: k as u32, loans });
+        // The thief's own request, arrived here, is answered by this loan (`steal`).
+        let now = self.cores[k].now;
+        let asked = self.net.slot[k].is_some_and(|(t, visible)| t == thief && visible <= now);
+        if asked {
+            self.net.slot[k] = None;
+        }
+        self.send(k, thief, Msg::Grant { from: k as u32, loans, asked });
         if self.setup.config.batching {
             self.flush_to(k, thief);
         }
@@ -1799,7 +1802,7 @@ impl<'w> Sim<'w> {
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
         self.report.stolen += loans.len() as u64;
         self.cores[k].now += self.ticks.steal_answer;
-        self.send(k, thief, Msg::Grant { from: k as u32, loans });
+        self.send(k, thief, Msg::Grant { from: k as u32, loans, asked: true });
         if self.setup.config.batching {
             self.flush_to(k, thief);
         }
