@@ -806,9 +806,7 @@ impl ColorQueue {
     /// Whether the color in `key` is measured (its own timed turns) to cost at most `ns` an
     /// event, or, not timed yet, had a turn seen shorter than a coarse tick
     /// ([`seen_short`](Self::seen_short)): one watched turn a color, not every turn until one is
-    /// timed (1 in 64 turns), which cost a ring of a thousand colors 8% of its instructions;
-    /// timing that turn precisely instead cost it 18% (colors moving between two workers get a
-    /// new slot at each arrival, and each first turn was timed and flushed the buffers).
+    /// timed (1 in 64 turns), which cost a ring of a thousand colors 8% of its instructions.
     #[inline]
     pub(crate) fn known_within(&self, key: usize, ns: u64) -> bool {
         let s = &self.slots[key];
