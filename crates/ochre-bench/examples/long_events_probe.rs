@@ -13,15 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ochre::{Color, Runtime};
-use ochre_bench::harness::median;
+use ochre_bench::harness::{median, work};
 use rayon::prelude::*;
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
 
 fn main() {
     let jobs: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -29,11 +22,12 @@ fn main() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("rayon pool");
     for k in [2u64, 4, 20, 100] {
         let chunk = Duration::from_millis(200 / k);
+        let chunk_ns = chunk.as_nanos() as u64;
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for job in 0..jobs {
             let rayon_job = || {
                 let t = Instant::now();
-                pool.install(|| (0..k).into_par_iter().for_each(|_| spin(chunk)));
+                pool.install(|| (0..k).into_par_iter().for_each(|_| work(chunk_ns)));
                 t.elapsed()
             };
             if job % 2 == 1 {
@@ -46,7 +40,7 @@ fn main() {
                     for c in 1..=k {
                         let r = r.clone();
                         ochre::post(Color(c), move || {
-                            spin(chunk);
+                            work(chunk_ns);
                             if let (Ok(mut r), Some(w)) = (r.lock(), ochre::current_worker()) {
                                 r[w.min(1)] += 1;
                             }

@@ -146,8 +146,8 @@ fn setup_difference(case: &str, rounds: u64) -> String {
         "[{case}] not the figure of the same case in the prodcons table, by setup: here each \
          step's runtime is built once and its samples ({rounds} rounds, no warm-up of their own) \
          come between the runs of the twelve other steps' runtimes, so each starts with its \
-         workers parked and caches cold; prodcons builds a runtime per sample and warms it with an eighth \
-         of the rounds just before. On short events this moves the rate by more than the steps \
+         workers parked and caches cold; prodcons builds a runtime per sample and warms it with \
+         an eighth of the rounds just before. On short events this moves the rate by more than the steps \
          do (examples/prodcons_setup.rs, 2w empty, on the shared 2-CPU machine: 21.5-21.9 M \
          events/s run back to back, 7.2-17.4 M interleaved with the other steps). Read this \
          table as ratios between its steps, run alike, not as rates to set against prodcons's"

@@ -616,10 +616,7 @@ impl Drop for Hold {
         if self.shared.control.holds.fetch_sub(1, Ordering::SeqCst) == 1 {
             // The workers may all be parked, their last look at quiescence refused by this
             // hold: wake them, and the last to park again looks once more.
-            for r in self.shared.remotes.iter() {
-                r.parker.unpark();
-                r.poller.wake();
-            }
+            self.shared.wake_all();
         }
     }
 }

@@ -336,6 +336,12 @@ impl Shared {
             self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
         // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
         // parker's sticky token wakes it if it parks after our unpark.
+        self.wake_all();
+    }
+
+    /// Wakes every worker, asleep in its parker or its poller (a sticky token: one that parks
+    /// after this wakes at once).
+    pub(crate) fn wake_all(&self) {
         for r in self.remotes.iter() {
             r.parker.unpark();
             r.poller.wake();

@@ -113,7 +113,7 @@ counters! {
     /// Long turns before or after which this worker lent waiting colors to an idle worker
     /// unasked (`steal::share_behind_long_turn`).
     #[serde(default)]
-    shares_after_long_turns = SharesAfterLongTurns,
+    long_turn_shares = LongTurnShares,
     /// Events that came with the colors this worker stole.
     stolen_events = StolenEvents,
     /// Steal requests answered with nothing (the victim had nothing lendable any more).

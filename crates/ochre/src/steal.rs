@@ -241,7 +241,7 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     if loans.is_empty() {
         return;
     }
-    core.counters.add(Counter::SharesAfterLongTurns, 1);
+    core.counters.add(Counter::LongTurnShares, 1);
     // A request of the same worker waiting in this worker's slot is answered by this loan (an
     // answer right after it would lend the colors left, down to none).
     let slot = &shared.remotes[core.id].poke.steal_request;

@@ -242,19 +242,14 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= rustix::thread::CpuSet::MAX_CPU {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} out of range")));
     }
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set)?;
-    Ok(())
+    allow_current_thread(&[cpu])
 }
 
 /// Lets the calling thread run on any of `cpus` (a pinned worker that leaves its CPU's pin).
 pub fn allow_current_thread(cpus: &[usize]) -> io::Result<()> {
     let mut set = rustix::thread::CpuSet::new();
-    for &cpu in cpus.iter().filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU) {
-        set.set(cpu);
-    }
-    if cpus.iter().all(|&c| c >= rustix::thread::CpuSet::MAX_CPU) {
+    let in_range = cpus.iter().filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU);
+    if in_range.map(|&cpu| set.set(cpu)).count() == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no CPU in range"));
     }
     rustix::thread::sched_setaffinity(None, &set)?;
@@ -268,8 +263,11 @@ pub fn allow_current_thread(cpus: &[usize]) -> io::Result<()> {
 #[inline]
 pub(crate) fn coarse_ns() -> u64 {
     use nix::time::{clock_gettime, ClockId};
-    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE)
-        .map_or(0, |t| (t.tv_sec() as u64).saturating_mul(1_000_000_000) + t.tv_nsec() as u64)
+    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE).map_or(0, nanos)
+}
+
+fn nanos(t: nix::sys::time::TimeSpec) -> u64 {
+    (t.tv_sec() as u64).saturating_mul(1_000_000_000) + t.tv_nsec() as u64
 }
 
 /// The resolution of [`coarse_ns`], ns (read once).
@@ -277,9 +275,7 @@ pub(crate) fn coarse_tick() -> u64 {
     static TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *TICK.get_or_init(|| {
         use nix::time::{clock_getres, ClockId};
-        clock_getres(ClockId::CLOCK_MONOTONIC_COARSE)
-            .map_or(4_000_000, |t| (t.tv_sec() as u64) * 1_000_000_000 + t.tv_nsec() as u64)
-            .max(1)
+        clock_getres(ClockId::CLOCK_MONOTONIC_COARSE).map_or(4_000_000, nanos).max(1)
     })
 }
 

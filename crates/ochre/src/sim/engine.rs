@@ -1738,13 +1738,19 @@ impl<'w> Sim<'w> {
             return;
         }
         self.report.shared += loans.len() as u64;
-        self.cores[k].now += self.ticks.steal_answer;
-        // The thief's own request, arrived here, is answered by this loan (`steal`).
-        let now = self.cores[k].now;
+        // The thief's own request, arrived here by the time the loan leaves, is answered by it
+        // (`steal`).
+        let now = self.cores[k].now + self.ticks.steal_answer;
         let asked = self.net.slot[k].is_some_and(|(t, visible)| t == thief && visible <= now);
         if asked {
             self.net.slot[k] = None;
         }
+        self.grant(k, thief, loans, asked);
+    }
+
+    /// `steal::grant`: `loans` to `thief` at once (`asked`: the answer to its request).
+    fn grant(&mut self, k: usize, thief: usize, loans: Vec<crate::message::Loan>, asked: bool) {
+        self.cores[k].now += self.ticks.steal_answer;
         self.send(k, thief, Msg::Grant { from: k as u32, loans, asked });
         if self.setup.config.batching {
             self.flush_to(k, thief);
@@ -1801,11 +1807,7 @@ impl<'w> Sim<'w> {
         self.net.slot[k] = None;
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
         self.report.stolen += loans.len() as u64;
-        self.cores[k].now += self.ticks.steal_answer;
-        self.send(k, thief, Msg::Grant { from: k as u32, loans, asked: true });
-        if self.setup.config.batching {
-            self.flush_to(k, thief);
-        }
+        self.grant(k, thief, loans, true);
         self.publish(k);
     }
 
@@ -2244,6 +2246,16 @@ mod agenda_tests {
         assert_eq!(h.at(999), 3);
         assert_eq!(h.at(1_000), 5);
     }
+    /// A xorshift64 generator from `seed` (not 0): the random schedules of these tests.
+    fn xorshift(mut rng: u64) -> impl FnMut() -> u64 {
+        move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        }
+    }
+
     /// The hint reads as a plain log of every publication would (the value last published at
     /// or before the time read, the oldest kept if none is), through random publications and
     /// reads at or after a rising horizon.
@@ -2251,13 +2263,7 @@ mod agenda_tests {
     fn a_hint_reads_as_its_whole_log() {
         let mut h = Hint::new(0u8);
         let mut log: Vec<(u64, u8)> = vec![(0, 0)];
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let (mut horizon, mut clock) = (0u64, 0u64);
         for _ in 0..20_000 {
             match next() % 4 {
@@ -2291,13 +2297,7 @@ mod agenda_tests {
         let cores = 13;
         let mut agenda = Agenda::new(cores);
         let mut live: Vec<Option<(u64, u64)>> = vec![None; cores];
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         for seq in 0..20_000u64 {
             let c = (next() % cores as u64) as usize;
             match next() % 4 {
