@@ -376,6 +376,9 @@ pub(crate) struct Loan {
     pub(crate) events: VecDeque<Task>,
     /// How many of `events`, at the front, were posted urgent.
     pub(crate) urgent: usize,
+    /// The lender's measured cost of an event of the color, ns (0: not timed yet): the borrower
+    /// starts from it instead of watching the color's first turn as a newcomer's.
+    pub(crate) event_ns: u64,
 }
 
 /// The simulator's events (`sim`): a [`Task`] or [`InlineTask`] that holds a number (the

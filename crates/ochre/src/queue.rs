@@ -125,11 +125,6 @@ struct Slot {
     /// How long one event of this color takes, in ns (moving average over sampled turns; 0
     /// until sampled): its queued work is this times its queued events (`Steal::Backlog`).
     event_ns: u64,
-    /// A turn of it, not timed yet, was seen shorter than a tick of the coarse clock: its turns
-    /// are not watched until a timed one says otherwise ([`ColorQueue::known_within`]). A long
-    /// color may be marked so by a turn that fell within a tick (a 2 ms chunk against 4 ms
-    /// ticks, half of the time): then one of its turns in 64, timed, unmarks it.
-    seen_short: bool,
     /// Who posts to the color (`follow`).
     traffic: Traffic,
     /// When the color came to this worker: [`ColorQueue::arrivals`] at its arrival (0 for a home
@@ -625,6 +620,9 @@ impl ColorQueue {
         if let Lease::Guest { received, .. } = &mut slot.lease {
             *received += n as u64;
         }
+        if slot.event_ns == 0 {
+            slot.event_ns = loan.event_ns;
+        }
         if slot.events.is_empty() {
             slot.events = loan.events;
             slot.urgent = loan.urgent;
@@ -789,10 +787,10 @@ impl ColorQueue {
         }
     }
 
-    /// Records a turn seen long on the coarse clock (`ns`: whole ticks) as the color's own cost
-    /// only: the worker's average stands for colors not timed yet and takes precisely timed
-    /// turns only (coarse readings are kept only when long, and would lift it).
-    pub(crate) fn record_long_turn(&mut self, key: usize, ns: u64, events: usize) {
+    /// Records a watched turn (`ns` for `events`, a color not known short: `known_within`) as
+    /// the color's own cost only: the worker's average stands for colors not timed yet and takes
+    /// sampled turns only (a color's first turns, and every turn of the long ones, would lift it).
+    pub(crate) fn record_watched_turn(&mut self, key: usize, ns: u64, events: usize) {
         self.record_own(key, ns, events);
     }
 
@@ -804,18 +802,11 @@ impl ColorQueue {
     }
 
     /// Whether the color in `key` is measured (its own timed turns) to cost at most `ns` an
-    /// event, or, not timed yet, had a turn seen shorter than a coarse tick
-    /// ([`seen_short`](Self::seen_short)): one watched turn a color, not every turn until one is
-    /// timed (1 in 64 turns), which cost a ring of a thousand colors 8% of its instructions.
+    /// event. A color's first turn on this worker is timed (a watched turn), so a short color is
+    /// watched about once.
     #[inline]
     pub(crate) fn known_within(&self, key: usize, ns: u64) -> bool {
-        let s = &self.slots[key];
-        (1..=ns).contains(&s.event_ns) || (s.event_ns == 0 && s.seen_short)
-    }
-
-    /// A turn of the color in `key`, watched on the coarse clock, ended within the tick it began.
-    pub(crate) fn seen_short(&mut self, key: usize) {
-        self.slots[key].seen_short = true;
+        (1..=ns).contains(&self.slots[key].event_ns)
     }
 
     /// Whether the color in `key` is measured to cost more than `ns` an event.
@@ -925,7 +916,7 @@ impl ColorQueue {
         let urgent = std::mem::take(&mut slot.urgent);
         self.pending -= events.len();
         slot.lease = Lease::Away { to: thief, outstanding: events.len() as u64, moved: false };
-        Some(Loan { color: slot.color, events, urgent })
+        Some(Loan { color: slot.color, events, urgent, event_ns: slot.event_ns })
     }
 
     /// Lends up to `max` colors to `thief` (see [`lend`](ColorQueue::lend)), the ones that would
@@ -939,7 +930,11 @@ impl ColorQueue {
         half: bool,
         min_weight_ns: u64,
     ) -> Vec<Loan> {
-        let lendable = self.ready.iter().filter(|&&k| self.lendable(k, min_weight_ns)).count();
+        // Counted up to what can change the answer: a look at every waiting color's slot (a
+        // cache line each) made a steal from a fan-out of ten thousand colors cost as much.
+        let enough = if half { max.saturating_mul(2) } else { max };
+        let lendable =
+            self.ready.iter().filter(|&&k| self.lendable(k, min_weight_ns)).take(enough).count();
         let n = if half { (lendable / 2).max(1) } else { lendable }.min(max);
         let mut loans = Vec::new();
         let mut taken = 0;
@@ -997,7 +992,6 @@ impl ColorQueue {
             pinned: false,
             weight_ns: 0,
             event_ns: 0,
-            seen_short: false,
             traffic: Traffic::default(),
             arrived: self.dropped_arrival,
             fence: Fence::default(),
@@ -1298,7 +1292,7 @@ mod tests {
         let c = color_on(0, 2, 0);
         let mut events = VecDeque::new();
         events.push_back(task(&log, 0));
-        t.adopt(0, Loan { color: c, events, urgent: 0 });
+        t.adopt(0, Loan { color: c, events, urgent: 0, event_ns: 0 });
         assert!(t.lend(0).is_none(), "a borrowed color was lent on");
         // Posted outside a turn (any color may have arrived): held until the home syncs.
         let Route::Held(Some(ask)) = t.post(c, task(&log, 1), false) else { panic!("not held") };
@@ -1412,6 +1406,37 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_turn_is_its_colors_cost_and_travels_with_a_loan() {
+        let log = Log::default();
+        let mut home = ColorQueue::new(0, Placement::flat(2));
+        let (short, long) = (color_on(0, 2, 0), color_on(0, 2, 1));
+        let _ = home.post(short, task(&log, 0), false);
+        let _ = home.post(long, task(&log, 1), false);
+        let (ks, kl) = (*home.index.get(&short).unwrap(), *home.index.get(&long).unwrap());
+        assert!(!home.known_within(ks, 20_000), "not timed yet: watched");
+        home.record_watched_turn(ks, 3_000, 1);
+        home.record_watched_turn(kl, 700_000, 1);
+        assert!(home.known_within(ks, 20_000), "one watched turn tells a short color");
+        assert!(!home.known_within(kl, 20_000));
+        assert_eq!(home.event_ns, 0, "the worker's average takes sampled turns only");
+        // The long color's one queued event is a backlog now (a chunk of a job runs once).
+        let _ = home.post(short, task(&log, 2), false);
+        assert!(home.has_backlog(20_000));
+        let loans = home.lend_backlog(1, 8, 20_000);
+        assert_eq!(
+            loans.iter().map(|l| (l.color, l.event_ns)).collect::<Vec<_>>(),
+            [(long, 700_000)]
+        );
+        // The borrower starts from the lender's measure.
+        let mut thief = ColorQueue::new(1, Placement::flat(2));
+        for loan in loans {
+            thief.adopt(0, loan);
+        }
+        let kt = *thief.index.get(&long).unwrap();
+        assert!(thief.known_over(kt, 500_000));
+    }
+
+    #[test]
     fn a_group_moves_whole() {
         let log = Log::default();
         let p = Placement { workers: 2, domain: 2 };
@@ -1503,7 +1528,10 @@ mod tests {
         g.adopt_moved(c, 0, None, false);
         let Route::Held(Some(first)) = g.post(c, task(&log, 0), false) else { panic!() };
         // `a` arrives (lent by worker 2) after that sync was asked; its event posts to `c`.
-        g.adopt(2, Loan { color: a, events: VecDeque::from([task(&log, 9)]), urgent: 0 });
+        g.adopt(
+            2,
+            Loan { color: a, events: VecDeque::from([task(&log, 9)]), urgent: 0, event_ns: 0 },
+        );
         let (ka, _) = g.start_turn().unwrap();
         g.pop(ka).unwrap().run();
         assert!(matches!(g.post(c, task(&log, 1), false), Route::Held(None)), "one sync at a time");

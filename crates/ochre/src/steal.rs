@@ -17,9 +17,9 @@
 //!
 //! **Long turns share unasked.** A victim answers between turns, so a thief's request waits for
 //! the end of the turn running there; for turns of milliseconds (a data-parallel job's chunks)
-//! that is the whole problem. A worker watches the turns of colors not known to be short on the
-//! coarse clock (`topology::coarse_ns`, a few ns a read; a turn that ends within its tick marks
-//! the color short, so a short color is watched about once) and, around a long one, lends half
+//! that is the whole problem. A worker times the turns of colors not known to be short (a color's
+//! first turn on a worker is timed, so a short color is watched about once; a chunk of a job is
+//! then known for the backlog it is) and, around a long one, lends half
 //! of its waiting colors to an idle worker, or to one with fewer waiting, with an unasked `Grant`
 //! ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease, forwards and
 //! return), only its trigger differs; the receiver's own request is settled only by an answer.
@@ -183,25 +183,18 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
 /// the seeds' cost-aware floor (20 µs, Mely) is of the same order.
 pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 
-/// Events measured at most this long (ns) are short: a worker does not watch their turns' length
-/// (two reads of the coarse clock a turn, `topology::coarse_ns`). A turn of any other color (not
-/// timed yet, or measured longer) is watched, and a long one ([`long_turn`]) shares the work
-/// waiting behind it ([`share_behind_long_turn`]) and leaves no batch waiting behind the next.
+/// Events measured at most this long (ns) are short: a worker does not watch their turns. A turn
+/// of any other color (not timed yet on this worker, or measured longer) is watched: timed (two
+/// clock reads, the color's own cost: `ColorQueue::record_watched_turn`), preceded by a flush of
+/// the worker's batches, and, long ([`long_turn`]), followed by a share of the work waiting
+/// behind it ([`share_behind_long_turn`]). A short color pays for one watched turn on each worker
+/// it arrives at.
 pub(crate) const WATCHED_ABOVE_NS: u64 = BACKLOG_FLOOR;
 
-/// Whether a turn seen to last `ticks_ns` on the coarse clock (whose ticks are `tick` ns apart)
-/// was long: the clock ticked during it, so it took some of a tick at least, and most of one on
-/// average. One tick in a short turn is a turn that straddled a tick: rare (a 10 us turn in 400
-/// with 4 ms ticks), and the share it triggers at most once a tick.
-pub(crate) fn long_turn(ticks_ns: u64) -> bool {
-    ticks_ns > 0
-}
-
-/// Whether a turn seen to last `ticks_ns` on the coarse clock is timed well enough to be
-/// recorded as the color's cost (`ColorQueue::record_turn`): two ticks or more, so that it
-/// lasted one at least (a single tick may be a short turn that straddled one).
-pub(crate) fn long_turn_measured(ticks_ns: u64, tick: u64) -> bool {
-    ticks_ns >= 2 * tick
+/// Whether a watched turn that lasted `ns` was long: the colors waiting behind it waited
+/// [`LONG_EVENT_NS`] or more.
+pub(crate) fn long_turn(ns: u64) -> bool {
+    ns > LONG_EVENT_NS
 }
 
 /// Events measured longer than this (ns) are long: before a turn of such a color, the colors

@@ -256,29 +256,6 @@ pub fn allow_current_thread(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
-/// The system's coarse monotonic clock, in nanoseconds: the time of the scheduler's last tick,
-/// [`coarse_tick`] apart (1-10 ms). A read takes a few nanoseconds where a precise one takes
-/// tens (here 7 ns against 40 for `Instant::now`), so a worker can tell a long turn from a
-/// short one without timing every turn. 0 where the system has no such clock.
-#[inline]
-pub(crate) fn coarse_ns() -> u64 {
-    use nix::time::{clock_gettime, ClockId};
-    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE).map_or(0, nanos)
-}
-
-fn nanos(t: nix::sys::time::TimeSpec) -> u64 {
-    (t.tv_sec() as u64).saturating_mul(1_000_000_000) + t.tv_nsec() as u64
-}
-
-/// The resolution of [`coarse_ns`], ns (read once).
-pub(crate) fn coarse_tick() -> u64 {
-    static TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *TICK.get_or_init(|| {
-        use nix::time::{clock_getres, ClockId};
-        clock_getres(ClockId::CLOCK_MONOTONIC_COARSE).map_or(4_000_000, nanos).max(1)
-    })
-}
-
 /// How long the calling thread has run, and waited to run (runnable, not running), so far:
 /// Linux's per-thread `schedstat`. `None` where the system does not say.
 pub fn thread_times() -> Option<(std::time::Duration, std::time::Duration)> {

@@ -901,21 +901,19 @@ impl WorkerCtx {
                 core.beat.start_turn(shared, color);
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
-                // A turn of a color not known to be short is watched on the coarse clock
-                // (`steal::WATCHED_ABOVE_NS`), and no batch waits behind it: a buffer held for
-                // the end of the round would wait for as long as the turn runs (a user's two
-                // long events, one posted to each worker, ran one after the other).
-                let watched = (shared.workers > 1
-                    && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS))
-                .then(crate::topology::coarse_ns);
-                if watched.is_some() && shared.config.batching && core.outbox.has_pending() {
+                // A turn of a color not known to be short is timed (`steal::WATCHED_ABOVE_NS`),
+                // and no batch waits behind it: a buffer held for the end of the round would wait
+                // for as long as the turn runs (a user's two long events, one posted to each
+                // worker, ran one after the other).
+                let watched =
+                    shared.workers > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
+                if watched && shared.config.batching && core.outbox.has_pending() {
                     core.flush_all(shared);
                 }
-                if watched.is_some() && stealing && core.queue.known_over(key, steal::LONG_EVENT_NS)
-                {
+                if watched && stealing && core.queue.known_over(key, steal::LONG_EVENT_NS) {
                     steal::share_behind_long_turn(&mut core, shared, 1);
                 }
-                let turn_timer = sample.then(std::time::Instant::now);
+                let turn_timer = (sample || watched).then(|| (Instant::now(), sample));
                 (key, color, first, turn_timer, sampled, timed, writes, watched)
             };
             self.current.set(Some(color));
@@ -936,23 +934,23 @@ impl WorkerCtx {
             let mut core = self.core.borrow_mut();
             core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
-            if let Some(t0) = turn_timer {
-                let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-                core.queue.record_turn(key, ns, n);
-            }
-            let long = watched.is_some_and(|t0| {
-                let ticks = crate::topology::coarse_ns().saturating_sub(t0);
-                if turn_timer.is_none()
-                    && steal::long_turn_measured(ticks, crate::topology::coarse_tick())
-                {
-                    core.queue.record_long_turn(key, ticks, n);
-                }
-                let long = steal::long_turn(ticks);
-                if !long {
-                    core.queue.seen_short(key);
-                }
-                long
+            let turn_ns = turn_timer.map(|(t0, sample)| {
+                (t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64, sample)
             });
+            let long = match turn_ns {
+                // The sample stands for every color not timed yet (the worker's average); a
+                // watched turn, of a color not known short, is its color's own cost only (first
+                // turns and long colors would lift the average).
+                Some((ns, true)) => {
+                    core.queue.record_turn(key, ns, n);
+                    watched && steal::long_turn(ns)
+                }
+                Some((ns, false)) => {
+                    core.queue.record_watched_turn(key, ns, n);
+                    steal::long_turn(ns)
+                }
+                None => false,
+            };
             let (me, mine) = (core.id, core.cpu_share.share());
             let held = &mut *core;
             let io = &held.io;

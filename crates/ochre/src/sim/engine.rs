@@ -6,7 +6,7 @@
 //! an idle core, at a burst, to idle cores at the end of a turn, the safety flush against the
 //! outbox's own mean interval, all at the end of a round), where a color moves and when it comes
 //! back, when to spin and how long, whom to ask for a color and what a victim lends, what a long
-//! turn shares unasked (turns watched on a coarse clock of `COARSE_TICK_NS` ticks): the engine
+//! turn shares unasked (turns of colors not known short timed): the engine
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
@@ -50,9 +50,6 @@ use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
 use crate::steal::{self, Candidate};
 use crate::topology::Topology;
 use crate::{Color, Config, Steal};
-
-/// The coarse clock's tick (`topology::coarse_tick`), ns: Linux's at 250 Hz, this machine's.
-const COARSE_TICK_NS: u64 = 4_000_000;
 
 /// The data of the root event (of color [`Workload::root`]), with which every run starts.
 pub const ROOT: u64 = u64::MAX;
@@ -409,7 +406,7 @@ struct Turn {
     /// The core's CPU wait at the turn's start (`SharedCpu::window_wait`).
     wait0: u64,
     timed: bool,
-    /// Watched on the coarse clock (`worker::run_round`: a color not known to be short).
+    /// Watched: timed as its color's own cost (`worker::run_round`: a color not known short).
     watched: bool,
     /// The current event's id (the poster of its posts) and posts; `next` is the first not
     /// made yet; `pending` until they are all made and the event's end is done.
@@ -1330,18 +1327,14 @@ impl<'w> Sim<'w> {
         if let Some(c) = self.checks.as_mut() {
             c.turn(color, k, start, end);
         }
+        // As `worker::run_round`: a sampled turn is the worker's average too, a watched one
+        // its color's own cost only.
         if timed {
             self.cores[k].queue.record_turn(key, end - start, n);
+        } else if watched {
+            self.cores[k].queue.record_watched_turn(key, end - start, n);
         }
-        // The coarse clock's reading (`topology::coarse_ns`): the last tick's time.
-        let ticks = end / COARSE_TICK_NS * COARSE_TICK_NS - start / COARSE_TICK_NS * COARSE_TICK_NS;
-        if watched && !timed && steal::long_turn_measured(ticks, COARSE_TICK_NS) {
-            self.cores[k].queue.record_long_turn(key, ticks, n);
-        }
-        let long = watched && steal::long_turn(ticks);
-        if watched && !long {
-            self.cores[k].queue.seen_short(key);
-        }
+        let long = watched && steal::long_turn(end - start);
         self.end_turn(k, key, long);
         Some(n)
     }
