@@ -998,6 +998,12 @@ impl WorkerCtx {
             }
             core.end_of_turn_flush(shared);
             if long && stealing {
+                // The inbox of a worker in long turns waits a round of them (each one's loans
+                // and counts with it), so after one it is taken at once, and the lines judged
+                // fresh: the two workers of a job whose chunks run 10 ms lent each other colors
+                // on counts a round old, and loans waited 10-30 ms to be seen.
+                core.take_inbox(shared);
+                core.publish_ready(shared);
                 steal::share_behind_long_turn(&mut core, shared, 2);
                 // Advertise what is left now, not in `NUDGE_EVERY_ROUNDS` turns as long.
                 core.nudge_cooldown = 0;

@@ -1701,6 +1701,9 @@ impl<'w> Sim<'w> {
             }
         }
         if long && self.setup.config.steal != Steal::Off {
+            // As `worker::run_round`: the inbox at once after a long turn, and the line fresh.
+            self.take_inbox(k);
+            self.publish(k);
             self.share_behind_long_turn(k, 2);
             self.cores[k].nudge_cooldown = 0;
         }
@@ -1725,8 +1728,8 @@ impl<'w> Sim<'w> {
         let status = &self.net.status;
         let peers = steal::candidates(&self.tiers[k], random)
             .map(|w| (w, status[w].state != State::Busy, status[w].ready.at(now)));
-        let Some(thief) = steal::long_turn_thief(waiting, peers) else { return };
-        let loans = steal::lend_behind_long_turn(&mut self.cores[k].queue, thief, config);
+        let Some((thief, idle)) = steal::long_turn_thief(waiting, peers) else { return };
+        let loans = steal::lend_behind_long_turn(&mut self.cores[k].queue, thief, idle, config);
         if loans.is_empty() {
             return;
         }
