@@ -163,13 +163,16 @@ pub struct Config {
     /// Cost-aware stealing (the team's Mely idea): a color whose turns are measured to take less
     /// than this is not lent, since moving it costs more than running it where it is (a steal
     /// round trip is a few microseconds, and a moved color's data follows it into another
-    /// cache). Turns are timed on a sample (one in `steal::TURN_SAMPLE`). `None`: off.
+    /// cache). Turns are timed on a sample (one in `steal::TURN_SAMPLE`), and, with two workers or
+    /// more, a color's first turn on a worker and every turn of a color measured over 20 us, so a
+    /// color is weighed from its first turn. `None`: off.
     pub steal_min_work: Option<Duration>,
     /// Events of one color run back to back before the worker moves to the next ready color.
     /// Bounds how long one busy color can delay the others (a guess: long enough to keep the
     /// color's data in cache, short enough to be fair).
     pub turn_budget: usize,
-    /// Events per round: between two looks at the inbox and two flushes of outgoing buffers.
+    /// Events per round: between two looks at the inbox and two flushes of outgoing buffers
+    /// (a turn over a millisecond is followed by a look at the inbox as well).
     /// Seastar polls once per loop turn; 256 events keeps inbox latency at a few microseconds for
     /// sub-microsecond handlers (a guess, to be tuned by the benchmarks).
     pub round_budget: usize,

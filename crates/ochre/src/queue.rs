@@ -119,11 +119,12 @@ struct Slot {
     lease: Lease,
     /// Never lent (the slot is kept even when empty, to remember it).
     pinned: bool,
-    /// How long a turn of this color takes, in ns (moving average of sampled turns; 0 until
-    /// sampled). What a thief would get by taking it, for cost-aware stealing.
+    /// How long a turn of this color takes, in ns (moving average of timed turns: sampled and
+    /// watched; 0 until timed). What a thief would get by taking it, for cost-aware stealing.
     weight_ns: u64,
-    /// How long one event of this color takes, in ns (moving average over sampled turns; 0
-    /// until sampled): its queued work is this times its queued events (`Steal::Backlog`).
+    /// How long one event of this color takes, in ns (moving average over timed turns, sampled
+    /// and watched, or a loan's measure; 0 until timed): its queued work is this times its queued
+    /// events (`Steal::Backlog`).
     event_ns: u64,
     /// Who posts to the color (`follow`).
     traffic: Traffic,
@@ -815,7 +816,7 @@ impl ColorQueue {
         self.slots[key].event_ns > ns
     }
 
-    /// The measured cost of an event of the color in `key`, ns: its own sampled turns', else
+    /// The measured cost of an event of the color in `key`, ns: its own timed turns', else
     /// (not timed yet, or just arrived) this worker's average; 0 when nothing was timed.
     pub(crate) fn event_cost(&self, key: usize) -> u64 {
         match self.slots[key].event_ns {
@@ -878,8 +879,8 @@ impl ColorQueue {
 
     fn lendable(&self, key: usize, min_weight_ns: u64) -> bool {
         let s = &self.slots[key];
-        // With a floor, a color not sampled yet stays: a few turns tell whether it is worth
-        // moving, and moving a light one costs more than waiting does.
+        // With a floor, a color not timed yet stays (its first turn here, watched, tells whether
+        // it is worth moving): moving a light one costs more than waiting does.
         s.lease == Lease::Local && !s.pinned && s.holding == 0 && s.weight_ns >= min_weight_ns
     }
 

@@ -110,8 +110,8 @@ counters! {
     steals_in = StealsIn,
     /// Colors this worker lent to thieves (asked, or unasked after long turns).
     steals_out = StealsOut,
-    /// Long turns before or after which this worker lent waiting colors to an idle worker
-    /// unasked (`steal::share_behind_long_turn`).
+    /// Long turns before or after which this worker lent waiting colors unasked, to an idle
+    /// worker or one color to a busier one (`steal::share_behind_long_turn`).
     #[serde(default)]
     long_turn_shares = LongTurnShares,
     /// Events that came with the colors this worker stole.

@@ -19,10 +19,12 @@
 //! the end of the turn running there; for turns of milliseconds (a data-parallel job's chunks)
 //! that is the whole problem. A worker times the turns of colors not known to be short (a color's
 //! first turn on a worker is timed, so a short color is watched about once; a chunk of a job is
-//! then known for the backlog it is) and, around a long one, lends half
-//! of its waiting colors to an idle worker, or to one with fewer waiting, with an unasked `Grant`
-//! ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease, forwards and
-//! return), only its trigger differs; the receiver's own request is settled only by an answer.
+//! then known for the backlog it is) and, around a long one, lends half of its waiting colors
+//! to an idle worker, or one color to a busy one with fewer waiting (after such a turn it first
+//! takes its inbox: loans and lines a round of long turns late would be judged), with an
+//! unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease,
+//! forwards and return), only its trigger differs; the receiver's own request is settled only by
+//! an answer.
 //!
 //! Policy and mechanism are apart: which victims a thief tries and in what order
 //! ([`victim_tiers`], [`candidates`]), whether one is worth asking ([`worth_asking`]) and what a
@@ -188,7 +190,8 @@ pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 /// clock reads, the color's own cost: `ColorQueue::record_watched_turn`), preceded by a flush of
 /// the worker's batches, and, long ([`long_turn`]), followed by a share of the work waiting
 /// behind it ([`share_behind_long_turn`]). A short color pays for one watched turn on each worker
-/// it arrives at.
+/// it arrives at, unless it comes as a loan: a loan carries its lender's measure (a color moved
+/// for good by `follow` does not).
 pub(crate) const WATCHED_ABOVE_NS: u64 = BACKLOG_FLOOR;
 
 /// Whether a watched turn that lasted `ns` was long: the colors waiting behind it waited
@@ -203,11 +206,13 @@ pub(crate) fn long_turn(ns: u64) -> bool {
 pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
 
 /// Around a long turn, a worker lends half of its waiting colors (one at least) to an idle
-/// worker (none idle: to the one with two fewer colors waiting, at least) at once, unasked (a
-/// `Grant` that is no answer, unless that worker's request waits here): colors that wait behind
-/// long turns wait for as long as those turns run, which the other worker does not make them do.
-/// Before a turn of a color measured long ([`LONG_EVENT_NS`]) with `min_waiting` 1, and after a
-/// turn seen long ([`long_turn`]) with `min_waiting` 2 (the first of them runs next here). Why
+/// worker, or, none idle, one color to the one with two fewer colors waiting, at least
+/// ([`lend_behind_long_turn`]), at once, unasked (a `Grant` that is no answer, unless that
+/// worker's request waits here): colors that wait behind long turns wait for as long as those
+/// turns run, which the other worker does not make them do. Before a turn of a color measured
+/// long ([`LONG_EVENT_NS`]) with `min_waiting` 1 (not right after a share at the last turn's
+/// end), and after a turn timed long ([`long_turn`]) with `min_waiting` 2 (the first of them runs
+/// next here), once the worker has taken its inbox. Why
 /// not wait for the idle worker to ask: it asks only victims that advertise a backlog, a worker
 /// advertises between turns, so a request made after the advertisement waits for the end of the
 /// next long turn; and a waiting color whose cost is not known (a chunk of a job runs once) is
@@ -274,10 +279,11 @@ pub(crate) fn long_turn_thief(
 
 /// What a worker lends `thief` behind a long turn: the last waiting colors first; to an idle
 /// thief half of those that may be lent (one at least), to a busy one (`long_turn_thief`'s
-/// fallback) one. A busy thief runs a loan only after its own line, and the lines it is judged
-/// by are published once a round: at a job's start both workers read the other's as empty and
-/// lent each other half, and twenty 10 ms chunks ended 12 to 8 or 14 to 6 as often as even
-/// (a trace: loans waited 10 to 60 ms behind the borrower's line while the lender went idle).
+/// fallback) one (a grouped color brings its waiting group along, either way). A busy thief runs
+/// a loan only after its own line, and the lines it is judged by are published once a round: at
+/// a job's start both workers read the other's as empty and lent each other half, and twenty
+/// 10 ms chunks ended 12 to 8 or 14 to 6 as often as even (a trace: loans waited 10 to 60 ms
+/// behind the borrower's line while the lender went idle).
 pub(crate) fn lend_behind_long_turn(
     queue: &mut crate::queue::ColorQueue,
     thief: usize,
@@ -507,6 +513,36 @@ mod tests {
         let mut q = lender(40);
         let most = config.steal_batch_max;
         assert_eq!(lend_behind_long_turn(&mut q, 1, true, &config).len(), most);
+    }
+
+    #[test]
+    fn a_request_routed_after_a_long_turn_is_answered_by_the_share_alone() {
+        let config = Config::default().steal(Steal::Plain).steal_batch(true);
+        let (shared, mut cores) = setup_with(2, config, "");
+        for k in 0..8 {
+            let _ = cores[0].queue.post(color_on(0, 2, k), Task::new(|| {}), false);
+        }
+        shared.remotes[0].status.ready.store(8, Ordering::Relaxed);
+        request(&mut cores[1], &shared);
+        assert!(cores[1].steal_pending);
+        shared.remotes[1].status.idle.store(true, Ordering::Relaxed);
+        // The victim's long turn ends: inbox, then the share.
+        cores[0].take_inbox_before_share(&shared);
+        assert_eq!(cores[0].queue.ready_len(), 8, "the request waited for the share");
+        share_behind_long_turn(&mut cores[0], &shared, 2);
+        // Answered once: half of the line, not an answer (half) and a share (half of the rest).
+        assert_eq!(cores[0].queue.ready_len(), 4);
+        assert_eq!(shared.remotes[0].poke.steal_request.load(Ordering::Relaxed), 0);
+        answer(&mut cores[0], &shared);
+        assert_eq!(cores[0].queue.ready_len(), 4, "nothing left to answer");
+        let grants: Vec<(usize, bool)> = inbox_msgs(&shared, 1)
+            .into_iter()
+            .filter_map(|m| match m {
+                Msg::Grant { loans, asked, .. } => Some((loans.len(), asked)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(grants, [(4, true)]);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! 2. answer a steal request, if a thief left one;
 //! 3. run ready colors, a turn each (up to `turn_budget` events of one color back to back), up to
 //!    `round_budget` events, answering steal requests between turns and doing the safety flush
-//!    check every few events;
+//!    check every few events; after a turn over a millisecond (`steal::long_turn`), take the
+//!    inbox again and share what waits with a less loaded worker;
 //! 4. flush every outgoing buffer and publish counters;
 //! 5. with nothing to run, go idle (`idle`): steal, spin, or sleep.
 //!
@@ -96,6 +97,11 @@ pub(crate) struct Core {
     turn_sends: u32,
     /// True while the inbox is being filed in the middle of a handler ([`Core::send`]).
     filing: bool,
+    /// True while the inbox is taken after a long turn: a thief's request routed then is not
+    /// answered, the long turn's share right after takes it (`steal::share_behind_long_turn`),
+    /// or the next answer between turns does; answered at once, the thief got an answer and a
+    /// share, three quarters of the line.
+    requests_wait: bool,
     /// Posts held by a guest's fence during the current turn (filed every `HELD_FILE_EVERY`).
     held_in_turn: u32,
     /// The ready count last written to this worker's status (`publish_ready`).
@@ -162,6 +168,7 @@ impl Core {
             outside_spare: Vec::new(),
             turn_sends: 0,
             filing: false,
+            requests_wait: false,
             held_in_turn: 0,
             published_ready: 0,
             published_backlog: false,
@@ -473,6 +480,14 @@ impl Core {
         self.overdue = due;
     }
 
+    /// Takes the inbox after a long turn, before the share behind it: a thief's request routed
+    /// now is left to that share ([`requests_wait`](Self::requests_wait)).
+    pub(crate) fn take_inbox_before_share(&mut self, shared: &Shared) {
+        self.requests_wait = true;
+        self.take_inbox(shared);
+        self.requests_wait = false;
+    }
+
     /// Takes everything in the inbox and routes it. Returns the number of messages taken.
     pub(crate) fn take_inbox(&mut self, shared: &Shared) -> u64 {
         let remote = &shared.remotes[self.id];
@@ -620,6 +635,7 @@ impl Core {
                 let ask = self.queue.synced(color, epoch);
                 self.ask_sync(shared, ask);
             }
+            Msg::StealRequest if self.requests_wait => {}
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
@@ -862,6 +878,8 @@ impl WorkerCtx {
         let mut ran = 0;
         // Turns of colors that admit readers that had to wait for reads, this round (`reader`).
         let mut waited = 0;
+        // The last turn was long and shared what waited behind it.
+        let mut shared_before_next = false;
         while ran < shared.config.round_budget {
             let (key, color, mut next, turn_timer, sampled, timed_events, writes, watched) = {
                 let mut core = self.core.borrow_mut();
@@ -910,10 +928,21 @@ impl WorkerCtx {
                 if watched && shared.config.batching && core.outbox.has_pending() {
                     core.flush_all(shared);
                 }
-                if watched && stealing && core.queue.known_over(key, steal::LONG_EVENT_NS) {
+                // Not right after the last turn's share: the same lines, judged again, would
+                // lend a busy worker a second color, an idle one half of the rest.
+                let after_share = std::mem::take(&mut shared_before_next);
+                if watched
+                    && stealing
+                    && !after_share
+                    && core.queue.known_over(key, steal::LONG_EVENT_NS)
+                {
                     steal::share_behind_long_turn(&mut core, shared, 1);
                 }
-                let turn_timer = (sample || watched).then(|| (Instant::now(), sample));
+                let turn_timer = match (sample, watched) {
+                    (true, _) => Some(TurnTimer::Sampled(Instant::now())),
+                    (false, true) => Some(TurnTimer::Watched(Instant::now())),
+                    (false, false) => None,
+                };
                 (key, color, first, turn_timer, sampled, timed, writes, watched)
             };
             self.current.set(Some(color));
@@ -934,18 +963,15 @@ impl WorkerCtx {
             let mut core = self.core.borrow_mut();
             core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
-            let turn_ns = turn_timer.map(|(t0, sample)| {
-                (t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64, sample)
-            });
-            let long = match turn_ns {
-                // The sample stands for every color not timed yet (the worker's average); a
-                // watched turn, of a color not known short, is its color's own cost only (first
-                // turns and long colors would lift the average).
-                Some((ns, true)) => {
+            // An empty turn (a guest given back) tells nothing of the color's cost.
+            let long = match turn_timer.filter(|_| n > 0) {
+                Some(TurnTimer::Sampled(t0)) => {
+                    let ns = elapsed_ns(t0);
                     core.queue.record_turn(key, ns, n);
                     watched && steal::long_turn(ns)
                 }
-                Some((ns, false)) => {
+                Some(TurnTimer::Watched(t0)) => {
+                    let ns = elapsed_ns(t0);
                     core.queue.record_watched_turn(key, ns, n);
                     steal::long_turn(ns)
                 }
@@ -998,13 +1024,15 @@ impl WorkerCtx {
             }
             core.end_of_turn_flush(shared);
             if long && stealing {
-                // The inbox of a worker in long turns waits a round of them (each one's loans
-                // and counts with it), so after one it is taken at once, and the lines judged
-                // fresh: the two workers of a job whose chunks run 10 ms lent each other colors
-                // on counts a round old, and loans waited 10-30 ms to be seen.
-                core.take_inbox(shared);
-                core.publish_ready(shared);
+                // A worker in long turns takes its inbox and publishes its line once a round,
+                // a round of long turns late; after one it does both at once, so loans and posts
+                // are routed a turn late at most and shares are judged on fresh lines (two
+                // workers running 10 ms chunks lent each other colors on lines a round old, and
+                // loans waited 10 to 60 ms to be seen).
+                core.take_inbox_before_share(shared);
                 steal::share_behind_long_turn(&mut core, shared, 2);
+                core.publish_ready(shared);
+                shared_before_next = true;
                 // Advertise what is left now, not in `NUDGE_EVERY_ROUNDS` turns as long.
                 core.nudge_cooldown = 0;
             }
@@ -1115,6 +1143,20 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     } else {
         "<non-string panic payload>".to_string()
     }
+}
+
+/// How a turn is timed: a cost sample (`steal::turn_sample`), which stands for every color not
+/// timed yet (the worker's average) as well as its own, or a watched turn (a color not known to
+/// be short), its color's own cost only (first turns and long colors would lift the average).
+#[derive(Clone, Copy)]
+enum TurnTimer {
+    Sampled(Instant),
+    Watched(Instant),
+}
+
+/// Nanoseconds since `t0`, saturated.
+fn elapsed_ns(t0: Instant) -> u64 {
+    t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 #[cfg(all(test, not(loom)))]

@@ -6,7 +6,7 @@
 //! an idle core, at a burst, to idle cores at the end of a turn, the safety flush against the
 //! outbox's own mean interval, all at the end of a round), where a color moves and when it comes
 //! back, when to spin and how long, whom to ask for a color and what a victim lends, what a long
-//! turn shares unasked (turns of colors not known short timed): the engine
+//! turn shares unasked (the turns of colors not known to be short are timed): the engine
 //! calls the functions the workers call, with the same `Config`. What is the engine's: the
 //! mechanism around them (the worker loop's order of steps, modelled as in `worker::run`), and
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
@@ -23,8 +23,9 @@
 //!   step is one round of a core's run loop (inbox, turns, flush), or a stretch of whole turns
 //!   of a long round (`ROUND_STEP_NS`), or of a handler's posts up to where it files its inbox
 //!   while another core's step is due before its clock (`cut_posts`). A core takes its inbox
-//!   between rounds, and, as the real worker does, in the middle of a handler that sent a full
-//!   batch or held `worker::HELD_FILE_EVERY` posts behind a fence (`file_mid_turn`). Messages
+//!   between rounds, after a long turn (`steal::long_turn`), and, as the real worker does, in
+//!   the middle of a handler that sent a full batch or held `worker::HELD_FILE_EVERY` posts
+//!   behind a fence (`file_mid_turn`). Messages
 //!   carry their arrival time, and a core sees only those arrived by its current time; likewise
 //!   the hints a core publishes for thieves and posters (its ready count, its backlog flag:
 //!   `Hint`) are seen from their publication time on, though its step ran ahead. Between one
@@ -358,6 +359,8 @@ struct Core {
     steal_backoff: u32,
     steal_backoff_next: u32,
     nudge_cooldown: u32,
+    /// The last turn was long and shared what waited behind it (`worker::run_round`).
+    shared_at_turn_end: bool,
     last_sleep: Option<Duration>,
     turns: u32,
     /// Posts made by this core's handlers (wrapping): stamps its events ([`Tag::posted`]).
@@ -739,6 +742,9 @@ pub struct Sim<'w> {
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
+    /// True while a core takes its inbox after a long turn: a request routed then waits for
+    /// the share (`worker::Core`'s `requests_wait`).
+    requests_wait: bool,
     /// Reused buffers: arrivals taken from an inbox, destinations to flush.
     arrived: Vec<Arrival>,
     /// Reused buffer: the arrivals left in an inbox for later.
@@ -777,6 +783,7 @@ impl<'w> Sim<'w> {
                 steal_backoff: 0,
                 steal_backoff_next: 1,
                 nudge_cooldown: 0,
+                shared_at_turn_end: false,
                 last_sleep: None,
                 turns: 0,
                 posted: 0,
@@ -853,6 +860,7 @@ impl<'w> Sim<'w> {
             posts: Vec::new(),
             arrived: Vec::new(),
             later: Vec::new(),
+            requests_wait: false,
             scratch: Vec::new(),
             posting: false,
             cut: false,
@@ -1222,6 +1230,7 @@ impl<'w> Sim<'w> {
                 let ask = self.cores[k].queue.synced(color, epoch);
                 self.ask_sync(k, ask);
             }
+            Msg::StealRequest if self.requests_wait => {}
             Msg::StealRequest => self.answer(k),
             Msg::Pin { color } => self.cores[k].queue.pin(color),
             Msg::Io(_) => {}
@@ -1261,7 +1270,8 @@ impl<'w> Sim<'w> {
         // As `worker::run_round`: nothing buffered waits behind a watched turn, and the colors
         // waiting behind one of a color measured long are shared first.
         let watched = n > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
-        let long = watched && core.queue.known_over(key, steal::LONG_EVENT_NS);
+        let after_share = std::mem::take(&mut core.shared_at_turn_end);
+        let long = watched && !after_share && core.queue.known_over(key, steal::LONG_EVENT_NS);
         if watched && self.setup.config.batching && core.outbox.has_pending() {
             self.flush_all(k);
         }
@@ -1329,12 +1339,13 @@ impl<'w> Sim<'w> {
         }
         // As `worker::run_round`: a sampled turn is the worker's average too, a watched one
         // its color's own cost only.
-        if timed {
+        // An empty turn tells nothing of the color's cost.
+        if timed && n > 0 {
             self.cores[k].queue.record_turn(key, end - start, n);
-        } else if watched {
+        } else if watched && n > 0 {
             self.cores[k].queue.record_watched_turn(key, end - start, n);
         }
-        let long = watched && steal::long_turn(end - start);
+        let long = watched && n > 0 && steal::long_turn(end - start);
         self.end_turn(k, key, long);
         Some(n)
     }
@@ -1701,11 +1712,15 @@ impl<'w> Sim<'w> {
             }
         }
         if long && self.setup.config.steal != Steal::Off {
-            // As `worker::run_round`: the inbox at once after a long turn, and the line fresh.
+            // As `worker::run_round`: the inbox at once after a long turn (a request waits for
+            // the share), and the line published after the share.
+            self.requests_wait = true;
             self.take_inbox(k);
-            self.publish(k);
+            self.requests_wait = false;
             self.share_behind_long_turn(k, 2);
+            self.publish(k);
             self.cores[k].nudge_cooldown = 0;
+            self.cores[k].shared_at_turn_end = true;
         }
         if self.setup.config.steal != Steal::Off {
             self.publish(k);
