@@ -783,19 +783,16 @@ impl ColorQueue {
 
     /// Records a timed turn of the color in `key`: `ns` for the whole turn of `events`.
     pub(crate) fn record_turn(&mut self, key: usize, ns: u64, events: usize) {
-        if self.record_own(key, ns, events) {
+        if self.record_watched_turn(key, ns, events) {
             self.event_ns = cost_average(self.event_ns, ns / events.max(1) as u64);
         }
     }
 
     /// Records a watched turn (`ns` for `events`, a color not known short: `known_within`) as
     /// the color's own cost only: the worker's average stands for colors not timed yet and takes
-    /// sampled turns only (a color's first turns, and every turn of the long ones, would lift it).
-    pub(crate) fn record_watched_turn(&mut self, key: usize, ns: u64, events: usize) {
-        self.record_own(key, ns, events);
-    }
-
-    fn record_own(&mut self, key: usize, ns: u64, events: usize) -> bool {
+    /// sampled turns only (a color's first turns, and every turn of the long ones, would lift
+    /// it). False if the color left its slot.
+    pub(crate) fn record_watched_turn(&mut self, key: usize, ns: u64, events: usize) -> bool {
         let Some(slot) = self.slots.get_mut(key) else { return false };
         slot.weight_ns = cost_average(slot.weight_ns, ns);
         slot.event_ns = cost_average(slot.event_ns, ns / events.max(1) as u64);

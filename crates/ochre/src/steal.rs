@@ -20,9 +20,9 @@
 //! that is the whole problem. A worker times the turns of colors not known to be short (a color's
 //! first turn on a worker is timed, so a short color is watched about once; a chunk of a job is
 //! then known for the backlog it is) and, around a long one, lends half of its waiting colors
-//! to an idle worker, or one color to a busy one with fewer waiting (after such a turn it first
-//! takes its inbox: loans and lines a round of long turns late would be judged), with an
-//! unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease,
+//! to an idle worker, or one color to a busy one with fewer waiting (after such a turn it then
+//! takes its inbox and publishes its line: loans and lines a round of long turns late would be
+//! judged), with an unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease,
 //! forwards and return), only its trigger differs; the receiver's own request is settled only by
 //! an answer.
 //!
@@ -212,7 +212,7 @@ pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
 /// turns run, which the other worker does not make them do. Before a turn of a color measured
 /// long ([`LONG_EVENT_NS`]) with `min_waiting` 1 (not right after a share at the last turn's
 /// end), and after a turn timed long ([`long_turn`]) with `min_waiting` 2 (the first of them runs
-/// next here), once the worker has taken its inbox. Why
+/// next here), before the worker takes its inbox again. Why
 /// not wait for the idle worker to ask: it asks only victims that advertise a backlog, a worker
 /// advertises between turns, so a request made after the advertisement waits for the end of the
 /// next long turn; and a waiting color whose cost is not known (a chunk of a job runs once) is
@@ -526,12 +526,12 @@ mod tests {
         request(&mut cores[1], &shared);
         assert!(cores[1].steal_pending);
         shared.remotes[1].status.idle.store(true, Ordering::Relaxed);
-        // The victim's long turn ends: inbox, then the share.
-        cores[0].take_inbox_before_share(&shared);
-        assert_eq!(cores[0].queue.ready_len(), 8, "the request waited for the share");
+        // The victim's long turn ends: the share, then the inbox (the request's message).
         share_behind_long_turn(&mut cores[0], &shared, 2);
-        // Answered once: half of the line, not an answer (half) and a share (half of the rest).
-        assert_eq!(cores[0].queue.ready_len(), 4);
+        assert_eq!(cores[0].queue.ready_len(), 4, "half of the line, to the waiting thief");
+        cores[0].take_inbox(&shared);
+        // Answered once: half of the line, not a share (half) and an answer (half of the rest).
+        assert_eq!(cores[0].queue.ready_len(), 4, "the request's message found it answered");
         assert_eq!(shared.remotes[0].poke.steal_request.load(Ordering::Relaxed), 0);
         answer(&mut cores[0], &shared);
         assert_eq!(cores[0].queue.ready_len(), 4, "nothing left to answer");

@@ -97,11 +97,6 @@ pub(crate) struct Core {
     turn_sends: u32,
     /// True while the inbox is being filed in the middle of a handler ([`Core::send`]).
     filing: bool,
-    /// True while the inbox is taken after a long turn: a thief's request routed then is not
-    /// answered, the long turn's share right after takes it (`steal::share_behind_long_turn`),
-    /// or the next answer between turns does; answered at once, the thief got an answer and a
-    /// share, three quarters of the line.
-    requests_wait: bool,
     /// Posts held by a guest's fence during the current turn (filed every `HELD_FILE_EVERY`).
     held_in_turn: u32,
     /// The ready count last written to this worker's status (`publish_ready`).
@@ -168,7 +163,6 @@ impl Core {
             outside_spare: Vec::new(),
             turn_sends: 0,
             filing: false,
-            requests_wait: false,
             held_in_turn: 0,
             published_ready: 0,
             published_backlog: false,
@@ -480,14 +474,6 @@ impl Core {
         self.overdue = due;
     }
 
-    /// Takes the inbox after a long turn, before the share behind it: a thief's request routed
-    /// now is left to that share ([`requests_wait`](Self::requests_wait)).
-    pub(crate) fn take_inbox_before_share(&mut self, shared: &Shared) {
-        self.requests_wait = true;
-        self.take_inbox(shared);
-        self.requests_wait = false;
-    }
-
     /// Takes everything in the inbox and routes it. Returns the number of messages taken.
     pub(crate) fn take_inbox(&mut self, shared: &Shared) -> u64 {
         let remote = &shared.remotes[self.id];
@@ -635,7 +621,6 @@ impl Core {
                 let ask = self.queue.synced(color, epoch);
                 self.ask_sync(shared, ask);
             }
-            Msg::StealRequest if self.requests_wait => {}
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
@@ -1028,9 +1013,12 @@ impl WorkerCtx {
                 // a round of long turns late; after one it does both at once, so loans and posts
                 // are routed a turn late at most and shares are judged on fresh lines (two
                 // workers running 10 ms chunks lent each other colors on lines a round old, and
-                // loans waited 10 to 60 ms to be seen).
-                core.take_inbox_before_share(shared);
+                // loans waited 10 to 60 ms to be seen). The share first: it takes a waiting
+                // thief's request from the slot as its answer, and the request's message, routed
+                // after, finds it answered (routed first, it answered with half of the line and
+                // the share lent the same thief half of the rest).
                 steal::share_behind_long_turn(&mut core, shared, 2);
+                core.take_inbox(shared);
                 core.publish_ready(shared);
                 shared_before_next = true;
                 // Advertise what is left now, not in `NUDGE_EVERY_ROUNDS` turns as long.

@@ -742,9 +742,6 @@ pub struct Sim<'w> {
     checks: Option<Checks>,
     report: Report,
     posts: Vec<Post>,
-    /// True while a core takes its inbox after a long turn: a request routed then waits for
-    /// the share (`worker::Core`'s `requests_wait`).
-    requests_wait: bool,
     /// Reused buffers: arrivals taken from an inbox, destinations to flush.
     arrived: Vec<Arrival>,
     /// Reused buffer: the arrivals left in an inbox for later.
@@ -860,7 +857,6 @@ impl<'w> Sim<'w> {
             posts: Vec::new(),
             arrived: Vec::new(),
             later: Vec::new(),
-            requests_wait: false,
             scratch: Vec::new(),
             posting: false,
             cut: false,
@@ -1230,7 +1226,6 @@ impl<'w> Sim<'w> {
                 let ask = self.cores[k].queue.synced(color, epoch);
                 self.ask_sync(k, ask);
             }
-            Msg::StealRequest if self.requests_wait => {}
             Msg::StealRequest => self.answer(k),
             Msg::Pin { color } => self.cores[k].queue.pin(color),
             Msg::Io(_) => {}
@@ -1712,12 +1707,10 @@ impl<'w> Sim<'w> {
             }
         }
         if long && self.setup.config.steal != Steal::Off {
-            // As `worker::run_round`: the inbox at once after a long turn (a request waits for
-            // the share), and the line published after the share.
-            self.requests_wait = true;
-            self.take_inbox(k);
-            self.requests_wait = false;
+            // As `worker::run_round`: the share (a waiting request is its answer), then the
+            // inbox at once, and the line published.
             self.share_behind_long_turn(k, 2);
+            self.take_inbox(k);
             self.publish(k);
             self.cores[k].nudge_cooldown = 0;
             self.cores[k].shared_at_turn_end = true;
