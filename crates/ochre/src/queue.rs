@@ -72,6 +72,15 @@ use crate::follow::{self, Traffic};
 use crate::message::{Loan, Task};
 use crate::Color;
 
+/// How far ahead of the running event the closure of a later event of its color is prefetched.
+/// A fan-out's closures are written in posting order (interleaved over the receivers) and read
+/// color by color long after, so without it each one is a cache miss: `bench actors` at 1
+/// worker, bank (a teller posting 300K transactions at once) went from 0.47 to 0.78-0.89 of
+/// tokio's rate, with 47% of its time on that load before. 8 events ahead hides the miss for
+/// events of tens of nanoseconds (3 did a little less on fork-join, empty items); a queue
+/// shorter than that prefetches nothing (producer-consumer: no change).
+const PREFETCH_AHEAD: usize = 8;
+
 /// Empty `Local` slots are kept for reuse (no hash-map churn when a color comes and goes) up to
 /// this many slots in the table; beyond it, a slot is dropped as soon as it empties, and with it
 /// what `follow` knows of the color's traffic (a color whose slot is new is at its first post,
@@ -681,6 +690,9 @@ impl ColorQueue {
     pub(crate) fn pop(&mut self, key: usize) -> Option<Task> {
         let slot = &mut self.slots[key];
         let task = slot.events.pop_front()?;
+        if let Some(next) = slot.events.get(PREFETCH_AHEAD) {
+            next.prefetch();
+        }
         slot.urgent = slot.urgent.saturating_sub(1);
         self.pending -= 1;
         Some(task)
