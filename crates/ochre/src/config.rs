@@ -81,7 +81,11 @@ pub enum Steal {
     /// An idle worker takes colors from a worker with at least two colors waiting, and only
     /// colors whose queued events amount to work worth a move: their count times the color's
     /// measured cost per event reaches 20 µs (`steal::BACKLOG_FLOOR`; a steal round trip is a
-    /// few microseconds). The victim keeps at least one waiting color and lends
+    /// few microseconds), or, when none does, light colors together: with 128 colors or more
+    /// waiting whose number times an event's estimated cost reaches twice that floor (a parallel
+    /// loop's chunks, a color each: none alone is worth a move), up to 256 of them in a loan
+    /// (`fanout_probe 10000 10000 9 local work`, ten thousand 1 us colors homed on the driver's
+    /// worker: 0.64 -> 0.87M events/s). The victim keeps at least one waiting color and lends
     /// at most half of them. What it balances: a fan-out's receivers queued behind the event that
     /// posted them (a driver posting thousands of messages runs its own share only after), and
     /// work queued on a worker whose CPU another process shares. What it leaves alone: partners

@@ -318,6 +318,18 @@ fn recent_entry(color: Color) -> usize {
 /// fan-out's receivers queue alike, so the last few tell as much as all of them.
 const BACKLOG_LOOK: usize = 4;
 
+/// Waiting colors from which colors each too light to be a backlog are one together
+/// ([`ColorQueue::has_backlog`]): a fan-out of one-event colors (a parallel loop's chunks, a
+/// color each) holds its work in its number of colors, and none of them alone holds a steal's
+/// worth. Below it, light colors wait as before (a ring's tokens, actors passing a message or two
+/// each: `follow` moves those, and lending them splits partners).
+const LIGHT_BACKLOG_COLORS: usize = 128;
+
+/// Most colors lent at once from a light backlog: each is a loan (a slot on each side, a return
+/// when it empties), so a loan of a few hundred light colors is what a request of a few
+/// microseconds pays for; the thief asks again when it has run them.
+const LIGHT_LOAN_MAX: usize = 256;
+
 /// The run queue of one worker.
 pub(crate) struct ColorQueue {
     me: usize,
@@ -337,6 +349,11 @@ pub(crate) struct ColorQueue {
     /// How long an event takes here, over every sampled turn (ns, moving average; 0 until one
     /// is): the estimate for a color not sampled itself.
     event_ns: u64,
+    /// What a color's first timed turn here cost an event (ns, moving average; 0 until one
+    /// was): the estimate for colors not timed yet when many wait together (a light backlog).
+    /// Apart from `event_ns`, which takes sampled turns only: a fan-out's one-event colors are
+    /// each timed once, watched, and never sampled.
+    first_ns: u64,
     /// Colors that came to this worker so far (moved, lent, forwarded here, or back home): each
     /// arrival is numbered by it (`Slot::arrived`).
     arrivals: u64,
@@ -358,6 +375,7 @@ impl ColorQueue {
             pending: 0,
             guests: GuestFilter::default(),
             event_ns: 0,
+            first_ns: 0,
             arrivals: 0,
             dropped_arrival: 0,
         }
@@ -806,6 +824,9 @@ impl ColorQueue {
     /// it). False if the color left its slot.
     pub(crate) fn record_watched_turn(&mut self, key: usize, ns: u64, events: usize) -> bool {
         let Some(slot) = self.slots.get_mut(key) else { return false };
+        if slot.event_ns == 0 {
+            self.first_ns = cost_average(self.first_ns, ns / events.max(1) as u64);
+        }
         slot.weight_ns = cost_average(slot.weight_ns, ns);
         slot.event_ns = cost_average(slot.event_ns, ns / events.max(1) as u64);
         true
@@ -861,19 +882,33 @@ impl ColorQueue {
     /// [`lend_backlog`]: Self::lend_backlog
     pub(crate) fn has_backlog(&self, floor_ns: u64) -> bool {
         self.ready.len() >= 2
-            && self
+            && (self
                 .ready
                 .iter()
                 .skip(1)
                 .rev()
                 .take(BACKLOG_LOOK)
                 .any(|&k| self.backlogged(k, floor_ns))
+                || self.light_backlog(floor_ns))
+    }
+
+    /// True if the waiting colors hold a backlog together though none may alone: at least
+    /// [`LIGHT_BACKLOG_COLORS`] wait, the last to run may be lent, and their number times an
+    /// event's cost here (the larger of the sampled average and a first turn's) reaches twice
+    /// `floor_ns` (a loan leaves half of it here).
+    fn light_backlog(&self, floor_ns: u64) -> bool {
+        let per_color = self.event_ns.max(self.first_ns);
+        self.ready.len() >= LIGHT_BACKLOG_COLORS
+            && self.ready.back().is_some_and(|&k| self.lendable(k, 0))
+            && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2)
     }
 
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
     /// last here first, never the first, at most `max` and at most half of the waiting colors:
     /// this worker keeps at least one waiting color (lending a lone color would move work, not
-    /// share it).
+    /// share it). With none such but a light backlog ([`light_backlog`](Self::light_backlog)),
+    /// it lends the last half of the waiting colors that may be lent, at most
+    /// [`LIGHT_LOAN_MAX`].
     pub(crate) fn lend_backlog(&mut self, thief: usize, max: usize, floor_ns: u64) -> Vec<Loan> {
         let n = (self.ready.len() / 2).min(max);
         let mut loans = Vec::new();
@@ -882,6 +917,26 @@ impl ColorQueue {
             let pos = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns));
             let Some(pos) = pos.filter(|&p| p > 0) else { break };
             loans.extend(self.lend_at(thief, pos));
+        }
+        if loans.is_empty() && self.light_backlog(floor_ns) {
+            let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
+            // A color not timed yet goes with the estimate the backlog was judged by: the
+            // borrower does not watch its turn (a clock read on each side, and a flush of the
+            // borrower's batches before it: one message a batch, the return of the color before).
+            let estimate = self.event_ns.max(self.first_ns);
+            // From the back, never the first; a removal leaves the positions before it as they were.
+            let mut pos = self.ready.len();
+            while loans.len() < n && pos > 1 {
+                pos -= 1;
+                if self.lendable(self.ready[pos], 0) {
+                    loans.extend(self.lend_at(thief, pos).map(|mut loan| {
+                        if loan.event_ns == 0 {
+                            loan.event_ns = estimate;
+                        }
+                        loan
+                    }));
+                }
+            }
         }
         loans
     }
@@ -1399,6 +1454,50 @@ mod tests {
         q.record_turn(key(&q, other), 64_000, 1);
         assert!(!q.has_backlog(20_000));
         assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+    }
+
+    #[test]
+    fn many_light_colors_are_a_backlog_together_and_half_of_them_are_lent() {
+        let log = Log::default();
+        let colors: Vec<Color> = (0..)
+            .map(Color)
+            .filter(|&c| home_of(c, Placement::flat(2)) == 0)
+            .take(3 * LIGHT_LOAN_MAX)
+            .collect();
+        let queue = |n: usize, first_ns: u64| {
+            let mut q = ColorQueue::new(0, Placement::flat(2));
+            // A first color timed on its first turn: the estimate for the others.
+            let _ = q.post(colors[0], task(&log, 0), false);
+            let k = *q.index.get(&colors[0]).unwrap();
+            assert!(q.record_watched_turn(k, first_ns, 1));
+            for &c in &colors[1..n] {
+                let _ = q.post(c, task(&log, 1), false);
+            }
+            q
+        };
+        // One event of 1 µs each: none of them alone is a backlog of 20 µs.
+        let few = LIGHT_BACKLOG_COLORS - 1;
+        let mut q = queue(few, 1_000);
+        assert!(!q.has_backlog(20_000), "{few} light colors are no backlog");
+        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        let mut q = queue(LIGHT_BACKLOG_COLORS, 100);
+        assert!(!q.has_backlog(20_000), "{LIGHT_BACKLOG_COLORS} colors of 100 ns: 12.8 us");
+        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        // Enough of them: half are lent, the last to run first, never the first.
+        let mut q = queue(LIGHT_BACKLOG_COLORS, 1_000);
+        assert!(q.has_backlog(20_000));
+        let n = LIGHT_BACKLOG_COLORS;
+        let loans = q.lend_backlog(1, 8, 20_000);
+        let lent: Vec<Color> = loans.iter().map(|l| l.color).collect();
+        assert_eq!(lent, colors[n / 2..n].iter().rev().copied().collect::<Vec<_>>());
+        assert!(loans.iter().all(|l| l.event_ns == 1_000), "with the estimate they were judged by");
+        assert_eq!(q.ready_len(), n / 2, "the lender keeps half");
+        // At most `LIGHT_LOAN_MAX` a loan; a pinned color at the back is no light backlog.
+        let mut q = queue(colors.len(), 1_000);
+        assert_eq!(q.lend_backlog(1, 8, 20_000).len(), LIGHT_LOAN_MAX);
+        let mut q = queue(colors.len(), 1_000);
+        q.pin(*colors.last().unwrap());
+        assert!(!q.has_backlog(20_000), "the last to run may not be lent");
     }
 
     #[test]
