@@ -158,7 +158,9 @@ pub struct Config {
     /// lendable waiting colors per request, at most `steal_batch_max`, instead of one.
     pub steal_batch: bool,
     /// Most colors lent per request with `steal_batch` (a guess: enough to amortize a request,
-    /// few enough not to empty a victim that is about to run them).
+    /// few enough not to empty a victim that is about to run them), and with
+    /// [`Steal::Backlog`] of the colors each holding a backlog (a light backlog's loan takes up
+    /// to 256 light colors, whatever this is).
     pub steal_batch_max: usize,
     /// Locality-aware stealing (slides: L2 misses 71% -> 44%, +27%): a thief asks the workers
     /// nearest in the topology first (same cache, then same package, then same NUMA node, then

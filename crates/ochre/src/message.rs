@@ -396,8 +396,10 @@ pub(crate) struct Loan {
     pub(crate) events: VecDeque<Task>,
     /// How many of `events`, at the front, were posted urgent.
     pub(crate) urgent: usize,
-    /// The lender's measured cost of an event of the color, ns (0: not timed yet): the borrower
-    /// starts from it instead of watching the color's first turn as a newcomer's.
+    /// The lender's measured cost of an event of the color, ns, or, for a color lent from a
+    /// light backlog before it was timed, the lender's estimate (`ColorQueue::light_estimate`;
+    /// 0: neither): the borrower starts from it instead of watching the color's first turn as a
+    /// newcomer's.
     pub(crate) event_ns: u64,
 }
 

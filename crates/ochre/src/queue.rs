@@ -72,7 +72,8 @@ use crate::follow::{self, Traffic};
 use crate::message::{Loan, Task};
 use crate::Color;
 
-/// How far ahead of the running event the closure of a later event of its color is prefetched.
+/// When an event is taken from its color's queue, the closure of the event this many places
+/// behind the next one is prefetched.
 /// A fan-out's closures are written in posting order (interleaved over the receivers) and read
 /// color by color long after, so without it each one is a cache miss: `bench actors` at 1
 /// worker, bank (a teller posting 300K transactions at once) went from 0.47 to 0.78-0.89 of
@@ -132,8 +133,9 @@ struct Slot {
     /// watched; 0 until timed). What a thief would get by taking it, for cost-aware stealing.
     weight_ns: u64,
     /// How long one event of this color takes, in ns (moving average over timed turns, sampled
-    /// and watched, or a loan's measure; 0 until timed): its queued work is this times its queued
-    /// events (`Steal::Backlog`).
+    /// and watched, or what a loan carried: the lender's measure, or for a color lent from a
+    /// light backlog before it was timed, the lender's estimate; 0 until timed): its queued work
+    /// is this times its queued events (`Steal::Backlog`).
     event_ns: u64,
     /// Who posts to the color (`follow`).
     traffic: Traffic,
@@ -350,9 +352,10 @@ pub(crate) struct ColorQueue {
     /// is): the estimate for a color not sampled itself.
     event_ns: u64,
     /// What a color's first timed turn here cost an event (ns, moving average; 0 until one
-    /// was): the estimate for colors not timed yet when many wait together (a light backlog).
-    /// Apart from `event_ns`, which takes sampled turns only: a fan-out's one-event colors are
-    /// each timed once, watched, and never sampled.
+    /// was): with `event_ns`, the estimate for colors not timed yet when many wait together
+    /// (a light backlog, [`light_estimate`](Self::light_estimate)). Apart from `event_ns`, which
+    /// takes sampled turns only: a fan-out's one-event colors are each timed once, watched, and
+    /// never sampled.
     first_ns: u64,
     /// Colors that came to this worker so far (moved, lent, forwarded here, or back home): each
     /// arrival is numbered by it (`Slot::arrived`).
@@ -819,21 +822,23 @@ impl ColorQueue {
     }
 
     /// Records a watched turn (`ns` for `events`, a color not known short: `known_within`) as
-    /// the color's own cost only: the worker's average stands for colors not timed yet and takes
-    /// sampled turns only (a color's first turns, and every turn of the long ones, would lift
-    /// it). False if the color left its slot.
+    /// the color's own cost, and, the color's first, in the first turns' average (`first_ns`):
+    /// the worker's average stands for colors not timed yet and takes sampled turns only (a
+    /// color's first turns, and every turn of the long ones, would lift it). False if the color
+    /// left its slot.
     pub(crate) fn record_watched_turn(&mut self, key: usize, ns: u64, events: usize) -> bool {
         let Some(slot) = self.slots.get_mut(key) else { return false };
+        let per_event = ns / events.max(1) as u64;
         if slot.event_ns == 0 {
-            self.first_ns = cost_average(self.first_ns, ns / events.max(1) as u64);
+            self.first_ns = cost_average(self.first_ns, per_event);
         }
         slot.weight_ns = cost_average(slot.weight_ns, ns);
-        slot.event_ns = cost_average(slot.event_ns, ns / events.max(1) as u64);
+        slot.event_ns = cost_average(slot.event_ns, per_event);
         true
     }
 
-    /// Whether the color in `key` is measured (its own timed turns) to cost at most `ns` an
-    /// event. A color's first turn on this worker is timed (a watched turn), so a short color is
+    /// Whether the color in `key` is measured (its own timed turns, or what its loan carried:
+    /// `Slot::event_ns`) to cost at most `ns` an event. A color's first turn on this worker is timed (a watched turn), so a short color is
     /// watched about once.
     #[inline]
     pub(crate) fn known_within(&self, key: usize, ns: u64) -> bool {
@@ -874,7 +879,8 @@ impl ColorQueue {
     }
 
     /// True if a thief could take a backlog here now (`Steal::Backlog`): at least two colors
-    /// wait, and one of them, not the first to run, holds `floor_ns` of work. Looks at the last
+    /// wait, and one of them, not the first to run, holds `floor_ns` of work, or many light
+    /// ones hold it together ([`light_backlog`](Self::light_backlog)). Looks at the last
     /// [`BACKLOG_LOOK`] to run only: those a thief is lent first ([`lend_backlog`]), and a look
     /// at every waiting color's slot (a cache line each) every few turns cost `big`'s hundred
     /// light actors 15% of their rate.
@@ -893,22 +899,32 @@ impl ColorQueue {
     }
 
     /// True if the waiting colors hold a backlog together though none may alone: at least
-    /// [`LIGHT_BACKLOG_COLORS`] wait, the last to run may be lent, and their number times an
-    /// event's cost here (the larger of the sampled average and a first turn's) reaches twice
-    /// `floor_ns` (a loan leaves half of it here).
+    /// [`LIGHT_BACKLOG_COLORS`] wait, the last to run may be lent, and their number times the
+    /// [`light_estimate`](Self::light_estimate) reaches twice `floor_ns` (a loan leaves half of
+    /// it here). The count takes every waiting color, those that may not be lent too (pinned,
+    /// borrowed): a line of them behind one lendable color lends that one.
     fn light_backlog(&self, floor_ns: u64) -> bool {
-        let per_color = self.event_ns.max(self.first_ns);
+        let Some(per_color) = self.light_estimate(floor_ns) else { return false };
         self.ready.len() >= LIGHT_BACKLOG_COLORS
             && self.ready.back().is_some_and(|&k| self.lendable(k, 0))
             && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2)
+    }
+
+    /// What an event of a waiting color not timed yet is estimated to cost here, ns: the larger
+    /// of the sampled average and the first turns' average; `None` when nothing was timed, or
+    /// when the estimate is over `floor_ns` (such colors are no light ones; and a first sample
+    /// taken whole, a driver's turn of milliseconds, is not stamped on loans while the light
+    /// colors' first turns bring the average down).
+    fn light_estimate(&self, floor_ns: u64) -> Option<u64> {
+        Some(self.event_ns.max(self.first_ns)).filter(|ns| (1..=floor_ns).contains(ns))
     }
 
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
     /// last here first, never the first, at most `max` and at most half of the waiting colors:
     /// this worker keeps at least one waiting color (lending a lone color would move work, not
     /// share it). With none such but a light backlog ([`light_backlog`](Self::light_backlog)),
-    /// it lends the last half of the waiting colors that may be lent, at most
-    /// [`LIGHT_LOAN_MAX`].
+    /// it lends the colors that may be lent from the back of the line, up to half of the
+    /// waiting colors and at most [`LIGHT_LOAN_MAX`] (`max` bounds the backlogged ones only).
     pub(crate) fn lend_backlog(&mut self, thief: usize, max: usize, floor_ns: u64) -> Vec<Loan> {
         let n = (self.ready.len() / 2).min(max);
         let mut loans = Vec::new();
@@ -923,7 +939,7 @@ impl ColorQueue {
             // A color not timed yet goes with the estimate the backlog was judged by: the
             // borrower does not watch its turn (a clock read on each side, and a flush of the
             // borrower's batches before it: one message a batch, the return of the color before).
-            let estimate = self.event_ns.max(self.first_ns);
+            let estimate = self.light_estimate(floor_ns).unwrap_or(0);
             // From the back, never the first; a removal leaves the positions before it as they were.
             let mut pos = self.ready.len();
             while loans.len() < n && pos > 1 {
@@ -1480,17 +1496,29 @@ mod tests {
         let mut q = queue(few, 1_000);
         assert!(!q.has_backlog(20_000), "{few} light colors are no backlog");
         assert!(q.lend_backlog(1, 8, 20_000).is_empty());
-        let mut q = queue(LIGHT_BACKLOG_COLORS, 100);
-        assert!(!q.has_backlog(20_000), "{LIGHT_BACKLOG_COLORS} colors of 100 ns: 12.8 us");
+        // 128 colors of 200 ns: 25.6 us, over the floor, under twice it (a loan leaves half).
+        let mut q = queue(LIGHT_BACKLOG_COLORS, 200);
+        assert!(!q.has_backlog(20_000), "{LIGHT_BACKLOG_COLORS} colors of 200 ns: 25.6 us");
         assert!(q.lend_backlog(1, 8, 20_000).is_empty());
-        // Enough of them: half are lent, the last to run first, never the first.
-        let mut q = queue(LIGHT_BACKLOG_COLORS, 1_000);
-        assert!(q.has_backlog(20_000));
+        // Enough of them: half are lent, the last to run first, never the first; a pinned one
+        // stays, a color timed itself keeps its own measure, the others go with the estimate.
         let n = LIGHT_BACKLOG_COLORS;
+        let mut q = queue(n, 1_000);
+        let (pinned, timed) = (colors[n - 3], colors[n - 2]);
+        q.pin(pinned);
+        assert!(q.record_watched_turn(*q.index.get(&timed).unwrap(), 700, 1));
+        assert!(q.has_backlog(20_000));
         let loans = q.lend_backlog(1, 8, 20_000);
         let lent: Vec<Color> = loans.iter().map(|l| l.color).collect();
-        assert_eq!(lent, colors[n / 2..n].iter().rev().copied().collect::<Vec<_>>());
-        assert!(loans.iter().all(|l| l.event_ns == 1_000), "with the estimate they were judged by");
+        let expected: Vec<Color> =
+            colors[n / 2 - 1..n].iter().rev().copied().filter(|&c| c != pinned).collect();
+        assert_eq!(lent, expected);
+        // The timed color's first turn joined the first turns' average too.
+        let estimate = (3 * 1_000 + 700) / 4;
+        for l in &loans {
+            let want = if l.color == timed { 700 } else { estimate };
+            assert_eq!((l.color, l.event_ns), (l.color, want));
+        }
         assert_eq!(q.ready_len(), n / 2, "the lender keeps half");
         // At most `LIGHT_LOAN_MAX` a loan; a pinned color at the back is no light backlog.
         let mut q = queue(colors.len(), 1_000);
@@ -1498,6 +1526,16 @@ mod tests {
         let mut q = queue(colors.len(), 1_000);
         q.pin(*colors.last().unwrap());
         assert!(!q.has_backlog(20_000), "the last to run may not be lent");
+        // A first turn over the floor (a driver's) is no light estimate: nothing is lent on it,
+        // until light colors' first turns bring the average down.
+        let mut q = queue(colors.len(), 4_000_000);
+        assert!(!q.has_backlog(20_000));
+        for &c in &colors[1..40] {
+            assert!(q.record_watched_turn(*q.index.get(&c).unwrap(), 1_000, 1));
+        }
+        assert!(q.has_backlog(20_000));
+        let loans = q.lend_backlog(1, 8, 20_000);
+        assert!(loans.iter().all(|l| (1..=20_000).contains(&l.event_ns)), "a light estimate");
     }
 
     #[test]

@@ -190,8 +190,8 @@ pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 /// clock reads, the color's own cost: `ColorQueue::record_watched_turn`), preceded by a flush of
 /// the worker's batches, and, long ([`long_turn`]), followed by a share of the work waiting
 /// behind it ([`share_behind_long_turn`]). A short color pays for one watched turn on each worker
-/// it arrives at, unless it comes as a loan: a loan carries its lender's measure (a color moved
-/// for good by `follow` does not).
+/// it arrives at, unless it comes as a loan: a loan carries its lender's measure, or its
+/// estimate for a light backlog's colors (a color moved for good by `follow` carries nothing).
 pub(crate) const WATCHED_ABOVE_NS: u64 = BACKLOG_FLOOR;
 
 /// Whether a watched turn that lasted `ns` was long: the colors waiting behind it waited
@@ -216,7 +216,8 @@ pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
 /// not wait for the idle worker to ask: it asks only victims that advertise a backlog, a worker
 /// advertises between turns, so a request made after the advertisement waits for the end of the
 /// next long turn; and a waiting color whose cost is not known (a chunk of a job runs once) is
-/// no backlog to a thief (`ColorQueue::backlogged`). A user's four chunks of 50 ms, three of them
+/// no backlog to a thief alone (`ColorQueue::backlogged`; a hundred and more such colors are,
+/// together: `ColorQueue::light_backlog`). A user's four chunks of 50 ms, three of them
 /// hashed to one of two workers, ran in 150 ms, and twenty of 10 ms in 125-135, where rayon took
 /// 100 and 110-130. Colors pinned, borrowed or holding posts stay.
 pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiting: usize) {
