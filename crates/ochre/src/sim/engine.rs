@@ -1716,7 +1716,12 @@ impl<'w> Sim<'w> {
             self.cores[k].shared_at_turn_end = true;
         }
         if self.setup.config.steal != Steal::Off {
-            self.publish(k);
+            // As `worker::run_round`: the line after every turn, except under `Steal::Backlog`,
+            // whose thieves judge the advertised backlog (the nudge's) and whose line is
+            // published at a round's end and after a long turn.
+            if self.setup.config.steal != Steal::Backlog {
+                self.publish(k);
+            }
             self.nudge(k);
         }
         self.answer(k);
@@ -1811,8 +1816,8 @@ impl<'w> Sim<'w> {
         self.net.slot[k] = None;
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
         self.report.stolen += loans.len() as u64;
+        // As `steal::answer`: the line is published at the next turn's or round's end.
         self.grant(k, thief, loans, true);
-        self.publish(k);
     }
 
     /// `steal::request`: an idle core asks a loaded one for a color.
