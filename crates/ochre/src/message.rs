@@ -104,11 +104,19 @@ impl Task {
         Task::new_for(f, here)
     }
 
-    /// Asks the CPU to bring the closure's storage into cache: a flood's closures are read long
-    /// after they were written, one color at a time, and each is a miss otherwise.
+    /// Asks the CPU to bring the closure's storage into every cache level: a flood's closures
+    /// are read long after they were written, one color at a time, and each is a miss otherwise.
     #[inline]
     pub(crate) fn prefetch(&self) {
-        prefetch(self.data.as_ptr().cast_const());
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: SSE is part of every x86_64 target, and a prefetch reads nothing the program
+        // sees: it never faults, whatever the address (a closure without captures has a
+        // dangling one).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                self.data.as_ptr().cast_const().cast(),
+            )
+        };
     }
 
     /// Runs the closure.
@@ -125,19 +133,6 @@ impl Drop for Task {
         // SAFETY: the table matches the storage; the task was not run (run forgets it).
         unsafe { (self.table.drop)(self.data) }
     }
-}
-
-/// A hint to bring the line at `p` into every cache level; never a fault, whatever `p` is.
-#[inline]
-pub(crate) fn prefetch(p: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: SSE is part of every x86_64 target, and a prefetch reads nothing the program sees:
-    // it never faults, whatever the address (a closure without captures has a dangling one).
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = p;
 }
 
 unsafe fn run_ema<F: FnOnce()>(p: NonNull<u8>) {
@@ -397,7 +392,7 @@ pub(crate) struct Loan {
     /// How many of `events`, at the front, were posted urgent.
     pub(crate) urgent: usize,
     /// The lender's measured cost of an event of the color, ns, or, for a color lent from a
-    /// light backlog before it was timed, the lender's estimate (`ColorQueue::light_estimate`;
+    /// light backlog before it was timed, the lender's estimate (`ColorQueue::light_backlog`;
     /// 0: neither): the borrower starts from it instead of watching the color's first turn as a
     /// newcomer's.
     pub(crate) event_ns: u64,

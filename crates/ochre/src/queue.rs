@@ -353,7 +353,7 @@ pub(crate) struct ColorQueue {
     event_ns: u64,
     /// What a color's first timed turn here cost an event (ns, moving average; 0 until one
     /// was): with `event_ns`, the estimate for colors not timed yet when many wait together
-    /// (a light backlog, [`light_estimate`](Self::light_estimate)). Apart from `event_ns`, which
+    /// (a light backlog, [`light_backlog`](Self::light_backlog)). Apart from `event_ns`, which
     /// takes sampled turns only: a fan-out's one-event colors are each timed once, watched, and
     /// never sampled.
     first_ns: u64,
@@ -895,28 +895,25 @@ impl ColorQueue {
                 .rev()
                 .take(BACKLOG_LOOK)
                 .any(|&k| self.backlogged(k, floor_ns))
-                || self.light_backlog(floor_ns))
+                || self.light_backlog(floor_ns).is_some())
     }
 
-    /// True if the waiting colors hold a backlog together though none may alone: at least
+    /// With a backlog the waiting colors hold together though none may alone, what an event of
+    /// one not timed yet is estimated to cost here, ns (else `None`): at least
     /// [`LIGHT_BACKLOG_COLORS`] wait, the last to run may be lent, and their number times the
-    /// [`light_estimate`](Self::light_estimate) reaches twice `floor_ns` (a loan leaves half of
-    /// it here). The count takes every waiting color, those that may not be lent too (pinned,
-    /// borrowed): a line of them behind one lendable color lends that one.
-    fn light_backlog(&self, floor_ns: u64) -> bool {
-        let Some(per_color) = self.light_estimate(floor_ns) else { return false };
-        self.ready.len() >= LIGHT_BACKLOG_COLORS
+    /// estimate reaches twice `floor_ns` (a loan leaves half of it here). The estimate is the
+    /// larger of the sampled average and the first turns' average, and no light one when over
+    /// `floor_ns` (a first sample is taken whole: a driver's turn of milliseconds is not stamped
+    /// on loans while the light colors' first turns bring the average down). The count takes
+    /// every waiting color, those that may not be lent too (pinned, borrowed): a line of them
+    /// behind one lendable color lends that one.
+    fn light_backlog(&self, floor_ns: u64) -> Option<u64> {
+        let per_color = self.event_ns.max(self.first_ns);
+        ((1..=floor_ns).contains(&per_color)
+            && self.ready.len() >= LIGHT_BACKLOG_COLORS
             && self.ready.back().is_some_and(|&k| self.lendable(k, 0))
-            && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2)
-    }
-
-    /// What an event of a waiting color not timed yet is estimated to cost here, ns: the larger
-    /// of the sampled average and the first turns' average; `None` when nothing was timed, or
-    /// when the estimate is over `floor_ns` (such colors are no light ones; and a first sample
-    /// taken whole, a driver's turn of milliseconds, is not stamped on loans while the light
-    /// colors' first turns bring the average down).
-    fn light_estimate(&self, floor_ns: u64) -> Option<u64> {
-        Some(self.event_ns.max(self.first_ns)).filter(|ns| (1..=floor_ns).contains(ns))
+            && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2))
+        .then_some(per_color)
     }
 
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
@@ -934,12 +931,12 @@ impl ColorQueue {
             let Some(pos) = pos.filter(|&p| p > 0) else { break };
             loans.extend(self.lend_at(thief, pos));
         }
-        if loans.is_empty() && self.light_backlog(floor_ns) {
+        let light = if loans.is_empty() { self.light_backlog(floor_ns) } else { None };
+        if let Some(estimate) = light {
             let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
             // A color not timed yet goes with the estimate the backlog was judged by: the
             // borrower does not watch its turn (a clock read on each side, and a flush of the
             // borrower's batches before it: one message a batch, the return of the color before).
-            let estimate = self.light_estimate(floor_ns).unwrap_or(0);
             // From the back, never the first; a removal leaves the positions before it as they were.
             let mut pos = self.ready.len();
             while loans.len() < n && pos > 1 {

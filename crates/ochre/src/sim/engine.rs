@@ -1333,14 +1333,15 @@ impl<'w> Sim<'w> {
             c.turn(color, k, start, end);
         }
         // As `worker::run_round`: a sampled turn is the worker's average too, a watched one
-        // its color's own cost only.
-        // An empty turn tells nothing of the color's cost.
-        if timed && n > 0 {
-            self.cores[k].queue.record_turn(key, end - start, n);
-        } else if watched && n > 0 {
-            self.cores[k].queue.record_watched_turn(key, end - start, n);
-        }
-        let long = watched && n > 0 && steal::long_turn(end - start);
+        // its color's own cost only; an empty turn tells nothing of the color's cost.
+        let long = n > 0 && {
+            if timed {
+                self.cores[k].queue.record_turn(key, end - start, n);
+            } else if watched {
+                self.cores[k].queue.record_watched_turn(key, end - start, n);
+            }
+            watched && steal::long_turn(end - start)
+        };
         self.end_turn(k, key, long);
         Some(n)
     }
