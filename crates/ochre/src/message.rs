@@ -434,6 +434,11 @@ mod sim_tasks {
             Task { data, table: &NUMBER }
         }
 
+        /// The number of a task made by [`Task::sim`], left in it; `None` for a closure.
+        pub(crate) fn sim_number_of(&self) -> Option<NonZeroUsize> {
+            std::ptr::eq(self.table, &NUMBER).then(|| self.data.addr())
+        }
+
         /// The number of a task made by [`Task::sim`]; `None` (the task dropped) for a closure.
         pub(crate) fn sim_number(self) -> Option<NonZeroUsize> {
             if !std::ptr::eq(self.table, &NUMBER) {
@@ -462,6 +467,8 @@ mod sim_tasks {
     fn a_simulated_task_gives_its_number_back_inline_or_not() {
         let n = NonZeroUsize::new(42).expect("not zero");
         assert_eq!(Task::sim(n).sim_number(), Some(n));
+        assert_eq!(Task::sim(n).sim_number_of(), Some(n));
+        assert_eq!(Task::new_for(|| {}, 0).sim_number_of(), None, "nor is it here");
         assert_eq!(InlineTask::sim(n).into_task(3).sim_number(), Some(n));
         assert_eq!(Task::new_for(|| {}, 0).sim_number(), None, "a closure is not a number");
         drop(Task::sim(n));

@@ -80,7 +80,13 @@ use crate::Color;
 /// tokio's rate, with 47% of its time on that load before. 8 events ahead hides the miss for
 /// events of tens of nanoseconds (3 did a little less on fork-join, empty items); a queue
 /// shorter than that prefetches nothing (producer-consumer: no change).
-const PREFETCH_AHEAD: usize = 8;
+pub(crate) const PREFETCH_AHEAD: usize = 8;
+
+/// The event to prefetch when the one before `events` was taken ([`PREFETCH_AHEAD`]).
+#[inline]
+fn ahead(events: &VecDeque<Task>) -> Option<&Task> {
+    events.get(PREFETCH_AHEAD)
+}
 
 /// Empty `Local` slots are kept for reuse (no hash-map churn when a color comes and goes) up to
 /// this many slots in the table; beyond it, a slot is dropped as soon as it empties, and with it
@@ -699,6 +705,13 @@ impl ColorQueue {
         Some((key, slot.color))
     }
 
+    /// The event whose closure the last [`pop`](Self::pop) of `key` prefetched, if any (the
+    /// simulator's cost of reading a closure).
+    #[cfg(all(any(test, feature = "sim"), not(loom)))]
+    pub(crate) fn prefetched(&self, key: usize) -> Option<&Task> {
+        ahead(&self.slots[key].events)
+    }
+
     /// True if the color in `key` has events queued (a turn may be empty: a guest that stayed
     /// only for its held posts is scheduled with none, to be given back).
     #[inline]
@@ -711,7 +724,7 @@ impl ColorQueue {
     pub(crate) fn pop(&mut self, key: usize) -> Option<Task> {
         let slot = &mut self.slots[key];
         let task = slot.events.pop_front()?;
-        if let Some(next) = slot.events.get(PREFETCH_AHEAD) {
+        if let Some(next) = ahead(&slot.events) {
             next.prefetch();
         }
         slot.urgent = slot.urgent.saturating_sub(1);
@@ -1165,6 +1178,25 @@ mod tests {
             returns.extend(q.end_turn(k));
         }
         returns
+    }
+
+    /// A pop prefetches the closure `PREFETCH_AHEAD` places behind the next event, and
+    /// `prefetched` names that event (the simulator charges its read from it).
+    #[test]
+    fn a_pop_prefetches_the_event_eight_behind_the_next() {
+        let mut q = ColorQueue::new(0, Placement::flat(1));
+        let n = |i: usize| std::num::NonZeroUsize::new(i).unwrap();
+        for i in 1..=20 {
+            assert!(matches!(q.post(Color(1), Task::sim(n(i)), false), Route::Queued));
+        }
+        let (key, _) = q.start_turn().unwrap();
+        for popped in 1..=20 {
+            assert_eq!(q.pop(key).and_then(Task::sim_number), Some(n(popped)));
+            let ahead = popped + 1 + PREFETCH_AHEAD;
+            let want = (ahead <= 20).then(|| n(ahead));
+            assert_eq!(q.prefetched(key).and_then(Task::sim_number_of), want, "after {popped}");
+        }
+        assert!(q.pop(key).is_none());
     }
 
     #[test]

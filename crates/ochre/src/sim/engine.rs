@@ -12,7 +12,8 @@
 //! time, charged by the [`CostModel`] (with each message's payload, [`Workload::message_lines`],
 //! and its closure read by its event from the core that stored it: its poster's, or, for a
 //! closure small enough to travel inside its message to another core
-//! ([`Workload::closure_bytes`], `Config::inline_posts`), its receiver's; the workload's own layer,
+//! ([`Workload::closure_bytes`], `Config::inline_posts`), its receiver's, unless an earlier pop
+//! of its queue prefetched it (`ColorQueue::prefetched`); the workload's own layer,
 //! [`Workload::layer_ns`], and the recipient's line it touches,
 //! [`Workload::post_touches_recipient`]).
 //!
@@ -243,6 +244,9 @@ struct Tag {
     /// Its poster core's count of posts when it was posted ([`Core::posted`]): how many posts
     /// that core made since, and whether it lies next to the event that core ran before it.
     posted: u32,
+    /// Its closure was prefetched by an earlier pop of its color's queue
+    /// (`queue::PREFETCH_AHEAD`): read without waiting for memory.
+    prefetched: bool,
     data: u64,
 }
 
@@ -294,6 +298,14 @@ impl Tags {
     /// A task for `tag`.
     fn task(&mut self, tag: Tag) -> Task {
         Task::sim(self.put(tag))
+    }
+
+    /// Marks the tag of number `n` prefetched.
+    #[inline]
+    fn prefetch(&mut self, n: NonZeroUsize) {
+        if let Some(tag) = self.slots.get_mut(n.get() - 1) {
+            tag.prefetched = true;
+        }
     }
 
     /// The tag of `task` (made by [`task`](Self::task)), its number free again; `None` for a
@@ -895,7 +907,7 @@ impl<'w> Sim<'w> {
     fn tag(&mut self, poster: u64, seq: u32, data: u64) -> Tag {
         let id = self.next_id;
         self.next_id += 1;
-        Tag { id, poster, seq, from: NO_CORE, posted: 0, data }
+        Tag { id, poster, seq, from: NO_CORE, posted: 0, prefetched: false, data }
     }
 
     /// `tag`'s closure is stored by core `k` (in its heap, after those it stored before).
@@ -1311,6 +1323,9 @@ impl<'w> Sim<'w> {
             }
             let Some(task) = self.cores[k].queue.pop(t.key) else { break };
             t.n += 1;
+            if let Some(n) = self.cores[k].queue.prefetched(t.key).and_then(Task::sim_number_of) {
+                self.tags.prefetch(n);
+            }
             if let Some(tag) = self.tags.take(task) {
                 self.run_event(k, t.color, tag, t);
             }
@@ -1369,11 +1384,16 @@ impl<'w> Sim<'w> {
             // Its closure, written by its poster: read as a stream if it lies next to the one
             // from that poster run here before (posted just before it: a queue run in posting
             // order), else a whole latency. From another core: by distance. From this one: out
-            // of its caches if it posted more than they hold since.
-            let line = if from != k {
-                let d = usize::from(self.dist[from * n + k]);
+            // of its caches if it posted more than they hold since. Unless an earlier pop of
+            // the queue prefetched it (`ColorQueue::pop`): then it is there when read.
+            let d = usize::from(self.dist[from * n + k]);
+            if from != k {
                 // The handler reads its message's payload, still in the poster's cache.
                 cost += c.stream(self.message_lines, d);
+            }
+            let line = if tag.prefetched {
+                0.0
+            } else if from != k {
                 c.line(d)
             } else if f64::from(core.posted.wrapping_sub(tag.posted)) > c.warm_msgs {
                 c.memory_line_ns
@@ -2213,7 +2233,9 @@ pub(super) mod tests_support {
 
     /// Event `id`, post `seq` of `poster`, runs.
     pub(crate) fn run(c: &mut Checks, id: u64, poster: u64, seq: u32) {
-        c.event(Tag { id, poster, seq, from: super::NO_CORE, posted: 0, data: 0 }, Color(1));
+        let tag =
+            Tag { id, poster, seq, from: super::NO_CORE, posted: 0, prefetched: false, data: 0 };
+        c.event(tag, Color(1));
     }
 
     /// A turn of color 1 on `core` over `[start, end]`.

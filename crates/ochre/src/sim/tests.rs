@@ -427,7 +427,9 @@ fn cost_aware_stealing_weighs_colors_from_their_first_turn() {
 /// round, more than `warm_colors` turns apart) pay `color_lines` lines of `cold_line_ns` a
 /// turn, and nothing when `warm_colors` holds them all; a driver's queue of 60 colors' posts,
 /// interleaved and older than `warm_msgs` posts, pays a whole `memory_line_ns` per event, and
-/// a counter's queue, run in posting order, a streamed line.
+/// a counter's queue, run in posting order, a streamed line; but only for the events that no
+/// earlier pop of their queue prefetched (`ColorQueue::pop`): the first
+/// `PREFETCH_AHEAD + 1` of each color's queue.
 #[test]
 fn a_core_pays_for_what_it_has_not_touched_lately() {
     let t = Topology::flat(vec![0]);
@@ -456,28 +458,34 @@ fn a_core_pays_for_what_it_has_not_touched_lately() {
     let counter = |cost: &CostModel| run(cost, &mut Actors::new(Program::Counting { n: 6_000 }, 0));
     let scattered = driver(&far) - driver(&base);
     let streamed = counter(&far) - counter(&base);
-    let (whole, stream) = (messages * 100.0, messages * 100.0 / cost::STREAM_OVERLAP);
+    let unfetched = (crate::queue::PREFETCH_AHEAD + 1) as f64;
+    let (whole, stream) = (60.0 * unfetched * 100.0, unfetched * 100.0 / cost::STREAM_OVERLAP);
+    assert!(messages * 100.0 > 10.0 * whole, "most of the driver's closures were prefetched");
     assert!((scattered - whole).abs() < whole * 0.05, "fork-join: +{scattered} ns, want {whole}");
     assert!((streamed - stream).abs() < stream * 0.05, "counting: +{streamed} ns, want {stream}");
 }
 
-/// The root, on core 0, posts `n` events to `to`, homed on core 1, each carried by a closure
-/// of `bytes` bytes.
-struct Fan {
+/// The root, on core 0, and `to`, homed on core 1, post `n` events each to the other, one at
+/// a time (so that no queue holds more than one: none is prefetched), each carried by a
+/// closure of `bytes` bytes.
+struct Volley {
     root: Color,
     to: Color,
     n: u64,
     bytes: usize,
 }
 
-impl Workload for Fan {
+impl Workload for Volley {
     fn root(&self) -> Color {
         self.root
     }
 
     fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
-        if ev.data == ROOT {
-            out.extend((0..self.n).map(|i| Post { color: self.to, data: i }));
+        match (ev.color == self.root, ev.data) {
+            (true, ROOT) => out.push(Post { color: self.to, data: 0 }),
+            (true, i) => out.push(Post { color: self.to, data: i }),
+            (false, i) if i + 1 < self.n => out.push(Post { color: self.root, data: i + 1 }),
+            (false, _) => {}
         }
         0
     }
@@ -505,15 +513,16 @@ fn small_closures_travel_inline_and_their_receiver_stores_them() {
         let mut setup = Setup::new(2, t.clone(), config);
         setup.cost = far.clone();
         setup.check = true;
-        let r = simulate(setup, &mut Fan { root, to, n, bytes });
+        let r = simulate(setup, &mut Volley { root, to, n, bytes });
         assert!(r.violations.is_empty(), "{:?}", r.violations);
-        assert_eq!(r.events_per_core, [1, n]);
+        assert_eq!(r.events_per_core, [n, n]);
         r.makespan_ns as f64
     };
     let stored = run(false, 16);
     let inline = run(true, 16);
-    // Each of the receiver's events read its closure from core 0, streamed: a quarter line.
-    let read = n as f64 * 1_000.0 / cost::STREAM_OVERLAP;
+    // Each event read its closure from the other core, streamed (each core's posts are read
+    // in posting order): a quarter line.
+    let read = 2.0 * n as f64 * 1_000.0 / cost::STREAM_OVERLAP;
     assert!(stored - inline > 0.8 * read, "stored {stored} ns, inline {inline} ns");
     assert_eq!(run(true, 32), stored, "too large to travel inline");
 }
