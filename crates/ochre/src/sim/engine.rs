@@ -418,6 +418,9 @@ struct Turn {
     color: Color,
     n: usize,
     start: u64,
+    /// Where its timer starts, if it is timed (`worker::run_round`: after the flush and the
+    /// share that come before a watched turn, which are not the color's cost).
+    timed_from: u64,
     /// The core's CPU wait at the turn's start (`SharedCpu::window_wait`).
     wait0: u64,
     timed: bool,
@@ -1279,12 +1282,14 @@ impl<'w> Sim<'w> {
         let watched = n > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
         let after_share = std::mem::take(&mut core.shared_at_turn_end);
         let long = watched && !after_share && core.queue.known_over(key, steal::LONG_EVENT_NS);
+        let before = core.now;
         if watched && self.setup.config.batching && core.outbox.has_pending() {
             self.flush_all(k);
         }
         if long {
             self.share_behind_long_turn(k, 1);
         }
+        let timed_from = start + (self.cores[k].now - before);
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
         let mut turn = Turn {
@@ -1292,6 +1297,7 @@ impl<'w> Sim<'w> {
             color,
             n: 0,
             start,
+            timed_from,
             wait0,
             timed,
             watched,
@@ -1330,7 +1336,7 @@ impl<'w> Sim<'w> {
                 self.run_event(k, t.color, tag, t);
             }
         }
-        let Turn { key, color, n, start, wait0, timed, watched, .. } = *t;
+        let Turn { key, color, n, start, timed_from, wait0, timed, watched, .. } = *t;
         // The buffer back for the next turn (swapped: what is there, empty unless this turn
         // was cut, goes with the turn).
         std::mem::swap(&mut self.posts, &mut t.posts);
@@ -1350,12 +1356,13 @@ impl<'w> Sim<'w> {
         // As `worker::run_round`: a sampled turn is the worker's average too, a watched one
         // its color's own cost only; an empty turn tells nothing of the color's cost.
         let long = n > 0 && {
+            let ns = end - timed_from;
             if timed {
-                self.cores[k].queue.record_turn(key, end - start, n);
+                self.cores[k].queue.record_turn(key, ns, n);
             } else if watched {
-                self.cores[k].queue.record_watched_turn(key, end - start, n);
+                self.cores[k].queue.record_watched_turn(key, ns, n);
             }
-            watched && steal::long_turn(end - start)
+            watched && steal::long_turn(ns)
         };
         self.end_turn(k, key, long);
         Some(n)
