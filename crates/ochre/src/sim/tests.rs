@@ -526,3 +526,48 @@ fn small_closures_travel_inline_and_their_receiver_stores_them() {
     assert!(stored - inline > 0.8 * read, "stored {stored} ns, inline {inline} ns");
     assert_eq!(run(true, 32), stored, "too large to travel inline");
 }
+
+/// A turn's timer starts after the flush that comes before a watched turn, as the worker's
+/// does (`worker::run_round`): a short color whose first turn followed a slow flush is not
+/// measured long, so nothing is shared behind its next turn. Core 1 runs a 1 ms event; the
+/// root's next color posts to core 1 meanwhile (buffered: core 1 is busy), then a new color
+/// `b` runs, watched, after a flush that costs 3 ms; `b` comes back behind `d`, with two more
+/// colors waiting behind it and core 1 idle by then.
+#[test]
+fn a_watched_turn_is_timed_without_the_flush_before_it() {
+    struct Scene {
+        on0: Vec<Color>,
+        on1: Vec<Color>,
+    }
+    impl Workload for Scene {
+        fn root(&self) -> Color {
+            self.on0[0]
+        }
+        fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+            let [_, a, b, d, e1, e2] = self.on0[..] else { unreachable!() };
+            let [long, x] = self.on1[..] else { unreachable!() };
+            let post = |color| Post { color, data: 0 };
+            match ev.color {
+                _ if ev.data == ROOT => out.extend([post(long), post(a)]),
+                c if c == long => return 1_000_000,
+                c if c == a => out.extend([post(x), post(b)]),
+                c if c == b && ev.data == 0 => out.push(post(d)),
+                c if c == d => out.extend([Post { color: b, data: 1 }, post(e1), post(e2)]),
+                _ => {}
+            }
+            0
+        }
+    }
+    let t = Topology::flat(vec![0, 1]);
+    let on = |core: usize, n: usize| -> Vec<Color> {
+        (1..).map(Color).filter(|&c| home(c, 2, &t) == core).take(n).collect()
+    };
+    let config = Config::default().follow(false);
+    let mut setup = Setup::new(2, t.clone(), config);
+    setup.cost = CostModel { deliver_ns: 3_000_000.0, ..CostModel::default() };
+    setup.check = true;
+    let r = simulate(setup, &mut Scene { on0: on(0, 6), on1: on(1, 2) });
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.events, 9);
+    assert_eq!(r.shared, 0, "a short color was measured long: {r:?}");
+}
