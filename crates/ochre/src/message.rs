@@ -441,10 +441,7 @@ mod sim_tasks {
 
         /// The number of a task made by [`Task::sim`]; `None` (the task dropped) for a closure.
         pub(crate) fn sim_number(self) -> Option<NonZeroUsize> {
-            if !std::ptr::eq(self.table, &NUMBER) {
-                return None;
-            }
-            let n = self.data.addr();
+            let n = self.sim_number_of()?;
             std::mem::forget(self);
             Some(n)
         }

@@ -1289,6 +1289,8 @@ impl<'w> Sim<'w> {
         if long {
             self.share_behind_long_turn(k, 1);
         }
+        // The turn's own cost from its start (its tick and its color's lines, which the
+        // worker's timer sees in the first event), without the flush and the share.
         let timed_from = start + (self.cores[k].now - before);
         let mut posts = std::mem::take(&mut self.posts);
         posts.clear();
@@ -1393,20 +1395,17 @@ impl<'w> Sim<'w> {
             // order), else a whole latency. From another core: by distance. From this one: out
             // of its caches if it posted more than they hold since. Unless an earlier pop of
             // the queue prefetched it (`ColorQueue::pop`): then it is there when read.
-            let d = usize::from(self.dist[from * n + k]);
-            if from != k {
+            let line = if from != k {
+                let d = usize::from(self.dist[from * n + k]);
                 // The handler reads its message's payload, still in the poster's cache.
                 cost += c.stream(self.message_lines, d);
-            }
-            let line = if tag.prefetched {
-                0.0
-            } else if from != k {
                 c.line(d)
             } else if f64::from(core.posted.wrapping_sub(tag.posted)) > c.warm_msgs {
                 c.memory_line_ns
             } else {
                 0.0
             };
+            let line = if tag.prefetched { 0.0 } else { line };
             let last = &mut core.last_ran_posted[from];
             let next = tag.posted == last.wrapping_add(1);
             *last = tag.posted;

@@ -482,8 +482,7 @@ impl Workload for Volley {
 
     fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
         match (ev.color == self.root, ev.data) {
-            (true, ROOT) => out.push(Post { color: self.to, data: 0 }),
-            (true, i) => out.push(Post { color: self.to, data: i }),
+            (true, i) => out.push(Post { color: self.to, data: if i == ROOT { 0 } else { i } }),
             (false, i) if i + 1 < self.n => out.push(Post { color: self.root, data: i + 1 }),
             (false, _) => {}
         }
