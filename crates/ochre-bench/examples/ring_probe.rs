@@ -4,7 +4,10 @@
 //! `ring_probe [TOKENS] [RUNS]`; `HOPS=n` hops per run (default 1M); `FRESH=1` builds a runtime
 //! for each run and warms it with a run of an eighth of the hops first, as `bench actors` does
 //! (without it, one runtime serves every run and keeps where its colors went);
-//! `STEAL=backlog` or `STEAL=off` sets the stealing mode.
+//! `STEAL=backlog` or `STEAL=off` sets the stealing mode; `BUSY=1` spins a thread on worker 1's
+//! CPU during every run (as `bench actors`' busy cases); `HAND=1` chooses the colors so that
+//! each half of the ring is homed on one worker (`bench actors`' `ochre-hand`); `FOLLOW=0`
+//! keeps colors where they are homed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -31,10 +34,24 @@ fn hop(a: Arc<Actor>, left: u64, done: Arc<AtomicU64>) {
 
 /// One run of `hops` hops in all: hops per second and the run's report.
 fn ring(rt: &Runtime, tokens: usize, hops: u64) -> (f64, RunReport) {
+    let hand = std::env::var("HAND").is_ok_and(|v| v == "1");
+    let mut spare: Vec<Vec<Color>> = vec![Vec::new(); rt.workers()];
+    let mut next = 1;
+    let mut color = |i: usize| {
+        if !hand {
+            return Color(1 + i as u64);
+        }
+        let want = i * rt.workers() / ACTORS;
+        loop {
+            if let Some(c) = spare[want].pop() {
+                return c;
+            }
+            spare[rt.home_of(Color(next))].push(Color(next));
+            next += 1;
+        }
+    };
     let actors: Vec<Arc<Actor>> = (0..ACTORS)
-        .map(|i| {
-            Arc::new(Actor { next: OnceLock::new(), cell: ColorCell::new(Color(1 + i as u64), 0) })
-        })
+        .map(|i| Arc::new(Actor { next: OnceLock::new(), cell: ColorCell::new(color(i), 0) }))
         .collect();
     for i in 0..ACTORS {
         let _ = actors[i].next.set(Arc::downgrade(&actors[(i + 1) % ACTORS]));
@@ -69,15 +86,19 @@ fn main() {
         Ok("off") => config = config.steal(ochre::Steal::Off),
         _ => {}
     }
+    if std::env::var("FOLLOW").is_ok_and(|v| v == "0") {
+        config = config.follow(false);
+    }
+    let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
     let build = || Runtime::builder().workers(2).config(config.clone()).build().expect("runtime");
     let mut rt = build();
     let mut rates = Vec::new();
     for run in 0..runs {
         if fresh {
             rt = build();
-            let _ = ring(&rt, tokens, hops / 8);
+            let _ = ochre_bench::actors::with_busy_cpu(busy, || ring(&rt, tokens, hops / 8));
         }
-        let (rate, report) = ring(&rt, tokens, hops);
+        let (rate, report) = ochre_bench::actors::with_busy_cpu(busy, || ring(&rt, tokens, hops));
         rates.push(rate);
         let t = report.total();
         println!(
@@ -90,7 +111,7 @@ fn main() {
             t.colors_moved_out,
             t.colors_given_back,
             t.steals_in,
-            report.workers.iter().map(|w| w.events_run).collect::<Vec<_>>(),
+            report.workers.iter().map(|w| (w.events_run, w.cpu_share, w.unpinned)).collect::<Vec<_>>(),
         );
     }
     rates.sort_by(f64::total_cmp);
