@@ -375,7 +375,11 @@ fn baseline_configuration_keeps_the_guarantees() {
 
 #[test]
 fn batching_sends_whole_buffers() {
-    let rt = rt(2);
+    // Colors stay home: with `follow`, a stream of cheap posts pulls its color to the poster once
+    // the color's first events ran and were timed, and the posts after that are local (the CI
+    // run of cff1752 saw 297 of 320 remote: the first batch ran before the loop ended).
+    let config = Config::default().follow(false);
+    let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
     let target = color_on(&rt, 1, 0);
     let report = rt
         .run(color_on(&rt, 0, 0), move || {
