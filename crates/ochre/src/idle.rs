@@ -166,13 +166,21 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     // other thread's time slice: `Runtime::run` of one empty event, both CPUs shared with busy
     // loops, 0.9-1.4 ms a run, 0.2-0.35 ms after (`run_probe`; quiet: 45-49 -> 42 us).
     let quiet = !watches;
-    // Memory freed here for other workers goes back before we idle, so it never waits on us (and
-    // a quiescent run ends with every such object handed back).
-    crate::alloc::with_heap(|h| h.flush_crumbs());
     let mut parked = false;
     let flow = if budget > Duration::ZERO && spin(ctx, budget, try_steal, quiet, &mut parked) {
         Flow::Continue
     } else {
+        // Memory freed here for other workers goes back before we sleep, so it never waits on a
+        // sleeping worker (at a run's end, `worker` hands back the rest before any heap takes
+        // its own back). Not before every spin, as it was: per-color statistics at 1 in 1024
+        // then cost producer-consumer at 2 workers 9-16% (its consumers idle between rounds,
+        // and spin; paired on/off in one process, `stats_probe prodcons 12 1024`, 4 processes:
+        // 0.84-0.91 of the rate with statistics off before, 0.94-1.00 after). Why that flush
+        // costs with statistics on is not known: any rare post whose memory another worker
+        // frees in another way than the rest did the same (a sampled post's closure in a
+        // `Box`, or stored by EMA in another size class). Held through a spin, crumbs wait at
+        // most the spin budget, at most `alloc::CRUMB_BATCH` per owner.
+        crate::alloc::with_heap(|h| h.flush_crumbs());
         // Quiet again if the spin's polls fired the last timer (or ended the last watch): a
         // worker that sleeps in its parker, not its poller, must be counted parked, or the
         // run never ends (the detector waits for it, and nothing wakes it).

@@ -266,6 +266,8 @@ pub(crate) struct Shared {
     /// Reader-writer states of the colors that admit readers, and the lanes reads run on
     /// (`reader`).
     pub(crate) readers: crate::reader::Readers,
+    /// Ends of runs at which a worker had handed back its crumbs (`worker`, at a run's end).
+    pub(crate) ends_flushed: Padded<AtomicU64>,
 }
 
 impl Shared {
@@ -322,6 +324,7 @@ impl Shared {
             trace: crate::trace::Published::new(workers),
             stalls: crate::stall::Stalls::new(workers),
             readers: crate::reader::Readers::new(placement),
+            ends_flushed: Padded::new(AtomicU64::new(0)),
         })
     }
 

@@ -61,6 +61,11 @@ const WALKED_FREELY: u64 = 64;
 /// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
 pub(crate) const HELD_FILE_EVERY: u32 = 32;
 
+/// Longest a worker waits, at a run's end, for the others to hand back their crumbs before it
+/// takes its own back (`WorkerCtx::wait_for_every_flush`): every worker ends every run within
+/// microseconds of the others, unless one crashed or is descheduled.
+const FLUSH_WAIT: Duration = Duration::from_millis(50);
+
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {
     pub(crate) id: usize,
@@ -801,12 +806,20 @@ pub(crate) struct WorkerCtx {
     pub(crate) id: usize,
     /// The color of the running event, for `current_color`.
     pub(crate) current: Cell<Option<Color>>,
+    /// Runs this worker ended (`wait_for_every_flush`).
+    runs_ended: Cell<u64>,
 }
 
 impl WorkerCtx {
     pub(crate) fn new(shared: Arc<Shared>, core: Core) -> Self {
         let id = core.id;
-        WorkerCtx { shared, core: RefCell::new(core), id, current: Cell::new(None) }
+        WorkerCtx {
+            shared,
+            core: RefCell::new(core),
+            id,
+            current: Cell::new(None),
+            runs_ended: Cell::new(0),
+        }
     }
 
     /// The run loop; returns when the run stops.
@@ -839,18 +852,36 @@ impl WorkerCtx {
                 break;
             }
         }
-        // Hand back what we freed for others, take back what others freed for us: after a
-        // quiescent run every worker flushed before it slept, so the heaps' gauges are exact.
+        // Hand back what we freed for others, then, once every worker did, take back what
+        // others freed for us: so the heaps' gauges are exact for the run (a worker that was
+        // spinning when the run stopped still held crumbs: `idle`).
         crate::alloc::with_heap(|h| {
             h.flush_hot();
             h.flush_crumbs();
-            h.drain_remote();
         });
+        self.wait_for_every_flush(shared);
+        crate::alloc::with_heap(|h| h.drain_remote());
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);
         core.publish(shared);
         core.colors.flush(shared.color_stats.slot(self.id), true);
         core.trace.publish(shared.trace.slot(self.id));
+    }
+
+    /// At a run's end, after this worker handed back its crumbs: waits until every worker did,
+    /// for at most [`FLUSH_WAIT`] (a worker that crashed never comes; the gauges are then
+    /// inexact, nothing else). Every worker ends every run, so the `n`th end is complete once
+    /// `n * workers` were counted.
+    fn wait_for_every_flush(&self, shared: &Shared) {
+        let ends = self.runs_ended.get() + 1;
+        self.runs_ended.set(ends);
+        let all = ends.saturating_mul(shared.workers as u64);
+        // AcqRel: the flushes before each count are seen by whoever reads the total after.
+        shared.ends_flushed.fetch_add(1, Ordering::AcqRel);
+        let start = Instant::now();
+        while shared.ends_flushed.load(Ordering::Acquire) < all && start.elapsed() < FLUSH_WAIT {
+            std::thread::yield_now();
+        }
     }
 
     /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
