@@ -34,24 +34,14 @@ fn hop(a: Arc<Actor>, left: u64, done: Arc<AtomicU64>) {
 
 /// One run of `hops` hops in all: hops per second and the run's report.
 fn ring(rt: &Runtime, tokens: usize, hops: u64) -> (f64, RunReport) {
-    let hand = std::env::var("HAND").is_ok_and(|v| v == "1");
-    let mut spare: Vec<Vec<Color>> = vec![Vec::new(); rt.workers()];
-    let mut next = 1;
-    let mut color = |i: usize| {
-        if !hand {
-            return Color(1 + i as u64);
-        }
-        let want = i * rt.workers() / ACTORS;
-        loop {
-            if let Some(c) = spare[want].pop() {
-                return c;
-            }
-            spare[rt.home_of(Color(next))].push(Color(next));
-            next += 1;
-        }
+    let colors: Vec<Color> = if std::env::var("HAND").is_ok_and(|v| v == "1") {
+        ochre_bench::actors::colors_homed_on(rt, ACTORS, |i| i * rt.workers() / ACTORS)
+    } else {
+        (0..ACTORS).map(ochre_bench::actors::plain_color).collect()
     };
-    let actors: Vec<Arc<Actor>> = (0..ACTORS)
-        .map(|i| Arc::new(Actor { next: OnceLock::new(), cell: ColorCell::new(color(i), 0) }))
+    let actors: Vec<Arc<Actor>> = colors
+        .into_iter()
+        .map(|c| Arc::new(Actor { next: OnceLock::new(), cell: ColorCell::new(c, 0) }))
         .collect();
     for i in 0..ACTORS {
         let _ = actors[i].next.set(Arc::downgrade(&actors[(i + 1) % ACTORS]));

@@ -673,11 +673,18 @@ pub fn plain_color(i: usize) -> Color {
 /// [`Program::hand_worker`] gives it.
 pub fn hand_colors<P: Program>(rt: &Runtime, prog: &P) -> Vec<Color> {
     let workers = rt.workers();
+    colors_homed_on(rt, prog.count(), |i| prog.hand_worker(i, workers))
+}
+
+/// `count` distinct colors, the `i`th homed (`Runtime::home_of`) on worker `worker(i)` (the last
+/// worker if that is past it).
+pub fn colors_homed_on(rt: &Runtime, count: usize, worker: impl Fn(usize) -> usize) -> Vec<Color> {
+    let workers = rt.workers();
     let mut spare: Vec<Vec<Color>> = vec![Vec::new(); workers];
     let mut next = 1;
-    (0..prog.count())
+    (0..count)
         .map(|i| {
-            let want = prog.hand_worker(i, workers).min(workers - 1);
+            let want = worker(i).min(workers - 1);
             loop {
                 if let Some(c) = spare[want].pop() {
                     return c;

@@ -303,7 +303,7 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         let outcome = {
             let _enter = Enter::new(&ctx);
             let _heap = heap.as_mut().map(crate::alloc::HeapEnter::new);
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run()))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run(seen)))
         };
         let mut g = lock(&gate.state);
         g.finished += 1;

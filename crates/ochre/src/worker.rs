@@ -62,9 +62,23 @@ const WALKED_FREELY: u64 = 64;
 pub(crate) const HELD_FILE_EVERY: u32 = 32;
 
 /// Longest a worker waits, at a run's end, for the others to hand back their crumbs before it
-/// takes its own back (`WorkerCtx::wait_for_every_flush`): every worker ends every run within
+/// takes its own back ([`wait_for_every_flush`]): every worker ends every run within
 /// microseconds of the others, unless one crashed or is descheduled.
 const FLUSH_WAIT: Duration = Duration::from_millis(50);
+
+/// At the end of run number `run`, after this worker handed back its crumbs: waits until every
+/// worker did, for at most [`FLUSH_WAIT`] (a worker that crashed never comes; the gauges are then
+/// inexact, nothing else). Every worker ends every run, so run `run` has ended everywhere once
+/// `run * workers` ends were counted.
+fn wait_for_every_flush(shared: &Shared, run: u64) {
+    let all = run.saturating_mul(shared.workers as u64);
+    // AcqRel: the flushes before each count are seen by whoever reads the total after.
+    shared.ends_flushed.fetch_add(1, Ordering::AcqRel);
+    let start = Instant::now();
+    while shared.ends_flushed.load(Ordering::Acquire) < all && start.elapsed() < FLUSH_WAIT {
+        std::thread::yield_now();
+    }
+}
 
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {
@@ -806,24 +820,17 @@ pub(crate) struct WorkerCtx {
     pub(crate) id: usize,
     /// The color of the running event, for `current_color`.
     pub(crate) current: Cell<Option<Color>>,
-    /// Runs this worker ended (`wait_for_every_flush`).
-    runs_ended: Cell<u64>,
 }
 
 impl WorkerCtx {
     pub(crate) fn new(shared: Arc<Shared>, core: Core) -> Self {
         let id = core.id;
-        WorkerCtx {
-            shared,
-            core: RefCell::new(core),
-            id,
-            current: Cell::new(None),
-            runs_ended: Cell::new(0),
-        }
+        WorkerCtx { shared, core: RefCell::new(core), id, current: Cell::new(None) }
     }
 
-    /// The run loop; returns when the run stops.
-    pub(crate) fn run(&self) {
+    /// The run loop of the runtime's `run`th run (counted from 1 by its gate, which every
+    /// worker passes for every run); returns when the run stops.
+    pub(crate) fn run(&self, run: u64) {
         let shared = &*self.shared;
         loop {
             if shared.stopping() {
@@ -859,29 +866,13 @@ impl WorkerCtx {
             h.flush_hot();
             h.flush_crumbs();
         });
-        self.wait_for_every_flush(shared);
+        wait_for_every_flush(shared, run);
         crate::alloc::with_heap(|h| h.drain_remote());
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);
         core.publish(shared);
         core.colors.flush(shared.color_stats.slot(self.id), true);
         core.trace.publish(shared.trace.slot(self.id));
-    }
-
-    /// At a run's end, after this worker handed back its crumbs: waits until every worker did,
-    /// for at most [`FLUSH_WAIT`] (a worker that crashed never comes; the gauges are then
-    /// inexact, nothing else). Every worker ends every run, so the `n`th end is complete once
-    /// `n * workers` were counted.
-    fn wait_for_every_flush(&self, shared: &Shared) {
-        let ends = self.runs_ended.get() + 1;
-        self.runs_ended.set(ends);
-        let all = ends.saturating_mul(shared.workers as u64);
-        // AcqRel: the flushes before each count are seen by whoever reads the total after.
-        shared.ends_flushed.fetch_add(1, Ordering::AcqRel);
-        let start = Instant::now();
-        while shared.ends_flushed.load(Ordering::Acquire) < all && start.elapsed() < FLUSH_WAIT {
-            std::thread::yield_now();
-        }
     }
 
     /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
