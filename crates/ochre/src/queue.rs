@@ -1094,6 +1094,7 @@ impl ColorQueue {
 
     #[inline]
     fn enqueue(&mut self, key: usize, task: Task, urgent: bool) {
+        let running = self.running == Some(key);
         let slot = &mut self.slots[key];
         if urgent {
             slot.events.insert(slot.urgent, task);
@@ -1102,18 +1103,32 @@ impl ColorQueue {
             slot.events.push_back(task);
         }
         self.pending += 1;
-        self.schedule(key, urgent);
+        // `schedule` on the slot at hand: a second look-up of it in the slab was a bounds and
+        // a vacancy check per post.
+        Self::schedule_slot(&mut self.ready, slot, key, running, urgent);
     }
 
     #[inline]
     fn schedule(&mut self, key: usize, urgent: bool) {
-        let slot = &mut self.slots[key];
-        if !slot.queued && self.running != Some(key) {
+        let running = self.running == Some(key);
+        Self::schedule_slot(&mut self.ready, &mut self.slots[key], key, running, urgent);
+    }
+
+    /// Puts `slot` (of `key`; `running`: its turn is on) in the ready list if it is not there.
+    #[inline]
+    fn schedule_slot(
+        ready: &mut VecDeque<usize>,
+        slot: &mut Slot,
+        key: usize,
+        running: bool,
+        urgent: bool,
+    ) {
+        if !slot.queued && !running {
             slot.queued = true;
             if urgent {
-                self.ready.push_front(key);
+                ready.push_front(key);
             } else {
-                self.ready.push_back(key);
+                ready.push_back(key);
             }
         }
     }
