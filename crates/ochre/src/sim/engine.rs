@@ -1143,13 +1143,16 @@ impl<'w> Sim<'w> {
 
     fn take_inbox(&mut self, k: usize) {
         let now = self.cores[k].now;
-        if self.net.inbox[k].iter().all(|a| a.at > now) {
+        let inbox = &mut self.net.inbox[k];
+        let due = inbox.iter().filter(|a| a.at <= now).count();
+        if due == 0 {
             return;
         }
         let mut arrived = std::mem::take(&mut self.arrived);
-        let inbox = &mut self.net.inbox[k];
-        if inbox.iter().all(|a| a.at <= now) {
-            arrived.append(inbox);
+        if due == inbox.len() {
+            // All of it (most takes): the buffers trade places, the inbox keeps the empty one
+            // (an append copied every arrival).
+            std::mem::swap(&mut arrived, inbox);
         } else {
             // Split in one pass, each part in inbox order (not `remove` per arrival: quadratic).
             let mut later = std::mem::take(&mut self.later);
@@ -1164,6 +1167,7 @@ impl<'w> Sim<'w> {
             self.later = later;
         }
         let batching = self.setup.config.batching;
+        let follows = batching && self.setup.config.follow;
         for a in arrived.drain(..) {
             let Arrival { from, quiet, ready, mut msgs, .. } = a;
             let cost = &self.setup.cost;
@@ -1172,7 +1176,6 @@ impl<'w> Sim<'w> {
             let receive = msgs.len() as f64 * cost.receive_ns + cost.stream(lines, d);
             self.cores[k].now += receive as u64;
             let mut may_move = batching;
-            let follows = batching && self.setup.config.follow;
             let stream = if follows { follow::stream(&msgs) } else { None };
             for msg in msgs.drain(..) {
                 self.receive(k, msg, from, (quiet, ready), &mut may_move, stream);
