@@ -2272,12 +2272,14 @@ impl Agenda {
     /// the first node that keeps its key tested each level and stopped early seldom, as the
     /// stepping core's own key, at the root, is the one most updates replace: more host time).
     fn update(&mut self, c: usize) {
-        // The least key so far is carried up: a level reads the sibling alone (reading both
-        // children at each level was 132 host instructions a schedule at 16 cores).
+        // The least key so far is carried up: a level compares the sibling alone (reading both
+        // children at each level was 132 host instructions a schedule at 16 cores). Which of
+        // the two is less is as good as random: the lesser is read back by its index, not
+        // chosen by a branch (the compiler branches on a `min`, or a select, of two `u128`).
         let mut i = self.width + c;
         let mut least = self.node[i];
         while i > 1 {
-            least = least.min(self.node[i ^ 1]);
+            least = self.node[i ^ usize::from(self.node[i ^ 1] < least)];
             i /= 2;
             self.node[i] = least;
         }
