@@ -28,6 +28,11 @@ fn workload() {
     }
 }
 
+/// The first of `ranked` that is not the driver's color (9).
+fn first_posted(mut ranked: impl Iterator<Item = Color>) -> Option<Color> {
+    ranked.find(|&c| c != Color(9))
+}
+
 #[test]
 fn every_event_is_counted_with_period_one_and_the_costly_color_leads() {
     let rt = rt(2, 1);
@@ -36,7 +41,11 @@ fn every_event_is_counted_with_period_one_and_the_costly_color_leads() {
     assert_eq!(stats.period, 1);
     let events = |c: u64| stats.get(Color(c)).map_or(0, |e| e.sampled_events());
     assert_eq!((events(1), events(2), events(3), events(9)), (100, 10, 5, 1));
-    assert_eq!(stats.colors[0].color, Color(2), "the costly color first: {:?}", stats.top(3));
+    // Among the colors the driver posted to: the driver's own turn is short, but a machine busy
+    // with other tests may preempt it for milliseconds (CI once measured it at 6.1 ms, the ten
+    // 200 µs events at 2.2 ms), which says nothing of the ranking.
+    let ranked = first_posted(stats.colors.iter().map(|s| s.color));
+    assert_eq!(ranked, Some(Color(2)), "the costly color first: {:?}", stats.top(3));
     let two = stats.get(Color(2)).unwrap().summary(1);
     assert!(two.run_p50_ns >= 180_000, "200 µs events measured at {} ns", two.run_p50_ns);
     assert!(two.run_ns >= 10 * 180_000);
@@ -47,7 +56,7 @@ fn every_event_is_counted_with_period_one_and_the_costly_color_leads() {
     let per_worker: u64 = stats.workers.iter().map(|w| w.sampled_events()).sum();
     assert_eq!(per_worker, 116);
     // The run report names the same top colors, for this run only.
-    assert_eq!(report.top_colors[0].color, Color(2));
+    assert_eq!(first_posted(report.top_colors.iter().map(|s| s.color)), Some(Color(2)));
     assert_eq!(report.top_colors.iter().map(|s| s.events).sum::<u64>(), 116);
     let again = rt.run(Color(9), || ochre::post(Color(3), || {})).unwrap();
     let events: Vec<(Color, u64)> = again.top_colors.iter().map(|s| (s.color, s.events)).collect();
