@@ -7,7 +7,7 @@
 //! `STEAL=backlog` or `STEAL=off` sets the stealing mode; `BUSY=1` spins a thread on worker 1's
 //! CPU during every run (as `bench actors`' busy cases); `HAND=1` chooses the colors so that
 //! each half of the ring is homed on one worker (`bench actors`' `ochre-hand`); `FOLLOW=0`
-//! keeps colors where they are homed.
+//! keeps colors where they are homed; `BATCH=n` fixes the batch size at `n` (no online tuning).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -76,6 +76,9 @@ fn main() {
         Ok("off") => config = config.steal(ochre::Steal::Off),
         _ => {}
     }
+    if let Some(n) = std::env::var("BATCH").ok().and_then(|v| v.parse().ok()) {
+        config = config.batch_size(n).batch_sizing(ochre::BatchSize::Fixed);
+    }
     if std::env::var("FOLLOW").is_ok_and(|v| v == "0") {
         config = config.follow(false);
     }
@@ -103,6 +106,18 @@ fn main() {
             t.steals_in,
             report.workers.iter().map(|w| (w.events_run, w.cpu_share, w.unpinned)).collect::<Vec<_>>(),
         );
+        // Spin spells: how often a worker ran out of tokens (they travel in convoys).
+        for (w, s) in report.workers.iter().enumerate() {
+            println!(
+                "  worker {w}: batches {} (mean {:.1}) wakeups {} sleeps {} spins {} hits {}",
+                s.batches_sent,
+                s.batched_msgs as f64 / s.batches_sent.max(1) as f64,
+                s.wakeups_sent,
+                s.sleeps,
+                s.spins,
+                s.spin_wins,
+            );
+        }
     }
     rates.sort_by(f64::total_cmp);
     println!("median {:.1}M hops/s over {runs} runs", rates[runs / 2] / 1e6);
