@@ -126,29 +126,7 @@ fn main() {
             rates.push(rate);
             if run + 1 == runs {
                 for (w, s) in report.workers.iter().enumerate() {
-                    println!(
-                    "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} \
-                     sleeps {} spins {} hits {} moves out {} in {} steals {} lent {} inbox {} \
-                     steal asks {} failed {} waited {} us share {}",
-                    s.events_run,
-                    s.posts_local,
-                    s.posts_remote,
-                    s.batches_sent,
-                    s.batched_msgs as f64 / s.batches_sent.max(1) as f64,
-                    s.wakeups_sent,
-                    s.sleeps,
-                    s.spins,
-                    s.spin_wins,
-                    s.colors_moved_out,
-                    s.colors_moved_in,
-                    s.steals_in,
-                    s.steals_out,
-                    s.msgs_received,
-                    s.steal_attempts,
-                    s.steal_failures,
-                    s.steal_wait_us,
-                    s.cpu_share,
-                );
+                    println!("{}", ochre_bench::harness::worker_line(w, s));
                 }
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -106,17 +106,9 @@ fn main() {
             t.steals_in,
             report.workers.iter().map(|w| (w.events_run, w.cpu_share, w.unpinned)).collect::<Vec<_>>(),
         );
-        // Spin spells: how often a worker ran out of tokens (they travel in convoys).
+        // Its spin spells: how often it ran out of tokens (they travel in convoys).
         for (w, s) in report.workers.iter().enumerate() {
-            println!(
-                "  worker {w}: batches {} (mean {:.1}) wakeups {} sleeps {} spins {} hits {}",
-                s.batches_sent,
-                s.batched_msgs as f64 / s.batches_sent.max(1) as f64,
-                s.wakeups_sent,
-                s.sleeps,
-                s.spins,
-                s.spin_wins,
-            );
+            println!("  {}", ochre_bench::harness::worker_line(w, s));
         }
     }
     rates.sort_by(f64::total_cmp);
