@@ -370,16 +370,16 @@ pub(crate) struct ColorQueue {
     /// may be one of them.
     dropped_arrival: u64,
     /// Empty event queues of dropped slots, with their buffers ([`SPARE_QUEUES`] at most, none
-    /// over [`SPARE_CAPACITY`]): a color that comes and goes (moved by `follow`, given back,
-    /// lent) takes one instead of growing a new one from the system allocator on its first
-    /// post here (that allocator was about 3% of the 64-token ring's samples).
+    /// over what an idle slot keeps, [`KEEP_QUEUE_CAPACITY`]): a color that comes and goes
+    /// (moved by `follow`, given back, lent) takes one instead of growing a new one from the
+    /// system allocator on its first post here (that allocator was about 3% of the 64-token
+    /// ring's samples).
     spare: Vec<VecDeque<Task>>,
 }
 
-/// Most empty event queues a worker keeps for new slots ([`ColorQueue::spare`]).
+/// Most empty event queues a worker keeps for new slots ([`ColorQueue::spare`]): at most
+/// 1 MB with [`KEEP_QUEUE_CAPACITY`].
 const SPARE_QUEUES: usize = 256;
-/// Largest buffer (events) kept with a spare queue: a flood's queue gives its memory back.
-const SPARE_CAPACITY: usize = 64;
 
 impl ColorQueue {
     pub(crate) fn new(me: usize, placement: Placement) -> Self {
@@ -1189,7 +1189,7 @@ impl ColorQueue {
     fn keep_spare(&mut self, events: VecDeque<Task>) {
         if events.is_empty()
             && events.capacity() > 0
-            && events.capacity() <= SPARE_CAPACITY
+            && events.capacity() <= KEEP_QUEUE_CAPACITY
             && self.spare.len() < SPARE_QUEUES
         {
             self.spare.push(events);
@@ -1423,19 +1423,19 @@ mod tests {
         assert!(t.spare.is_empty(), "d's new slot took it");
         assert!(t.slots[t.index[&d]].events.capacity() > 0);
         // A queue grown past what is kept goes with its slot.
-        for v in 0..2 * SPARE_CAPACITY as u64 {
+        for v in 0..2 * KEEP_QUEUE_CAPACITY as u64 {
             t.accept_forward(e, 0, task(&log, 2 + v), false);
         }
         run_all(&mut t);
         assert_eq!(t.spare.len(), 1, "d's queue only");
-        assert!(t.spare.iter().all(|q| q.is_empty() && q.capacity() <= SPARE_CAPACITY));
+        assert!(t.spare.iter().all(|q| q.is_empty() && q.capacity() <= KEEP_QUEUE_CAPACITY));
         // A loan brings its own queue: the spare one a new slot took is kept again.
         let mut events = VecDeque::new();
         events.push_back(task(&log, 1000));
         t.adopt(0, Loan { color: c, events, urgent: 0, event_ns: 0 });
         assert_eq!(t.spare.len(), 1);
         run_all(&mut t);
-        assert_eq!(log.lock().unwrap().len(), 3 + 2 * SPARE_CAPACITY);
+        assert_eq!(log.lock().unwrap().len(), 3 + 2 * KEEP_QUEUE_CAPACITY);
     }
 
     #[test]

@@ -562,7 +562,8 @@ struct Net {
     /// core's state): `busy + spinners + sleeping` is the number of cores.
     counts: StateCounts,
     /// Changes of what a thief reads of the others (a hint's log, a CPU share, a request
-    /// slot): counted by every writer of them, for [`NoVictim`].
+    /// slot): counted by their writers (`publish_ready`, `publish_backlog`, `publish_share`,
+    /// `set_slot`), for [`NoVictim`].
     changes: u64,
     /// Per core, its last request that found no victim.
     no_victim: Vec<NoVictim>,
@@ -608,6 +609,35 @@ impl StateCounts {
 }
 
 impl Net {
+    /// Core `k` publishes its ready count at `at` (its clock). This and the three below are
+    /// the only writers of what a thief reads of another core ([`Sim::request`]): each counts
+    /// a change that a reader may see, so that no [`NoVictim`] memo outlives one.
+    fn publish_ready(&mut self, k: usize, at: u64, ready: usize) {
+        if self.status[k].ready.set(at, ready, self.horizon) {
+            self.changes += 1;
+        }
+    }
+
+    /// Core `k` publishes whether it has a backlog at `at` (as
+    /// [`publish_ready`](Self::publish_ready)).
+    fn publish_backlog(&mut self, k: usize, at: u64, backlog: bool) {
+        if self.status[k].backlog.set(at, backlog, self.horizon) {
+            self.changes += 1;
+        }
+    }
+
+    /// Core `k` publishes its CPU share ([`publish_ready`](Self::publish_ready)).
+    fn publish_share(&mut self, k: usize, share: u32) {
+        self.status[k].share = share;
+        self.changes += 1;
+    }
+
+    /// Core `k`'s steal request slot holds `request` ([`publish_ready`](Self::publish_ready)).
+    fn set_slot(&mut self, k: usize, request: Option<(usize, u64)>) {
+        self.slot[k] = request;
+        self.changes += 1;
+    }
+
     /// Core `core` goes to `state`; the counts follow.
     fn set_state(&mut self, core: usize, state: State) {
         let st = &mut self.status[core];
@@ -1136,9 +1166,7 @@ impl<'w> Sim<'w> {
 
     fn publish(&mut self, k: usize) {
         let (now, ready) = (self.cores[k].now, self.cores[k].queue.ready_len());
-        if self.net.status[k].ready.set(now, ready, self.net.horizon) {
-            self.net.changes += 1;
-        }
+        self.net.publish_ready(k, now, ready);
     }
 
     fn take_inbox(&mut self, k: usize) {
@@ -1824,8 +1852,7 @@ impl<'w> Sim<'w> {
         let now = self.cores[k].now + self.ticks.steal_answer;
         let asked = self.net.slot[k].is_some_and(|(t, visible)| t == thief && visible <= now);
         if asked {
-            self.net.slot[k] = None;
-            self.net.changes += 1;
+            self.net.set_slot(k, None);
         }
         self.grant(k, thief, loans, asked);
     }
@@ -1850,9 +1877,7 @@ impl<'w> Sim<'w> {
         let config = &self.setup.config;
         let backlog = config.steal == Steal::Backlog && {
             let b = core.queue.has_backlog(steal::BACKLOG_FLOOR);
-            if self.net.status[k].backlog.set(core.now, b, self.net.horizon) {
-                self.net.changes += 1;
-            }
+            self.net.publish_backlog(k, core.now, b);
             b
         };
         let seen = steal::Loaded {
@@ -1888,8 +1913,7 @@ impl<'w> Sim<'w> {
     /// [`answer`](Self::answer) to a request that has arrived.
     fn lend(&mut self, k: usize) {
         let Some((thief, _)) = self.net.slot[k] else { return };
-        self.net.slot[k] = None;
-        self.net.changes += 1;
+        self.net.set_slot(k, None);
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
         self.report.stolen += loans.len() as u64;
         // As `steal::answer`: the line is published at the next turn's or round's end.
@@ -1945,8 +1969,7 @@ impl<'w> Sim<'w> {
         let victim = steal::candidates(&self.tiers[k], random).find(|&v| worth(v));
         let Some(v) = victim else { return };
         let visible = self.cores[k].now + self.ticks.line(self.distance(k, v));
-        self.net.slot[v] = Some((k, visible));
-        self.net.changes += 1;
+        self.net.set_slot(v, Some((k, visible)));
         self.cores[k].steal_pending = true;
         self.report.steal_requests += 1;
         self.send(k, v, Msg::StealRequest);
@@ -2079,8 +2102,8 @@ impl Sim<'_> {
                 let _ = cpu.measure.window(0, 0);
             }
             cpu.new_window(core.now);
-            self.net.status[k].share = cpu.measure.share();
-            self.net.changes += 1;
+            let share = cpu.measure.share();
+            self.net.publish_share(k, share);
         }
     }
 
@@ -2095,8 +2118,8 @@ impl Sim<'_> {
         }
         let _ = cpu.measure.window(cpu.window_run, cpu.window_wait);
         cpu.new_window(core.now);
-        self.net.status[k].share = cpu.measure.share();
-        self.net.changes += 1;
+        let share = cpu.measure.share();
+        self.net.publish_share(k, share);
     }
 }
 
