@@ -246,7 +246,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 task,
                 urgent,
                 (follow && from != crate::inbox::OUTSIDE).then_some(from),
-                |_, _| (follow && from != crate::inbox::OUTSIDE).then_some(from),
+                |_, _, _| (follow && from != crate::inbox::OUTSIDE).then_some(from),
             ) {
                 Route::Queued => {}
                 Route::Move { to, task } => deliver_from(

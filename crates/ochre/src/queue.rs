@@ -479,17 +479,18 @@ impl ColorQueue {
     }
 
     /// Routes an event that worker `from` posted to a color homed here (`None`: posted by a
-    /// thread outside the runtime). The post is counted in the color's traffic, and if the color
-    /// is idle here, `moves` judges that traffic (`follow::moves`, given what the worker knows of
-    /// the poster): if it says so, the color is lent to `from` for good with this event
-    /// ([`Route::Move`]).
+    /// thread outside the runtime). The post is counted in the color's traffic, and `moves`
+    /// judges that traffic (`follow::moves`, given what the worker knows of the poster, and
+    /// whether the color is idle here): if it says so, the color, idle, is lent to `from` for
+    /// good with this event ([`Route::Move`]); busy, it is pulled (`Traffic::pull`: it leaves
+    /// when its queue empties, [`end_turn_shedding`](Self::end_turn_shedding)).
     pub(crate) fn receive_post(
         &mut self,
         color: Color,
         task: Task,
         urgent: bool,
         from: Option<usize>,
-        moves: impl FnOnce(Traffic, u64) -> Option<usize>,
+        moves: impl FnOnce(Traffic, u64, bool) -> Option<usize>,
     ) -> Route {
         let dest = self.route(color);
         if let Dest::Here { key, .. } = dest {
@@ -500,16 +501,23 @@ impl ColorQueue {
                 if let Some(poster) = from.filter(|&f| f != me) {
                     slot.traffic.post_from(poster);
                 }
-                let idle = slot.events.is_empty()
-                    && !slot.queued
-                    && !running
-                    && !slot.pinned
-                    && slot.holding == 0;
-                let to = if idle { moves(slot.traffic, slot.event_ns) } else { None };
-                if let Some(to) = to.filter(|&to| to != me) {
-                    slot.traffic.reset();
-                    slot.lease = Lease::Away { to, outstanding: 1, moved: true };
-                    return Route::Move { to, task };
+                let idle = slot.events.is_empty() && !slot.queued && !running;
+                let to = if slot.pinned || slot.holding > 0 {
+                    None
+                } else {
+                    moves(slot.traffic, slot.event_ns, idle).filter(|&to| to != me)
+                };
+                if let Some(to) = to {
+                    if idle {
+                        slot.traffic.reset();
+                        slot.lease = Lease::Away { to, outstanding: 1, moved: true };
+                        return Route::Move { to, task };
+                    }
+                    // Busy: it goes when its queue empties, unless another poster comes first
+                    // (`follow`, "Busy colors are pulled").
+                    if from == Some(to) {
+                        slot.traffic.pull();
+                    }
                 }
             }
             self.enqueue(key, task, urgent);
@@ -762,7 +770,8 @@ impl ColorQueue {
     /// per event, whether its traffic moved on (residents) and whether it is a loan (a stolen
     /// color), for a worker to send it to: a guest goes back home (the answer must be its home;
     /// a loan that is not sent home stays as a resident), a color at home moves to the worker
-    /// named ([`TurnEnd::Push`]).
+    /// named ([`TurnEnd::Push`]). A color at home that a step pulled while it was busy, with no
+    /// post from elsewhere since, moves to that step's worker without asking (`follow`).
     ///
     /// Inlined into the run loop, with its `shed` closure: as a call, its frame and the closure's
     /// call cost a one-event turn 81 instructions (`turn_probe 400000 1000 1` under callgrind:
@@ -799,18 +808,20 @@ impl ColorQueue {
                 self.guests.remove(color);
                 Some(TurnEnd::Return(Returned { home, color, ran: received, resident }))
             }
-            Lease::Local => match shed(None, ready, cost, false, false) {
-                Some(to) if to != self.me && !pinned => {
-                    let slot = &mut self.slots[key];
-                    slot.traffic.reset();
-                    slot.lease = Lease::Away { to, outstanding: 0, moved: true };
-                    Some(TurnEnd::Push { to, color: slot.color })
+            Lease::Local => {
+                match slot.traffic.pulled_by().or_else(|| shed(None, ready, cost, false, false)) {
+                    Some(to) if to != self.me && !pinned => {
+                        let slot = &mut self.slots[key];
+                        slot.traffic.reset();
+                        slot.lease = Lease::Away { to, outstanding: 0, moved: true };
+                        Some(TurnEnd::Push { to, color: slot.color })
+                    }
+                    _ => {
+                        self.maybe_release(key);
+                        None
+                    }
                 }
-                _ => {
-                    self.maybe_release(key);
-                    None
-                }
-            },
+            }
             Lease::Away { .. } => None,
         }
     }
@@ -1722,7 +1733,7 @@ mod tests {
 
     /// `receive_post` from `poster` with the policy of `follow`, the poster's batch quiet.
     fn receive(q: &mut ColorQueue, c: Color, t: Task, poster: usize) -> Route {
-        q.receive_post(c, t, false, Some(poster), |traffic, _| {
+        q.receive_post(c, t, false, Some(poster), |traffic, _, _| {
             let offer = follow::Offer {
                 traffic,
                 quiet: true,
@@ -1766,6 +1777,36 @@ mod tests {
         assert!(matches!(g.post(c, task(&log, 4), false), Route::Queued));
         run_all(&mut g);
         assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    /// A post that would move its color but finds it busy pulls it: it goes to the poster's
+    /// worker when its queue empties, unless a post from elsewhere came in between.
+    #[test]
+    fn a_busy_color_goes_to_its_poster_when_its_queue_empties_unless_another_posts_first() {
+        let log = Log::default();
+        let end = |q: &mut ColorQueue| {
+            let (k, _) = q.start_turn().expect("a turn");
+            while let Some(t) = q.pop(k) {
+                t.run();
+            }
+            q.end_turn_shedding(k, |_, _, _, _, _| None)
+        };
+        for other_first in [false, true] {
+            let mut h = ColorQueue::new(0, Placement::flat(3));
+            let c = color_on(0, 3, 0);
+            assert!(matches!(receive(&mut h, c, task(&log, 0), 1), Route::Queued), "a first post");
+            // The color is busy (an event queued): the post that would move it is queued too.
+            assert!(matches!(receive(&mut h, c, task(&log, 1), 1), Route::Queued), "busy");
+            if other_first {
+                // A post made here: the color's traffic is no longer worker 1's alone.
+                assert!(matches!(h.post(c, task(&log, 2), false), Route::Queued));
+                assert!(end(&mut h).is_none(), "a post from elsewhere clears the pull");
+                assert_eq!(h.lease(c), Some(Lease::Local));
+            } else {
+                assert!(matches!(end(&mut h), Some(TurnEnd::Push { to: 1, color }) if color == c));
+                assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 0, moved: true }));
+            }
+        }
     }
 
     #[test]
@@ -1815,7 +1856,7 @@ mod tests {
             t.run();
         }
         assert!(matches!(receive(&mut h, busy, task(&log, 9), 1), Route::Queued), "running");
-        let outside = h.receive_post(busy, task(&log, 9), false, None, |_, _| Some(1));
+        let outside = h.receive_post(busy, task(&log, 9), false, None, |_, _, _| Some(1));
         assert!(matches!(outside, Route::Queued), "a running color moves for no one");
         assert_eq!(h.lease(busy), Some(Lease::Local));
     }
@@ -1893,7 +1934,7 @@ mod tests {
                     other => panic!("{c:?} homed here routes to {other:?}"),
                 };
                 // Posted from worker 1: its traffic is counted at the home.
-                let route = q.receive_post(c, task(&log, c.0), false, Some(1), |t, _| {
+                let route = q.receive_post(c, task(&log, c.0), false, Some(1), |t, _, _| {
                     assert_eq!(t.total, round + 1, "{c:?}: the color's earlier post is remembered");
                     None
                 });

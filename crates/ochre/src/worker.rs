@@ -662,11 +662,21 @@ impl Core {
         let home_ready = self.queue.ready_len();
         let mine = self.cpu_share.share();
         let io = &self.io;
-        self.queue.receive_post(color, task, urgent, from.map(|(s, ..)| s.id), |traffic, cost| {
-            let to = moves_to(shared, me, mine, home_ready, from, traffic, cost);
-            // A color whose descriptors this worker's poller watches stays (`IoCore::anchors`).
-            to.filter(|_| !io.anchors(shared, color))
-        })
+        self.queue.receive_post(
+            color,
+            task,
+            urgent,
+            from.map(|(s, ..)| s.id),
+            |traffic, cost, idle| {
+                // A busy color is pulled by chain steps only (`follow`, "Busy colors are pulled").
+                if !idle && !from.is_some_and(|(_, step, _)| step) {
+                    return None;
+                }
+                let to = moves_to(shared, me, mine, home_ready, from, traffic, cost);
+                // A color whose descriptors this worker's poller watches stays (`IoCore::anchors`).
+                to.filter(|_| !io.anchors(shared, color))
+            },
+        )
     }
 
     /// Publishes counters and load for other threads, at the end of a round: the heap's gauges

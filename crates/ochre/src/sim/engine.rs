@@ -1245,30 +1245,35 @@ impl<'w> Sim<'w> {
                 let mine = status[k].share;
                 let core = &mut self.cores[k];
                 let home_ready = core.queue.ready_len();
-                let route = core.queue.receive_post(color, task, urgent, poster, |tr, cost| {
-                    if let Some(step) = offer {
-                        let cheap_stream = stream && follow::cheap(cost);
-                        let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
-                            && follow::moves(&follow::Offer {
-                                traffic: tr,
-                                quiet,
-                                step,
-                                cheap_stream,
-                                poster_ready,
-                                home_ready,
-                                poster_share: status[from].share,
-                                home_share: mine,
-                            });
-                        if moves {
-                            return Some(from);
+                let route =
+                    core.queue.receive_post(color, task, urgent, poster, |tr, cost, idle| {
+                        // `worker::Core::receive_post`: a busy color is pulled by chain steps only.
+                        if !idle && offer != Some(true) {
+                            return None;
                         }
-                    }
-                    // Off a shared CPU, with the post (`follow::relief`).
-                    if !follow_on {
-                        return None;
-                    }
-                    follow::relief(mine, || peers(status, k))
-                });
+                        if let Some(step) = offer {
+                            let cheap_stream = stream && follow::cheap(cost);
+                            let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
+                                && follow::moves(&follow::Offer {
+                                    traffic: tr,
+                                    quiet,
+                                    step,
+                                    cheap_stream,
+                                    poster_ready,
+                                    home_ready,
+                                    poster_share: status[from].share,
+                                    home_share: mine,
+                                });
+                            if moves {
+                                return Some(from);
+                            }
+                        }
+                        // Off a shared CPU, with the post (`follow::relief`).
+                        if !follow_on {
+                            return None;
+                        }
+                        follow::relief(mine, || peers(status, k))
+                    });
                 match route {
                     Route::Queued => {}
                     Route::Move { to, task } => {

@@ -317,7 +317,8 @@ fn thieves_see_a_victim_loaded_in_the_middle_of_a_long_round() {
 fn a_producer_takes_the_color_its_stream_moves_to_it_in_the_middle_of_its_posts() {
     // One event posts 20K messages to a counter homed on the other core. The home moves the
     // counter to the producer after the first batch (`follow`: a stream of events that an
-    // earlier run measured cheap); the
+    // earlier run measured cheap; in that earlier run the stream found the counter busy and
+    // pulled it, so it may already be there); the
     // producer files its inbox at each full batch (`file_mid_turn`) and, once it holds the
     // counter, posts the rest locally. As one step, its posts found nothing filed and all
     // went to the home, which forwarded them: two messages per post.
@@ -329,7 +330,8 @@ fn a_producer_takes_the_color_its_stream_moves_to_it_in_the_middle_of_its_posts(
     };
     let r = simulate(setup, &mut Actors::new(Program::Counting { n }, 20));
     assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert_eq!(r.moved, 1);
+    assert!(r.moved <= 1, "moved {} times", r.moved);
+    assert!(r.events_per_core[0] < n / 10, "{:?}", r.events_per_core);
     assert!(r.msgs < n / 10, "{} messages for {n} posts", r.msgs);
 }
 
