@@ -223,8 +223,9 @@ fn deliver_from(from: usize, to: &ModelWorker, msg: Msg) {
 
 /// One step of a worker: route its inbox, then run one turn; returns events run. With
 /// `follow`, colors follow their messages: a post from another worker moves an idle color to it
-/// at once, and a resident goes back home each time its queue empties (the most moves the
-/// protocol can see).
+/// at once and pulls a busy one (it moves, without an event, when its queue empties: a `Move`
+/// as `follow`'s pulls and relief send), and a resident goes back home each time its queue
+/// empties (the most moves the protocol can see).
 fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) -> usize {
     let peer = |id: usize| {
         if others[0].id == id {
@@ -300,12 +301,15 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
         ran += 1;
         q = crate::sync::lock(&me.queue);
     }
-    // A resident goes home as soon as it can; a color at home stays (pushes are not modelled).
+    // A resident goes home as soon as it can; a color at home leaves only if pulled.
     match q.end_turn_shedding(key, |home, _, _, _, loan| home.filter(|_| follow || loan)) {
         Some(crate::queue::TurnEnd::Return(ret)) => {
             deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran })
         }
-        Some(crate::queue::TurnEnd::Push { .. }) => unreachable!("not asked for"),
+        Some(crate::queue::TurnEnd::Push { to, color }) => {
+            let home = crate::message::worker_id(me.id);
+            deliver_from(me.id, peer(to), Msg::Move { color, home, task: None, urgent: false })
+        }
         None => {}
     }
     ran
@@ -474,6 +478,53 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
         assert_eq!(crate::sync::lock(&poster.queue).lease(c), None);
         let at = |tag| oracle.position(tag);
         assert!(at(0) < at(1) && at(2) < at(3), "a poster's events ran out of order");
+    });
+}
+
+/// A pull (`follow`): a post from worker 1 finds its color busy at the home (an outside
+/// thread's event 0 queued) and pulls it; the color leaves, without an event, when its queue
+/// empties. The outside thread posts 2 meanwhile (run at the home, or forwarded to worker 1,
+/// which gives the color back once its queue empties). Every event runs once, never two at
+/// once, the outside thread's in order, and exactly one worker holds the color at the end.
+#[test]
+fn loom_a_busy_color_pulled_by_a_post_leaves_when_its_queue_empties() {
+    model(|| {
+        let c = Color(0);
+        let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
+        let poster_id = 1 - home_id;
+        let oracle = ColorOracle::new();
+        let worker = |id| {
+            Arc::new(ModelWorker {
+                id,
+                queue: Mutex::new(ColorQueue::new(id, crate::color::Placement::flat(2))),
+                inbox: Inbox::new(),
+            })
+        };
+        let (home, poster) = (worker(home_id), worker(poster_id));
+        deliver(&home, Msg::Post { color: c, task: oracle.event(0), urgent: false, step: false });
+        deliver_from(
+            poster_id,
+            &home,
+            Msg::Post { color: c, task: oracle.event(1), urgent: false, step: false },
+        );
+        let outside = {
+            let (home, e2) = (home.clone(), oracle.event(2));
+            loom::thread::spawn(move || {
+                deliver(&home, Msg::Post { color: c, task: e2, urgent: false, step: false })
+            })
+        };
+        run_both(&home, &poster, true, outside);
+        assert_eq!(oracle.ran.load(Ordering::SeqCst), 3, "an event was lost");
+        let at = |tag| oracle.position(tag);
+        assert!(at(0) < at(2), "a poster's events ran out of order");
+        let (h, p) =
+            (crate::sync::lock(&home.queue).lease(c), crate::sync::lock(&poster.queue).lease(c));
+        let pulled = Some(Lease::Away { to: poster_id, outstanding: 0, moved: true });
+        let resident = Some(Lease::Guest { home: home_id, received: 0, resident: true });
+        assert!(
+            (h == Some(Lease::Local) && p.is_none()) || (h == pulled && p == resident),
+            "held by one worker: home {h:?}, poster {p:?}"
+        );
     });
 }
 
