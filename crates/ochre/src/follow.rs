@@ -219,6 +219,14 @@ pub(crate) fn worth_asking(traffic: &Traffic, quiet: bool, step: bool, cheap_str
         && traffic.own == 0
 }
 
+/// Whether a post (a chain `step` or not) to a color `idle` at its home or busy there is judged
+/// by [`moves`] at all: a busy color is pulled by chain steps only (see the module doc, "Busy
+/// colors are pulled"). The workers and the simulator ask the same.
+#[inline]
+pub(crate) fn judged(idle: bool, step: bool) -> bool {
+    idle || step
+}
+
 /// Whether the color moves to the poster (see the module doc).
 pub(crate) fn moves(o: &Offer) -> bool {
     worth_asking(&o.traffic, o.quiet, o.step, o.cheap_stream)

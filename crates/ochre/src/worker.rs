@@ -668,8 +668,7 @@ impl Core {
             urgent,
             from.map(|(s, ..)| s.id),
             |traffic, cost, idle| {
-                // A busy color is pulled by chain steps only (`follow`, "Busy colors are pulled").
-                if !idle && !from.is_some_and(|(_, step, _)| step) {
+                if !follow::judged(idle, from.is_some_and(|(_, step, _)| step)) {
                     return None;
                 }
                 let to = moves_to(shared, me, mine, home_ready, from, traffic, cost);

@@ -1247,8 +1247,7 @@ impl<'w> Sim<'w> {
                 let home_ready = core.queue.ready_len();
                 let route =
                     core.queue.receive_post(color, task, urgent, poster, |tr, cost, idle| {
-                        // `worker::Core::receive_post`: a busy color is pulled by chain steps only.
-                        if !idle && offer != Some(true) {
+                        if !follow::judged(idle, offer == Some(true)) {
                             return None;
                         }
                         if let Some(step) = offer {
