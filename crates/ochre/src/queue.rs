@@ -753,14 +753,19 @@ impl ColorQueue {
     }
 
     /// Ends the running color's turn: requeue it if it has more events, or give it back if it is
-    /// an emptied guest (a resident only if its traffic moved on).
+    /// an emptied guest (a resident only if its traffic moved on). Tests whose colors may be
+    /// pulled (`follow`) end their turns with [`end_turn_shedding`](Self::end_turn_shedding),
+    /// which says where the color goes: here the move would be lost, so it fails.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn end_turn(&mut self, key: usize) -> Option<Returned> {
         match self
             .end_turn_shedding(key, |home, _, _, moved_on, loan| home.filter(|_| moved_on || loan))
         {
             Some(TurnEnd::Return(r)) => Some(r),
-            _ => None,
+            Some(TurnEnd::Push { color, .. }) => {
+                panic!("{color:?} was pulled: use end_turn_shedding")
+            }
+            None => None,
         }
     }
 
