@@ -207,6 +207,20 @@ struct ModelWorker {
     inbox: Inbox,
 }
 
+/// The two workers of a model, on a flat placement of two: `c`'s home, then the other.
+fn home_and_other(c: Color) -> (Arc<ModelWorker>, Arc<ModelWorker>) {
+    let placement = crate::color::Placement::flat(2);
+    let worker = |id| {
+        Arc::new(ModelWorker {
+            id,
+            queue: Mutex::new(ColorQueue::new(id, placement)),
+            inbox: Inbox::new(),
+        })
+    };
+    let home = crate::color::home_of(c, placement);
+    (worker(home), worker(1 - home))
+}
+
 fn deliver(to: &ModelWorker, msg: Msg) {
     deliver_from(crate::inbox::OUTSIDE, to, msg);
 }
@@ -386,20 +400,10 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
     model(|| {
         let c = Color(0);
         // Worker 0 is c's home (home_of(c, 2) is fixed; assert it to keep the model honest).
-        let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
-        let thief_id = 1 - home_id;
+        let (home, thief) = home_and_other(c);
+        let (home_id, thief_id) = (home.id, thief.id);
         let oracle = ColorOracle::new();
         let event = |tag: u64| oracle.event(tag);
-        let home = Arc::new(ModelWorker {
-            id: home_id,
-            queue: Mutex::new(ColorQueue::new(home_id, crate::color::Placement::flat(2))),
-            inbox: Inbox::new(),
-        });
-        let thief = Arc::new(ModelWorker {
-            id: thief_id,
-            queue: Mutex::new(ColorQueue::new(thief_id, crate::color::Placement::flat(2))),
-            inbox: Inbox::new(),
-        });
         // Event 0 is queued at home, then lent.
         {
             let mut q = crate::sync::lock(&home.queue);
@@ -442,18 +446,10 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
 fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once() {
     model(|| {
         let c = Color(0);
-        let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
-        let poster_id = 1 - home_id;
+        let (home, poster) = home_and_other(c);
+        let poster_id = poster.id;
         let oracle = ColorOracle::new();
         let event = |tag: u64| oracle.event(tag);
-        let worker = |id| {
-            Arc::new(ModelWorker {
-                id,
-                queue: Mutex::new(ColorQueue::new(id, crate::color::Placement::flat(2))),
-                inbox: Inbox::new(),
-            })
-        };
-        let (home, poster) = (worker(home_id), worker(poster_id));
         // Worker 1's events post 0 and 1 (as its handlers would: to the home, from worker 1).
         deliver_from(
             poster_id,
@@ -490,17 +486,9 @@ fn loom_colors_that_follow_their_messages_keep_exclusion_order_and_exactly_once(
 fn loom_a_busy_color_pulled_by_a_post_leaves_when_its_queue_empties() {
     model(|| {
         let c = Color(0);
-        let home_id = crate::color::home_of(c, crate::color::Placement::flat(2));
-        let poster_id = 1 - home_id;
+        let (home, poster) = home_and_other(c);
+        let (home_id, poster_id) = (home.id, poster.id);
         let oracle = ColorOracle::new();
-        let worker = |id| {
-            Arc::new(ModelWorker {
-                id,
-                queue: Mutex::new(ColorQueue::new(id, crate::color::Placement::flat(2))),
-                inbox: Inbox::new(),
-            })
-        };
-        let (home, poster) = (worker(home_id), worker(poster_id));
         deliver(&home, Msg::Post { color: c, task: oracle.event(0), urgent: false, step: false });
         deliver_from(
             poster_id,
@@ -538,19 +526,11 @@ fn loom_a_color_moved_to_its_poster_keeps_the_posters_order() {
     model(|| {
         let placement = crate::color::Placement::flat(2);
         let c = Color(0);
-        let home_id = crate::color::home_of(c, placement);
-        let poster_id = 1 - home_id;
+        let (home, poster) = home_and_other(c);
+        let poster_id = poster.id;
         let a = (1..).map(Color).find(|&a| crate::color::home_of(a, placement) == poster_id);
         let a = a.unwrap();
         let oracle = ColorOracle::new();
-        let worker = |id| {
-            Arc::new(ModelWorker {
-                id,
-                queue: Mutex::new(ColorQueue::new(id, placement)),
-                inbox: Inbox::new(),
-            })
-        };
-        let (home, poster) = (worker(home_id), worker(poster_id));
         for tag in [0, 1] {
             let msg = Msg::Post { color: c, task: oracle.event(tag), urgent: false, step: false };
             deliver_from(poster_id, &home, msg);
