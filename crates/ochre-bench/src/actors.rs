@@ -17,26 +17,28 @@
 //!   balances, which must be conserved.
 //!
 //! Each program is written once ([`Program`]: states, first messages, one handler) and run by
-//! two thin actor layers: on ochre an actor is an `Arc` of a [`ColorCell`] of its state, and a
-//! message is `ochre::post(color, move || handler(..))` carrying a reference to its recipient
-//! (the idiom the runtime's users have; the reference count is one atomic per message on the
-//! recipient's line); on tokio an actor is a task with an unbounded `mpsc` mailbox of enum
-//! messages (`while let Some(msg) = rx.recv().await`). Every run's result is checked (counts,
-//! conservation). ochre is timed by `RunReport::elapsed`, on a runtime built for the sample and
-//! warmed up by a run of an eighth of the size; tokio from the first spawn to the result.
+//! thin actor layers: on ochre an actor is an [`ochre::Addr`] (the runtime keeps the state; a
+//! message is `addr.send(move |a| handler(..))`, carrying one word for the actor: the runtime's
+//! actor API, [`Layer::Addr`]), or, in `ochre-arc`, an `Arc` of a [`ColorCell`] of its state
+//! with a message `ochre::post(color, move || handler(..))` carrying a reference to its
+//! recipient (the colored events' idiom without the actor API; the reference count is two atomic
+//! writes per message on the recipient's line, [`Layer::Arc`]); on tokio an actor is a task with
+//! an unbounded `mpsc` mailbox of enum messages (`while let Some(msg) = rx.recv().await`). Every
+//! run's result is checked (counts, conservation). ochre is timed by `RunReport::elapsed`, on a
+//! runtime built for the sample and warmed up by a run of an eighth of the size (each run's
+//! actors stopped after it, untimed); tokio from the first spawn to the result.
 //!
-//! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-static` (the
-//! same with `follow(false)`: colors stay where their hash puts them), `ochre-nosteal` (the
-//! default with `Steal::Off`: what backlog stealing, the default, gives),
-//! `ochre-pinned` (the default with `Config::unpin_when_shared` off: workers stay on their
-//! CPUs however busy they are), `ochre-unpinned` (the default with `Builder::pin(false)`: the
-//! system scheduler places the workers from the start),
-//! `ochre-hand` (colors
-//! chosen with `Runtime::home_of` so that each actor lands on the worker its program's
-//! [`Program::hand_worker`] gives: ring neighbours in contiguous blocks, the ping-pong pair and
-//! producer-counter together, fork-join and bank actors split evenly, chameneos on one worker),
-//! `tokio-mt` (multi-thread runtime, one task per actor) and `tokio-ct` (a current-thread runtime
-//! per pinned thread, actors partitioned by the same `hand_worker`). Unit: messages per second.
+//! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-arc` (the same
+//! through [`Layer::Arc`]), `ochre-static` (the same with `follow(false)`: colors stay where their
+//! hash puts them), `ochre-nosteal` (the default with `Steal::Off`: what backlog stealing, the
+//! default, gives), `ochre-pinned` (the default with `Config::unpin_when_shared` off: workers stay
+//! on their CPUs however busy they are), `ochre-unpinned` (the default with `Builder::pin(false)`:
+//! the system scheduler places the workers from the start), `ochre-hand` (colors chosen with
+//! `Runtime::home_of` so that each actor lands on the worker its program's [`Program::hand_worker`]
+//! gives: ring neighbours in contiguous blocks, the ping-pong pair and producer-counter together,
+//! fork-join and bank actors split evenly, chameneos on one worker), `tokio-mt` (multi-thread
+//! runtime, one task per actor) and `tokio-ct` (a current-thread runtime per pinned thread, actors
+//! partitioned by the same `hand_worker`). Unit: messages per second.
 //!
 //! Busy: one extra thread spins on the CPU of the last worker for the whole of each sample, as
 //! another process does on a user's shared machine.
@@ -696,8 +698,63 @@ pub fn colors_homed_on(rt: &Runtime, count: usize, worker: impl Fn(usize) -> usi
         .collect()
 }
 
-/// An actor: the cache lines of its state are its own (as a tokio task's are), so that actors
-/// on different workers do not share lines.
+/// How the ochre programs reach their actors' states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// Each actor an [`ochre::Addr`]: the runtime keeps the state, a message carries a copy of
+    /// the address (the runtime's actor API).
+    Addr,
+    /// Each actor an `Arc` of a [`ColorCell`], a clone of it in every message (the colored
+    /// events' idiom without the actor API: two atomic writes per message on the actor's count).
+    Arc,
+}
+
+/// An actor as [`Layer::Addr`] keeps it: its index, the system and its state.
+struct AActor<P: Program> {
+    me: usize,
+    system: Arc<ASystem<P>>,
+    state: P::State,
+}
+
+/// What every actor reaches: the others' addresses and the outcome.
+struct ASystem<P: Program> {
+    actors: OnceLock<Box<[ochre::Addr<AActor<P>>]>>,
+    outcome: Outcome,
+}
+
+/// A run's result, or its first error.
+#[derive(Default)]
+struct Outcome(Mutex<Option<Result<u64, String>>>);
+
+impl Outcome {
+    fn report(&self, r: Result<u64, String>) {
+        if let Ok(mut o) = self.0.lock() {
+            // The first error stays.
+            if !matches!(*o, Some(Err(_))) {
+                *o = Some(r);
+            }
+        }
+    }
+
+    fn take(&self) -> Result<Option<Result<u64, String>>, String> {
+        Ok(self.0.lock().map_err(|e| e.to_string())?.take())
+    }
+}
+
+impl<P: Program> Cx<P::Msg> for ASystem<P> {
+    fn send(&self, to: usize, msg: P::Msg) {
+        match self.actors.get().and_then(|a| a.get(to)) {
+            Some(addr) => addr.send(move |a| P::handle(a.me, &mut a.state, msg, &*a.system)),
+            None => self.outcome.report(Err(format!("no actor {to}"))),
+        }
+    }
+    fn done(&self, result: u64) {
+        self.outcome.report(Ok(result));
+    }
+}
+
+/// An actor as [`Layer::Arc`] keeps it: the cache lines of its state are its own (as a tokio
+/// task's are), so that actors on different workers do not share lines.
 type ActorRef<P> = Arc<Padded<P>>;
 type Padded<P> = CachePadded<OActor<P>>;
 
@@ -712,76 +769,96 @@ struct OActor<P: Program> {
 /// shared by every message would be a cache line every worker writes.
 struct OSystem<P: Program> {
     actors: OnceLock<Box<[Weak<Padded<P>>]>>,
-    outcome: Mutex<Option<Result<u64, String>>>,
-}
-
-impl<P: Program> OSystem<P> {
-    fn report(&self, r: Result<u64, String>) {
-        if let Ok(mut o) = self.outcome.lock() {
-            // The first error stays.
-            if !matches!(*o, Some(Err(_))) {
-                *o = Some(r);
-            }
-        }
-    }
+    outcome: Outcome,
 }
 
 impl<P: Program> Cx<P::Msg> for OSystem<P> {
     fn send(&self, to: usize, msg: P::Msg) {
         match self.actors.get().and_then(|a| a.get(to)).and_then(Weak::upgrade) {
             Some(actor) => ochre::post(actor.state.color(), move || deliver(actor, msg)),
-            None => self.report(Err(format!("no actor {to}"))),
+            None => self.outcome.report(Err(format!("no actor {to}"))),
         }
     }
     fn done(&self, result: u64) {
-        self.report(Ok(result));
+        self.outcome.report(Ok(result));
     }
 }
 
 fn deliver<P: Program>(actor: ActorRef<P>, msg: P::Msg) {
     let OActor { me, system, state } = &**actor;
     if let Err(e) = state.with(|s| P::handle(*me, s, msg, &**system)) {
-        system.report(Err(e.to_string()));
+        system.outcome.report(Err(e.to_string()));
     }
 }
 
-/// Runs `prog` on `rt`, actor `i` of color `colors(i)`. Returns messages per second.
+/// Runs `prog` on `rt` through `layer`, actor `i` of color `colors(i)`. Returns messages per
+/// second.
 pub fn run_ochre<P: Program>(
     rt: &Runtime,
     prog: &P,
+    layer: Layer,
     colors: &dyn Fn(usize) -> Color,
 ) -> Result<f64, String> {
-    let system = Arc::new(OSystem::<P> { actors: OnceLock::new(), outcome: Mutex::new(None) });
-    let actors: Vec<ActorRef<P>> = (prog.actors().into_iter().enumerate())
-        .map(|(me, s)| {
-            let state = ColorCell::new(colors(me), s);
-            Arc::new(CachePadded::new(OActor { me, system: system.clone(), state }))
-        })
-        .collect();
-    let _ = system.actors.set(actors.iter().map(Arc::downgrade).collect());
     let start = prog.start();
-    let sys = system.clone();
-    let report = rt
-        .run(actors[0].state.color(), move || {
-            for (to, msg) in start {
-                sys.send(to, msg);
+    let (report, outcome) = match layer {
+        Layer::Addr => {
+            let system =
+                Arc::new(ASystem::<P> { actors: OnceLock::new(), outcome: Outcome::default() });
+            let addrs = (prog.actors().into_iter().enumerate())
+                .map(|(me, state)| {
+                    rt.actor(colors(me), AActor { me, system: system.clone(), state })
+                })
+                .collect();
+            let _ = system.actors.set(addrs);
+            let sys = system.clone();
+            let report = rt.run(colors(0), move || {
+                for (to, msg) in start {
+                    sys.send(to, msg);
+                }
+            });
+            // The actors hold the system; stopping them lets it go with the run.
+            if let Some(addrs) = system.actors.get() {
+                let handle = rt.handle();
+                for a in addrs.iter() {
+                    handle.stop_actor(*a).map_err(|e| e.to_string())?;
+                }
+                rt.run(colors(0), || {}).map_err(|e| e.to_string())?;
             }
-        })
-        .map_err(|e| e.to_string())?;
+            (report, system.outcome.take()?)
+        }
+        Layer::Arc => {
+            let system =
+                Arc::new(OSystem::<P> { actors: OnceLock::new(), outcome: Outcome::default() });
+            let actors: Vec<ActorRef<P>> = (prog.actors().into_iter().enumerate())
+                .map(|(me, s)| {
+                    let state = ColorCell::new(colors(me), s);
+                    Arc::new(CachePadded::new(OActor { me, system: system.clone(), state }))
+                })
+                .collect();
+            let _ = system.actors.set(actors.iter().map(Arc::downgrade).collect());
+            let sys = system.clone();
+            let report = rt.run(actors[0].state.color(), move || {
+                for (to, msg) in start {
+                    sys.send(to, msg);
+                }
+            });
+            (report, system.outcome.take()?)
+        }
+    };
+    let report = report.map_err(|e| e.to_string())?;
     if let Some(p) = report.panics.first() {
         return Err(format!("handler of color {} panicked: {}", p.color, p.message));
     }
-    let outcome = system.outcome.lock().map_err(|e| e.to_string())?.take();
     verify(prog, outcome.ok_or("no result")??, report.elapsed)
 }
 
 /// [`run_ochre`] with plain colors, or colors chosen by hand.
-fn on_ochre<P: Program>(rt: &Runtime, prog: &P, hand: bool) -> Result<f64, String> {
+fn on_ochre<P: Program>(rt: &Runtime, prog: &P, layer: Layer, hand: bool) -> Result<f64, String> {
     if hand {
         let colors = hand_colors(rt, prog);
-        run_ochre(rt, prog, &|i| colors[i])
+        run_ochre(rt, prog, layer, &|i| colors[i])
     } else {
-        run_ochre(rt, prog, &plain_color)
+        run_ochre(rt, prog, layer, &plain_color)
     }
 }
 
@@ -949,17 +1026,20 @@ fn measure<P: Program>(
     for busy in [false, true] {
         let case = if busy { format!("{name}{BUSY}") } else { name.to_string() };
         let spin = busy.then_some(workers - 1);
-        let ochre = |config: Option<Config>, hand: bool| {
+        let ochre_on = |config: Option<Config>, layer: Layer, hand: bool| {
             let build = move || match &config {
                 Some(c) => Runtime::builder().workers(workers).config(c.clone()).build(),
                 None => Runtime::builder().workers(workers).build(),
             };
             move || {
                 with_busy_cpu(spin, || {
-                    peers::on_fresh_runtime(&build, size, |rt, n| on_ochre(rt, &make(n), hand))
+                    peers::on_fresh_runtime(&build, size, |rt, n| {
+                        on_ochre(rt, &make(n), layer, hand)
+                    })
                 })
             }
         };
+        let ochre = |config: Option<Config>, hand: bool| ochre_on(config, Layer::Addr, hand);
         let tmt = &tmt;
         if let Some(configs) = configs {
             let systems = configs
@@ -973,6 +1053,7 @@ fn measure<P: Program>(
         }
         let systems = vec![
             System::new("ochre", ochre(None, false)),
+            System::new("ochre-arc", ochre_on(None, Layer::Arc, false)),
             System::new("ochre-static", ochre(Some(Config::default().follow(false)), false)),
             System::new("ochre-nosteal", ochre(Some(Config::default().steal(Steal::Off)), false)),
             System::new("ochre-hand", ochre(None, true)),
@@ -983,7 +1064,9 @@ fn measure<P: Program>(
             System::new("ochre-unpinned", move || {
                 let build = move || Runtime::builder().workers(workers).pin(false).build();
                 with_busy_cpu(spin, || {
-                    peers::on_fresh_runtime(&build, size, |rt, n| on_ochre(rt, &make(n), false))
+                    peers::on_fresh_runtime(&build, size, |rt, n| {
+                        on_ochre(rt, &make(n), Layer::Addr, false)
+                    })
                 })
             }),
             System::new("tokio-mt", move || {
@@ -1099,8 +1182,9 @@ pub fn ochre_sample(
             }
             let (workers, config) = (self.workers, self.config.clone());
             let build = move || Runtime::builder().workers(workers).config(config.clone()).build();
-            self.out =
-                Some(peers::on_fresh_runtime(&build, size, |rt, n| on_ochre(rt, &make(n), false)));
+            self.out = Some(peers::on_fresh_runtime(&build, size, |rt, n| {
+                on_ochre(rt, &make(n), Layer::Addr, false)
+            }));
         }
     }
     let mut v = Sample { name, workers, config, out: None };
@@ -1109,8 +1193,9 @@ pub fn ochre_sample(
 }
 
 /// Bytes of the closure that carries a message of program `name` to its recipient on ochre
-/// (`OSystem::send`'s `move || deliver(actor, msg)`: the recipient's reference and the
-/// message, the fields of this tuple); `None` for an unknown name. Closures of at most 24 bytes
+/// (`ASystem::send`'s `addr.send(..)`: the recipient's tagged address, one word, and the
+/// message, the fields of this tuple; `OSystem`'s `Arc` and message are as large); `None` for
+/// an unknown name. Closures of at most 24 bytes
 /// travel inside the message to another worker (`Config::inline_posts`); `ochre sim` models
 /// each program's from its own table, which a test compares with this.
 pub fn closure_bytes(name: &str) -> Option<usize> {
@@ -1121,7 +1206,7 @@ pub fn closure_bytes(name: &str) -> Option<usize> {
     impl Visit for Size<'_> {
         fn visit<P: Program>(&mut self, name: &str, _size: u64, _make: impl Fn(u64) -> P) {
             if name == self.name {
-                self.out = Some(std::mem::size_of::<(ActorRef<P>, P::Msg)>());
+                self.out = Some(std::mem::size_of::<(usize, P::Msg)>());
             }
         }
     }
@@ -1188,15 +1273,16 @@ mod tests {
     /// Runs `prog` on every system at 2 workers; each run checks its own result.
     fn runs_everywhere<P: Program>(prog: P) {
         let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
-        run_ochre(&rt, &prog, &plain_color).unwrap();
-        on_ochre(&rt, &prog, true).unwrap();
+        run_ochre(&rt, &prog, Layer::Addr, &plain_color).unwrap();
+        run_ochre(&rt, &prog, Layer::Arc, &plain_color).unwrap();
+        on_ochre(&rt, &prog, Layer::Addr, true).unwrap();
         let fixed = Runtime::builder()
             .workers(2)
             .pin(false)
             .config(Config::default().follow(false))
             .build()
             .unwrap();
-        run_ochre(&fixed, &prog, &plain_color).unwrap();
+        run_ochre(&fixed, &prog, Layer::Addr, &plain_color).unwrap();
         let tmt = peers::tokio_multi_thread(2).unwrap();
         run_tokio(&prog, &[tmt.handle().clone()], |_| 0).unwrap();
         tokio_ct(&prog, 2).unwrap();

@@ -54,13 +54,28 @@ pub(crate) fn post_closure<F: FnOnce() + Send + 'static>(
     f: F,
     urgent: bool,
 ) -> Option<()> {
-    with_current(|ctx| {
-        let mut core = ctx.core.borrow_mut();
-        if core.colors.sample_post() {
-            return post_timed(ctx, core, color, f, urgent);
-        }
-        core.post_closure(&ctx.shared, color, f, urgent)
-    })
+    with_current(|ctx| post_on(ctx, color, f, urgent))
+}
+
+/// Posts on `ctx`, this thread's worker.
+#[inline]
+fn post_on<F: FnOnce() + Send + 'static>(ctx: &WorkerCtx, color: Color, f: F, urgent: bool) {
+    let mut core = ctx.core.borrow_mut();
+    if core.colors.sample_post() {
+        return post_timed(ctx, core, color, f, urgent);
+    }
+    core.post_closure(&ctx.shared, color, f, urgent)
+}
+
+/// Posts as [`post_closure`] if this thread's worker belongs to a runtime whose id passes
+/// `check` (an actor's messages go only to the runtime that keeps its state: `actor`).
+#[inline]
+pub(crate) fn post_if<F: FnOnce() + Send + 'static>(
+    check: impl FnOnce(u64) -> bool,
+    color: Color,
+    f: F,
+) -> Option<()> {
+    with_current(|ctx| check(ctx.shared.id).then(|| post_on(ctx, color, f, false))).flatten()
 }
 
 /// A post that carries its posting instant (one in the sample period, `color_stats`): out of

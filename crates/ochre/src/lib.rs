@@ -28,6 +28,44 @@
 //! # Ok::<(), ochre::Error>(())
 //! ```
 //!
+//! ## Actors
+//!
+//! State that one color owns is an *actor*: [`Runtime::actor`] (or [`actor`] in a handler)
+//! keeps it in the runtime and returns its [`Addr`], a `Copy` address; [`Addr::send`] posts a
+//! closure that runs on the state as an event of the actor's color. Messages carry one word for
+//! the actor, so sending touches no reference count shared with it (an `Arc` of a
+//! [`ColorCell`] cloned into each message does: two atomic writes on a line that moves between
+//! the sender's and the receiver's workers). [`Addr::stop`] drops the state.
+//!
+//! ```
+//! use ochre::{Color, Runtime};
+//!
+//! let rt = Runtime::builder().workers(2).pin(false).build()?;
+//! // A ring of 10 actors passing a token 1000 hops; each counts the hops it saw.
+//! let ring: Vec<_> = (0..10).map(|i| rt.actor(Color(1 + i), 0u64)).collect();
+//! fn hop(ring: std::sync::Arc<Vec<ochre::Addr<u64>>>, at: usize, left: u32) {
+//!     if left > 0 {
+//!         let next = (at + 1) % ring.len();
+//!         ring[next].send(move |seen| {
+//!             *seen += 1;
+//!             hop(ring, next, left - 1);
+//!         });
+//!     }
+//! }
+//! let ring = std::sync::Arc::new(ring);
+//! let r = ring.clone();
+//! rt.run(Color(0), move || hop(r, 0, 1000))?;
+//! let (tx, rx) = std::sync::mpsc::channel();
+//! for a in ring.iter() {
+//!     let tx = tx.clone();
+//!     rt.handle().send(*a, move |seen| tx.send(*seen).unwrap())?;
+//! }
+//! rt.run(Color(0), || {})?;
+//! drop(tx);
+//! assert_eq!(rx.iter().sum::<u64>(), 1000);
+//! # Ok::<(), ochre::Error>(())
+//! ```
+//!
 //! ## Guarantees
 //!
 //! 1. **Exclusion**: two events of one color never run at the same time.
@@ -74,7 +112,8 @@
 //! process shares. Moves use the lending protocol of stealing, so every guarantee above holds
 //! across them. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
 //! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
-//! loop), `alloc` (EMA), `message` (thin tasks), `cpu_share` (placement), `io`, `stats`,
+//! loop), `alloc` (EMA), `message` (thin tasks), `actor` (actors' states and addresses),
+//! `cpu_share` (placement), `io`, `stats`,
 //! `config`, `reader` (reader colors: reads run on the posting worker's lane, a reader-writer
 //! word per color); seeing inside: [`color_stats`] (sampled per-color statistics), [`trace`] (an
 //! opt-in recorder, exported as Chrome trace JSON), [`stall`] (a watchdog that reports a
@@ -90,6 +129,7 @@
 
 #![warn(missing_docs)]
 
+mod actor;
 pub mod alloc;
 mod cell;
 mod color;
@@ -126,6 +166,7 @@ mod worker;
 #[cfg(all(test, loom))]
 mod loom_models;
 
+pub use actor::{actor, Addr};
 pub use cell::ColorCell;
 pub use color::Color;
 pub use color_box::{ColorBox, ColorBytes};

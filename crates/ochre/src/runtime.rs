@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::actor::Addr;
 use crate::color::home_of;
 use crate::config::{Config, Spin, Wakeup};
 use crate::context::{with_current, Enter};
@@ -425,6 +426,11 @@ impl Runtime {
         &self.shared.config
     }
 
+    /// A new actor of `color` holding `state` (see [`Addr`]).
+    pub fn actor<S: Send + 'static>(&self, color: Color, state: S) -> Addr<S> {
+        Addr::new(&self.shared.actors, self.shared.id, color, state)
+    }
+
     /// A handle to post to this runtime from any thread.
     pub fn handle(&self) -> Handle {
         Handle { shared: self.shared.clone() }
@@ -639,6 +645,34 @@ pub struct Handle {
 impl Handle {
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Handle {
         Handle { shared }
+    }
+
+    /// A new actor of `color` holding `state` (see [`Addr`]).
+    pub fn actor<S: Send + 'static>(&self, color: Color, state: S) -> Addr<S> {
+        Addr::new(&self.shared.actors, self.shared.id, color, state)
+    }
+
+    /// Sends `f` to the actor at `to` (see [`Addr::send`]), from any thread. [`Error::Closed`]
+    /// if the runtime was dropped, [`Error::NotInRuntime`] if the actor belongs to another
+    /// runtime.
+    pub fn send<S: Send + 'static>(
+        &self,
+        to: Addr<S>,
+        f: impl FnOnce(&mut S) + Send + 'static,
+    ) -> Result<(), Error> {
+        match to.message_for(self.shared.id, f) {
+            Some(message) => self.try_post(to.color(), message),
+            None => Err(Error::NotInRuntime),
+        }
+    }
+
+    /// Stops the actor at `to` (see [`Addr::stop`]), from any thread; errors as
+    /// [`send`](Handle::send).
+    pub fn stop_actor<S: Send + 'static>(&self, to: Addr<S>) -> Result<(), Error> {
+        if to.runtime() != self.shared.id {
+            return Err(Error::NotInRuntime);
+        }
+        self.try_post(to.color(), to.stopping())
     }
 
     /// Posts `f` as an event of `color`.

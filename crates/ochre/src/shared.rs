@@ -240,6 +240,10 @@ pub(crate) struct Control {
 
 /// What the runtime shares between its workers and its handles.
 pub(crate) struct Shared {
+    /// This runtime's number, unique in the process (an actor's address names its runtime).
+    pub(crate) id: u64,
+    /// The actors' states (`actor`).
+    pub(crate) actors: crate::actor::Actors,
     pub(crate) config: Config,
     pub(crate) workers: usize,
     /// Where colors live (`color::home_of`).
@@ -299,7 +303,10 @@ impl Shared {
             .collect::<std::io::Result<Vec<_>>>()?;
         let color_stats = crate::color_stats::Published::new(workers, config.color_stats);
         let placement = crate::color::Placement { workers, domain: topology.domain_size(workers) };
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(Shared {
+            id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            actors: crate::actor::Actors::default(),
             config,
             workers,
             placement,
