@@ -25,8 +25,8 @@
 //! writes per message on the recipient's line, [`Layer::Arc`]); on tokio an actor is a task with
 //! an unbounded `mpsc` mailbox of enum messages (`while let Some(msg) = rx.recv().await`). Every
 //! run's result is checked (counts, conservation). ochre is timed by `RunReport::elapsed`, on a
-//! runtime built for the sample and warmed up by a run of an eighth of the size (each run's
-//! actors stopped after it, untimed); tokio from the first spawn to the result.
+//! runtime built for the sample and warmed up by a run of an eighth of the size; tokio from the
+//! first spawn to the result.
 //!
 //! Systems: `ochre` (default configuration, actor `i` is `Color(1 + i)`), `ochre-arc` (the same
 //! through [`Layer::Arc`]), `ochre-static` (the same with `follow(false)`: colors stay where their
@@ -47,6 +47,8 @@
 //! programs: a developer's shortcut when working on one of them; the checks then judge what ran.
 //! `OCHRE_ACTORS_SYSTEMS=ochre,ochre-nosteal` measures only those systems, and
 //! `OCHRE_ACTORS_MODE=quiet` (or `busy`) only that half (A/B comparisons of two configurations).
+//! `OCHRE_ACTORS_STATS=1` prints each ochre run's per-worker counters (events, remote posts,
+//! moves, steals: where a program's colors ran) on standard error.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -816,14 +818,9 @@ pub fn run_ochre<P: Program>(
                     sys.send(to, msg);
                 }
             });
-            // The actors hold the system; stopping them lets it go with the run.
-            if let Some(addrs) = system.actors.get() {
-                let handle = rt.handle();
-                for a in addrs.iter() {
-                    handle.stop_actor(*a).map_err(|e| e.to_string())?;
-                }
-                rt.run(colors(0), || {}).map_err(|e| e.to_string())?;
-            }
+            // The actors (and the system they hold) live until the runtime is dropped: stopping
+            // them here would be a run of its own, whose stops (a message to every color at
+            // once) would move colors before the next run.
             (report, system.outcome.take()?)
         }
         Layer::Arc => {
@@ -846,6 +843,11 @@ pub fn run_ochre<P: Program>(
         }
     };
     let report = report.map_err(|e| e.to_string())?;
+    if std::env::var("OCHRE_ACTORS_STATS").is_ok() {
+        for (w, st) in report.workers.iter().enumerate() {
+            eprintln!("  {}", crate::harness::worker_line(w, st));
+        }
+    }
     if let Some(p) = report.panics.first() {
         return Err(format!("handler of color {} panicked: {}", p.color, p.message));
     }

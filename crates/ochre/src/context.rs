@@ -94,7 +94,7 @@ fn post_timed<F: FnOnce() + Send + 'static>(
 
 #[cold]
 #[inline(never)]
-fn not_in_runtime(what: &str) -> ! {
+pub(crate) fn not_in_runtime(what: &str) -> ! {
     panic!("{what}: {}", Error::NotInRuntime)
 }
 
