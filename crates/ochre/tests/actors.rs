@@ -1,7 +1,7 @@
 //! Actors ([`ochre::Addr`]): messages reach their actor's state exactly once, in each poster's
 //! order, never two at a time, while colors move between workers (follow's moves and stealing,
 //! at many more workers than cores); a stopped actor drops its state and its later messages; an
-//! address works only in its own runtime.
+//! address works only in its own runtime; a panicking message is reported and the actor goes on.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -198,4 +198,23 @@ fn a_handle_of_a_dropped_runtime_refuses_messages() {
     let handle = rt.handle();
     drop(rt);
     assert!(handle.send(addr, |s| s.push('!')).is_err());
+}
+
+#[test]
+fn a_panicking_message_is_reported_with_the_actors_color_and_the_actor_goes_on() {
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let counter = rt.actor(Color(42), 0u64);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let report = rt
+        .run(Color(1), move || {
+            counter.send(|n| *n += 1);
+            counter.send(|_| panic!("a bad message"));
+            counter.send(|n| *n += 10);
+            counter.send(move |n| tx.send(*n).unwrap());
+        })
+        .unwrap();
+    assert_eq!(report.panics.len(), 1, "{:?}", report.panics);
+    assert_eq!(report.panics[0].color, Color(42));
+    assert!(report.panics[0].message.contains("a bad message"));
+    assert_eq!(rx.recv().unwrap(), 11, "the messages before and after the panic ran");
 }
