@@ -793,6 +793,21 @@ fn deliver<P: Program>(actor: ActorRef<P>, msg: P::Msg) {
     }
 }
 
+/// A run of `rt` whose first event, of `color`, sends the program's first messages through
+/// `system`.
+fn start_run<M: Send + 'static>(
+    rt: &Runtime,
+    color: Color,
+    system: Arc<impl Cx<M> + Send + Sync + 'static>,
+    start: Vec<(usize, M)>,
+) -> Result<ochre::RunReport, ochre::Error> {
+    rt.run(color, move || {
+        for (to, msg) in start {
+            system.send(to, msg);
+        }
+    })
+}
+
 /// Runs `prog` on `rt` through `layer`, actor `i` of color `colors(i)`. Returns messages per
 /// second.
 pub fn run_ochre<P: Program>(
@@ -812,12 +827,7 @@ pub fn run_ochre<P: Program>(
                 })
                 .collect();
             let _ = system.actors.set(addrs);
-            let sys = system.clone();
-            let report = rt.run(colors(0), move || {
-                for (to, msg) in start {
-                    sys.send(to, msg);
-                }
-            });
+            let report = start_run(rt, colors(0), system.clone(), start);
             // The actors (and the system they hold) live until the runtime is dropped: stopping
             // them here would be a run of its own, whose stops (a message to every color at
             // once) would move colors before the next run.
@@ -833,12 +843,7 @@ pub fn run_ochre<P: Program>(
                 })
                 .collect();
             let _ = system.actors.set(actors.iter().map(Arc::downgrade).collect());
-            let sys = system.clone();
-            let report = rt.run(actors[0].state.color(), move || {
-                for (to, msg) in start {
-                    sys.send(to, msg);
-                }
-            });
+            let report = start_run(rt, colors(0), system.clone(), start);
             (report, system.outcome.take()?)
         }
     };
