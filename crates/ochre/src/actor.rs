@@ -26,6 +26,8 @@
 //!   the state (messages run at the top of an event, never nested), so the `&mut` is unique. An
 //!   event of an older actor's color that reads a reused slot reads `gen` only (an atomic): its
 //!   actor's stop happened before it (same color), so it sees the new generation.
+//! - [`Addr::read`] posts a read of the color (`reader`): it never runs beside an exclusive event
+//!   of the color (a message, the stop), so it takes `&S` beside other reads (`S: Sync`).
 
 use std::any::TypeId;
 use std::cell::UnsafeCell;
@@ -78,6 +80,34 @@ impl<S> Slot<S> {
         // SAFETY: the generation matches, so this event is of the live actor's color and runs
         // exclusively at the top of its event: no other reference to the state exists.
         match unsafe { &mut *here.state.get() } {
+            Some(state) => {
+                f(state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs `f` on a shared reference to the state if the slot still holds actor `gen`.
+    ///
+    /// # Safety
+    ///
+    /// `slot` comes from the [`Actors`] registry that is still alive, and the caller runs as a
+    /// read of actor `gen`'s color or as an exclusive event of it (module doc): no `&mut` to the
+    /// state exists meanwhile; other reads may hold `&S` (hence `S: Sync`).
+    #[inline]
+    pub(crate) unsafe fn read(slot: NonNull<Slot<S>>, gen: u64, f: impl FnOnce(&S)) -> bool
+    where
+        S: Sync,
+    {
+        // SAFETY: as in `run`.
+        let here = unsafe { slot.as_ref() };
+        if here.gen.load(Ordering::Acquire) != gen {
+            return false;
+        }
+        // SAFETY: a read never runs beside an exclusive event of its color (`reader`), and the
+        // messages and the stop are exclusive events: only shared references exist now.
+        match unsafe { &*here.state.get() } {
             Some(state) => {
                 f(state);
                 true
@@ -345,6 +375,32 @@ impl<S: Send + 'static> Addr<S> {
         let runtime = self.runtime;
         crate::context::post_if(|id| id == runtime, self.color, self.message(f))
             .ok_or(Error::NotInRuntime)
+    }
+
+    /// Sends `f` to read the state, as a read of the actor's color
+    /// ([`post_read`](crate::post_read)): for a color made with
+    /// [`Color::with_readers`](crate::Color::with_readers), reads run beside each other (on the
+    /// poster's worker, at once when they can), never beside the actor's messages; for another
+    /// color, as a message. From a handler of the actor's runtime.
+    ///
+    /// # Panics
+    ///
+    /// As [`send`](Addr::send).
+    pub fn read(self, f: impl FnOnce(&S) + Send + 'static)
+    where
+        S: Sync,
+    {
+        let runtime = self.runtime;
+        let ours = crate::context::with_current(|ctx| ctx.shared.id == runtime).unwrap_or(false);
+        let tagged = self.tagged;
+        let read = move || {
+            // SAFETY: posted only to the runtime that owns the slot (checked above), as a read
+            // of the actor's color (module doc).
+            unsafe { Slot::read(tagged.slot(), tagged.gen(), f) };
+        };
+        if !ours || crate::reader::try_post_read(self.color, read).is_err() {
+            refused("ochre::Addr::read");
+        }
     }
 
     /// Stops the actor: an event of its color, after the messages sent before it by the same

@@ -35,7 +35,9 @@
 //! closure that runs on the state as an event of the actor's color. Messages carry one word for
 //! the actor, so sending touches no reference count shared with it (an `Arc` of a
 //! [`ColorCell`] cloned into each message does: two atomic writes on a line that moves between
-//! the sender's and the receiver's workers). [`Addr::stop`] drops the state.
+//! the sender's and the receiver's workers). [`Addr::stop`] drops the state. An actor of a color
+//! made with [`Color::with_readers`] also takes reads ([`Addr::read`], a closure on `&S`), which
+//! run beside each other and never beside its messages.
 //!
 //! ```
 //! use ochre::{Color, Runtime};

@@ -1,7 +1,8 @@
 //! Actors ([`ochre::Addr`]): messages reach their actor's state exactly once, in each poster's
 //! order, never two at a time, while colors move between workers (follow's moves and stealing,
 //! at many more workers than cores); a stopped actor drops its state and its later messages; an
-//! address works only in its own runtime; a panicking message is reported and the actor goes on.
+//! address works only in its own runtime; a panicking message is reported and the actor goes on;
+//! reads of an actor of a reader color never run beside its messages.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -217,4 +218,69 @@ fn a_panicking_message_is_reported_with_the_actors_color_and_the_actor_goes_on()
     assert_eq!(report.panics[0].color, Color(42));
     assert!(report.panics[0].message.contains("a bad message"));
     assert_eq!(rx.recv().unwrap(), 11, "the messages before and after the panic ran");
+}
+
+/// State of an actor read beside its messages: a flag its messages raise while they run.
+struct Shared {
+    writing: AtomicBool,
+    writes: AtomicU64,
+}
+
+#[test]
+fn reads_of_an_actor_never_run_beside_its_messages_and_all_run_once() {
+    const ACTORS: u64 = 8;
+    const POSTERS: u64 = 12;
+    const PER: u64 = 400;
+    let rt = Runtime::builder().workers(16).pin(false).build().unwrap();
+    let addrs: Arc<Vec<Addr<Shared>>> = Arc::new(
+        (0..ACTORS)
+            .map(|i| {
+                let state = Shared { writing: AtomicBool::new(false), writes: AtomicU64::new(0) };
+                rt.actor(Color::with_readers(1 + i), state)
+            })
+            .collect(),
+    );
+    let (reads, broken) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (a, r, b) = (addrs.clone(), reads.clone(), broken.clone());
+    let report = rt
+        .run(Color(0), move || {
+            for p in 0..POSTERS {
+                let (a, r, b) = (a.clone(), r.clone(), b.clone());
+                ochre::post(Color(1000 + p), move || {
+                    for n in 0..PER {
+                        let addr = a[((p * 7 + n) % ACTORS) as usize];
+                        let (r, b) = (r.clone(), b.clone());
+                        if n % 10 == 0 {
+                            addr.send(move |s| {
+                                if s.writing.swap(true, Ordering::SeqCst) {
+                                    b.fetch_add(1, Ordering::SeqCst);
+                                }
+                                s.writes.fetch_add(1, Ordering::SeqCst);
+                                std::hint::spin_loop();
+                                s.writing.store(false, Ordering::SeqCst);
+                            });
+                        } else {
+                            addr.read(move |s| {
+                                if s.writing.load(Ordering::SeqCst) {
+                                    b.fetch_add(1, Ordering::SeqCst);
+                                }
+                                r.fetch_add(1, Ordering::SeqCst);
+                            });
+                        }
+                    }
+                });
+            }
+        })
+        .unwrap();
+    assert!(report.panics.is_empty(), "{:?}", report.panics);
+    assert_eq!(broken.load(Ordering::SeqCst), 0, "a read ran beside a message");
+    assert_eq!(reads.load(Ordering::SeqCst), POSTERS * PER * 9 / 10);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for a in addrs.iter() {
+        let tx = tx.clone();
+        rt.handle().send(*a, move |s| tx.send(s.writes.load(Ordering::SeqCst)).unwrap()).unwrap();
+    }
+    drop(tx);
+    rt.run(Color(0), || {}).unwrap();
+    assert_eq!(rx.iter().sum::<u64>(), POSTERS * PER / 10);
 }
