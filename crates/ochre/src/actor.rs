@@ -63,6 +63,20 @@ pub(crate) enum Stopped {
 }
 
 impl<S> Slot<S> {
+    /// The slot, if it still holds actor `gen` (its state may have been taken by a stop that
+    /// panicked in the state's drop).
+    ///
+    /// # Safety
+    ///
+    /// `slot` comes from the [`Actors`] registry that is still alive (module doc).
+    #[inline]
+    unsafe fn holding<'a>(slot: NonNull<Slot<S>>, gen: u64) -> Option<&'a Slot<S>> {
+        // SAFETY: the slot is allocated (caller); `gen` is an atomic, fine to read from any
+        // actor's event.
+        let here = unsafe { slot.as_ref() };
+        (here.gen.load(Ordering::Acquire) == gen).then_some(here)
+    }
+
     /// Runs `f` on the state if the slot still holds actor `gen`; false if it has stopped.
     ///
     /// # Safety
@@ -71,21 +85,11 @@ impl<S> Slot<S> {
     /// exclusive event of actor `gen`'s color at the top of the event (module doc).
     #[inline]
     pub(crate) unsafe fn run(slot: NonNull<Slot<S>>, gen: u64, f: impl FnOnce(&mut S)) -> bool {
-        // SAFETY: the slot is allocated (caller); `gen` is an atomic, fine to read from any
-        // actor's event.
-        let here = unsafe { slot.as_ref() };
-        if here.gen.load(Ordering::Acquire) != gen {
-            return false;
-        }
+        // SAFETY: caller.
+        let Some(here) = (unsafe { Self::holding(slot, gen) }) else { return false };
         // SAFETY: the generation matches, so this event is of the live actor's color and runs
         // exclusively at the top of its event: no other reference to the state exists.
-        match unsafe { &mut *here.state.get() } {
-            Some(state) => {
-                f(state);
-                true
-            }
-            None => false,
-        }
+        unsafe { (*here.state.get()).as_mut() }.map(f).is_some()
     }
 
     /// Runs `f` on a shared reference to the state if the slot still holds actor `gen`.
@@ -100,20 +104,11 @@ impl<S> Slot<S> {
     where
         S: Sync,
     {
-        // SAFETY: as in `run`.
-        let here = unsafe { slot.as_ref() };
-        if here.gen.load(Ordering::Acquire) != gen {
-            return false;
-        }
+        // SAFETY: caller.
+        let Some(here) = (unsafe { Self::holding(slot, gen) }) else { return false };
         // SAFETY: a read never runs beside an exclusive event of its color (`reader`), and the
         // messages and the stop are exclusive events: only shared references exist now.
-        match unsafe { &*here.state.get() } {
-            Some(state) => {
-                f(state);
-                true
-            }
-            None => false,
-        }
+        unsafe { (*here.state.get()).as_ref() }.map(f).is_some()
     }
 
     /// Ends actor `gen`: drops its state and moves the slot to the next generation, or retires
@@ -123,11 +118,8 @@ impl<S> Slot<S> {
     ///
     /// As [`Slot::run`].
     pub(crate) unsafe fn stop(slot: NonNull<Slot<S>>, gen: u64) -> Stopped {
-        // SAFETY: as in `run`.
-        let here = unsafe { slot.as_ref() };
-        if here.gen.load(Ordering::Acquire) != gen {
-            return Stopped::NotLive;
-        }
+        // SAFETY: caller.
+        let Some(here) = (unsafe { Self::holding(slot, gen) }) else { return Stopped::NotLive };
         // SAFETY: as in `run`; the state is dropped before the generation moves on, so no
         // later event (same color: ordered after this one) can reach it.
         let state = unsafe { (*here.state.get()).take() };
@@ -340,15 +332,26 @@ impl<S: Send + 'static> Addr<S> {
     }
 
     /// The message for `f`: the event that runs it on the state.
-    fn message(self, f: impl FnOnce(&mut S) + Send + 'static) -> impl FnOnce() + Send + 'static {
+    pub(crate) fn message(
+        self,
+        f: impl FnOnce(&mut S) + Send + 'static,
+    ) -> impl FnOnce() + Send + 'static {
         // One word and `f`: the color and the runtime stay behind.
         let tagged = self.tagged;
         move || {
-            // SAFETY: the message is posted only to the runtime that owns the slot (`send`,
+            // SAFETY: the message is posted only to the runtime that owns the slot (`post`,
             // `Handle::send` check it), as an exclusive event of the actor's color, and runs at
             // the top of its event (module doc).
             unsafe { Slot::run(tagged.slot(), tagged.gen(), f) };
         }
+    }
+
+    /// Posts `event` as an event of the actor's color, from a handler of the actor's runtime;
+    /// `None` elsewhere. (An `Option`, not a `Result`: a `Result` dropped on every send cost 2% of
+    /// a message, as `post` found.)
+    #[inline]
+    fn post(self, event: impl FnOnce() + Send + 'static) -> Option<()> {
+        crate::context::post_in(self.runtime, self.color, event)
     }
 
     /// Sends `f` to the actor, from a handler of the actor's runtime: it runs on the state as an
@@ -360,10 +363,7 @@ impl<S: Send + 'static> Addr<S> {
     /// [`Handle::send`](crate::Handle::send) from other threads, or [`try_send`](Addr::try_send).
     #[inline]
     pub fn send(self, f: impl FnOnce(&mut S) + Send + 'static) {
-        // An `Option`, not `try_send`'s `Result`: a `Result` dropped on every send cost 2% of a
-        // message (as `post` found).
-        let runtime = self.runtime;
-        if crate::context::post_if(|id| id == runtime, self.color, self.message(f)).is_none() {
+        if self.post(self.message(f)).is_none() {
             refused("ochre::Addr::send");
         }
     }
@@ -372,9 +372,7 @@ impl<S: Send + 'static> Addr<S> {
     /// runtime instead of a panic.
     #[inline]
     pub fn try_send(self, f: impl FnOnce(&mut S) + Send + 'static) -> Result<(), Error> {
-        let runtime = self.runtime;
-        crate::context::post_if(|id| id == runtime, self.color, self.message(f))
-            .ok_or(Error::NotInRuntime)
+        self.post(self.message(f)).ok_or(Error::NotInRuntime)
     }
 
     /// Sends `f` to read the state, as a read of the actor's color
@@ -411,8 +409,7 @@ impl<S: Send + 'static> Addr<S> {
     ///
     /// As [`send`](Addr::send).
     pub fn stop(self) {
-        let runtime = self.runtime;
-        if crate::context::post_if(|id| id == runtime, self.color, self.stopping()).is_none() {
+        if self.post(self.stopping()).is_none() {
             refused("ochre::Addr::stop");
         }
     }
@@ -426,15 +423,6 @@ impl<S: Send + 'static> Addr<S> {
                 crate::context::with_current(|ctx| ctx.shared.actors.release(tagged.slot()));
             }
         }
-    }
-
-    /// The message for `f`, for `Handle::send` (which checks the runtime itself).
-    pub(crate) fn message_for(
-        self,
-        runtime: u64,
-        f: impl FnOnce(&mut S) + Send + 'static,
-    ) -> Option<impl FnOnce() + Send + 'static> {
-        (runtime == self.runtime).then(|| self.message(f))
     }
 
     /// The actor's runtime.

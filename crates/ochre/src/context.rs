@@ -67,15 +67,15 @@ fn post_on<F: FnOnce() + Send + 'static>(ctx: &WorkerCtx, color: Color, f: F, ur
     core.post_closure(&ctx.shared, color, f, urgent)
 }
 
-/// Posts as [`post_closure`] if this thread's worker belongs to a runtime whose id passes
-/// `check` (an actor's messages go only to the runtime that keeps its state: `actor`).
+/// Posts as [`post_closure`] if this thread's worker belongs to runtime number `runtime` (an
+/// actor's messages go only to the runtime that keeps its state: `actor`).
 #[inline]
-pub(crate) fn post_if<F: FnOnce() + Send + 'static>(
-    check: impl FnOnce(u64) -> bool,
+pub(crate) fn post_in<F: FnOnce() + Send + 'static>(
+    runtime: u64,
     color: Color,
     f: F,
 ) -> Option<()> {
-    with_current(|ctx| check(ctx.shared.id).then(|| post_on(ctx, color, f, false))).flatten()
+    with_current(|ctx| (ctx.shared.id == runtime).then(|| post_on(ctx, color, f, false))).flatten()
 }
 
 /// A post that carries its posting instant (one in the sample period, `color_stats`): out of

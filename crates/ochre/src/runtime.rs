@@ -428,7 +428,7 @@ impl Runtime {
 
     /// A new actor of `color` holding `state` (see [`Addr`]).
     pub fn actor<S: Send + 'static>(&self, color: Color, state: S) -> Addr<S> {
-        Addr::new(&self.shared.actors, self.shared.id, color, state)
+        self.handle().actor(color, state)
     }
 
     /// A handle to post to this runtime from any thread.
@@ -660,19 +660,20 @@ impl Handle {
         to: Addr<S>,
         f: impl FnOnce(&mut S) + Send + 'static,
     ) -> Result<(), Error> {
-        match to.message_for(self.shared.id, f) {
-            Some(message) => self.try_post(to.color(), message),
-            None => Err(Error::NotInRuntime),
-        }
+        self.owns(to)?;
+        self.try_post(to.color(), to.message(f))
     }
 
     /// Stops the actor at `to` (see [`Addr::stop`]), from any thread; errors as
     /// [`send`](Handle::send).
     pub fn stop_actor<S: Send + 'static>(&self, to: Addr<S>) -> Result<(), Error> {
-        if to.runtime() != self.shared.id {
-            return Err(Error::NotInRuntime);
-        }
+        self.owns(to)?;
         self.try_post(to.color(), to.stopping())
+    }
+
+    /// [`Error::NotInRuntime`] unless the actor at `to` belongs to this runtime.
+    fn owns<S: Send + 'static>(&self, to: Addr<S>) -> Result<(), Error> {
+        (to.runtime() == self.shared.id).then_some(()).ok_or(Error::NotInRuntime)
     }
 
     /// Posts `f` as an event of `color`.
