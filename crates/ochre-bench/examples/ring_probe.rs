@@ -7,7 +7,10 @@
 //! `STEAL=backlog` or `STEAL=off` sets the stealing mode; `BUSY=1` spins a thread on worker 1's
 //! CPU during every run (as `bench actors`' busy cases); `HAND=1` chooses the colors so that
 //! each half of the ring is homed on one worker (`bench actors`' `ochre-hand`); `FOLLOW=0`
-//! keeps colors where they are homed; `BATCH=n` fixes the batch size at `n` (no online tuning).
+//! keeps colors where they are homed; `BATCH=n` fixes the batch size at `n` (no online tuning);
+//! `PLACE=1` records the worker that last ran each actor and prints, after each run, how many
+//! boundaries between workers the ring has, how often actors changed worker, and its stretches
+//! (`worker x length`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -20,10 +23,24 @@ struct Actor {
     /// Weak: the ring's actors are owned by `ring`'s vector, not by each other.
     next: OnceLock<Weak<Actor>>,
     cell: ColorCell<u64>,
+    /// 1 + the worker that last ran this actor (`PLACE=1`), and how often that changed.
+    last: std::sync::atomic::AtomicU8,
+    switches: std::sync::atomic::AtomicU32,
+}
+
+fn place_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("PLACE").is_ok_and(|v| v == "1"))
 }
 
 fn hop(a: Arc<Actor>, left: u64, done: Arc<AtomicU64>) {
     let _ = a.cell.with(|n| *n += 1);
+    if place_on() {
+        let w = ochre::current_worker().unwrap_or(0) as u8 + 1;
+        if a.last.swap(w, Ordering::Relaxed) != w {
+            a.switches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     if left == 0 {
         done.fetch_add(1, Ordering::Relaxed);
         return;
@@ -41,7 +58,14 @@ fn ring(rt: &Runtime, tokens: usize, hops: u64) -> (f64, RunReport) {
     };
     let actors: Vec<Arc<Actor>> = colors
         .into_iter()
-        .map(|c| Arc::new(Actor { next: OnceLock::new(), cell: ColorCell::new(c, 0) }))
+        .map(|c| {
+            Arc::new(Actor {
+                next: OnceLock::new(),
+                cell: ColorCell::new(c, 0),
+                last: Default::default(),
+                switches: Default::default(),
+            })
+        })
         .collect();
     for i in 0..ACTORS {
         let _ = actors[i].next.set(Arc::downgrade(&actors[(i + 1) % ACTORS]));
@@ -60,6 +84,22 @@ fn ring(rt: &Runtime, tokens: usize, hops: u64) -> (f64, RunReport) {
         })
         .expect("run");
     assert_eq!(done.load(Ordering::Relaxed), tokens as u64);
+    if place_on() {
+        let ws: Vec<u8> = actors.iter().map(|a| a.last.load(Ordering::Relaxed)).collect();
+        let bounds = (0..ACTORS).filter(|&i| ws[i] != ws[(i + 1) % ACTORS]).count();
+        let sw: u32 = actors.iter().map(|a| a.switches.load(Ordering::Relaxed)).sum();
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < ACTORS {
+            let mut j = i;
+            while j < ACTORS && ws[j] == ws[i] {
+                j += 1;
+            }
+            runs.push(format!("{}x{}", ws[i].wrapping_sub(1), j - i));
+            i = j;
+        }
+        println!("placement: {bounds} boundaries, {sw} switches; runs {}", runs.join(" "));
+    }
     drop(actors);
     ((per_token * tokens as u64) as f64 / report.elapsed.as_secs_f64(), report)
 }

@@ -25,6 +25,20 @@
 //!   batches and no steps: its receivers stay where they are and run in parallel with it, as do
 //!   the receivers of a stream whose events are not cheap. One color per batch, as tokio's LIFO
 //!   slot holds one task;
+//! * unless the color is *settled*: its own posts go mostly to colors on its worker (a balance
+//!   of +1 per post to a color here, -1 per post elsewhere, above [`SETTLED`]). A step to a
+//!   settled color comes over a boundary between two workers' stretches of a chain (the ring's
+//!   token arriving at the first color of the home's stretch); moving the color moves the
+//!   boundary one color along, with as many messages crossing as before. Such a step moves it
+//!   only when `P` has clearly fewer colors waiting than the home (the stretches even out the
+//!   load), or when neither has anything else (a lone chain gathers on one worker), or when `P`
+//!   gets clearly more of its CPU. Without it, the boundaries of the 64-token ring went round
+//!   with the tokens (each color changed worker about five times in a run of a million hops,
+//!   `ring_probe`'s `PLACE=1` shows it) and the stretches did not merge; with it they stay put
+//!   once the load is even: `ring_probe 64 5`, `FRESH=1`, 3 processes alternated with the build
+//!   before: moves per run 2,000-2,700 -> 1,200-1,800, 27.9-28.8M -> 30.1-30.8M hops/s; `bench
+//!   actors --quick`, 6 processes: the ring over tokio-mt 0.85-1.00 -> 0.93-1.08, over hand
+//!   placement 0.59-0.71 -> 0.68-0.97, the other programs within their spread;
 //! * the color's posts come from `P`: at least [`need`] posts in a row, none from anywhere else
 //!   in between (a color that also hears from its neighbours here, or from a third worker,
 //!   stays), and it is not the color's first post (an accept handler handing a new connection
@@ -106,7 +120,11 @@ pub(crate) struct Traffic {
     pub(crate) bounces: u32,
     /// Posts the color made to itself since the last decision: a color with work of its own (a
     /// chain of its own events) does not move. Its partners, if any, come to it instead.
-    pub(crate) own: u32,
+    pub(crate) own: u16,
+    /// The color's own posts to other colors, on balance: +1 for each to a color on this
+    /// worker, -1 for each to another worker, within ±[`OUT_BOUND`] (so that it follows a
+    /// change within as many posts). Positive past [`SETTLED`]: the color's partners are here.
+    out: i16,
     /// Posts counted here in all (saturating): a color's first post moves nothing. Of the posts
     /// from other workers, only those that may move a color are counted (quiet or steps,
     /// `worth_asking`): a fan-out's or a stream's take the plain path. (Counting only those from
@@ -114,6 +132,12 @@ pub(crate) struct Traffic {
     /// token of a ring arriving from elsewhere, and the ring stayed split between workers.)
     pub(crate) total: u32,
 }
+
+/// The bound of [`Traffic`]'s balance of the color's own posts.
+const OUT_BOUND: i16 = 16;
+/// The balance above which a color is settled: two posts, so that the one-token ring, whose
+/// colors have posted once when the token comes round again, still gathers on one worker.
+const SETTLED: i16 = 1;
 
 /// The bit of [`Traffic`]'s `from` that marks a pull (worker numbers stay far below it).
 const PULLED: u32 = 1 << 31;
@@ -123,10 +147,22 @@ impl Traffic {
     /// posts from elsewhere).
     #[inline]
     pub(crate) fn local_post(&mut self, own: bool) {
-        self.own = self.own.saturating_add(u32::from(own));
+        self.own = self.own.saturating_add(u16::from(own));
         self.local = self.local.saturating_add(1);
         self.total = self.total.saturating_add(1);
         self.from = 0;
+    }
+
+    /// The color posted to another color: on this worker if `here`.
+    #[inline]
+    pub(crate) fn posted(&mut self, here: bool) {
+        self.out = (self.out + if here { 1 } else { -1 }).clamp(-OUT_BOUND, OUT_BOUND);
+    }
+
+    /// The color's own posts go mostly to colors on its worker (see [`moves`]).
+    #[inline]
+    pub(crate) fn settled(&self) -> bool {
+        self.out > SETTLED
     }
 
     /// At the home: the last post, from another worker, would have moved the color there had
@@ -229,9 +265,33 @@ pub(crate) fn judged(idle: bool, step: bool) -> bool {
 
 /// Whether the color moves to the poster (see the module doc).
 pub(crate) fn moves(o: &Offer) -> bool {
+    let load = if o.step && o.traffic.settled() && !clearly_more(o.poster_share, o.home_share) {
+        moving_the_boundary_pays(o.poster_ready, o.home_ready)
+    } else {
+        o.quiet || o.cheap_stream || o.poster_ready <= o.home_ready
+    };
     worth_asking(&o.traffic, o.quiet, o.step, o.cheap_stream)
-        && (o.quiet || o.cheap_stream || o.poster_ready <= o.home_ready)
+        && load
         && o.poster_share + SHARE_SLACK >= o.home_share
+}
+
+/// Colors waiting (or running) on the poster's worker with which a lone chain still gathers
+/// on it: the one that posted.
+const LONE: usize = 1;
+/// How many fewer colors the poster's worker must have waiting than the home for a settled
+/// color to move to it (and at least a quarter of the home's): queue lengths move by a few
+/// colors between two batches; a margin of 2 moved nearly as much as none.
+const SETTLED_MARGIN: usize = 6;
+
+/// Whether a step should move a [`Traffic::settled`] color, whose own posts stay on its
+/// worker, to the poster's: the move only shifts the boundary between two workers' stretches
+/// of a chain along it, with as many messages crossing as before; worth it to even the load
+/// (the poster has clearly fewer colors waiting, `poster_ready`, than the home, `home_ready`),
+/// or to gather a lone chain on one worker (neither has anything else to run: the one-token
+/// ring gathers on one worker).
+fn moving_the_boundary_pays(poster_ready: usize, home_ready: usize) -> bool {
+    let margin = SETTLED_MARGIN.max(home_ready / 4);
+    poster_ready + margin <= home_ready || (poster_ready <= LONE && home_ready == 0)
 }
 
 /// Colors waiting on a borrower from which it sheds residents to their idle homes.
@@ -455,9 +515,44 @@ mod tests {
 
     #[test]
     fn a_decision_keeps_the_history() {
-        let mut t = Traffic { local: 3, remote: 2, from: 2 | PULLED, bounces: 1, total: 9, own: 4 };
+        let mut t =
+            Traffic { local: 3, remote: 2, from: 2 | PULLED, bounces: 1, total: 9, own: 4, out: 5 };
         t.reset();
         assert_eq!(t, Traffic { bounces: 1, total: 9, ..Traffic::default() });
+    }
+
+    #[test]
+    fn a_settled_color_moves_only_to_even_the_load_or_to_gather_a_lone_chain() {
+        let mut t = Traffic::default();
+        posts_from(&mut t, 1, 2);
+        for _ in 0..3 {
+            t.posted(true);
+        }
+        assert!(t.settled());
+        let step = |t: Traffic, poster_ready, home_ready| Offer {
+            quiet: false,
+            step: true,
+            poster_ready,
+            home_ready,
+            ..offer(t)
+        };
+        assert!(!moves(&step(t, 5, 5)), "even load: the boundary stays");
+        assert!(!moves(&step(t, 0, 5)), "fewer waiting by less than the margin");
+        assert!(!moves(&Offer { quiet: true, ..step(t, 0, 5) }), "quiet or not");
+        assert!(moves(&step(t, 2, 2 + SETTLED_MARGIN)), "clearly fewer waiting");
+        assert!(!moves(&step(t, 31, 40)), "the margin grows with the home's queue: a quarter");
+        assert!(moves(&step(t, 30, 40)));
+        assert!(moves(&step(t, 1, 0)), "a lone chain gathers");
+        assert!(!moves(&step(t, 2, 0)), "not onto a worker with other work");
+        let shared_home = Offer { home_share: FULL / 2, ..step(t, 5, 5) };
+        assert!(moves(&shared_home), "off a shared CPU, as an unsettled color");
+        // Unsettled (its posts go elsewhere), the same step moves it.
+        for _ in 0..5 {
+            t.posted(false);
+        }
+        assert!(!t.settled());
+        assert!(moves(&step(t, 5, 5)));
+        assert!(!moves(&step(t, 6, 5)), "not to a worker with more waiting");
     }
 
     #[test]

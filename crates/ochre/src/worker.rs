@@ -241,6 +241,7 @@ impl Core {
                 if urgent {
                     self.counters.add(Counter::PostsUrgent, 1);
                 }
+                self.queue.count_post(&dest);
                 let msg = Msg::PostInline { color, task: InlineTask::new(f), urgent, step: false };
                 return self.post_remote(shared, home, msg);
             }

@@ -1568,6 +1568,7 @@ impl<'w> Sim<'w> {
             if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
                 // `worker::Core::post_closure`: the closure travels in the message, unstored
                 // (the engine's task, its tag's number, stands for its bytes).
+                core.queue.count_post(&dest);
                 core.event_remote_posts += 1;
                 core.event_remote_dest = home;
                 let task = InlineTask::sim(self.tags.put(tag));
