@@ -176,6 +176,11 @@ impl Counters {
         self.0[c as usize] += n;
     }
 
+    #[inline]
+    pub(crate) fn get(&self, c: Counter) -> u64 {
+        self.0[c as usize]
+    }
+
     /// Sets a gauge, or a counter kept elsewhere.
     #[inline]
     pub(crate) fn set(&mut self, c: Counter, v: u64) {

@@ -60,6 +60,10 @@ const WALKED_FREELY: u64 = 64;
 /// Posts a fence may hold during one turn between two filings of the inbox (for the home's
 /// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
 pub(crate) const HELD_FILE_EVERY: u32 = 32;
+/// 1 turn in this many has its posts counted in its color's traffic (`follow`: whether its
+/// partners are on this worker): counting every event's posts cost a ping-pong of two colors
+/// on one worker 9% (`bench pingpong`, 1 worker).
+pub(crate) const PARTNER_SAMPLE: u8 = 8;
 
 /// Longest a worker waits, at a run's end, for the others to hand back their crumbs before it
 /// takes its own back ([`wait_for_every_flush`]): every worker ends every run within
@@ -110,6 +114,9 @@ pub(crate) struct Core {
     /// (`follow`: an event that made exactly one is a step of a chain of messages).
     event_remote_posts: u32,
     event_remote_dest: usize,
+    /// Turns until the next whose posts are counted in its color's traffic (`follow`'s
+    /// `Traffic::posted`: where a color's partners are), 1 in [`PARTNER_SAMPLE`].
+    partner_turns: u8,
     /// The buffer swapped with the outside posts waiting for this worker (`shared::Outside`).
     outside_spare: Vec<Msg>,
     /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
@@ -179,6 +186,7 @@ impl Core {
             events_since_check: 0,
             event_remote_posts: 0,
             event_remote_dest: 0,
+            partner_turns: PARTNER_SAMPLE,
             outside_spare: Vec::new(),
             turn_sends: 0,
             filing: false,
@@ -241,13 +249,21 @@ impl Core {
                 if urgent {
                     self.counters.add(Counter::PostsUrgent, 1);
                 }
-                self.queue.count_post(&dest);
                 let msg = Msg::PostInline { color, task: InlineTask::new(f), urgent, step: false };
                 return self.post_remote(shared, home, msg);
             }
         }
         let task = Task::new_for(f, dest.runs_on());
         self.post_to(shared, color, dest, task, urgent);
+    }
+
+    /// Posts made here so far to colors on this worker and to colors elsewhere (forwards
+    /// included), from the counters: a sampled turn's posts are the difference.
+    #[inline]
+    fn posts_so_far(&self) -> (u64, u64) {
+        let (local, forwards) =
+            (self.counters.get(Counter::PostsLocal), self.counters.get(Counter::Forwards));
+        (local - forwards, self.counters.get(Counter::PostsRemote) + forwards)
     }
 
     /// A post to a color whose home is worker `home`, another one (urgent posts counted by the
@@ -898,7 +914,7 @@ impl WorkerCtx {
         // The last turn was long and shared what waited behind it.
         let mut shared_before_next = false;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, turn_timer, sampled, timed_events, writes, watched) = {
+            let (key, color, mut next, turn_timer, sampled, timed_events, writes, watched, posts) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -920,6 +936,11 @@ impl WorkerCtx {
                     continue;
                 }
                 let first = core.queue.pop(key);
+                core.partner_turns -= 1;
+                let posts_before = (core.partner_turns == 0).then(|| {
+                    core.partner_turns = PARTNER_SAMPLE;
+                    core.posts_so_far()
+                });
                 // A countdown, not `turns % n`: a division a turn cost a ring's one-event turns
                 // more than the rest of the sampling.
                 let sample = match core.turns {
@@ -960,7 +981,7 @@ impl WorkerCtx {
                     (false, true) => Some(TurnTimer::Watched(Instant::now())),
                     (false, false) => None,
                 };
-                (key, color, first, turn_timer, sampled, timed, writes, watched)
+                (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
             };
             self.current.set(Some(color));
             let mut n = 0;
@@ -980,6 +1001,12 @@ impl WorkerCtx {
             let mut core = self.core.borrow_mut();
             core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
+            if let Some((here, elsewhere)) = posts {
+                let (here_now, elsewhere_now) = core.posts_so_far();
+                if elsewhere_now > elsewhere || here_now > here {
+                    core.queue.count_turn_posts(key, elsewhere_now > elsewhere);
+                }
+            }
             // An empty turn (a guest given back) tells nothing of the color's cost.
             let long = match turn_timer.filter(|_| n > 0) {
                 Some(TurnTimer::Sampled(t0)) => {

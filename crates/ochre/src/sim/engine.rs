@@ -386,6 +386,9 @@ struct Core {
     filing: bool,
     event_remote_posts: u32,
     event_remote_dest: usize,
+    /// The running event's posts to colors here and forwarded to their borrowers (`follow`).
+    event_local_posts: u32,
+    event_forwards: u32,
     events_since_check: u32,
     /// Latest arrival time per destination: keeps each pair's FIFO order under jitter.
     last_arrival: Vec<u64>,
@@ -872,6 +875,8 @@ impl<'w> Sim<'w> {
                 filing: false,
                 event_remote_posts: 0,
                 event_remote_dest: 0,
+                event_local_posts: 0,
+                event_forwards: 0,
                 events_since_check: 0,
                 last_arrival: vec![0; n],
                 cpu: shared_cpu(&setup, w),
@@ -1530,7 +1535,17 @@ impl<'w> Sim<'w> {
         if core.event_remote_posts == 1 {
             core.outbox.mark_step(core.event_remote_dest);
         }
+        // Where the color's partners are (`worker::Core::run_round` counts 1 turn in
+        // `PARTNER_SAMPLE`; the simulator counts every event, as a turn of one).
+        let elsewhere = core.event_remote_posts + core.event_forwards != 0;
+        if elsewhere || core.event_local_posts != 0 {
+            if let Some(key) = core.queue.running_key() {
+                core.queue.count_turn_posts(key, elsewhere);
+            }
+        }
         core.event_remote_posts = 0;
+        core.event_local_posts = 0;
+        core.event_forwards = 0;
         core.events_since_check += 1;
         if core.events_since_check >= outbox::SAFETY_CHECK_EVERY && core.outbox.has_pending() {
             core.events_since_check = 0;
@@ -1568,7 +1583,6 @@ impl<'w> Sim<'w> {
             if self.inline_posts && InlineTask::fits_layout(self.work.closure_bytes(post), 8) {
                 // `worker::Core::post_closure`: the closure travels in the message, unstored
                 // (the engine's task, its tag's number, stands for its bytes).
-                core.queue.count_post(&dest);
                 core.event_remote_posts += 1;
                 core.event_remote_dest = home;
                 let task = InlineTask::sim(self.tags.put(tag));
@@ -1583,9 +1597,11 @@ impl<'w> Sim<'w> {
         match core.queue.post_to(dest, task, false) {
             Route::Queued => {
                 self.report.posts_local += 1;
+                core.event_local_posts += 1;
                 core.now += cost.local_post;
             }
             Route::Forward { to, task } => {
+                core.event_forwards += 1;
                 self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent: false })
             }
             Route::Remote { home, task } => {
@@ -1596,6 +1612,7 @@ impl<'w> Sim<'w> {
             }
             Route::Held(ask) => {
                 self.report.posts_local += 1;
+                self.cores[k].event_local_posts += 1;
                 self.cores[k].now += cost.local_post;
                 self.ask_sync(k, ask);
                 // The home's `Synced` that lets them in waits in the inbox: filed now and then.
