@@ -123,9 +123,9 @@ pub(crate) struct Traffic {
     /// chain of its own events) does not move. Its partners, if any, come to it instead.
     pub(crate) own: u16,
     /// Where the color's own turns post, on balance: +1 for a turn that posted only to colors
-    /// on this worker, -1 for one that posted to another worker, within ±[`OUT_BOUND`] (so that
-    /// it follows a change within as many turns). Past [`SETTLED`]: the color's partners are
-    /// here.
+    /// on this worker (itself included: a color with work of its own does not move anyway),
+    /// -1 for one that posted to another worker, within ±[`OUT_BOUND`] (so that it follows a
+    /// change within as many turns). Past [`SETTLED`]: the color's partners are here.
     out: i16,
     /// Posts counted here in all (saturating): a color's first post moves nothing. Of the posts
     /// from other workers, only those that may move a color are counted (quiet or steps,
@@ -135,7 +135,7 @@ pub(crate) struct Traffic {
     pub(crate) total: u32,
 }
 
-/// The bound of [`Traffic`]'s balance of the color's own posts.
+/// The bound of [`Traffic`]'s balance of where the color's turns post.
 const OUT_BOUND: i16 = 16;
 /// The balance above which a color is settled: a clear majority of its last turns posted
 /// here. With 1 (two turns), the colors of `bench actors`' big, whose random partners are half

@@ -61,8 +61,8 @@ const WALKED_FREELY: u64 = 64;
 /// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
 pub(crate) const HELD_FILE_EVERY: u32 = 32;
 /// 1 turn in this many has its posts counted in its color's traffic (`follow`: whether its
-/// partners are on this worker): counting every event's posts cost a ping-pong of two colors
-/// on one worker 9% (`bench pingpong`, 1 worker).
+/// partners are on this worker): counting each event's posts cost `bench pingpong` (chains of
+/// events, 1 worker) 9%, each post's 17%.
 pub(crate) const PARTNER_SAMPLE: u8 = 8;
 
 /// Longest a worker waits, at a run's end, for the others to hand back their crumbs before it
