@@ -388,8 +388,7 @@ impl<S: Send + 'static> Addr<S> {
     where
         S: Sync,
     {
-        let runtime = self.runtime;
-        let ours = crate::context::with_current(|ctx| ctx.shared.id == runtime).unwrap_or(false);
+        let ours = crate::context::in_runtime(self.runtime, |_| ()).is_some();
         let tagged = self.tagged;
         let read = move || {
             // SAFETY: posted only to the runtime that owns the slot (checked above), as a read

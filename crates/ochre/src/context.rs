@@ -67,15 +67,21 @@ fn post_on<F: FnOnce() + Send + 'static>(ctx: &WorkerCtx, color: Color, f: F, ur
     core.post_closure(&ctx.shared, color, f, urgent)
 }
 
-/// Posts as [`post_closure`] if this thread's worker belongs to runtime number `runtime` (an
-/// actor's messages go only to the runtime that keeps its state: `actor`).
+/// Runs `f` with this thread's worker if it belongs to runtime number `runtime` (an actor's
+/// messages and reads go only to the runtime that keeps its state: `actor`).
+#[inline]
+pub(crate) fn in_runtime<R>(runtime: u64, f: impl FnOnce(&WorkerCtx) -> R) -> Option<R> {
+    with_current(|ctx| (ctx.shared.id == runtime).then(|| f(ctx))).flatten()
+}
+
+/// Posts as [`post_closure`] if this thread's worker belongs to runtime number `runtime`.
 #[inline]
 pub(crate) fn post_in<F: FnOnce() + Send + 'static>(
     runtime: u64,
     color: Color,
     f: F,
 ) -> Option<()> {
-    with_current(|ctx| (ctx.shared.id == runtime).then(|| post_on(ctx, color, f, false))).flatten()
+    in_runtime(runtime, |ctx| post_on(ctx, color, f, false))
 }
 
 /// A post that carries its posting instant (one in the sample period, `color_stats`): out of

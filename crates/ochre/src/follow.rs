@@ -27,7 +27,7 @@
 //!   slot holds one task;
 //! * unless the color is *settled*: its own posts go mostly to colors on its worker (a balance
 //!   of +1 per turn that posted only to colors here, -1 per turn that posted elsewhere, above
-//!   [`SETTLED`]; the workers count 1 turn in 8, `worker::PARTNER_SAMPLE`). A step to a
+//!   [`SETTLED`]; 1 turn in [`PARTNER_SAMPLE`] is counted, [`TurnSample`]). A step to a
 //!   settled color comes over a boundary between two workers' stretches of a chain (the ring's
 //!   token arriving at the first color of the home's stretch); moving the color moves the
 //!   boundary one color along, with as many messages crossing as before. Such a step moves it
@@ -145,6 +145,49 @@ const OUT_BOUND: i16 = 16;
 /// medians over 3 processes: 1: 31.2-32.0M hops/s, 4: 30.3-33.3M, 8: 29.9-30.1M, never
 /// settled: 28.2-29.7M).
 const SETTLED: i16 = 4;
+
+/// 1 turn in this many has its posts counted in its color's traffic ([`TurnSample`]): counting
+/// each event's posts cost `bench pingpong` (chains of events, 1 worker) 9%, each post's 17%.
+pub(crate) const PARTNER_SAMPLE: u8 = 8;
+
+/// Which turns of a worker count where their color posts ([`Traffic::posted`]), 1 in
+/// [`PARTNER_SAMPLE`], from the worker's running totals of posts to colors here and elsewhere:
+/// a counted turn's posts are their difference, so posting itself costs nothing more. The
+/// workers and the simulator count through it alike.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TurnSample {
+    /// Turns until the next counted one.
+    countdown: u8,
+}
+
+/// A worker's running totals of posts made (to colors on it, to colors elsewhere).
+pub(crate) type PostTotals = (u64, u64);
+
+impl TurnSample {
+    pub(crate) fn new() -> Self {
+        TurnSample { countdown: PARTNER_SAMPLE }
+    }
+
+    /// At a turn's start: the totals so far (`totals`, read only then) if this turn is counted.
+    #[inline]
+    pub(crate) fn start(&mut self, totals: impl FnOnce() -> PostTotals) -> Option<PostTotals> {
+        self.countdown -= 1;
+        if self.countdown != 0 {
+            return None;
+        }
+        self.countdown = PARTNER_SAMPLE;
+        Some(totals())
+    }
+
+    /// At a counted turn's end, from the totals at its start and now: `Some(true)` if it posted
+    /// to a color on another worker, `Some(false)` if only to colors here (itself included),
+    /// `None` if it posted nothing.
+    #[inline]
+    pub(crate) fn posted_elsewhere(before: PostTotals, now: PostTotals) -> Option<bool> {
+        let elsewhere = now.1 > before.1;
+        (elsewhere || now.0 > before.0).then_some(elsewhere)
+    }
+}
 
 /// The bit of [`Traffic`]'s `from` that marks a pull (worker numbers stay far below it).
 const PULLED: u32 = 1 << 31;
@@ -272,14 +315,16 @@ pub(crate) fn judged(idle: bool, step: bool) -> bool {
 
 /// Whether the color moves to the poster (see the module doc).
 pub(crate) fn moves(o: &Offer) -> bool {
-    let load = if o.step && o.traffic.settled() && !clearly_more(o.poster_share, o.home_share) {
-        moving_the_boundary_pays(o.poster_ready, o.home_ready)
-    } else {
-        o.quiet || o.cheap_stream || o.poster_ready <= o.home_ready
+    let load_allows = || {
+        if o.step && o.traffic.settled() && !clearly_more(o.poster_share, o.home_share) {
+            moving_the_boundary_pays(o.poster_ready, o.home_ready)
+        } else {
+            o.quiet || o.cheap_stream || o.poster_ready <= o.home_ready
+        }
     };
     worth_asking(&o.traffic, o.quiet, o.step, o.cheap_stream)
-        && load
         && o.poster_share + SHARE_SLACK >= o.home_share
+        && load_allows()
 }
 
 /// Colors waiting (or running) on the poster's worker with which a lone chain still gathers
@@ -562,6 +607,19 @@ mod tests {
         assert!(!t.settled());
         assert!(moves(&step(t, 5, 5)));
         assert!(!moves(&step(t, 6, 5)), "not to a worker with more waiting");
+    }
+
+    #[test]
+    fn one_turn_in_the_sample_counts_and_says_where_it_posted() {
+        let mut sample = TurnSample::new();
+        let counted: Vec<bool> = (0..3 * usize::from(PARTNER_SAMPLE))
+            .map(|i| sample.start(|| (i as u64, 0)).is_some())
+            .collect();
+        assert_eq!(counted.iter().filter(|&&c| c).count(), 3);
+        assert!(counted[usize::from(PARTNER_SAMPLE) - 1] && !counted[0]);
+        assert_eq!(TurnSample::posted_elsewhere((5, 2), (5, 2)), None, "posted nothing");
+        assert_eq!(TurnSample::posted_elsewhere((5, 2), (7, 2)), Some(false));
+        assert_eq!(TurnSample::posted_elsewhere((5, 2), (7, 3)), Some(true), "any elsewhere");
     }
 
     #[test]

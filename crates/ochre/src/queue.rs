@@ -528,7 +528,7 @@ impl ColorQueue {
 
     /// A turn of the color in `key` made posts: to colors on another worker if `elsewhere`, else
     /// only to colors here (`follow::Traffic::posted`: whether its partners are here). The
-    /// workers count 1 turn in `worker::PARTNER_SAMPLE`, so that posting costs nothing more.
+    /// workers count 1 turn in `follow::PARTNER_SAMPLE` (`follow::TurnSample`).
     #[inline]
     pub(crate) fn count_turn_posts(&mut self, key: usize, elsewhere: bool) {
         self.slots[key].traffic.posted(!elsewhere);
@@ -850,12 +850,6 @@ impl ColorQueue {
             }
             None => false,
         }
-    }
-
-    /// The slot of the color whose turn is on, if any (the simulator's turn).
-    #[cfg(all(any(test, feature = "sim"), not(loom)))]
-    pub(crate) fn running_key(&self) -> Option<usize> {
-        self.running
     }
 
     /// True while a color's turn is on (between `start_turn` and its end).

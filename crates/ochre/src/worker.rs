@@ -60,10 +60,6 @@ const WALKED_FREELY: u64 = 64;
 /// Posts a fence may hold during one turn between two filings of the inbox (for the home's
 /// `Synced` that lets them in): a batch's worth, as a full batch to another worker files it.
 pub(crate) const HELD_FILE_EVERY: u32 = 32;
-/// 1 turn in this many has its posts counted in its color's traffic (`follow`: whether its
-/// partners are on this worker): counting each event's posts cost `bench pingpong` (chains of
-/// events, 1 worker) 9%, each post's 17%.
-pub(crate) const PARTNER_SAMPLE: u8 = 8;
 
 /// Longest a worker waits, at a run's end, for the others to hand back their crumbs before it
 /// takes its own back ([`wait_for_every_flush`]): every worker ends every run within
@@ -114,9 +110,8 @@ pub(crate) struct Core {
     /// (`follow`: an event that made exactly one is a step of a chain of messages).
     event_remote_posts: u32,
     event_remote_dest: usize,
-    /// Turns until the next whose posts are counted in its color's traffic (`follow`'s
-    /// `Traffic::posted`: where a color's partners are), 1 in [`PARTNER_SAMPLE`].
-    partner_turns: u8,
+    /// The turns whose posts are counted in their color's traffic (`follow`).
+    partners: follow::TurnSample,
     /// The buffer swapped with the outside posts waiting for this worker (`shared::Outside`).
     outside_spare: Vec<Msg>,
     /// Messages buffered for other workers during the current turn (see `end_of_turn_flush`).
@@ -186,7 +181,7 @@ impl Core {
             events_since_check: 0,
             event_remote_posts: 0,
             event_remote_dest: 0,
-            partner_turns: PARTNER_SAMPLE,
+            partners: follow::TurnSample::new(),
             outside_spare: Vec::new(),
             turn_sends: 0,
             filing: false,
@@ -255,15 +250,6 @@ impl Core {
         }
         let task = Task::new_for(f, dest.runs_on());
         self.post_to(shared, color, dest, task, urgent);
-    }
-
-    /// Posts made here so far to colors on this worker and to colors elsewhere (forwards
-    /// included), from the counters: a sampled turn's posts are the difference.
-    #[inline]
-    fn posts_so_far(&self) -> (u64, u64) {
-        let (local, forwards) =
-            (self.counters.get(Counter::PostsLocal), self.counters.get(Counter::Forwards));
-        (local - forwards, self.counters.get(Counter::PostsRemote) + forwards)
     }
 
     /// A post to a color whose home is worker `home`, another one (urgent posts counted by the
@@ -936,11 +922,9 @@ impl WorkerCtx {
                     continue;
                 }
                 let first = core.queue.pop(key);
-                core.partner_turns -= 1;
-                let posts_before = (core.partner_turns == 0).then(|| {
-                    core.partner_turns = PARTNER_SAMPLE;
-                    core.posts_so_far()
-                });
+                let core_ref = &mut *core;
+                let counters = &core_ref.counters;
+                let posts_before = core_ref.partners.start(|| post_totals(counters));
                 // A countdown, not `turns % n`: a division a turn cost a ring's one-event turns
                 // more than the rest of the sampling.
                 let sample = match core.turns {
@@ -1001,10 +985,10 @@ impl WorkerCtx {
             let mut core = self.core.borrow_mut();
             core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
-            if let Some((here, elsewhere)) = posts {
-                let (here_now, elsewhere_now) = core.posts_so_far();
-                if elsewhere_now > elsewhere || here_now > here {
-                    core.queue.count_turn_posts(key, elsewhere_now > elsewhere);
+            if let Some(before) = posts {
+                let now = post_totals(&core.counters);
+                if let Some(elsewhere) = follow::TurnSample::posted_elsewhere(before, now) {
+                    core.queue.count_turn_posts(key, elsewhere);
                 }
             }
             // An empty turn (a guest given back) tells nothing of the color's cost.
@@ -1163,6 +1147,14 @@ fn moves_to(
         return None;
     }
     relief(shared, me, mine)
+}
+
+/// Posts made on a worker so far to colors on it and to colors elsewhere (forwards included),
+/// from its counters (`follow::TurnSample`).
+#[inline]
+fn post_totals(counters: &Counters) -> follow::PostTotals {
+    let (local, forwards) = (counters.get(Counter::PostsLocal), counters.get(Counter::Forwards));
+    (local - forwards, counters.get(Counter::PostsRemote) + forwards)
 }
 
 /// What this worker knows of worker `w` for `follow`'s decisions (Relaxed: hints other workers

@@ -386,9 +386,10 @@ struct Core {
     filing: bool,
     event_remote_posts: u32,
     event_remote_dest: usize,
-    /// The running event's posts to colors here and forwarded to their borrowers (`follow`).
-    event_local_posts: u32,
-    event_forwards: u32,
+    /// Posts made so far to colors here and elsewhere (forwards included), and the turns whose
+    /// posts count where their colors' partners are: as the worker's (`follow::TurnSample`).
+    post_totals: follow::PostTotals,
+    partners: follow::TurnSample,
     events_since_check: u32,
     /// Latest arrival time per destination: keeps each pair's FIFO order under jitter.
     last_arrival: Vec<u64>,
@@ -429,6 +430,8 @@ struct Turn {
     timed: bool,
     /// Watched: timed as its color's own cost (`worker::run_round`: a color not known short).
     watched: bool,
+    /// The core's post totals at its start, if its posts are counted (`follow::TurnSample`).
+    partners_from: Option<follow::PostTotals>,
     /// The current event's id (the poster of its posts) and posts; `next` is the first not
     /// made yet; `pending` until they are all made and the event's end is done.
     poster: u64,
@@ -875,8 +878,8 @@ impl<'w> Sim<'w> {
                 filing: false,
                 event_remote_posts: 0,
                 event_remote_dest: 0,
-                event_local_posts: 0,
-                event_forwards: 0,
+                post_totals: (0, 0),
+                partners: follow::TurnSample::new(),
                 events_since_check: 0,
                 last_arrival: vec![0; n],
                 cpu: shared_cpu(&setup, w),
@@ -1356,6 +1359,8 @@ impl<'w> Sim<'w> {
         }
         core.now = t;
         core.turns = core.turns.wrapping_add(1);
+        let totals = core.post_totals;
+        let partners_from = core.partners.start(|| totals);
         let timed =
             steal::turn_sample(&self.setup.config).is_some_and(|n| core.turns.is_multiple_of(n));
         // As `worker::run_round`: nothing buffered waits behind a watched turn, and the colors
@@ -1384,6 +1389,7 @@ impl<'w> Sim<'w> {
             wait0,
             timed,
             watched,
+            partners_from,
             poster: 0,
             posts,
             next: 0,
@@ -1419,7 +1425,15 @@ impl<'w> Sim<'w> {
                 self.run_event(k, t.color, tag, t);
             }
         }
-        let Turn { key, color, n, start, timed_from, wait0, timed, watched, .. } = *t;
+        let Turn { key, color, n, start, timed_from, wait0, timed, watched, partners_from, .. } =
+            *t;
+        if let Some(before) = partners_from {
+            let core = &mut self.cores[k];
+            if let Some(elsewhere) = follow::TurnSample::posted_elsewhere(before, core.post_totals)
+            {
+                core.queue.count_turn_posts(key, elsewhere);
+            }
+        }
         // The buffer back for the next turn (swapped: what is there, empty unless this turn
         // was cut, goes with the turn).
         std::mem::swap(&mut self.posts, &mut t.posts);
@@ -1535,17 +1549,7 @@ impl<'w> Sim<'w> {
         if core.event_remote_posts == 1 {
             core.outbox.mark_step(core.event_remote_dest);
         }
-        // Where the color's partners are (`worker::Core::run_round` counts 1 turn in
-        // `PARTNER_SAMPLE`; the simulator counts every event, as a turn of one).
-        let elsewhere = core.event_remote_posts + core.event_forwards != 0;
-        if elsewhere || core.event_local_posts != 0 {
-            if let Some(key) = core.queue.running_key() {
-                core.queue.count_turn_posts(key, elsewhere);
-            }
-        }
         core.event_remote_posts = 0;
-        core.event_local_posts = 0;
-        core.event_forwards = 0;
         core.events_since_check += 1;
         if core.events_since_check >= outbox::SAFETY_CHECK_EVERY && core.outbox.has_pending() {
             core.events_since_check = 0;
@@ -1585,6 +1589,7 @@ impl<'w> Sim<'w> {
                 // (the engine's task, its tag's number, stands for its bytes).
                 core.event_remote_posts += 1;
                 core.event_remote_dest = home;
+                core.post_totals.1 += 1;
                 let task = InlineTask::sim(self.tags.put(tag));
                 let msg = Msg::PostInline { color, task, urgent: false, step: false };
                 return self.send(k, home, msg);
@@ -1597,22 +1602,23 @@ impl<'w> Sim<'w> {
         match core.queue.post_to(dest, task, false) {
             Route::Queued => {
                 self.report.posts_local += 1;
-                core.event_local_posts += 1;
+                core.post_totals.0 += 1;
                 core.now += cost.local_post;
             }
             Route::Forward { to, task } => {
-                core.event_forwards += 1;
+                core.post_totals.1 += 1;
                 self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent: false })
             }
             Route::Remote { home, task } => {
                 let core = &mut self.cores[k];
                 core.event_remote_posts += 1;
                 core.event_remote_dest = home;
+                core.post_totals.1 += 1;
                 self.send(k, home, Msg::Post { color, task, urgent: false, step: false });
             }
             Route::Held(ask) => {
                 self.report.posts_local += 1;
-                self.cores[k].event_local_posts += 1;
+                self.cores[k].post_totals.0 += 1;
                 self.cores[k].now += cost.local_post;
                 self.ask_sync(k, ask);
                 // The home's `Synced` that lets them in waits in the inbox: filed now and then.
