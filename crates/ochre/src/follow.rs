@@ -18,7 +18,9 @@
 //!   sent it in a batch flushed with nothing else to run (a *quiet* batch: `P` is about to
 //!   idle), or it is a *step*, the only post its event made to another worker (a token handed
 //!   on, a reply) and `P` has no more colors waiting or running than the home (as the batch
-//!   says: counted when it was sent, not the count `P` last published), or the batch is a *stream*
+//!   says: counted when it was sent, not the count `P` last published) or the color's events are
+//!   [`cheap`] and the home has no other color waiting (a *straggler*: see below), or the batch
+//!   is a *stream*
 //!   to a *cheap* color (every message of it a post to this color, at least [`STREAM_MIN`], and
 //!   the color's events measured at most [`CHEAP_NS`]: a counter fed by a producer's loop, whose
 //!   events cost less than carrying them across). A worker fanning out (a producer) sends loud
@@ -40,6 +42,16 @@
 //!   switched off by a temporary variable: moves per run 2,100-2,600 -> 1,460-1,850, medians
 //!   28.2-29.7M -> 30.3-33.3M hops/s. (`bench actors --quick` gained as much on this ring over
 //!   cd2a012, 0.90-0.97 -> 1.01-1.08 of tokio-mt, but as much with the rule off: not from it.)
+//!
+//!   Stragglers: the colors of Savina's big (100 actors, each pinging a random other and
+//!   waiting for its pong) gather on one worker, the poster being no more loaded than the home
+//!   at first; the last few left on the other worker then never moved, since `P` had ~100
+//!   colors waiting and the home none, and every ping to them crossed in a batch of one to a
+//!   worker that spins for it: with 1-3 such colors big ran at 10-12M messages/s against 18.8M
+//!   with all on one worker and 12.5M hashed over both (`big_probe`). A cheap color's events
+//!   cost less than sending them across, so the home, with nothing else to run, gives it up:
+//!   `bench actors --quick`, 3 processes alternated in one build, big over tokio-mt 1.17-1.40
+//!   -> 1.61-1.86, the others within their spread.
 //! * the color's posts come from `P`: at least [`need`] posts in a row, none from anywhere else
 //!   in between (a color that also hears from its neighbours here, or from a third worker,
 //!   stays), and it is not the color's first post (an accept handler handing a new connection
@@ -287,6 +299,8 @@ pub(crate) struct Offer {
     pub(crate) step: bool,
     /// The post came in a [`stream`] to this color, whose events are [`cheap`].
     pub(crate) cheap_stream: bool,
+    /// The color's events are measured [`cheap`].
+    pub(crate) cheap: bool,
     /// Colors waiting on the poster's worker (when it sent the post) and on the home.
     pub(crate) poster_ready: usize,
     pub(crate) home_ready: usize,
@@ -319,7 +333,10 @@ pub(crate) fn moves(o: &Offer) -> bool {
         if o.step && o.traffic.settled() && !clearly_more(o.poster_share, o.home_share) {
             moving_the_boundary_pays(o.poster_ready, o.home_ready)
         } else {
-            o.quiet || o.cheap_stream || o.poster_ready <= o.home_ready
+            o.quiet
+                || o.cheap_stream
+                || o.poster_ready <= o.home_ready
+                || (o.step && o.cheap && o.home_ready == 0)
         }
     };
     worth_asking(&o.traffic, o.quiet, o.step, o.cheap_stream)
@@ -460,6 +477,7 @@ mod tests {
             quiet: true,
             step: false,
             cheap_stream: false,
+            cheap: false,
             poster_ready: 0,
             home_ready: 0,
             poster_share: FULL,
@@ -607,6 +625,12 @@ mod tests {
         assert!(!t.settled());
         assert!(moves(&step(t, 5, 5)));
         assert!(!moves(&step(t, 6, 5)), "not to a worker with more waiting");
+        assert!(!moves(&step(t, 99, 0)), "nor one with more waiting than an empty home");
+        let straggler =
+            |poster_ready, home_ready| Offer { cheap: true, ..step(t, poster_ready, home_ready) };
+        assert!(moves(&straggler(99, 0)), "unless the color is cheap: a straggler");
+        assert!(!moves(&straggler(99, 1)), "not while the home has another color waiting");
+        assert!(!moves(&Offer { step: false, quiet: false, ..straggler(99, 0) }), "steps only");
     }
 
     #[test]

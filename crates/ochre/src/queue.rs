@@ -1752,6 +1752,7 @@ mod tests {
                 quiet: true,
                 step: false,
                 cheap_stream: false,
+                cheap: false,
                 poster_ready: 0,
                 home_ready: 0,
                 poster_share: 1000,

@@ -1133,6 +1133,7 @@ fn moves_to(
                 quiet: sender.quiet,
                 step,
                 cheap_stream,
+                cheap: follow::cheap(cost),
                 poster_ready: sender.ready as usize,
                 home_ready,
                 poster_share: share(sender.id),

@@ -1266,6 +1266,7 @@ impl<'w> Sim<'w> {
                                     quiet,
                                     step,
                                     cheap_stream,
+                                    cheap: follow::cheap(cost),
                                     poster_ready,
                                     home_ready,
                                     poster_share: status[from].share,
