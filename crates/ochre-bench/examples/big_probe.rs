@@ -5,8 +5,15 @@
 //!
 //! `big_probe [WORKERS] [RUNS]` (one runtime serves every run, so placement carries over);
 //! `PINGS=n` pings per actor per run (default 3000); `FOLLOW=0` keeps colors where their hash
-//! puts them; `TRACE=n` records n events per worker and writes the Chrome trace of the last
-//! runs to `big_trace.json`.
+//! puts them; `HAND=1` homes every actor on worker `HAND_ON` (default 0) with
+//! `Runtime::home_of`; `KNOBS=steal-off,spin-never,...` switches runtime features off (see
+//! `main`); `FULL=1` prints every counter; `TRACE=n` records n events per worker and writes the
+//! Chrome trace of the last runs to `big_trace.json`.
+//!
+//! Found with it (session 30, not explained): gathered on one worker of two by `follow`, half
+//! of the actors being guests there (homed on the other), big runs at 18-19M msg/s; homed on
+//! that worker by hand (`HAND=1`), at 24.5M, as on one worker alone; the counters of both runs
+//! are the same, and the instructions per event differ by 9% (callgrind).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -55,13 +62,30 @@ fn main() {
     if std::env::var("FOLLOW").is_ok_and(|v| v == "0") {
         config = config.follow(false);
     }
+    for knob in std::env::var("KNOBS").unwrap_or_default().split(',') {
+        config = match knob {
+            "steal-off" => config.steal(ochre::Steal::Off),
+            "spin-never" => config.spin(ochre::Spin::Never),
+            "no-placement" => config.placement(false),
+            "no-unpin" => config.unpin_when_shared(false),
+            "no-stall" => config.stall_threshold(None),
+            "no-stats" => config.color_stats(0),
+            "no-follow" => config.follow(false),
+            _ => config,
+        };
+    }
     let trace = std::env::var("TRACE").ok().and_then(|v| v.parse().ok());
     if let Some(n) = trace {
         config = config.trace_events(n);
     }
     let rt = Runtime::builder().workers(workers).config(config).build().expect("runtime");
-    let cells = (0..ACTORS).map(|i| ColorCell::new(ochre_bench::actors::plain_color(i), (0, 0)));
-    let _ = ACTORS_STATE.set(cells.collect());
+    let hand_on = std::env::var("HAND_ON").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let colors: Vec<ochre::Color> = if std::env::var("HAND").is_ok_and(|v| v == "1") {
+        ochre_bench::actors::colors_homed_on(&rt, ACTORS, |_| hand_on)
+    } else {
+        (0..ACTORS).map(ochre_bench::actors::plain_color).collect()
+    };
+    let _ = ACTORS_STATE.set(colors.into_iter().map(|c| ColorCell::new(c, (0, 0))).collect());
     for run in 0..runs {
         let done = Arc::new(AtomicU64::new(0));
         let d = done.clone();
@@ -82,6 +106,9 @@ fn main() {
         println!("run {run}: {:.1}M msg/s", rate / 1e6);
         for (w, s) in report.workers.iter().enumerate() {
             println!("  {}", ochre_bench::harness::worker_line(w, s));
+            if std::env::var("FULL").is_ok() {
+                println!("  {s:?}");
+            }
         }
     }
     if trace.is_some() {
