@@ -256,6 +256,12 @@ impl Traffic {
         self.remote
     }
 
+    /// At a borrower: a window of posts is counted, to be judged ([`gives_back`]).
+    #[inline]
+    pub(crate) fn window_full(&self) -> bool {
+        self.local.saturating_add(self.remote) >= WINDOW
+    }
+
     /// At a borrower: a post forwarded by the home.
     pub(crate) fn forwarded(&mut self) {
         self.remote = self.remote.saturating_add(1);
@@ -464,7 +470,16 @@ pub(crate) fn relief<I: Iterator<Item = Peer>>(
 /// At a borrower whose resident color's queue just emptied: `Some(true)` to give it back home,
 /// `Some(false)` to keep it (a window was judged: start a new one), `None` to wait for more posts.
 pub(crate) fn gives_back(t: &Traffic) -> Option<bool> {
-    (t.local.saturating_add(t.remote) >= WINDOW).then_some(t.remote > t.local)
+    t.window_full().then_some(t.remote > t.local)
+}
+
+/// Whether a worker getting `mine` of its CPU, with `ready` colors waiting, keeps a color at home
+/// here or a resident whose queue just emptied, when nothing pulls it and no window of its
+/// traffic is due: neither [`sheds`] nor [`relief`] would send it anywhere. Asked first, so that
+/// the common end of a turn takes one path whatever the color's lease (`queue`).
+#[inline]
+pub(crate) fn keeps(ready: usize, mine: u32, cheap: bool) -> bool {
+    mine + RELIEF_MARGIN >= FULL && (ready < SHED_READY || cheap)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -316,7 +316,11 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
         q = crate::sync::lock(&me.queue);
     }
     // A resident goes home as soon as it can; a color at home leaves only if pulled.
-    match q.end_turn_shedding(key, |home, _, _, _, loan| home.filter(|_| follow || loan)) {
+    match q.end_turn_shedding(
+        key,
+        |_, _| false,
+        |home, _, _, _, loan| home.filter(|_| follow || loan),
+    ) {
         Some(crate::queue::TurnEnd::Return(ret)) => {
             deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran })
         }

@@ -912,7 +912,7 @@ impl WorkerCtx {
                 if writes && !crate::reader::begin_write(shared, color) {
                     // Reads of it run: back of the ready list, events untouched; run the other
                     // colors, and once each was tried, leave the round to take the inbox.
-                    core.queue.end_turn_shedding(key, |_, _, _, _, _| None);
+                    core.queue.end_turn_shedding(key, |_, _| false, |_, _, _, _, _| None);
                     waited += 1;
                     if waited > core.queue.ready_len() {
                         drop(core);
@@ -1032,7 +1032,10 @@ impl WorkerCtx {
             // Before the color may leave (a return or move below can reach its next holder at
             // once, and its next turn must find the word clear).
             let granted = writes.then(|| crate::reader::end_write(shared, color));
-            match held.queue.end_turn_shedding(key, shed) {
+            let keeps = |ready, cost| {
+                !shared.config.follow || follow::keeps(ready, mine, follow::cheap(cost))
+            };
+            match held.queue.end_turn_shedding(key, keeps, shed) {
                 Some(TurnEnd::Return(ret)) => {
                     if ret.resident {
                         core.counters.add(Counter::ColorsGivenBack, 1);

@@ -1796,7 +1796,8 @@ impl<'w> Sim<'w> {
                 None => follow::relief(mine, || peers(status, k)),
             }
         };
-        match self.cores[k].queue.end_turn_shedding(key, shed) {
+        let keeps = |ready, cost| !follow_on || follow::keeps(ready, mine, follow::cheap(cost));
+        match self.cores[k].queue.end_turn_shedding(key, keeps, shed) {
             Some(TurnEnd::Return(r)) => {
                 self.send(k, r.home, Msg::Return { color: r.color, ran: r.ran });
             }
