@@ -10,10 +10,11 @@
 //! `main`); `FULL=1` prints every counter; `TRACE=n` records n events per worker and writes the
 //! Chrome trace of the last runs to `big_trace.json`.
 //!
-//! Found with it (session 30, not explained): gathered on one worker of two by `follow`, half
-//! of the actors being guests there (homed on the other), big runs at 18-19M msg/s; homed on
-//! that worker by hand (`HAND=1`), at 24.5M, as on one worker alone; the counters of both runs
-//! are the same, and the instructions per event differ by 9% (callgrind).
+//! Found with it: gathered on one worker of two by `follow`, half of the actors being guests
+//! there (homed on the other), big ran at 18-19M msg/s, and homed on that worker by hand
+//! (`HAND=1`) at 24.5M, as on one worker alone, with the same counters: the run queue branched
+//! on each color's lease, and the mix mispredicted it (`queue::ColorQueue::route`'s comment);
+//! now both run at 24.5M.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
