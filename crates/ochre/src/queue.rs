@@ -358,6 +358,8 @@ pub(crate) struct ColorQueue {
     recent: [u32; RECENT],
     ready: VecDeque<usize>,
     running: Option<usize>,
+    /// When the running color arrived here (its slot's `arrived`, read once a turn: `route`).
+    running_arrived: u64,
     pending: usize,
     /// The colors borrowed from other homes, as a filter: a color homed elsewhere that the filter
     /// rules out is not held here, and `route` needs no lookup to say so.
@@ -399,6 +401,7 @@ impl ColorQueue {
             recent: [u32::MAX; RECENT],
             ready: VecDeque::new(),
             running: None,
+            running_arrived: 0,
             pending: 0,
             guests: GuestFilter::default(),
             event_ns: 0,
@@ -482,7 +485,7 @@ impl ColorQueue {
         // guests, 31 with half of each; Savina's big, gathered on one worker of two, 18-19M
         // messages/s against 24.5M homed there by hand). The poster is the running color, or
         // none runs: anything may have arrived.
-        let need = self.running.map_or(self.arrivals, |r| self.slots[r].arrived);
+        let need = if self.running.is_some() { self.running_arrived } else { self.arrivals };
         if self.running == Some(key) || slot.fence.admits(need) {
             Dest::Here { key, me: self.me }
         } else {
@@ -742,6 +745,7 @@ impl ColorQueue {
         let slot = &mut self.slots[key];
         slot.queued = false;
         self.running = Some(key);
+        self.running_arrived = slot.arrived;
         Some((key, slot.color))
     }
 
