@@ -48,7 +48,8 @@
 //!   at first; the last few left on the other worker then never moved, since `P` had ~100
 //!   colors waiting and the home none, and every ping to them crossed in a batch of one to a
 //!   worker that spins for it: with 1-3 such colors big ran at 10-12M messages/s against 18.8M
-//!   with all on one worker and 12.5M hashed over both (`big_probe`). A cheap color's events
+//!   with all on one worker (24.5M since the run queue stopped branching on leases, `queue`)
+//!   and 12.5M hashed over both (`big_probe`). A cheap color's events
 //!   cost less than sending them across, so the home, with nothing else to run, gives it up:
 //!   `bench actors --quick`, 3 processes alternated in one build, big over tokio-mt 1.17-1.40
 //!   -> 1.61-1.86, the others within their spread.
