@@ -159,9 +159,10 @@ struct Slot {
 /// held until a `Synced` says that nothing of theirs is still on its way through the home.
 #[derive(Default)]
 struct Fence {
-    /// Posts from colors that arrived at or before this count of arrivals are in order here
-    /// (`None`: not synced since the color came).
-    synced: Option<u64>,
+    /// Posts from colors that arrived *before* this count of arrivals are in order here: one
+    /// more than the count of the last sync (0: not synced since the color came; `u64::MAX`:
+    /// open), so that [`admits`](Fence::admits) is one comparison.
+    synced_below: u64,
     /// A `Sync` is on its way, sent at this count of arrivals.
     asked: Option<u64>,
     /// Posts waiting for a sync, in posting order.
@@ -185,11 +186,12 @@ impl Fence {
     /// construction), so that a post to it takes the same path as a post to a guest
     /// ([`ColorQueue::route`]).
     fn open() -> Self {
-        Fence { synced: Some(u64::MAX), ..Fence::default() }
+        Fence { synced_below: u64::MAX, ..Fence::default() }
     }
 
+    #[inline]
     fn admits(&self, arrived: u64) -> bool {
-        self.synced.is_some_and(|s| s >= arrived)
+        arrived < self.synced_below
     }
 }
 
@@ -277,6 +279,12 @@ impl Default for GuestFilter {
 }
 
 impl GuestFilter {
+    /// No guest is held here.
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.bits == 0
+    }
+
     /// False if `color` is surely not held; true if it may be.
     #[inline]
     fn may_hold(&self, color: Color) -> bool {
@@ -358,7 +366,10 @@ pub(crate) struct ColorQueue {
     recent: [u32; RECENT],
     ready: VecDeque<usize>,
     running: Option<usize>,
-    /// When the running color arrived here (its slot's `arrived`, read once a turn: `route`).
+    /// When the running color arrived here (its slot's `arrived`, stored once a turn for
+    /// `route`, which would otherwise look its slot up at every post); `u64::MAX` between turns,
+    /// so that `route` takes the lesser of it and `arrivals` with no branch (a slot's arrival is
+    /// never later than the count).
     running_arrived: u64,
     pending: usize,
     /// The colors borrowed from other homes, as a filter: a color homed elsewhere that the filter
@@ -401,7 +412,7 @@ impl ColorQueue {
             recent: [u32::MAX; RECENT],
             ready: VecDeque::new(),
             running: None,
-            running_arrived: 0,
+            running_arrived: u64::MAX,
             pending: 0,
             guests: GuestFilter::default(),
             event_ns: 0,
@@ -478,6 +489,10 @@ impl ColorQueue {
         if let Lease::Away { to, .. } = slot.lease {
             return Dest::Forward { key, to };
         }
+        if self.guests.is_empty() {
+            // Every color here is at home (one worker, colors placed by hand): no fence to ask.
+            return Dest::Here { key, me: self.me };
+        }
         // One path for colors at home (their fence is open) and guests, with no branch on which
         // it is: a worker where follow gathered colors holds about as many of each, and a post
         // to a random one of them mispredicted that branch half of the time (a queue posting to
@@ -485,8 +500,8 @@ impl ColorQueue {
         // guests, 31 with half of each; Savina's big, gathered on one worker of two, 18-19M
         // messages/s against 24.5M homed there by hand). The poster is the running color, or
         // none runs: anything may have arrived.
-        let need = if self.running.is_some() { self.running_arrived } else { self.arrivals };
-        if self.running == Some(key) || slot.fence.admits(need) {
+        let need = self.running_arrived.min(self.arrivals);
+        if (self.running == Some(key)) | slot.fence.admits(need) {
             Dest::Here { key, me: self.me }
         } else {
             Dest::Held { key, need, me: self.me }
@@ -612,7 +627,7 @@ impl ColorQueue {
         };
         let fence = &mut slot.fence;
         fence.asked = None;
-        fence.synced = fence.synced.max(Some(epoch));
+        fence.synced_below = fence.synced_below.max(epoch.saturating_add(1));
         if fence.held.is_empty() {
             return None;
         }
@@ -815,6 +830,7 @@ impl ColorQueue {
         shed: impl FnOnce(Option<usize>, usize, u64, bool, bool) -> Option<usize>,
     ) -> Option<TurnEnd> {
         self.running = None;
+        self.running_arrived = u64::MAX;
         let slot = &mut self.slots[key];
         if !slot.events.is_empty() {
             slot.queued = true;
@@ -829,12 +845,17 @@ impl ColorQueue {
         // it is not a loan, and `shed` would keep it (`keeps`): the color stays, as below. That
         // branch, mispredicted half of the time where as many guests as colors at home take
         // turns at random, cost 5 ns a turn (the queue of `route`'s comment).
+        // (With no guest here every color is at home: the branch below is predicted, and the
+        // common end's checks are not worth their instructions, 3% of a one-worker
+        // producer-consumer's rate.)
         let lease = slot.lease;
-        let due = matches!(lease, Lease::Guest { .. }) & slot.traffic.window_full();
-        let loan = matches!(lease, Lease::Guest { resident: false, .. });
-        if !(due | loan) & slot.traffic.pulled_by().is_none() && keeps(ready, cost) {
-            self.maybe_release(key);
-            return None;
+        if !self.guests.is_empty() {
+            let due = matches!(lease, Lease::Guest { .. }) & slot.traffic.window_full();
+            let loan = matches!(lease, Lease::Guest { resident: false, .. });
+            if !(due | loan) & slot.traffic.pulled_by().is_none() && keeps(ready, cost) {
+                self.maybe_release(key);
+                return None;
+            }
         }
         let slot = &mut self.slots[key];
         let pinned = slot.pinned || slot.holding > 0;
