@@ -304,8 +304,8 @@ pub(crate) struct Offer {
     pub(crate) quiet: bool,
     /// The post was the only one its event made to another worker: a step of a chain.
     pub(crate) step: bool,
-    /// The post came in a [`stream`] to this color, whose events are [`cheap`].
-    pub(crate) cheap_stream: bool,
+    /// The post came in a [`stream`] to this color.
+    pub(crate) stream: bool,
     /// The color's events are measured [`cheap`].
     pub(crate) cheap: bool,
     /// Colors waiting on the poster's worker (when it sent the post) and on the home.
@@ -314,6 +314,14 @@ pub(crate) struct Offer {
     /// CPU shares (thousandths) of the poster's worker and of the home.
     pub(crate) poster_share: u32,
     pub(crate) home_share: u32,
+}
+
+impl Offer {
+    /// The post came in a [`stream`] to a color whose events are [`cheap`].
+    #[inline]
+    pub(crate) fn cheap_stream(&self) -> bool {
+        self.stream && self.cheap
+    }
 }
 
 /// What [`moves`] judges that the home knows without reading another worker's state: the post
@@ -341,12 +349,12 @@ pub(crate) fn moves(o: &Offer) -> bool {
             moving_the_boundary_pays(o.poster_ready, o.home_ready)
         } else {
             o.quiet
-                || o.cheap_stream
+                || o.cheap_stream()
                 || o.poster_ready <= o.home_ready
                 || (o.step && o.cheap && o.home_ready == 0)
         }
     };
-    worth_asking(&o.traffic, o.quiet, o.step, o.cheap_stream)
+    worth_asking(&o.traffic, o.quiet, o.step, o.cheap_stream())
         && o.poster_share + SHARE_SLACK >= o.home_share
         && load_allows()
 }
@@ -418,8 +426,8 @@ pub(crate) struct Peer {
 /// CPU (work leaves a CPU shared with another process). `home` is asked only when it may
 /// matter.
 pub(crate) fn sheds(ready: usize, mine: u32, cheap: bool, home: impl FnOnce() -> Peer) -> bool {
-    let crowded = ready >= SHED_READY && !cheap;
-    if !crowded && mine + RELIEF_MARGIN >= FULL {
+    let crowded = crowded(ready, cheap);
+    if !crowded && has_its_cpu(mine) {
         return false;
     }
     let home = home();
@@ -462,7 +470,7 @@ pub(crate) fn relief<I: Iterator<Item = Peer>>(
     mine: u32,
     peers: impl FnOnce() -> I,
 ) -> Option<usize> {
-    if mine + RELIEF_MARGIN >= FULL {
+    if has_its_cpu(mine) {
         return None;
     }
     peers().filter(|p| p.idle && clearly_more(p.share, mine)).max_by_key(|p| p.share).map(|p| p.id)
@@ -475,12 +483,28 @@ pub(crate) fn gives_back(t: &Traffic) -> Option<bool> {
 }
 
 /// Whether a worker getting `mine` of its CPU, with `ready` colors waiting, keeps a color at home
-/// here or a resident whose queue just emptied, when nothing pulls it and no window of its
-/// traffic is due: neither [`sheds`] nor [`relief`] would send it anywhere. Asked first, so that
-/// the common end of a turn takes one path whatever the color's lease (`queue`).
+/// here or a resident whose queue just emptied (its events measured `event_ns` each), when
+/// nothing pulls it and no window of its traffic is due: colors do not follow (`follow_on`
+/// false), or neither [`sheds`] nor [`relief`] would send it anywhere (the worker has its CPU,
+/// and is not crowded). Asked first, so that the common end of a turn takes one path whatever
+/// the color's lease (`queue`); the workers and the simulator ask it alike.
 #[inline]
-pub(crate) fn keeps(ready: usize, mine: u32, cheap: bool) -> bool {
-    mine + RELIEF_MARGIN >= FULL && (ready < SHED_READY || cheap)
+pub(crate) fn keeps(follow_on: bool, ready: usize, mine: u32, event_ns: u64) -> bool {
+    !follow_on || (has_its_cpu(mine) && !crowded(ready, cheap(event_ns)))
+}
+
+/// A worker getting `mine` of its CPU has it (not clearly less than all of it): it sends no
+/// color away for want of CPU ([`relief`], [`sheds`]).
+#[inline]
+fn has_its_cpu(mine: u32) -> bool {
+    mine + RELIEF_MARGIN >= FULL
+}
+
+/// A borrower with `ready` colors waiting has more than it can run, for a color whose events
+/// are not `cheap` ([`sheds`]).
+#[inline]
+fn crowded(ready: usize, cheap: bool) -> bool {
+    ready >= SHED_READY && !cheap
 }
 
 #[cfg(all(test, not(loom)))]
@@ -492,7 +516,7 @@ mod tests {
             traffic,
             quiet: true,
             step: false,
-            cheap_stream: false,
+            stream: false,
             cheap: false,
             poster_ready: 0,
             home_ready: 0,
@@ -582,8 +606,8 @@ mod tests {
         posts_from(&mut t, 1, 2);
         let loud = Offer { quiet: false, poster_ready: 3, home_ready: 0, ..offer(t) };
         assert!(!moves(&loud), "a loud batch from a busier worker");
-        assert!(moves(&Offer { cheap_stream: true, ..loud }));
-        let shared = Offer { cheap_stream: true, poster_share: FULL / 2, ..loud };
+        assert!(moves(&Offer { stream: true, cheap: true, ..loud }));
+        let shared = Offer { stream: true, cheap: true, poster_share: FULL / 2, ..loud };
         assert!(!moves(&shared), "not to a worker that gets less of its CPU");
     }
 
@@ -687,6 +711,32 @@ mod tests {
 
     fn peer(id: usize, idle: bool, share: u32) -> Peer {
         Peer { id, idle, share }
+    }
+
+    /// What `keeps` says, the shed policy says too, whatever the other worker looks like: it
+    /// is the common end of a turn that `queue` takes without asking them.
+    #[test]
+    fn what_keeps_keeps_neither_sheds_nor_relief_sends_away() {
+        let mut kept = 0;
+        for ready in [0, 1, SHED_READY, 50] {
+            for mine in [FULL / 2, FULL - RELIEF_MARGIN - 1, FULL - RELIEF_MARGIN, FULL] {
+                for event_ns in [0, CHEAP_NS, CHEAP_NS + 1, 10_000] {
+                    if !keeps(true, ready, mine, event_ns) {
+                        continue;
+                    }
+                    kept += 1;
+                    let cheap = cheap(event_ns);
+                    for home in [peer(1, true, FULL), peer(1, true, FULL / 2), peer(1, false, FULL)]
+                    {
+                        assert!(!sheds(ready, mine, cheap, || home), "{ready} {mine} {event_ns}");
+                        assert!(!goes_home(false, ready, mine, cheap, || home));
+                        assert_eq!(relief(mine, || [home].into_iter()), None);
+                    }
+                }
+            }
+        }
+        assert!(kept > 0 && kept < 64, "keeps says both");
+        assert!(keeps(false, 50, FULL / 2, 10_000), "colors that do not follow stay");
     }
 
     #[test]

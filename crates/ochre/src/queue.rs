@@ -1291,6 +1291,15 @@ mod tests {
         (0..).map(Color).filter(|&c| home_of(c, Placement::flat(n)) == w).nth(skip).unwrap()
     }
 
+    /// Starts the next turn and runs its events; returns its key.
+    fn run_turn(q: &mut ColorQueue) -> usize {
+        let (key, _) = q.start_turn().expect("a turn");
+        while let Some(t) = q.pop(key) {
+            t.run();
+        }
+        key
+    }
+
     fn run_all(q: &mut ColorQueue) -> Vec<Returned> {
         let mut returns = vec![];
         while let Some((k, _)) = q.start_turn() {
@@ -1422,13 +1431,6 @@ mod tests {
     #[test]
     fn the_common_end_of_a_turn_still_judges_loans_windows_and_pulls() {
         let log = Log::default();
-        let one_turn = |q: &mut ColorQueue| {
-            let (key, _) = q.start_turn().expect("a turn");
-            while let Some(t) = q.pop(key) {
-                t.run();
-            }
-            key
-        };
         // A resident whose window is due: judged, and given back (its posts were forwarded).
         let mut g = ColorQueue::new(1, Placement::flat(2));
         let c = color_on(0, 2, 0);
@@ -1436,7 +1438,7 @@ mod tests {
         for v in 0..u64::from(follow::WINDOW) {
             g.accept_forward(c, 0, task(&log, v), false);
         }
-        let key = one_turn(&mut g);
+        let key = run_turn(&mut g);
         let end = g.end_turn_shedding(
             key,
             |_, _| true,
@@ -1447,13 +1449,13 @@ mod tests {
         // from it (it arrived after that color) is not held.
         g.adopt_moved(c, 0, Some(task(&log, 100)), false);
         let here = color_on(1, 2, 0);
-        let key = one_turn(&mut g);
+        let key = run_turn(&mut g);
         assert!(matches!(g.post(here, task(&log, 101), false), Route::Queued));
         let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _, _| panic!("asked"));
         assert!(end.is_none());
         assert!(matches!(g.lease(c), Some(Lease::Guest { resident: true, .. })));
         // A color at home pulled by worker 0: pushed there.
-        let key = one_turn(&mut g);
+        let key = run_turn(&mut g);
         g.slots[key].traffic.post_from(0);
         g.slots[key].traffic.pull();
         let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _, _| None);
@@ -1468,7 +1470,7 @@ mod tests {
         assert!([first, lent].contains(&loan.color));
         let lent = loan.color;
         thief.adopt(0, loan);
-        let key = one_turn(&mut thief);
+        let key = run_turn(&mut thief);
         let end =
             thief.end_turn_shedding(key, |_, _| true, |home, _, _, _, loan| home.filter(|_| loan));
         assert!(matches!(end, Some(TurnEnd::Return(r)) if r.color == lent && !r.resident));
@@ -1867,7 +1869,7 @@ mod tests {
                 traffic,
                 quiet: true,
                 step: false,
-                cheap_stream: false,
+                stream: false,
                 cheap: false,
                 poster_ready: 0,
                 home_ready: 0,
@@ -1943,10 +1945,7 @@ mod tests {
     fn a_busy_color_goes_to_its_poster_when_its_queue_empties_unless_another_posts_first() {
         let log = Log::default();
         let end = |q: &mut ColorQueue| {
-            let (k, _) = q.start_turn().expect("a turn");
-            while let Some(t) = q.pop(k) {
-                t.run();
-            }
+            let k = run_turn(q);
             q.end_turn_shedding(k, |_, _| false, |_, _, _, _, _| None)
         };
         for other_first in [false, true] {

@@ -1032,9 +1032,7 @@ impl WorkerCtx {
             // Before the color may leave (a return or move below can reach its next holder at
             // once, and its next turn must find the word clear).
             let granted = writes.then(|| crate::reader::end_write(shared, color));
-            let keeps = |ready, cost| {
-                !shared.config.follow || follow::keeps(ready, mine, follow::cheap(cost))
-            };
+            let keeps = |ready, cost| follow::keeps(shared.config.follow, ready, mine, cost);
             match held.queue.end_turn_shedding(key, keeps, shed) {
                 Some(TurnEnd::Return(ret)) => {
                     if ret.resident {
@@ -1129,14 +1127,14 @@ fn moves_to(
     let status = |w: usize| &shared.remotes[w].status;
     let share = |w: usize| status(w).cpu_share.load(Ordering::Relaxed) as u32;
     if let Some((sender, step, stream)) = from {
-        let cheap_stream = stream && follow::cheap(cost);
-        let moves = follow::worth_asking(&traffic, sender.quiet, step, cheap_stream)
+        let cheap = follow::cheap(cost);
+        let moves = follow::worth_asking(&traffic, sender.quiet, step, stream && cheap)
             && follow::moves(&follow::Offer {
                 traffic,
                 quiet: sender.quiet,
                 step,
-                cheap_stream,
-                cheap: follow::cheap(cost),
+                stream,
+                cheap,
                 poster_ready: sender.ready as usize,
                 home_ready,
                 poster_share: share(sender.id),

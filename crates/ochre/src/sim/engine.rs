@@ -1259,14 +1259,14 @@ impl<'w> Sim<'w> {
                             return None;
                         }
                         if let Some(step) = offer {
-                            let cheap_stream = stream && follow::cheap(cost);
-                            let moves = follow::worth_asking(&tr, quiet, step, cheap_stream)
+                            let cheap = follow::cheap(cost);
+                            let moves = follow::worth_asking(&tr, quiet, step, stream && cheap)
                                 && follow::moves(&follow::Offer {
                                     traffic: tr,
                                     quiet,
                                     step,
-                                    cheap_stream,
-                                    cheap: follow::cheap(cost),
+                                    stream,
+                                    cheap,
                                     poster_ready,
                                     home_ready,
                                     poster_share: status[from].share,
@@ -1796,7 +1796,7 @@ impl<'w> Sim<'w> {
                 None => follow::relief(mine, || peers(status, k)),
             }
         };
-        let keeps = |ready, cost| !follow_on || follow::keeps(ready, mine, follow::cheap(cost));
+        let keeps = |ready, cost| follow::keeps(follow_on, ready, mine, cost);
         match self.cores[k].queue.end_turn_shedding(key, keeps, shed) {
             Some(TurnEnd::Return(r)) => {
                 self.send(k, r.home, Msg::Return { color: r.color, ran: r.ran });
