@@ -18,7 +18,8 @@
 //! producer's loop to one counter), a whole latency when not (a driver's interleaved posts to
 //! 60 colors): by distance from another core, from beyond the core's caches
 //! ([`CostModel::memory_line_ns`]) when its own core posted more than
-//! [`CostModel::warm_msgs`] since. Without them, this machine's figures had an empty event of a
+//! [`CostModel::warm_msgs`] since; streamed too when an earlier pop of its queue prefetched it
+//! (the prefetch hides the latency, not the transfer). Without them, this machine's figures had an empty event of a
 //! 100-color fan-out 12 ns dearer than the simulator's, and a fork-join's scattered queue
 //! 20 ns dearer than a counter's, which one cost per event could not both fit.
 //!
@@ -68,7 +69,8 @@ pub struct CostModel {
     /// posted and run on one core, older than this, costs a
     /// [`memory_line_ns`](Self::memory_line_ns) more if it is not the neighbour in memory of
     /// the event run before it there (a queue run out of posting order, as a driver's
-    /// interleaved posts to 60 colors), a streamed line ([`STREAM_OVERLAP`]) if it is.
+    /// interleaved posts to 60 colors) and was not prefetched, a streamed line
+    /// ([`STREAM_OVERLAP`]) if it is either.
     #[serde(default = "default_warm_msgs")]
     pub warm_msgs: f64,
     /// A line read from beyond a core's own caches (shared cache or memory).
