@@ -465,13 +465,20 @@ impl Core {
         self.deliver(shared, dest, batch);
     }
 
-    /// Per-event bookkeeping: the safety flush of outgoing buffers (thesis §5.3.2).
+    /// Per-event bookkeeping after an event of the color in slot `key` (`popped`: its next
+    /// event was taken already): the chain step's mark, the safety flush of outgoing buffers
+    /// (thesis §5.3.2).
     #[inline]
-    fn after_event(&mut self, shared: &Shared) {
+    fn after_event(&mut self, shared: &Shared, key: usize, popped: bool) {
         if self.event_remote_posts != 0 {
-            // One post to another worker: the event handed its work on, a step of a chain (not
-            // a producer streaming or fanning out): mark it while it still waits in the buffer.
-            if self.event_remote_posts == 1 {
+            // One post to another worker by a color with nothing left to run: the event handed
+            // its work on, a step of a chain (not a producer streaming or fanning out, nor a
+            // stage of a pipeline passing one item on with more to come): mark it while it
+            // still waits in the buffer.
+            let queue = &self.queue;
+            if self.event_remote_posts == 1
+                && follow::is_step(popped, || queue.has_events(key), || queue.event_cost(key))
+            {
                 self.outbox.mark_step(self.event_remote_dest);
             }
             self.event_remote_posts = 0;
@@ -977,8 +984,8 @@ impl WorkerCtx {
                 if let Some(t) = started {
                     core.ran_timed(color, t, sampled);
                 }
-                core.after_event(shared);
                 next = if n < turn_budget { core.queue.pop(key) } else { None };
+                core.after_event(shared, key, next.is_some());
             }
             self.current.set(None);
             ran += n;

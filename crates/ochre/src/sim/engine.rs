@@ -1541,15 +1541,18 @@ impl<'w> Sim<'w> {
         }
         self.posting = false;
         t.pending = false;
-        self.after_event(k);
+        self.after_event(k, t.key);
         true
     }
 
     /// `worker::Core::after_event`: a lone post to another worker is a chain step; the safety
     /// flush's check.
-    fn after_event(&mut self, k: usize) {
+    fn after_event(&mut self, k: usize, key: usize) {
         let core = &mut self.cores[k];
-        if core.event_remote_posts == 1 {
+        let queue = &core.queue;
+        if core.event_remote_posts == 1
+            && follow::is_step(false, || queue.has_events(key), || queue.event_cost(key))
+        {
             core.outbox.mark_step(core.event_remote_dest);
         }
         core.event_remote_posts = 0;
