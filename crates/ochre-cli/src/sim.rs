@@ -783,8 +783,15 @@ fn knob(c: &mut Calibration, k: &str, f: f64) {
     }
 }
 
-/// Sum of squared log errors of `cal` over its cases, but for the busy-CPU cases: those test
-/// the model of shared CPUs with the constants the quiet cases fix.
+/// A case's log error beyond which [`misfit`] weighs it [`OUTSIDE_WEIGHT`] times more: the
+/// goal is every case within 15%, and a plain sum of squares traded one case at 20% for a few
+/// at 3% (session 31: 30 of 32 within 15% with it alone, 31 with the extra weight).
+const OUTSIDE: f64 = 0.12;
+const OUTSIDE_WEIGHT: f64 = 20.0;
+
+/// Sum over `cal`'s cases, but for the busy-CPU cases (those test the model of shared CPUs
+/// with the constants the quiet cases fix), of the squared log error, plus [`OUTSIDE_WEIGHT`]
+/// times the square of what it has beyond [`OUTSIDE`].
 fn misfit(cal: &Calibration) -> f64 {
     let fitted: Vec<Measurement> = cal
         .measured
@@ -795,15 +802,14 @@ fn misfit(cal: &Calibration) -> f64 {
     simulate_all(&fitted, cal)
         .iter()
         .zip(&fitted)
-        .map(
-            |(&s, m)| {
-                if s > 0.0 && m.measured > 0.0 {
-                    (s / m.measured).ln().powi(2)
-                } else {
-                    10.0
-                }
-            },
-        )
+        .map(|(&s, m)| {
+            if s > 0.0 && m.measured > 0.0 {
+                let e = (s / m.measured).ln();
+                e.powi(2) + OUTSIDE_WEIGHT * (e.abs() - OUTSIDE).max(0.0).powi(2)
+            } else {
+                10.0
+            }
+        })
         .sum()
 }
 

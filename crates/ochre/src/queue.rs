@@ -946,6 +946,17 @@ impl ColorQueue {
         (1..=ns).contains(&self.slots[key].event_ns)
     }
 
+    /// Whether the color in `key` is measured to cost at most `ns` an event or, not timed yet
+    /// (`Slot::event_ns`), is likely to: the first turns of this worker's colors average at most
+    /// `ns` an event (`first_ns`).
+    #[inline]
+    pub(crate) fn likely_within(&self, key: usize, ns: u64) -> bool {
+        match self.slots[key].event_ns {
+            0 => (1..=ns).contains(&self.first_ns),
+            own => own <= ns,
+        }
+    }
+
     /// Whether the color in `key` is measured to cost more than `ns` an event.
     #[inline]
     pub(crate) fn known_over(&self, key: usize, ns: u64) -> bool {
@@ -1713,6 +1724,27 @@ mod tests {
         q.record_turn(key(&q, other), 64_000, 1);
         assert!(!q.has_backlog(20_000));
         assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+    }
+
+    #[test]
+    fn a_color_not_timed_yet_is_likely_as_short_as_this_workers_first_turns() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1));
+        let key = |q: &mut ColorQueue, c: u64| {
+            let _ = q.post(Color(c), task(&log, c), false);
+            *q.index.get(&Color(c)).unwrap()
+        };
+        let fresh = key(&mut q, 1);
+        assert!(!q.likely_within(fresh, 20_000), "nothing timed yet: nothing known");
+        let first = key(&mut q, 2);
+        assert!(q.record_watched_turn(first, 300, 1));
+        assert!(q.likely_within(fresh, 20_000), "first turns of 300 ns");
+        assert!(!q.likely_within(fresh, 200));
+        // A color's own measure comes first: a long one is not likely short.
+        let long = key(&mut q, 3);
+        assert!(q.record_watched_turn(long, 50_000_000, 1));
+        assert!(!q.likely_within(long, 20_000));
+        assert!(q.likely_within(first, 20_000));
     }
 
     #[test]

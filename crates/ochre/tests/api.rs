@@ -846,6 +846,40 @@ fn a_stage_with_items_queued_does_not_pull_the_next_stage_to_its_worker() {
     );
 }
 
+/// A fork tree written with a fresh color per call (each call posts its two halves to two new
+/// colors; the leaves, 1 us of work each, answer their parent's color): the posts between the
+/// workers leave in batches. Every color's first turn is timed (its cost is not known), and a
+/// batch was flushed before each such turn: batches of 1.2-2.3 messages, and such a tree of
+/// `fib(30)` ran slower on two workers than on one (`fib_probe`, 0.56-0.60 of tokio-mt).
+#[test]
+fn a_fork_tree_of_fresh_colors_batches_its_posts_between_workers() {
+    fn call(depth: u32, parent: Color, next: Arc<AtomicU64>) {
+        if depth == 0 {
+            spin_for(Duration::from_micros(1));
+            ochre::post(parent, || {});
+            return;
+        }
+        let me = ochre::current_color().unwrap();
+        for _ in 0..2 {
+            let c = Color(next.fetch_add(1, Ordering::Relaxed));
+            let next = next.clone();
+            ochre::post(c, move || call(depth - 1, me, next));
+        }
+    }
+    let _cpus = cpu_timing();
+    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    let next = Arc::new(AtomicU64::new(1_000));
+    let report = rt.run(Color(1), move || call(14, Color(1), next)).unwrap();
+    let t = report.total();
+    assert_eq!(t.events_run, 1 + (2 << 14) - 2 + (1 << 14));
+    if report.workers.iter().any(|w| w.cpu_share < 950 || w.unpinned > 0) {
+        eprintln!("not judged: a CPU was shared ({:?})", report.workers);
+        return;
+    }
+    let mean = t.batched_msgs as f64 / t.batches_sent.max(1) as f64;
+    assert!(mean >= 4.0, "{} messages in {} batches: {t:?}", t.batched_msgs, t.batches_sent);
+}
+
 /// Spins for `d` of wall-clock time (a long handler that a busy machine cannot make look
 /// shorter, nor two of them on two workers look serial).
 fn spin_for(d: Duration) {

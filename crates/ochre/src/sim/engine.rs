@@ -1364,14 +1364,19 @@ impl<'w> Sim<'w> {
         let partners_from = core.partners.start(|| totals);
         let timed =
             steal::turn_sample(&self.setup.config).is_some_and(|n| core.turns.is_multiple_of(n));
-        // As `worker::run_round`: nothing buffered waits behind a watched turn, and the colors
-        // waiting behind one of a color measured long are shared first.
+        // As `worker::run_round`: nothing buffered for an idle core (for any, unless the
+        // color is likely short) waits behind a watched turn, and the colors waiting behind
+        // one of a color measured long are shared first.
         let watched = n > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
         let after_share = std::mem::take(&mut core.shared_at_turn_end);
         let long = watched && !after_share && core.queue.known_over(key, steal::LONG_EVENT_NS);
         let before = core.now;
         if watched && self.setup.config.batching && core.outbox.has_pending() {
-            self.flush_all(k);
+            if core.queue.likely_within(key, steal::WATCHED_ABOVE_NS) {
+                self.flush_to_idle(k);
+            } else {
+                self.flush_all(k);
+            }
         }
         if long {
             self.share_behind_long_turn(k, 1);
@@ -1777,6 +1782,25 @@ impl<'w> Sim<'w> {
         }
     }
 
+    /// `worker::Core::flush_to_idle`: the buffers whose destination is not busy.
+    fn flush_to_idle(&mut self, k: usize) {
+        let mut idle = std::mem::take(&mut self.scratch);
+        idle.clear();
+        let status = &self.net.status;
+        idle.extend(
+            self.cores[k]
+                .outbox
+                .pending_dests()
+                .iter()
+                .copied()
+                .filter(|&d| status[d].state != State::Busy),
+        );
+        for &d in &idle {
+            self.flush_to(k, d);
+        }
+        self.scratch = idle;
+    }
+
     /// The end of a turn: the color may leave (`follow`), buffers may leave
     /// (`outbox::is_burst`, idle destinations), sleepers may be woken to steal, a request
     /// answered.
@@ -1824,20 +1848,7 @@ impl<'w> Sim<'w> {
                 if burst {
                     self.flush_all(k);
                 } else {
-                    let mut idle = std::mem::take(&mut self.scratch);
-                    idle.clear();
-                    let status = &self.net.status;
-                    idle.extend(
-                        core.outbox
-                            .pending_dests()
-                            .iter()
-                            .copied()
-                            .filter(|&d| status[d].state != State::Busy),
-                    );
-                    for &d in &idle {
-                        self.flush_to(k, d);
-                    }
-                    self.scratch = idle;
+                    self.flush_to_idle(k);
                 }
             }
         }
