@@ -27,7 +27,7 @@ use crate::context::{with_current, Enter};
 use crate::message::{InlineTask, Msg, Task};
 use crate::shared::{PanicRecord, Shared, QUIESCENT, RUNNING, SHUTDOWN};
 use crate::stats::WorkerStats;
-use crate::sync::{lock, AtomicBool, Condvar, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::worker::{Core, WorkerCtx};
 use crate::{topology, Color, Error};
 
@@ -198,6 +198,8 @@ impl Builder {
             }),
             start: Condvar::new(),
             done: Condvar::new(),
+            latest: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
         });
         let mut rt = Runtime {
             shared: shared.clone(),
@@ -241,7 +243,20 @@ struct Gate {
     start: Condvar,
     /// Signalled when a worker finishes a run.
     done: Condvar,
+    /// `GateState::run`, for workers that watch it a little before they wait ([`GATE_SPIN`]);
+    /// `u64::MAX` once `exit` is set.
+    latest: AtomicU64,
+    /// The number of the latest run all workers finished, for the caller of `run`, which
+    /// watches it a little before it waits ([`GATE_SPIN`]).
+    ended: AtomicU64,
 }
+
+/// How long a worker that ended a run watches for the next before it blocks on the gate: a
+/// program that runs short jobs back to back (each `run` a few microseconds of events) then
+/// finds its workers there, where each blocked worker costs the next run a wake-up, tens of
+/// microseconds on a virtual machine. The watch yields its CPU at each look.
+#[cfg(not(loom))]
+const GATE_SPIN: Duration = Duration::from_micros(50);
 
 struct GateState {
     /// Number of the latest run started.
@@ -291,6 +306,13 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     let ctx = WorkerCtx::new(shared, core);
     let mut seen = 0;
     loop {
+        #[cfg(not(loom))]
+        {
+            let t = Instant::now();
+            while gate.latest.load(Ordering::Acquire) == seen && t.elapsed() < GATE_SPIN {
+                std::thread::yield_now();
+            }
+        }
         {
             let mut g = lock(&gate.state);
             while g.run == seen && !g.exit {
@@ -306,12 +328,22 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
             let _heap = heap.as_mut().map(crate::alloc::HeapEnter::new);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run(seen)))
         };
-        let mut g = lock(&gate.state);
-        g.finished += 1;
-        if outcome.is_err() {
-            g.crashed.get_or_insert_with(|| format!("worker {} crashed", ctx.id));
+        let last = {
+            let mut g = lock(&gate.state);
+            g.finished += 1;
+            if outcome.is_err() {
+                g.crashed.get_or_insert_with(|| format!("worker {} crashed", ctx.id));
+            }
+            let last = g.finished == ctx.shared.workers;
+            if last {
+                gate.ended.store(seen, Ordering::Release);
+            }
+            last
+        };
+        // The caller waits for the last worker only: one wake-up a run, not one per worker.
+        if last {
+            gate.done.notify_all();
         }
-        gate.done.notify_all();
         if outcome.is_err() {
             break;
         }
@@ -516,10 +548,23 @@ impl Runtime {
         );
 
         let started = Instant::now();
-        let mut g = lock(&self.gate.state);
-        g.run += 1;
-        g.finished = 0;
+        let run = {
+            let mut g = lock(&self.gate.state);
+            g.run += 1;
+            g.finished = 0;
+            self.gate.latest.store(g.run, Ordering::Release);
+            g.run
+        };
+        // After the lock is released: woken while it was held, every worker blocked on it again
+        // at once (a wake-up more per worker and run: `run_probe`).
         self.gate.start.notify_all();
+        #[cfg(not(loom))]
+        while self.gate.ended.load(Ordering::Acquire) != run && started.elapsed() < GATE_SPIN {
+            std::thread::yield_now();
+        }
+        #[cfg(loom)]
+        let _ = run;
+        let mut g = lock(&self.gate.state);
         while g.finished < shared.workers {
             g = self.gate.done.wait(g).unwrap_or_else(|e| e.into_inner());
         }
@@ -585,6 +630,7 @@ impl Drop for Runtime {
         self.shared.control.closed.store(true, Ordering::SeqCst);
         // Stop the workers; each drops its core, and with it the events that never ran.
         lock(&self.gate.state).exit = true;
+        self.gate.latest.store(u64::MAX, Ordering::Release);
         self.gate.start.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
