@@ -3,7 +3,21 @@
 //! and adds their results in its own color when both answered; against tokio (a spawned task
 //! per call, awaiting both handles) and rayon (`join`), alternated in one process.
 //!
-//! `fib_probe [N] [CUTOFF] [REPS]` (defaults 30, 10, 7).
+//! `fib_probe [N] [CUTOFF] [REPS]` (defaults 30, 10, 7); `ONLY=ochre|tokio|rayon` runs one
+//! system, `W=n` gives ochre n workers, `FOLLOW=0` / `STEAL=off` switch those off,
+//! `FIBSTATS=1` prints each ochre run's per-worker counters.
+//!
+//! Found (session 31, 2 workers, quiet, medians of 7-9): `fib(30)` with leaves of `seq(10)`
+//! ran in 37-42 ms on two workers, 25 ms on one, 21-23 ms in tokio-mt. Every color's first
+//! turn is timed, and every batch was flushed before such a turn: the posts to the other
+//! worker (half of them: fresh colors hash anywhere) left in batches of 1.2-2.3 messages.
+//! Holding them for busy workers when this worker's first turns are known short
+//! (`ColorQueue::likely_within`): 20.8-23.2 ms. With leaves of `seq(15)` and `seq(20)` (runs of
+//! 1-5 ms) the run's own cost showed: an empty `run` took 91-102 us (`run_probe`); with the
+//! gate's wake-ups gone (`runtime`), over tokio-mt cutoff 20 / 15 / 10: 0.90 / 0.99 / 1.13,
+//! where the session began at 0.78 / 0.69 / 0.57. rayon's `join` runs this without a task per
+//! call, 3x faster than both at cutoff 15 and 20x at cutoff 10: not this program's peer as
+//! written.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

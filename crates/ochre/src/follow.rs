@@ -24,10 +24,10 @@
 //!   *straggler*: see below), or the batch is a *stream* to a *cheap* color (every message of
 //!   it a post to this color, at least [`STREAM_MIN`], and the color's events measured at most
 //!   [`CHEAP_NS`]: a counter fed by a producer's loop, whose events cost less than carrying
-//!   them across). A worker fanning out (a producer) sends loud
-//!   batches and no steps: its receivers stay where they are and run in parallel with it, as do
-//!   the receivers of a stream whose events are not cheap. One color per batch, as tokio's LIFO
-//!   slot holds one task;
+//!   them across). A worker fanning out (a producer) sends loud batches and no steps: its
+//!   receivers stay where they are and run in parallel with it, as do the receivers of a
+//!   stream whose events are not cheap. One color per batch, as tokio's LIFO slot holds one
+//!   task;
 //! * unless the color is *settled*: its own posts go mostly to colors on its worker (a balance
 //!   of +1 per turn that posted only to colors here, -1 per turn that posted elsewhere, above
 //!   [`SETTLED`]; 1 turn in [`PARTNER_SAMPLE`] is counted, [`TurnSample`]). A step to a
@@ -636,7 +636,7 @@ mod tests {
         assert!(is_step(false, nothing, dear), "a token handed on");
         assert!(!is_step(true, nothing, dear), "a stage with its next item taken");
         assert!(!is_step(false, left, dear), "a stage with items queued");
-        assert!(!is_step(false, left, unknown), "not timed yet: not known cheap");
+        assert!(!is_step(false, left, unknown), "no cost known (nothing timed here)");
         assert!(is_step(true, nothing, light), "a cheap ring color holding two tokens");
         assert!(is_step(false, left, light));
     }

@@ -471,10 +471,10 @@ impl Core {
     #[inline]
     fn after_event(&mut self, shared: &Shared, key: usize, popped: bool) {
         if self.event_remote_posts != 0 {
-            // One post to another worker by a color with nothing left to run: the event handed
-            // its work on, a step of a chain (not a producer streaming or fanning out, nor a
-            // stage of a pipeline passing one item on with more to come): mark it while it
-            // still waits in the buffer.
+            // One post to another worker by a color with nothing left to run, or a cheap one
+            // (`follow::is_step`): the event handed its work on, a step of a chain (not a
+            // producer streaming or fanning out, nor a stage of a pipeline passing one item on
+            // with more to come): mark it while it still waits in the buffer.
             let queue = &self.queue;
             if self.event_remote_posts == 1
                 && follow::is_step(popped, || queue.has_events(key), || queue.event_cost(key))
@@ -951,8 +951,8 @@ impl WorkerCtx {
                 // A turn of a color not known to be short is timed (`steal::WATCHED_ABOVE_NS`),
                 // and no batch an idle worker waits for waits behind it: a buffer held for the
                 // end of the round would wait for as long as the turn runs (a user's two long
-                // events, one posted to each worker, ran one after the other). Every batch, for
-                // a color not known short either way: this worker's new colors are not either.
+                // events, one posted to each worker, ran one after the other); no batch at all
+                // when this worker's new colors are not known short either.
                 let watched =
                     shared.workers > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
                 if watched && shared.config.batching && core.outbox.has_pending() {
