@@ -251,7 +251,7 @@ impl Actors {
     }
 
     /// Slots allocated so far (live actors and reusable ones).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn slots(&self) -> usize {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).owned.len()
     }
