@@ -4,8 +4,9 @@
 //! per call, awaiting both handles) and rayon (`join`), alternated in one process.
 //!
 //! `fib_probe [N] [CUTOFF] [REPS]` (defaults 30, 10, 7); `ONLY=ochre|tokio|rayon` runs one
-//! system, `W=n` gives ochre n workers, `FOLLOW=0` / `STEAL=off` switch those off,
-//! `FIBSTATS=1` prints each ochre run's per-worker counters.
+//! system, `W=n` gives ochre n workers, `FOLLOW=0`, `STEAL=off`, `TURN=n` change its
+//! configuration (`harness::probe_config`), `FIBSTATS=1` prints each ochre run's per-worker
+//! counters.
 //!
 //! Found (session 31, 2 workers, quiet, medians of 7-9): `fib(30)` with leaves of `seq(10)`
 //! ran in 37-42 ms on two workers, 25 ms on one, 21-23 ms in tokio-mt. Every color's first
@@ -23,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ochre::{Color, Runtime};
-use ochre_bench::harness::median;
+use ochre_bench::harness::{median, probe_config};
 
 fn seq(n: u64) -> u64 {
     if n < 2 {
@@ -121,15 +122,8 @@ fn main() {
     let n = *a.first().unwrap_or(&30);
     let cutoff = *a.get(1).unwrap_or(&10);
     let reps = *a.get(2).unwrap_or(&7) as usize;
-    let mut config = ochre::Config::default();
-    if std::env::var("FOLLOW").as_deref() == Ok("0") {
-        config.follow = false;
-    }
-    if std::env::var("STEAL").as_deref() == Ok("off") {
-        config.steal = ochre::Steal::Off;
-    }
     let w = std::env::var("W").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
-    let rt = Runtime::builder().workers(w).config(config).build().unwrap();
+    let rt = Runtime::builder().workers(w).config(probe_config()).build().unwrap();
     let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let want = seq(n);

@@ -4,7 +4,8 @@
 //! ochre-hand (stages split in contiguous halves) against tokio-mt, alternated in one process.
 //!
 //! `pipeline_probe [STAGES] [ITEMS] [WORK_NS] [REPS]` (defaults 8, 200000, 0, 7); `STEAL=off`,
-//! `FOLLOW=0`, `TURN=N` change ochre's configuration (both ochre systems).
+//! `FOLLOW=0`, `TURN=N` change ochre's configuration (both ochre systems;
+//! `harness::probe_config`).
 //!
 //! Found (session 31, 2 workers, quiet, medians of 5): 8 stages of 1 us ran at 0.76-0.91 of
 //! tokio-mt (hand placement alike), as the first item's post to each idle stage, counted as a
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use ochre::Runtime;
 use ochre_bench::actors::{hand_colors, plain_color, run_ochre, run_tokio, Cx, Layer, Program};
-use ochre_bench::harness::{median, work};
+use ochre_bench::harness::{median, probe_config, work};
 
 struct Pipeline {
     stages: usize,
@@ -74,17 +75,7 @@ struct Stage {
 }
 
 fn builder() -> ochre::Builder {
-    let mut c = ochre::Config::default();
-    if std::env::var("STEAL").as_deref() == Ok("off") {
-        c.steal = ochre::Steal::Off;
-    }
-    if std::env::var("FOLLOW").as_deref() == Ok("0") {
-        c.follow = false;
-    }
-    if let Ok(b) = std::env::var("TURN") {
-        c.turn_budget = b.parse().unwrap();
-    }
-    Runtime::builder().workers(2).config(c)
+    Runtime::builder().workers(2).config(probe_config())
 }
 
 fn main() {

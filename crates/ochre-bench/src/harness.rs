@@ -347,6 +347,23 @@ pub fn si(v: f64) -> String {
     }
 }
 
+/// The default configuration with what a diagnostic probe's environment switches off or sets:
+/// `FOLLOW=0` (colors stay where their hash puts them), `STEAL=off`, `TURN=n` (the turn
+/// budget; a value that does not parse is ignored).
+pub fn probe_config() -> ochre::Config {
+    let mut c = ochre::Config::default();
+    if std::env::var("FOLLOW").as_deref() == Ok("0") {
+        c.follow = false;
+    }
+    if std::env::var("STEAL").as_deref() == Ok("off") {
+        c.steal = ochre::Steal::Off;
+    }
+    if let Some(n) = std::env::var("TURN").ok().and_then(|n| n.parse().ok()) {
+        c.turn_budget = n;
+    }
+    c
+}
+
 /// Busy work of about `ns` nanoseconds (a handler's cost). Reads the clock, so costs below
 /// ~50 ns are approximate; 0 does nothing.
 #[inline]

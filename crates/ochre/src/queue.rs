@@ -951,10 +951,8 @@ impl ColorQueue {
     /// `ns` an event (`first_ns`).
     #[inline]
     pub(crate) fn likely_within(&self, key: usize, ns: u64) -> bool {
-        match self.slots[key].event_ns {
-            0 => (1..=ns).contains(&self.first_ns),
-            own => own <= ns,
-        }
+        let own = self.slots[key].event_ns;
+        (1..=ns).contains(if own == 0 { &self.first_ns } else { &own })
     }
 
     /// Whether the color in `key` is measured to cost more than `ns` an event.

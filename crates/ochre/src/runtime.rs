@@ -189,13 +189,7 @@ impl Builder {
         );
         crate::stall::start(&shared).map_err(|e| Error::os("starting the stall watchdog", e))?;
         let gate = Arc::new(Gate {
-            state: Mutex::new(GateState {
-                run: 0,
-                exit: false,
-                finished: 0,
-                crashed: None,
-                warnings: Vec::new(),
-            }),
+            state: Mutex::new(GateState { finished: 0, crashed: None, warnings: Vec::new() }),
             start: Condvar::new(),
             done: Condvar::new(),
             latest: AtomicU64::new(0),
@@ -239,17 +233,20 @@ impl Builder {
 /// Where workers wait between runs, and report the end of a run.
 struct Gate {
     state: Mutex<GateState>,
-    /// Signalled when `run` changes or `exit` is set.
+    /// Signalled when `latest` changes.
     start: Condvar,
-    /// Signalled when a worker finishes a run.
+    /// Signalled when `ended` changes.
     done: Condvar,
-    /// `GateState::run`, for workers that watch it a little before they wait ([`GATE_SPIN`]);
-    /// `u64::MAX` once `exit` is set.
+    /// The number of the latest run started ([`EXIT`] once the runtime is dropped); written
+    /// under `state`'s lock, read there and by workers watching it before they wait.
     latest: AtomicU64,
-    /// The number of the latest run all workers finished, for the caller of `run`, which
-    /// watches it a little before it waits ([`GATE_SPIN`]).
+    /// The number of the latest run all workers finished; written under `state`'s lock, read
+    /// there and by the caller of `run` watching it before it waits.
     ended: AtomicU64,
 }
+
+/// [`Gate::latest`] once the workers are to exit.
+const EXIT: u64 = u64::MAX;
 
 /// How long a worker that ended a run watches for the next before it blocks on the gate: a
 /// program that runs short jobs back to back (each `run` a few microseconds of events) then
@@ -258,10 +255,18 @@ struct Gate {
 #[cfg(not(loom))]
 const GATE_SPIN: Duration = Duration::from_micros(50);
 
+/// Watches `count` for up to [`GATE_SPIN`] from `since` while it reads `unchanged`, yielding
+/// the CPU at each look (before blocking on the gate's condition variable; not under loom).
+fn watch_gate(count: &AtomicU64, unchanged: u64, since: Instant) {
+    #[cfg(not(loom))]
+    while count.load(Ordering::Acquire) == unchanged && since.elapsed() < GATE_SPIN {
+        std::thread::yield_now();
+    }
+    #[cfg(loom)]
+    let _ = (count, unchanged, since);
+}
+
 struct GateState {
-    /// Number of the latest run started.
-    run: u64,
-    exit: bool,
     /// Workers done with the current run.
     finished: usize,
     /// A worker's run loop panicked (a runtime bug): the runtime is unusable.
@@ -306,22 +311,16 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     let ctx = WorkerCtx::new(shared, core);
     let mut seen = 0;
     loop {
-        #[cfg(not(loom))]
-        {
-            let t = Instant::now();
-            while gate.latest.load(Ordering::Acquire) == seen && t.elapsed() < GATE_SPIN {
-                std::thread::yield_now();
-            }
-        }
+        watch_gate(&gate.latest, seen, Instant::now());
         {
             let mut g = lock(&gate.state);
-            while g.run == seen && !g.exit {
+            while gate.latest.load(Ordering::Acquire) == seen {
                 g = gate.start.wait(g).unwrap_or_else(|e| e.into_inner());
             }
-            if g.exit {
+            seen = gate.latest.load(Ordering::Acquire);
+            if seen == EXIT {
                 break;
             }
-            seen = g.run;
         }
         let outcome = {
             let _enter = Enter::new(&ctx);
@@ -548,24 +547,19 @@ impl Runtime {
         );
 
         let started = Instant::now();
-        let run = {
+        let last = {
             let mut g = lock(&self.gate.state);
-            g.run += 1;
             g.finished = 0;
-            self.gate.latest.store(g.run, Ordering::Release);
-            g.run
+            let last = self.gate.latest.load(Ordering::Relaxed);
+            self.gate.latest.store(last + 1, Ordering::Release);
+            last
         };
         // After the lock is released: woken while it was held, every worker blocked on it again
         // at once (a wake-up more per worker and run: `run_probe`).
         self.gate.start.notify_all();
-        #[cfg(not(loom))]
-        while self.gate.ended.load(Ordering::Acquire) != run && started.elapsed() < GATE_SPIN {
-            std::thread::yield_now();
-        }
-        #[cfg(loom)]
-        let _ = run;
+        watch_gate(&self.gate.ended, last, started);
         let mut g = lock(&self.gate.state);
-        while g.finished < shared.workers {
+        while self.gate.ended.load(Ordering::Acquire) == last {
             g = self.gate.done.wait(g).unwrap_or_else(|e| e.into_inner());
         }
         let elapsed = started.elapsed();
@@ -629,8 +623,10 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.control.closed.store(true, Ordering::SeqCst);
         // Stop the workers; each drops its core, and with it the events that never ran.
-        lock(&self.gate.state).exit = true;
-        self.gate.latest.store(u64::MAX, Ordering::Release);
+        {
+            let _g = lock(&self.gate.state);
+            self.gate.latest.store(EXIT, Ordering::Release);
+        }
         self.gate.start.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();

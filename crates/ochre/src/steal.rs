@@ -188,11 +188,23 @@ pub(crate) const BACKLOG_FLOOR: u64 = 20_000;
 /// Events measured at most this long (ns) are short: a worker does not watch their turns. A turn
 /// of any other color (not timed yet on this worker, or measured longer) is watched: timed (two
 /// clock reads, the color's own cost: `ColorQueue::record_watched_turn`), preceded by a flush of
-/// the worker's batches, and, long ([`long_turn`]), followed by a share of the work waiting
+/// the worker's batches ([`flushes_all_before`]), and, long ([`long_turn`]), followed by a share
+/// of the work waiting
 /// behind it ([`share_behind_long_turn`]). A short color pays for one watched turn on each worker
 /// it arrives at, unless it comes as a loan: a loan carries its lender's measure, or its
 /// estimate for a light backlog's colors (a color moved for good by `follow` carries nothing).
 pub(crate) const WATCHED_ABOVE_NS: u64 = BACKLOG_FLOOR;
+
+/// Whether every buffered batch leaves before a watched turn of the color in `key`, or only
+/// those for idle workers: every one unless the color is likely short (its own measure, or this
+/// worker's new colors' first turns, `ColorQueue::likely_within`). A buffer held for the end of
+/// the round waits as long as the turn runs (a user's two long events, one posted to each
+/// worker, ran one after the other); flushed before every first turn, a fork tree of fresh
+/// colors sent its posts to the other worker in batches of 1.3 messages and ran slower on two
+/// workers than on one (`fib_probe`). The workers and the simulator ask the same.
+pub(crate) fn flushes_all_before(queue: &crate::queue::ColorQueue, key: usize) -> bool {
+    !queue.likely_within(key, WATCHED_ABOVE_NS)
+}
 
 /// Whether a watched turn that lasted `ns` was long: the colors waiting behind it waited
 /// [`LONG_EVENT_NS`] or more.

@@ -949,22 +949,14 @@ impl WorkerCtx {
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
                 // A turn of a color not known to be short is timed (`steal::WATCHED_ABOVE_NS`),
-                // and no batch an idle worker waits for waits behind it: a buffer held for the
-                // end of the round would wait for as long as the turn runs (a user's two long
-                // events, one posted to each worker, ran one after the other); no batch at all
-                // when this worker's new colors are not known short either.
+                // and batches do not wait behind it (`steal::flushes_all_before`).
                 let watched =
                     shared.workers > 1 && !core.queue.known_within(key, steal::WATCHED_ABOVE_NS);
                 if watched && shared.config.batching && core.outbox.has_pending() {
-                    // A color of unknown cost where this worker's new colors' first turns are
-                    // known short holds back only what an idle worker waits for: a fork tree
-                    // of fresh colors (each watched once, its first turn) sent its posts to
-                    // the other worker in batches of 1.3 messages, flushed before each turn,
-                    // and ran slower on two workers than on one (`fib_probe`).
-                    if core.queue.likely_within(key, steal::WATCHED_ABOVE_NS) {
-                        core.flush_to_idle(shared);
-                    } else {
+                    if steal::flushes_all_before(&core.queue, key) {
                         core.flush_all(shared);
+                    } else {
+                        core.flush_to_idle(shared);
                     }
                 }
                 // Not right after the last turn's share: the same lines, judged again, would

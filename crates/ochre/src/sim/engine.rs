@@ -1372,10 +1372,10 @@ impl<'w> Sim<'w> {
         let long = watched && !after_share && core.queue.known_over(key, steal::LONG_EVENT_NS);
         let before = core.now;
         if watched && self.setup.config.batching && core.outbox.has_pending() {
-            if core.queue.likely_within(key, steal::WATCHED_ABOVE_NS) {
-                self.flush_to_idle(k);
-            } else {
+            if steal::flushes_all_before(&core.queue, key) {
                 self.flush_all(k);
+            } else {
+                self.flush_to_idle(k);
             }
         }
         if long {
