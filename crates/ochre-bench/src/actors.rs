@@ -1006,9 +1006,16 @@ pub fn with_busy_cpu<T>(busy: Option<usize>, f: impl FnOnce() -> T) -> T {
         while !started.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
-        let r = f();
-        stop.store(true, Ordering::Relaxed);
-        r
+        // Stops the spinner however `f` ends: a panic unwinding through the scope would
+        // otherwise wait for the spinner forever.
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        f()
     })
 }
 

@@ -382,7 +382,7 @@ pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
     format!(
         "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} sleeps {} \
          spins {} hits {} moves out {} in {} steals {} lent {} inbox {} steal asks {} failed {} \
-         waited {} us share {}",
+         waited {} us share {}{}",
         s.events_run,
         s.posts_local,
         s.posts_remote,
@@ -401,6 +401,7 @@ pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
         s.steal_failures,
         s.steal_wait_us,
         s.cpu_share,
+        if s.unpinned > 0 { " unpinned" } else { "" },
     )
 }
 

@@ -13,7 +13,8 @@
 //! a CPU of its own, about 1/2 next to one busy thread. It does not depend on how much work the
 //! worker has (an idle worker simply measures nothing), so placing less work on a shared worker
 //! does not make its share look better and the placement does not oscillate. Each worker samples
-//! its own file at most every [`SAMPLE_EVERY`] (one `pread`, from its publication path), smooths
+//! its own file at most every [`SAMPLE_EVERY`] (one `pread`, from its publication path and after
+//! each long turn, whose rounds are too long to count on the publication's), smooths
 //! the share (exponential average) and publishes it; windows with too little running or waiting
 //! time are skipped. Where the file cannot be read (another OS, a kernel without schedstats),
 //! every share stays 1: hashing's even placement.
@@ -38,7 +39,8 @@
 //! CPU busy: there is no worker to move colors to) lets the scheduler place its thread from then
 //! on ([`CpuShare::leaves_pin`], `Config::unpin_when_shared`), and the process's later workers
 //! start unpinned ([`machine_shared`]). Its measure is then no longer its CPU's and is not
-//! remembered for it.
+//! remembered for it, and a worker that starts unpinned starts from a whole CPU, not from what
+//! was remembered for the CPU it would have been pinned to.
 //!
 //! **Place.** [`pick`] is a smooth weighted round robin (nginx's upstream balancing) over the
 //! published shares: each worker receives new work in proportion to its share, interleaved, with

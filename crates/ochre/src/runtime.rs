@@ -287,16 +287,18 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         // Opened by this thread: the watchdog reads this thread's waits for a CPU from it.
         shared.stalls.register_thread(core.id);
     }
-    if uses_shares(config) && shared.workers > 1 {
-        // Opened here: the file is this thread's. (One worker has nowhere else to place.)
-        core.cpu_share = crate::cpu_share::CpuShare::of_this_thread(pin);
-        let share = core.cpu_share.share() as usize;
-        shared.remotes[core.id].status.cpu_share.store(share, crate::sync::Ordering::Relaxed);
-    }
     // A worker that may leave its pin does not take it where another worker of this process
     // already found the machine shared (`cpu_share::machine_shared`): it runs on the runtime's
     // CPUs, not on whatever the spawning thread was pinned to.
     let pin = pin.filter(|_| !(crate::cpu_share::machine_shared() && core.unpin()));
+    if uses_shares(config) && shared.workers > 1 {
+        // Opened here: the file is this thread's. (One worker has nowhere else to place.)
+        // Only a pinned worker starts from its CPU's remembered share: an unpinned one's CPU
+        // is the scheduler's choice, and what a pinned worker measured there says nothing of it.
+        core.cpu_share = crate::cpu_share::CpuShare::of_this_thread(pin);
+        let share = core.cpu_share.share() as usize;
+        shared.remotes[core.id].status.cpu_share.store(share, crate::sync::Ordering::Relaxed);
+    }
     if let Some(cpu) = pin {
         if let Err(e) = topology::pin_current_thread(cpu) {
             let id = core.id;

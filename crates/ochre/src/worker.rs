@@ -749,22 +749,7 @@ impl Core {
             self.counters.set(Counter::EmaRefused, h.refused as u64);
         }
         if sample {
-            let _ = self.cpu_share.sample();
-            if self.unpin_to.is_some() {
-                let others = (0..shared.workers).filter(|&w| w != self.id);
-                if self.cpu_share.leaves_pin(others.map(|w| peer(shared, w).share)) && self.unpin()
-                {
-                    let share = self.cpu_share.share();
-                    log::info!("worker {} leaves its pin: {share} thousandths of its CPU", self.id);
-                }
-            }
-            let share = self.cpu_share.share() as usize;
-            // Relaxed: a hint for placement (`place`, `follow`, stealing from shared CPUs).
-            let published = &shared.remotes[self.id].status.cpu_share;
-            if published.load(Ordering::Relaxed) != share {
-                published.store(share, Ordering::Relaxed);
-            }
-            self.counters.set(Counter::CpuShare, share as u64);
+            self.sample_share(shared);
         }
         shared.remotes[self.id].stats.publish(&self.counters);
         if sample {
@@ -778,6 +763,26 @@ impl Core {
         if shared.config.steal == crate::Steal::Backlog && self.published_backlog {
             self.publish_backlog(shared);
         }
+    }
+
+    /// Samples this worker's CPU share if a window has passed (`cpu_share`), leaves the pin if
+    /// it says so, and publishes the share.
+    pub(crate) fn sample_share(&mut self, shared: &Shared) {
+        let _ = self.cpu_share.sample();
+        if self.unpin_to.is_some() {
+            let others = (0..shared.workers).filter(|&w| w != self.id);
+            if self.cpu_share.leaves_pin(others.map(|w| peer(shared, w).share)) && self.unpin() {
+                let share = self.cpu_share.share();
+                log::info!("worker {} leaves its pin: {share} thousandths of its CPU", self.id);
+            }
+        }
+        let share = self.cpu_share.share() as usize;
+        // Relaxed: a hint for placement (`place`, `follow`, stealing from shared CPUs).
+        let published = &shared.remotes[self.id].status.cpu_share;
+        if published.load(Ordering::Relaxed) != share {
+            published.store(share, Ordering::Relaxed);
+        }
+        self.counters.set(Counter::CpuShare, share as u64);
     }
 
     /// Publishes whether a color waiting here holds a backlog a thief may take
@@ -1061,6 +1066,13 @@ impl WorkerCtx {
                 crate::reader::grant(shared, &mut core, color, granted);
             }
             core.end_of_turn_flush(shared);
+            if long {
+                // The share is otherwise sampled every `HEAP_GAUGES_EVERY` rounds and when idle:
+                // two workers busy with 1 ms events on CPUs each shared with a spinning thread
+                // measured nothing in 300 ms, and neither left its pin nor shed its colors. A
+                // long turn pays for the look (a clock read until a window has passed).
+                core.sample_share(shared);
+            }
             if long && stealing {
                 // A worker in long turns takes its inbox and publishes its line once a round,
                 // a round of long turns late; after one it does both at once, so loans and posts

@@ -1,0 +1,66 @@
+//! Workers that leave their pins because every CPU is shared (`Config::unpin_when_shared`), and
+//! what the process's later workers start from. A file of its own: once a worker has left its
+//! pin, every later runtime of the process starts unpinned, which would change other tests.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ochre::{topology, Color, Runtime};
+
+/// Keeps the calling thread's CPU busy for `d`.
+fn burn(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn workers_in_long_events_measure_their_share_and_later_ones_start_from_a_whole_cpu() {
+    let cpus = topology::allowed_cpus().unwrap_or_default();
+    if cpus.len() < 2 || std::fs::File::open("/proc/thread-self/schedstat").is_err() {
+        eprintln!("skipped: needs two CPUs and schedstat");
+        return;
+    }
+    let stop = AtomicBool::new(false);
+    let (first, second) = std::thread::scope(|s| {
+        // A thread spinning on each of the workers' CPUs: every worker gets about half of its
+        // CPU and none gets clearly more, so they leave their pins.
+        for &cpu in &cpus[..2] {
+            let stop = &stop;
+            s.spawn(move || {
+                let _ = topology::pin_current_thread(cpu);
+                while !stop.load(Ordering::Relaxed) {
+                    burn(Duration::from_micros(100));
+                }
+            });
+        }
+        let rt = Runtime::builder().workers(2).build().unwrap();
+        let first = rt.run(Color::DEFAULT, || {
+            // Long events: a worker running them measures its share after them (it samples
+            // at idle spells and every few dozen rounds otherwise, and a round of these is long).
+            for i in 0..300u64 {
+                ochre::post(Color(1 + i % 16), || burn(Duration::from_millis(1)));
+            }
+        });
+        drop(rt);
+        // The next runtime's workers start unpinned. What a pinned worker last measured on a
+        // CPU is not theirs (the scheduler places them, and may run them elsewhere), so each
+        // starts from a whole CPU, as on a machine not measured yet, until its own windows
+        // tell (none in a run this short).
+        let second =
+            Runtime::builder().workers(2).build().and_then(|rt| rt.run(Color::DEFAULT, || {}));
+        stop.store(true, Ordering::Relaxed);
+        (first.unwrap(), second.unwrap())
+    });
+    let shares: Vec<u64> = first.workers.iter().map(|w| w.cpu_share).collect();
+    assert!(shares.iter().all(|&s| s < 800), "each worker measured its shared CPU: {shares:?}");
+    if first.workers.iter().all(|w| w.unpinned == 0) {
+        eprintln!("not judged: no worker left its pin (shares {shares:?})");
+        return;
+    }
+    for (w, s) in second.workers.iter().enumerate() {
+        assert_eq!(s.unpinned, 1, "worker {w} starts unpinned");
+        assert_eq!(s.cpu_share, 1000, "worker {w} starts from a whole CPU (first run {shares:?})");
+    }
+}
