@@ -215,9 +215,12 @@ pub struct Config {
     #[serde(default = "yes")]
     pub anchor_watched: bool,
     /// A pinned worker that measures a share of its CPU below `cpu_share::UNPIN_BELOW` for a
-    /// few windows in a row (another process runs there), while no other worker gets clearly
-    /// more of its own, lets the system scheduler place it on any of the runtime's CPUs from
-    /// then on, and the process's later workers start unpinned (`worker::Core::unpin`,
+    /// few windows in a row (another process runs there), while every other worker's CPU has
+    /// been shared that long too and none gets clearly more of its own (a dip of one worker's
+    /// CPU for two windows once sufficed, and a busy CPU beside a free one unpinned a whole
+    /// process), lets the system scheduler place it on any of the runtime's CPUs for a second
+    /// (`cpu_share::REPIN_AFTER`; then it takes its pin again and measures anew), and the
+    /// workers the process starts meanwhile start unpinned (`worker::Core::unpin`,
     /// `cpu_share::CpuShare::leaves_pin`). Where every CPU is busy (a compile beside the
     /// program) colors have nowhere to go, and a chain of messages through a pinned worker waits
     /// for its CPU's time slices, where the scheduler runs a thread on whichever CPU frees first;

@@ -34,13 +34,16 @@
 //!
 //! [`probe`]: CpuShare::probe
 //!
-//! **Leave the pin.** A pinned worker whose share stays below [`UNPIN_BELOW`] for
-//! [`UNPIN_AFTER`] measured windows while no other worker gets clearly more of its CPU (every
-//! CPU busy: there is no worker to move colors to) lets the scheduler place its thread from then
-//! on ([`CpuShare::leaves_pin`], `Config::unpin_when_shared`), and the process's later workers
-//! start unpinned ([`machine_shared`]). Its measure is then no longer its CPU's and is not
-//! remembered for it, and a worker that starts unpinned starts from a whole CPU, not from what
-//! was remembered for the CPU it would have been pinned to.
+//! **Leave the pin, for a while.** A pinned worker whose share stays below [`UNPIN_BELOW`] for
+//! [`UNPIN_AFTER`] measured windows while every other worker's does too and none gets clearly
+//! more of its CPU (every CPU busy: there is no worker to move colors to) lets the scheduler
+//! place its thread ([`CpuShare::leaves_pin`], `Config::unpin_when_shared`), and the workers
+//! the process starts in the next [`REPIN_AFTER`] start unpinned ([`machine_shared`]). Its
+//! measure is then no longer its CPU's and is not remembered for it, and a worker that starts
+//! unpinned starts from a whole CPU, not from what was remembered for the CPU it would have
+//! been pinned to. After [`REPIN_AFTER`] the worker takes its pin again and measures anew
+//! (`worker::Core::repin_if_due`): the load may be gone, and where it is not, the measure
+//! leaves the pin again [`UNPIN_AFTER`] windows later.
 //!
 //! **Place.** [`pick`] is a smooth weighted round robin (nginx's upstream balancing) over the
 //! published shares: each worker receives new work in proportion to its share, interleaved, with
@@ -49,7 +52,8 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Shortest window between two samples: a few scheduler time slices (3-4 ms each when two
@@ -62,11 +66,11 @@ pub(crate) const RECHECK: Duration = Duration::from_millis(20);
 const MIN_ACTIVE: Duration = Duration::from_millis(2);
 /// Published shares are in thousandths.
 pub(crate) const FULL: u32 = 1000;
-/// A pinned worker whose smoothed share stays below this (thousandths) for [`UNPIN_AFTER`]
-/// measured windows in a row leaves its pin (`Config::unpin_when_shared`): next to one busy
-/// thread a CPU gives about half, and another process busy there for that long (30 ms or
-/// more) is one the scheduler should move the worker away from; a single window's dip (a
-/// short command) is not.
+/// A pinned worker that measures less than this (thousandths) in [`UNPIN_AFTER`] windows in a
+/// row, its smoothed share below it too, may leave its pin (`Config::unpin_when_shared`,
+/// [`CpuShare::leaves_pin`]): next to one busy thread a CPU gives about half, and another
+/// process busy there for that long (30 ms or more) is one the scheduler should move the
+/// worker away from; a dip of a window or two (a short command) is not.
 pub(crate) const UNPIN_BELOW: u32 = 700;
 /// See [`UNPIN_BELOW`].
 pub(crate) const UNPIN_AFTER: u32 = 3;
@@ -87,18 +91,35 @@ fn remembered(cpu: Option<usize>) -> Option<&'static AtomicU32> {
     cpu.and_then(|c| REMEMBERED.get(c))
 }
 
-/// Set when a worker of this process left its pin ([`UNPIN_BELOW`]): the machine is shared,
-/// and workers started later (another runtime, the next run of a benchmark) start unpinned
-/// instead of each paying the windows it takes to tell again. For the life of the process:
-/// unpinned workers measured as fast as pinned ones on a quiet machine (`Config`'s
-/// `unpin_when_shared`), so a wrong guess costs little, and a late one costs every message
-/// that waits for a shared CPU's time slice.
-static MACHINE_SHARED: AtomicBool = AtomicBool::new(false);
+/// How long a worker that left its pin stays unpinned before it takes its pin again and
+/// measures anew, and how long after a worker of the process left its pin later workers start
+/// unpinned ([`machine_shared`]). Left for good, one burst of load on every CPU unpinned a
+/// process for its life, and next to a thread busy on one CPU (the other free) the scheduler
+/// then ran both workers of a fork-join on the free CPU: 0.80-0.87 M messages/s against
+/// 1.10-1.14 M pinned (`bench actors`, busy). A second: a worker beside a load that stays
+/// spends 3 windows in 100 pinned where that load is.
+pub(crate) const REPIN_AFTER: Duration = Duration::from_secs(1);
 
-/// Whether a worker of this process has left its pin because its CPU was shared.
+/// When a worker of this process last left its pin because its CPU was shared (milliseconds
+/// from [`epoch_ms`]'s start, plus one; 0: never). Workers started within [`REPIN_AFTER`] of
+/// it (another runtime, the next run of a benchmark) start unpinned instead of each paying
+/// the windows it takes to tell again: unpinned workers measured as fast as pinned ones on a
+/// quiet machine (`Config`'s `unpin_when_shared`), so a wrong guess costs little, and a late
+/// one costs every message that waits for a shared CPU's time slice.
+static UNPINNED_AT: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds since the first call in this process, plus one (so never 0).
+fn epoch_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// Whether a worker of this process left its pin because its CPU was shared, less than
+/// [`REPIN_AFTER`] ago.
 pub(crate) fn machine_shared() -> bool {
     // Relaxed: a hint; a worker that misses it measures for itself.
-    MACHINE_SHARED.load(Ordering::Relaxed)
+    let at = UNPINNED_AT.load(Ordering::Relaxed);
+    at != 0 && epoch_ms().saturating_sub(at) < REPIN_AFTER.as_millis() as u64
 }
 
 /// One worker's measure of its CPU share. Owned by the worker; opened on the worker's thread.
@@ -109,7 +130,7 @@ pub(crate) struct CpuShare {
     share: u32,
     /// A window has been measured (the next ones are smoothed).
     measured: bool,
-    /// Measured windows in a row after which the smoothed share was below [`UNPIN_BELOW`].
+    /// Measured windows in a row whose own share was below [`UNPIN_BELOW`].
     low_streak: u32,
     /// When this worker last probed its CPU ([`CpuShare::probe`]).
     probed: Option<Instant>,
@@ -134,19 +155,34 @@ impl CpuShare {
     /// The measure of the calling thread, to be pinned to `cpu` if given: it starts from the
     /// share last measured there.
     pub(crate) fn of_this_thread(cpu: Option<usize>) -> Self {
+        CpuShare { file: open_schedstat(), ..CpuShare::of_cpu(cpu) }
+    }
+
+    /// A measure without its file, starting from the share last remembered for `cpu`.
+    fn of_cpu(cpu: Option<usize>) -> Self {
         // Relaxed: a hint; any value once stored is a share that was measured.
         let share = match remembered(cpu).map(|r| r.load(Ordering::Relaxed)) {
             Some(s) if s > 0 => s,
             _ => FULL,
         };
-        CpuShare { file: open_schedstat(), share, cpu, ..CpuShare::none() }
+        CpuShare { share, cpu, ..CpuShare::none() }
     }
 
     /// The thread is no longer pinned: what it measures from now on is not its CPU's, and is
-    /// not remembered for that CPU.
-    pub(crate) fn unpinned(&mut self) {
+    /// not remembered for that CPU. `measured`: it left its pin by this measure (not at its
+    /// start, by [`machine_shared`]), which later workers follow.
+    pub(crate) fn unpinned(&mut self, measured: bool) {
         self.cpu = None;
-        MACHINE_SHARED.store(true, Ordering::Relaxed);
+        if measured {
+            UNPINNED_AT.store(epoch_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// The thread is pinned to `cpu` again ([`REPIN_AFTER`]): the measure starts anew there,
+    /// from the share last remembered for that CPU.
+    pub(crate) fn repinned(&mut self, cpu: usize) {
+        let file = self.file.take();
+        *self = CpuShare { file, ..CpuShare::of_cpu(Some(cpu)) };
     }
 
     /// Whether the share has stayed low long enough for a pinned worker to leave its pin
@@ -156,16 +192,22 @@ impl CpuShare {
         self.low_streak >= UNPIN_AFTER && self.share < UNPIN_BELOW
     }
 
-    /// Whether a pinned worker measuring this leaves its pin, given the shares the other
-    /// workers published: its CPU has been shared for long ([`long_shared`](Self::long_shared))
-    /// and no other worker gets clearly more of its CPU (`follow::clearly_more`). Where one
-    /// does, the colors leave instead (`follow::relief`), and the workers stay one to a CPU:
-    /// unpinned next to a thread spinning on one CPU, the scheduler put both workers on the
-    /// free CPU at times, and a 64-token ring ran at 0.39 of tokio against 0.87 pinned
-    /// (`bench actors`, same process). Where every CPU is busy (a compile beside it), the
-    /// colors have nowhere to go and the scheduler does better than any pin.
-    pub(crate) fn leaves_pin(&self, mut others: impl Iterator<Item = u32>) -> bool {
-        self.long_shared() && !others.any(|s| crate::follow::clearly_more(s, self.share))
+    /// Whether a pinned worker measuring this leaves its pin, given what the other workers
+    /// published (each one's share, and whether its CPU has been shared for long): its CPU has
+    /// been shared for long ([`long_shared`](Self::long_shared)), every other worker's too, and
+    /// none gets clearly more of its CPU (`follow::clearly_more`). Where one does, or its CPU
+    /// is shared only now and then, the colors leave instead (`follow::relief`), and the
+    /// workers stay one to a CPU: unpinned next to a thread spinning on one CPU, the scheduler
+    /// put both workers on the free CPU at times, and a 64-token ring ran at 0.39 of tokio
+    /// against 0.87 pinned (`bench actors`, same process); and a ping-pong between a worker on
+    /// the free CPU and one on the busy CPU left its pins when the free CPU's worker dipped for
+    /// a window (the process's own thread building the next runtime): the unpinned worker
+    /// joined it there, its share fell in turn, and every later runtime of the process started
+    /// unpinned. Where every CPU is busy (a compile beside it), the colors have nowhere to go
+    /// and the scheduler does better than any pin.
+    pub(crate) fn leaves_pin(&self, mut others: impl Iterator<Item = (u32, bool)>) -> bool {
+        self.long_shared()
+            && others.all(|(s, long)| long && !crate::follow::clearly_more(s, self.share))
     }
 
     /// The smoothed share, in thousandths.
@@ -259,8 +301,11 @@ impl CpuShare {
             // Too quiet to tell: a quarter of the way back to a CPU of its own.
             None => self.share + (FULL - self.share).div_ceil(4),
         };
-        if window.is_some() {
-            self.low_streak = if self.share < UNPIN_BELOW { self.low_streak + 1 } else { 0 };
+        if let Some(share) = window {
+            // Each window's own share, not the smoothed one: that carries a dip into the next
+            // windows, and two windows of another thread on a CPU (a process building its next
+            // runtime) made three of a streak there.
+            self.low_streak = if share < UNPIN_BELOW { self.low_streak + 1 } else { 0 };
         }
         if let Some(r) = remembered(self.cpu) {
             r.store(self.share.max(1), Ordering::Relaxed);
@@ -364,21 +409,32 @@ mod tests {
         assert!(!step(&mut m, 0, 0), "recovered to {}", m.share());
         assert!(step(&mut m, 2_000_000, 8_000_000), "low again, the streak unbroken");
         assert!(!step(&mut m, 10_000_000, 0), "a window at full share ends it");
+        // Two windows of another thread, then the CPU alone: the smoothed share is still low
+        // (650) in the third window, but that window's own is not, and it ends the streak.
+        let mut m = CpuShare::none();
+        assert!(!step(&mut m, 3_000_000, 7_000_000));
+        assert!(!step(&mut m, 3_000_000, 7_000_000));
+        assert!(!step(&mut m, 10_000_000, 0), "a dip of two windows; share {}", m.share());
+        assert_eq!(m.share(), 650);
     }
 
     #[test]
-    fn a_worker_leaves_its_pin_only_where_no_other_cpu_is_clearly_freer() {
+    fn a_worker_leaves_its_pin_only_where_every_cpu_is_shared_for_long() {
         let mut m = CpuShare::none();
         for _ in 0..UNPIN_AFTER {
             m.update(window_share(5_000_000, 5_000_000));
         }
         assert_eq!(m.share(), 500);
-        assert!(m.leaves_pin([550, 450].into_iter()), "every CPU about as busy");
+        assert!(m.leaves_pin([(550, true), (450, true)].into_iter()), "every CPU about as busy");
         assert!(m.leaves_pin(std::iter::empty()), "no other worker");
-        assert!(!m.leaves_pin([550, 1000].into_iter()), "one free: its colors go there");
+        assert!(!m.leaves_pin([(550, true), (1000, false)].into_iter()), "one free: colors go");
+        assert!(
+            !m.leaves_pin([(550, true), (650, false)].into_iter()),
+            "one CPU shared for a window only: not every CPU is busy"
+        );
         let mut fresh = CpuShare::none();
         fresh.update(window_share(5_000_000, 5_000_000));
-        assert!(!fresh.leaves_pin([500].into_iter()), "not shared for long yet");
+        assert!(!fresh.leaves_pin([(500, true)].into_iter()), "not shared for long yet");
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The public face: [`Builder`], [`Runtime`], [`Handle`], [`RunReport`].
 //!
 //! Worker threads are created by [`Builder::build`], pinned once (a pinned worker leaves its pin
-//! for good when another process shares its CPU: [`Config::unpin_when_shared`]), and live as
-//! long as the `Runtime`: each owns its `Core` (queues, buffers, counters) for its whole life, so
-//! everything a worker allocates stays in memory its own thread allocated (a worker re-created
-//! per run would inherit another thread's heap and share cache lines with it). Between runs the
-//! workers wait on a gate; [`Runtime::run`] opens it, and waits until every worker has left its
-//! run loop.
+//! for a second at a time when other processes share every CPU: [`Config::unpin_when_shared`]),
+//! and live as long as the `Runtime`: each owns its `Core` (queues, buffers, counters) for its
+//! whole life, so everything a worker allocates stays in memory its own thread allocated (a
+//! worker re-created per run would inherit another thread's heap and share cache lines with
+//! it). Between runs the workers wait on a gate; [`Runtime::run`] opens it, and waits until
+//! every worker has left its run loop.
 //!
 //! Shutdown semantics: `ochre::shutdown()` / [`Handle::shutdown`] end the current run after each
 //! worker's current turn; nothing is lost: undelivered batches are flushed to their inboxes and
@@ -86,9 +86,9 @@ impl Builder {
     }
 
     /// Pin worker `i` to the `i`-th CPU (round robin when there are more workers than CPUs).
-    /// Default: true. A pinned worker that finds its CPU shared with another process leaves its
-    /// pin, and the later workers of the process start unpinned
-    /// ([`Config::unpin_when_shared`], on by default).
+    /// Default: true. A pinned worker that finds every CPU shared with other processes leaves
+    /// its pin for a second at a time, and the workers the process starts meanwhile start
+    /// unpinned ([`Config::unpin_when_shared`], on by default).
     pub fn pin(mut self, pin: bool) -> Self {
         self.pin = pin;
         self
@@ -290,7 +290,8 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     // A worker that may leave its pin does not take it where another worker of this process
     // already found the machine shared (`cpu_share::machine_shared`): it runs on the runtime's
     // CPUs, not on whatever the spawning thread was pinned to.
-    let pin = pin.filter(|_| !(crate::cpu_share::machine_shared() && core.unpin()));
+    core.pin_cpu = pin;
+    let pin = pin.filter(|_| !(crate::cpu_share::machine_shared() && core.unpin(false)));
     if uses_shares(config) && shared.workers > 1 {
         // Opened here: the file is this thread's. (One worker has nowhere else to place.)
         // Only a pinned worker starts from its CPU's remembered share: an unpinned one's CPU

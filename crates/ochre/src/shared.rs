@@ -57,6 +57,9 @@ pub(crate) struct Status {
     pub(crate) parks_in_poller: AtomicBool,
     /// The share of its CPU this worker gets when it wants to run, in thousandths (`cpu_share`).
     pub(crate) cpu_share: AtomicUsize,
+    /// This worker's CPU has been shared for long (`cpu_share::CpuShare::long_shared`): the
+    /// other workers leave their pins only where every CPU is (`CpuShare::leaves_pin`).
+    pub(crate) long_shared: AtomicBool,
     /// `Steal::Backlog`: a color waiting here holds a backlog worth lending, as of the worker's
     /// last look (every few turns and at the end of each round); thieves ask only such workers.
     pub(crate) backlog: AtomicBool,
@@ -128,6 +131,7 @@ impl Remote {
                 idle: AtomicBool::new(false),
                 parks_in_poller: AtomicBool::new(false),
                 cpu_share: AtomicUsize::new(crate::cpu_share::FULL as usize),
+                long_shared: AtomicBool::new(false),
                 backlog: AtomicBool::new(false),
             }),
             stats: Padded::new(Published::new()),

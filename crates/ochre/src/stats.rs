@@ -72,8 +72,8 @@ counters! {
     /// Share of its CPU this worker got when it wanted to run, in thousandths, as last measured
     /// for placement (`place`; 1000 until measured, and where it cannot be).
     cpu_share = CpuShare,
-    /// 1 if this worker, pinned, left its CPU's pin because another process shared that CPU
-    /// (`Config::unpin_when_shared`); 0 otherwise.
+    /// 1 if this worker, pinned, had left its CPU's pin at the end of the run because other
+    /// processes shared the CPUs (`Config::unpin_when_shared`); 0 otherwise.
     #[serde(default)]
     unpinned = Unpinned,
     /// Turns that posted a burst to other workers and flushed every buffer at their end.

@@ -133,6 +133,11 @@ pub(crate) struct Core {
     /// The runtime's CPUs, while this worker is pinned and may leave its pin when its CPU is
     /// shared ([`unpin`](Self::unpin)).
     pub(crate) unpin_to: Option<std::sync::Arc<[usize]>>,
+    /// The CPU this worker's thread is pinned to, or was before it left its pin.
+    pub(crate) pin_cpu: Option<usize>,
+    /// While this worker is unpinned: when it takes its pin again (`cpu_share::REPIN_AFTER`),
+    /// and the runtime's CPUs, to leave it again.
+    repin: Option<(Instant, std::sync::Arc<[usize]>)>,
     /// Credits of the smooth weighted round robin of [`Core::place`].
     place_credit: Vec<i64>,
     /// Turns to start before the next one whose duration is sampled (0: none are), and the
@@ -197,6 +202,8 @@ impl Core {
             graveyard: Vec::new(),
             cpu_share: CpuShare::none(),
             unpin_to: None,
+            pin_cpu: None,
+            repin: None,
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
@@ -710,19 +717,42 @@ impl Core {
         self.publish_with(shared, true, true);
     }
 
-    /// Lets this worker's thread run on the runtime's CPUs for the rest of the runtime's life
-    /// (`Config::unpin_when_shared`): when its measure says so, or at its start where another
-    /// worker of the process already left its pin. False if the worker may not leave a pin, or
-    /// the system refused.
+    /// Lets this worker's thread run on the runtime's CPUs for [`cpu_share::REPIN_AFTER`]
+    /// (`Config::unpin_when_shared`): when its measure says so (`measured`), or at its start
+    /// where another worker of the process left its pin a moment ago. False if the worker may
+    /// not leave a pin, or the system refused.
+    ///
+    /// [`cpu_share::REPIN_AFTER`]: crate::cpu_share::REPIN_AFTER
     #[cold]
-    pub(crate) fn unpin(&mut self) -> bool {
+    pub(crate) fn unpin(&mut self, measured: bool) -> bool {
         let Some(cpus) = self.unpin_to.take() else { return false };
         if crate::topology::allow_current_thread(&cpus).is_err() {
             return false;
         }
-        self.cpu_share.unpinned();
+        self.cpu_share.unpinned(measured);
         self.counters.set(Counter::Unpinned, 1);
+        let at = Instant::now() + crate::cpu_share::REPIN_AFTER;
+        self.repin = self.pin_cpu.map(|_| (at, cpus));
         true
+    }
+
+    /// Takes the pin again once [`cpu_share::REPIN_AFTER`] has passed since the worker left
+    /// it, and measures its CPU anew: the other process may be gone, and where it is not the
+    /// measure leaves the pin again.
+    ///
+    /// [`cpu_share::REPIN_AFTER`]: crate::cpu_share::REPIN_AFTER
+    fn repin_if_due(&mut self) {
+        let (Some((at, _)), Some(cpu)) = (&self.repin, self.pin_cpu) else { return };
+        if Instant::now() < *at {
+            return;
+        }
+        let Some((_, cpus)) = self.repin.take() else { return };
+        if crate::topology::pin_current_thread(cpu).is_ok() {
+            self.cpu_share.repinned(cpu);
+            self.unpin_to = Some(cpus);
+            self.counters.set(Counter::Unpinned, 0);
+            log::info!("worker {} takes its pin to CPU {cpu} again", self.id);
+        }
     }
 
     /// Whether the heap's gauges may be computed now: its walk is short, or the events run since
@@ -768,10 +798,20 @@ impl Core {
     /// Samples this worker's CPU share if a window has passed (`cpu_share`), leaves the pin if
     /// it says so, and publishes the share.
     pub(crate) fn sample_share(&mut self, shared: &Shared) {
+        self.repin_if_due();
         let _ = self.cpu_share.sample();
+        let long = self.cpu_share.long_shared();
+        // Relaxed: a hint for the other workers' `leaves_pin`; only a change is written.
+        let published = &shared.remotes[self.id].status.long_shared;
+        if published.load(Ordering::Relaxed) != long {
+            published.store(long, Ordering::Relaxed);
+        }
         if self.unpin_to.is_some() {
-            let others = (0..shared.workers).filter(|&w| w != self.id);
-            if self.cpu_share.leaves_pin(others.map(|w| peer(shared, w).share)) && self.unpin() {
+            let others = (0..shared.workers).filter(|&w| w != self.id).map(|w| {
+                let long = shared.remotes[w].status.long_shared.load(Ordering::Relaxed);
+                (peer(shared, w).share, long)
+            });
+            if self.cpu_share.leaves_pin(others) && self.unpin(true) {
                 let share = self.cpu_share.share();
                 log::info!("worker {} leaves its pin: {share} thousandths of its CPU", self.id);
             }
