@@ -13,11 +13,9 @@
 //! (`OCHRE_ACTORS_STATS=1`: hundreds of steals a run, 17-20 ms of 330 waiting for answers);
 //! with a stage's post no step while its color has more queued (`follow::is_step`), 0.98-1.01.
 //! Empty stages: 1.25-1.38 of tokio-mt either way; 200 ns: 0.96-1.01.
-use std::time::Duration;
-
 use ochre::Runtime;
-use ochre_bench::actors::{hand_colors, plain_color, run_ochre, run_tokio, Cx, Layer, Program};
-use ochre_bench::harness::{median, probe_config, work};
+use ochre_bench::actors::{probe_medians, Cx, Program};
+use ochre_bench::harness::{probe_config, work};
 
 struct Pipeline {
     stages: usize,
@@ -85,31 +83,7 @@ fn main() {
     let work_ns = *a.get(2).unwrap_or(&0);
     let reps = *a.get(3).unwrap_or(&7) as usize;
     let prog = Pipeline { stages, items, work_ns };
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
-    let mut r: [Vec<f64>; 3] = Default::default();
-    for rep in 0..reps {
-        let mut order = [0, 1, 2];
-        if rep % 2 == 1 {
-            order.reverse();
-        }
-        for s in order {
-            let v = match s {
-                0 => {
-                    let rt = builder().build().unwrap();
-                    run_ochre(&rt, &prog, Layer::Addr, &plain_color).unwrap()
-                }
-                1 => {
-                    let rt = builder().build().unwrap();
-                    let c = hand_colors(&rt, &prog);
-                    run_ochre(&rt, &prog, Layer::Addr, &|i| c[i]).unwrap()
-                }
-                _ => run_tokio(&prog, &[tokio.handle().clone()], |_| 0).unwrap(),
-            };
-            r[s].push(v);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let m: Vec<f64> = r.iter().map(|v| median(v)).collect();
+    let m = probe_medians(&prog, reps, || builder().build().unwrap()).unwrap();
     println!(
         "pipeline {stages} stages, {items} items, {work_ns} ns: ochre {:.2}M, hand {:.2}M, tokio {:.2}M msg/s; ochre/tokio {:.2}, ochre/hand {:.2}",
         m[0] / 1e6, m[1] / 1e6, m[2] / 1e6, m[0] / m[2], m[0] / m[1]

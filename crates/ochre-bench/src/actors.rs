@@ -859,6 +859,42 @@ pub fn run_ochre<P: Program>(
     verify(prog, outcome.ok_or("no result")??, report.elapsed)
 }
 
+/// The probes' comparison (`examples/*_probe.rs`): `prog` on ochre with plain colors, on ochre
+/// with colors chosen by hand (each on a fresh runtime from `build`), and on a tokio-mt runtime
+/// of two workers, `reps` times, the order reversed every other time, a pause between; the
+/// medians, in that order (messages per second).
+pub fn probe_medians<P: Program>(
+    prog: &P,
+    reps: usize,
+    build: impl Fn() -> Runtime,
+) -> Result<[f64; 3], String> {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut r: [Vec<f64>; 3] = Default::default();
+    for rep in 0..reps {
+        let mut order = [0, 1, 2];
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for s in order {
+            let v = match s {
+                0 => run_ochre(&build(), prog, Layer::Addr, &plain_color)?,
+                1 => {
+                    let rt = build();
+                    let c = hand_colors(&rt, prog);
+                    run_ochre(&rt, prog, Layer::Addr, &|i| c[i])?
+                }
+                _ => run_tokio(prog, &[tokio.handle().clone()], |_| 0)?,
+            };
+            r[s].push(v);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(r.map(|v| crate::harness::median(&v)))
+}
+
 /// [`run_ochre`] with plain colors, or colors chosen by hand.
 fn on_ochre<P: Program>(rt: &Runtime, prog: &P, layer: Layer, hand: bool) -> Result<f64, String> {
     if hand {

@@ -14,10 +14,10 @@
 //! worker has (an idle worker simply measures nothing), so placing less work on a shared worker
 //! does not make its share look better and the placement does not oscillate. Each worker samples
 //! its own file at most every [`SAMPLE_EVERY`] (one `pread`, from its publication path and after
-//! each long turn, whose rounds are too long to count on the publication's), smooths
-//! the share (exponential average) and publishes it; windows with too little running or waiting
-//! time are skipped. Where the file cannot be read (another OS, a kernel without schedstats),
-//! every share stays 1: hashing's even placement.
+//! each long turn, whose rounds are too long to count on the publication's), smooths the share
+//! (exponential average) and publishes it; windows with too little running or waiting time are
+//! skipped. Where the file cannot be read (another OS, a kernel without schedstats), every share
+//! stays 1: hashing's even placement.
 //!
 //! **Follow changes both ways.** What a pinned worker measured is kept per CPU for the life of
 //! the process, and a worker pinned to that CPU later (another runtime, the next run of a

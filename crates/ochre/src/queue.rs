@@ -349,6 +349,17 @@ const BACKLOG_LOOK: usize = 4;
 /// each: `follow` moves those, and lending them splits partners).
 const LIGHT_BACKLOG_COLORS: usize = 128;
 
+/// A waiting color whose events cost this much or more each (ns, by its own measure) is heavy,
+/// though none alone may be a backlog: the last [`FEW_COLORS`] waiting colors all heavy, with
+/// the floor among them, are one ([`ColorQueue::few_heavy`]). A hundred times a ring's hop; a
+/// master handing a 10 us item to each of 60 actors per round, hashed 37 and 23 on two workers,
+/// left the lighter worker idle a third of each round behind the other's 37 colors (no color
+/// alone 20 us, fewer than 128 waiting), at 0.86-0.90 of tokio-mt (`server_probe rounds`).
+const HEAVY_EVENT_NS: u64 = 5_000;
+
+/// See [`HEAVY_EVENT_NS`].
+const FEW_COLORS: usize = 4;
+
 /// Most colors lent at once from a light backlog: each is a loan (a slot on each side, a return
 /// when it empties), so a loan of a few hundred light colors is what a request of a few
 /// microseconds pays for; the thief asks again when it has run them.
@@ -989,8 +1000,9 @@ impl ColorQueue {
     }
 
     /// True if a thief could take a backlog here now (`Steal::Backlog`): at least two colors
-    /// wait, and one of them, not the first to run, holds `floor_ns` of work, or many light
-    /// ones hold it together ([`light_backlog`](Self::light_backlog)). Looks at the last
+    /// wait, and one of them, not the first to run, holds `floor_ns` of work, or a few heavy
+    /// ones ([`few_heavy`](Self::few_heavy)) or many light ones
+    /// ([`light_backlog`](Self::light_backlog)) hold it together. Looks at the last
     /// [`BACKLOG_LOOK`] to run only: those a thief is lent first ([`lend_backlog`]), and a look
     /// at every waiting color's slot (a cache line each) every few turns cost `big`'s hundred
     /// light actors 15% of their rate.
@@ -1005,7 +1017,32 @@ impl ColorQueue {
                 .rev()
                 .take(BACKLOG_LOOK)
                 .any(|&k| self.backlogged(k, floor_ns))
+                || self.few_heavy(floor_ns)
                 || self.light_backlog(floor_ns).is_some())
+    }
+
+    /// The queued work of waiting color `key` (ns) if its events are heavy ([`HEAVY_EVENT_NS`]
+    /// each, by its own measure) and it may be lent. A color not timed yet is not judged by the
+    /// worker's average here (on a worker of heavy colors every light newcomer would look
+    /// heavy), nor is one of many light events queued (a fork-join's receivers: lending those
+    /// on this rule slowed the simulated fork-join 18%; `backlogged` judges them).
+    fn heavy_work(&self, key: usize) -> Option<u64> {
+        let s = &self.slots[key];
+        (s.event_ns >= HEAVY_EVENT_NS && self.lendable(key, 0))
+            .then(|| (s.events.len() as u64).saturating_mul(s.event_ns))
+    }
+
+    /// True if the last [`FEW_COLORS`] waiting colors, not the first to run, are heavy and hold
+    /// `floor_ns` together.
+    fn few_heavy(&self, floor_ns: u64) -> bool {
+        self.ready.len() > FEW_COLORS
+            && self
+                .ready
+                .iter()
+                .rev()
+                .take(FEW_COLORS)
+                .try_fold(0u64, |sum, &k| self.heavy_work(k).map(|w| sum.saturating_add(w)))
+                .is_some_and(|sum| sum >= floor_ns)
     }
 
     /// With a backlog the waiting colors hold together though none may alone, what an event of
@@ -1040,6 +1077,18 @@ impl ColorQueue {
             let pos = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns));
             let Some(pos) = pos.filter(|&p| p > 0) else { break };
             loans.extend(self.lend_at(thief, pos));
+        }
+        if loans.is_empty() && self.few_heavy(floor_ns) {
+            // The heavy ones from the back, never the first, up to half of the waiting colors.
+            let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
+            let mut pos = self.ready.len();
+            while loans.len() < n && pos > 1 {
+                pos -= 1;
+                if self.heavy_work(self.ready[pos]).is_some() {
+                    loans.extend(self.lend_at(thief, pos));
+                }
+            }
+            return loans;
         }
         let light = if loans.is_empty() { self.light_backlog(floor_ns) } else { None };
         if let Some(estimate) = light {
@@ -1793,6 +1842,32 @@ mod tests {
             assert_eq!((l.color, l.event_ns), (l.color, want));
         }
         assert_eq!(q.ready_len(), n / 2, "the lender keeps half");
+        // Colors of 10 us each, each timed: a few make a backlog (not fewer than four), and
+        // half of them are lent; untimed, they are light (the worker's estimate is not theirs).
+        // Each of colors 1..n timed at `ns`, but `light`, at 100 ns.
+        let timed_but = |n: usize, ns: u64, light: Option<Color>| {
+            let mut q = queue(n, ns);
+            for &c in &colors[1..n] {
+                let t = if Some(c) == light { 100 } else { ns };
+                assert!(q.record_watched_turn(*q.index.get(&c).unwrap(), t, 1));
+            }
+            q
+        };
+        let timed = |n: usize, ns: u64| timed_but(n, ns, None);
+        assert!(!timed(FEW_COLORS, 10_000).has_backlog(20_000), "four colors, the first runs next");
+        let mut q = timed(8, 10_000);
+        assert!(q.has_backlog(20_000), "eight colors of 10 us: 80 us");
+        assert_eq!(q.lend_backlog(1, 8, 20_000).len(), 4, "half of them");
+        assert!(!queue(8, 10_000).has_backlog(20_000), "not timed: 128 needed");
+        assert!(!timed(8, 4_000).has_backlog(20_000), "eight of 4 us are light");
+        // A light color (100 ns) among colors of 10 us: not lent, and among the last four it
+        // stops the few from being a backlog (they are judged by the last ones to run).
+        let q = timed_but(8, 10_000, Some(colors[7]));
+        assert!(!q.has_backlog(20_000), "the last four are not all heavy");
+        let mut q = timed_but(9, 10_000, Some(colors[3]));
+        assert!(q.has_backlog(20_000), "the last four are heavy");
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        assert!(lent.len() == 4 && !lent.contains(&colors[3]), "heavy ones only: {lent:?}");
         // At most `LIGHT_LOAN_MAX` a loan; a pinned color at the back is no light backlog.
         let mut q = queue(colors.len(), 1_000);
         assert_eq!(q.lend_backlog(1, 8, 20_000).len(), LIGHT_LOAN_MAX);

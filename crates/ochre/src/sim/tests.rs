@@ -221,19 +221,28 @@ fn follow_gathers_a_ring_and_stealing_spreads_imbalance() {
         with.msgs,
         without.msgs
     );
-    let off = simulate(
-        Setup::new(16, t.clone(), Config::default()),
-        &mut Imbalanced::new(16, &t, 8, 0, 200, 10_000),
-    );
-    let on = simulate(
-        Setup::new(16, t.clone(), Config::default().steal(Steal::Plain)),
-        &mut Imbalanced::new(16, &t, 8, 0, 200, 10_000),
-    );
+    let imbalanced = |steal| {
+        simulate(
+            Setup::new(16, t.clone(), Config::default().steal(steal)),
+            &mut Imbalanced::new(16, &t, 8, 0, 200, 10_000),
+        )
+    };
+    let (off, on) = (imbalanced(Steal::Off), imbalanced(Steal::Plain));
     assert_eq!(off.stolen, 0);
     assert!(on.stolen > 0);
     // Not 8x: a loaded core wakes one sleeper per `steal::NUDGE_EVERY_ROUNDS` turns, and
     // these turns are long (64 events of 10 us).
     assert!(on.makespan_ns < off.makespan_ns, "{} vs {}", on.makespan_ns, off.makespan_ns);
+    // The default's backlog stealing too: eight colors of 10 us events waiting on one core are
+    // a backlog together (`queue::FEW_COLORS`), though none alone is.
+    let backlog = imbalanced(Steal::Backlog);
+    assert!(backlog.stolen > 0);
+    assert!(
+        backlog.makespan_ns < off.makespan_ns,
+        "{} vs {}",
+        backlog.makespan_ns,
+        off.makespan_ns
+    );
 }
 
 /// A chain of `hops` events of `cost_ns` on one color, then nothing.
