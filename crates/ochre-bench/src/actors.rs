@@ -1268,10 +1268,12 @@ pub fn closure_bytes(name: &str) -> Option<usize> {
 /// The goals, on paired ratios (median over repetitions of the two systems' quotient in that
 /// repetition).
 fn checks(report: &mut BenchReport) {
+    // Named by their quiet cases, also where only the busy half ran (`OCHRE_ACTORS_MODE`).
     let mut programs: Vec<String> = Vec::new();
     for r in &report.rows {
-        if !r.case.ends_with(BUSY) && !programs.contains(&r.case) {
-            programs.push(r.case.clone());
+        let program = r.case.strip_suffix(BUSY).unwrap_or(&r.case);
+        if !programs.iter().any(|p| p == program) {
+            programs.push(program.to_string());
         }
     }
     let by_system = |a: &str, b: &str, suffix: &str| -> Vec<(String, f64)> {
@@ -1282,9 +1284,17 @@ fn checks(report: &mut BenchReport) {
     let busy = by_system("ochre", "tokio-mt", BUSY);
     let hand = by_system("ochre", "ochre-hand", "");
     let mean = |v: &[(String, f64)]| geomean(&v.iter().map(|(_, r)| *r).collect::<Vec<_>>());
+    // A half not measured (or a system left out) reads "-", not NaN.
+    let shown = |v: &[(String, f64)]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.3}", mean(v))
+        }
+    };
     let variants = ["ochre-static", "ochre-nosteal", "ochre-pinned", "ochre-unpinned"].map(|v| {
         let (q, b) = (by_system(v, "tokio-mt", ""), by_system(v, "tokio-mt", BUSY));
-        format!("{v} {:.3} quiet, {:.3} busy", mean(&q), mean(&b))
+        format!("{v} {} quiet, {} busy", shown(&q), shown(&b))
     });
     for (case, r) in &quiet {
         report.check(format!("[{case}] ochre / tokio-mt >= 1.0 (paired)"), *r, *r >= 1.0);
@@ -1311,7 +1321,9 @@ fn checks(report: &mut BenchReport) {
         report.check(goal, b, b >= 1.0);
     }
     report.notes.push(format!(
-        "geometric means of paired ratios to tokio-mt: ochre {q:.3} quiet, {b:.3} busy; {}",
+        "geometric means of paired ratios to tokio-mt: ochre {} quiet, {} busy; {}",
+        shown(&quiet),
+        shown(&busy),
         variants.join("; ")
     ));
 }
@@ -1412,5 +1424,22 @@ mod tests {
         assert!(hand.measured == 0.5 && !hand.held);
         assert_eq!(r.checks.len(), 2 + 2 + 2 + 2);
         assert!(r.notes.iter().any(|n| n.contains("ochre-static 2.000 quiet, 1.000 busy")));
+    }
+
+    #[test]
+    fn a_busy_half_alone_is_judged_and_the_missing_half_reads_as_a_dash() {
+        let mut r = BenchReport::new("actors", "t");
+        for (case, o, t) in [("a busy", 1.0, 2.0), ("b busy", 4.0, 2.0)] {
+            let fixed = |v: f64| move || Ok(v);
+            let systems = vec![System::new("ochre", fixed(o)), System::new("tokio-mt", fixed(t))];
+            measure_case(&mut r, case, 2, "msg/s", 3, systems);
+        }
+        checks(&mut r);
+        let busy = r.checks.iter().find(|c| c.goal.contains("busy: geometric mean"));
+        assert!(busy.is_some_and(|c| (c.measured - 1.0).abs() < 1e-9), "{:?}", r.checks);
+        assert!(!r.checks.iter().any(|c| c.goal.contains("quiet")));
+        let note = r.notes.iter().find(|n| n.contains("geometric means")).unwrap();
+        assert!(note.contains("ochre - quiet, 1.000 busy"), "{note}");
+        assert!(!note.contains("NaN"), "{note}");
     }
 }
