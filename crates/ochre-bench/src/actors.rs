@@ -861,7 +861,7 @@ pub fn run_ochre<P: Program>(
 
 /// The probes' comparison (`examples/*_probe.rs`): `prog` on ochre with plain colors, on ochre
 /// with colors chosen by hand (each on a fresh runtime from `build`), and on a tokio-mt runtime
-/// of two workers, `reps` times, the order reversed every other time, a pause between; the
+/// of two workers, interleaved by [`measure_case`] (a warm-up, then `reps` samples each); the
 /// medians, in that order (messages per second).
 pub fn probe_medians<P: Program>(
     prog: &P,
@@ -872,27 +872,27 @@ pub fn probe_medians<P: Program>(
         .worker_threads(2)
         .build()
         .map_err(|e| e.to_string())?;
-    let mut r: [Vec<f64>; 3] = Default::default();
-    for rep in 0..reps {
-        let mut order = [0, 1, 2];
-        if rep % 2 == 1 {
-            order.reverse();
-        }
-        for s in order {
-            let v = match s {
-                0 => run_ochre(&build(), prog, Layer::Addr, &plain_color)?,
-                1 => {
-                    let rt = build();
-                    let c = hand_colors(&rt, prog);
-                    run_ochre(&rt, prog, Layer::Addr, &|i| c[i])?
-                }
-                _ => run_tokio(prog, &[tokio.handle().clone()], |_| 0)?,
-            };
-            r[s].push(v);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(r.map(|v| crate::harness::median(&v)))
+    let build = &build;
+    let systems = vec![
+        System::new("ochre", || run_ochre(&build(), prog, Layer::Addr, &plain_color)),
+        System::new("ochre-hand", || {
+            let rt = build();
+            let c = hand_colors(&rt, prog);
+            run_ochre(&rt, prog, Layer::Addr, &|i| c[i])
+        }),
+        System::new("tokio-mt", || run_tokio(prog, &[tokio.handle().clone()], |_| 0)),
+    ];
+    let mut report = BenchReport::new("probe", "");
+    measure_case(&mut report, "probe", 2, "msg/s", reps, systems);
+    let median = |name: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.system == name)
+            .map(|r| r.median)
+            .ok_or_else(|| format!("{name} failed: {}", report.notes.join("; ")))
+    };
+    Ok([median("ochre")?, median("ochre-hand")?, median("tokio-mt")?])
 }
 
 /// [`run_ochre`] with plain colors, or colors chosen by hand.

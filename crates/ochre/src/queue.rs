@@ -1063,12 +1063,41 @@ impl ColorQueue {
         .then_some(per_color)
     }
 
+    /// Lends `thief` up to `n` of the waiting colors `takes` picks, from the back of the line,
+    /// never the first. A color not timed yet goes with `estimate` (what the backlog was judged
+    /// by): the borrower does not watch its turn (a clock read on each side, and a flush of the
+    /// borrower's batches before it: one message a batch, the return of the color before).
+    fn lend_from_back(
+        &mut self,
+        thief: usize,
+        n: usize,
+        takes: fn(&ColorQueue, usize) -> bool,
+        estimate: u64,
+    ) -> Vec<Loan> {
+        let mut loans = Vec::new();
+        // A removal leaves the positions before it as they were.
+        let mut pos = self.ready.len();
+        while loans.len() < n && pos > 1 {
+            pos -= 1;
+            if takes(self, self.ready[pos]) {
+                loans.extend(self.lend_at(thief, pos).map(|mut loan| {
+                    if loan.event_ns == 0 {
+                        loan.event_ns = estimate;
+                    }
+                    loan
+                }));
+            }
+        }
+        loans
+    }
+
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
     /// last here first, never the first, at most `max` and at most half of the waiting colors:
     /// this worker keeps at least one waiting color (lending a lone color would move work, not
-    /// share it). With none such but a light backlog ([`light_backlog`](Self::light_backlog)),
-    /// it lends the colors that may be lent from the back of the line, up to half of the
-    /// waiting colors and at most [`LIGHT_LOAN_MAX`] (`max` bounds the backlogged ones only).
+    /// share it). With none such but a few heavy colors ([`few_heavy`](Self::few_heavy)) or a
+    /// light backlog ([`light_backlog`](Self::light_backlog)), it lends the heavy ones, or the
+    /// colors that may be lent, from the back of the line, up to half of the waiting colors and
+    /// at most [`LIGHT_LOAN_MAX`] (`max` bounds the backlogged ones only).
     pub(crate) fn lend_backlog(&mut self, thief: usize, max: usize, floor_ns: u64) -> Vec<Loan> {
         let n = (self.ready.len() / 2).min(max);
         let mut loans = Vec::new();
@@ -1078,36 +1107,13 @@ impl ColorQueue {
             let Some(pos) = pos.filter(|&p| p > 0) else { break };
             loans.extend(self.lend_at(thief, pos));
         }
-        if loans.is_empty() && self.few_heavy(floor_ns) {
-            // The heavy ones from the back, never the first, up to half of the waiting colors.
+        if loans.is_empty() {
             let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
-            let mut pos = self.ready.len();
-            while loans.len() < n && pos > 1 {
-                pos -= 1;
-                if self.heavy_work(self.ready[pos]).is_some() {
-                    loans.extend(self.lend_at(thief, pos));
-                }
-            }
-            return loans;
-        }
-        let light = if loans.is_empty() { self.light_backlog(floor_ns) } else { None };
-        if let Some(estimate) = light {
-            let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
-            // A color not timed yet goes with the estimate the backlog was judged by: the
-            // borrower does not watch its turn (a clock read on each side, and a flush of the
-            // borrower's batches before it: one message a batch, the return of the color before).
-            // From the back, never the first; a removal leaves the positions before it as they were.
-            let mut pos = self.ready.len();
-            while loans.len() < n && pos > 1 {
-                pos -= 1;
-                if self.lendable(self.ready[pos], 0) {
-                    loans.extend(self.lend_at(thief, pos).map(|mut loan| {
-                        if loan.event_ns == 0 {
-                            loan.event_ns = estimate;
-                        }
-                        loan
-                    }));
-                }
+            if self.few_heavy(floor_ns) {
+                // Each timed itself: the estimate goes with none of them.
+                loans = self.lend_from_back(thief, n, |q, k| q.heavy_work(k).is_some(), 0);
+            } else if let Some(estimate) = self.light_backlog(floor_ns) {
+                loans = self.lend_from_back(thief, n, |q, k| q.lendable(k, 0), estimate);
             }
         }
         loans

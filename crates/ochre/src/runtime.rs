@@ -207,7 +207,7 @@ impl Builder {
         let runtime_cpus: Arc<[usize]> = cpus.clone().into();
         for (i, pin) in pins.into_iter().enumerate() {
             let mut core = Core::new(i, shared.placement, &shared.config);
-            core.unpin_to = may_unpin.then(|| runtime_cpus.clone());
+            core.unpin_to = pin.filter(|_| may_unpin).map(|cpu| (cpu, runtime_cpus.clone()));
             // Reads run where they are posted: each worker's lane never moves (`reader`).
             let lane = shared.readers.lane(i);
             if crate::color::home_of(lane, shared.placement) == i {
@@ -290,7 +290,6 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     // A worker that may leave its pin does not take it where another worker of this process
     // already found the machine shared (`cpu_share::machine_shared`): it runs on the runtime's
     // CPUs, not on whatever the spawning thread was pinned to.
-    core.pin_cpu = pin;
     let pin = pin.filter(|_| !(crate::cpu_share::machine_shared() && core.unpin(false)));
     if uses_shares(config) && shared.workers > 1 {
         // Opened here: the file is this thread's. (One worker has nowhere else to place.)

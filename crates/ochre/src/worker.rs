@@ -130,14 +130,11 @@ pub(crate) struct Core {
     events_at_walk: u64,
     /// This worker's CPU share measure (`cpu_share`), sampled with the heap gauges.
     pub(crate) cpu_share: CpuShare,
-    /// The runtime's CPUs, while this worker is pinned and may leave its pin when its CPU is
-    /// shared ([`unpin`](Self::unpin)).
-    pub(crate) unpin_to: Option<std::sync::Arc<[usize]>>,
-    /// The CPU this worker's thread is pinned to, or was before it left its pin.
-    pub(crate) pin_cpu: Option<usize>,
-    /// While this worker is unpinned: when it takes its pin again (`cpu_share::REPIN_AFTER`),
-    /// and the runtime's CPUs, to leave it again.
-    repin: Option<(Instant, std::sync::Arc<[usize]>)>,
+    /// Where this worker may leave its pin when its CPU is shared ([`unpin`](Self::unpin)):
+    /// the CPU it is pinned to, and the runtime's CPUs it then runs on.
+    pub(crate) unpin_to: Option<(usize, std::sync::Arc<[usize]>)>,
+    /// While this worker has left its pin: when it takes it again (`cpu_share::REPIN_AFTER`).
+    repin_at: Option<Instant>,
     /// Credits of the smooth weighted round robin of [`Core::place`].
     place_credit: Vec<i64>,
     /// Turns to start before the next one whose duration is sampled (0: none are), and the
@@ -202,8 +199,7 @@ impl Core {
             graveyard: Vec::new(),
             cpu_share: CpuShare::none(),
             unpin_to: None,
-            pin_cpu: None,
-            repin: None,
+            repin_at: None,
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
@@ -720,38 +716,42 @@ impl Core {
     /// Lets this worker's thread run on the runtime's CPUs for [`cpu_share::REPIN_AFTER`]
     /// (`Config::unpin_when_shared`): when its measure says so (`measured`), or at its start
     /// where another worker of the process left its pin a moment ago. False if the worker may
-    /// not leave a pin, or the system refused.
+    /// not leave a pin (or has left it), or the system refused (then it keeps its pin for good).
     ///
     /// [`cpu_share::REPIN_AFTER`]: crate::cpu_share::REPIN_AFTER
     #[cold]
     pub(crate) fn unpin(&mut self, measured: bool) -> bool {
-        let Some(cpus) = self.unpin_to.take() else { return false };
-        if crate::topology::allow_current_thread(&cpus).is_err() {
+        let Some((_, cpus)) = self.unpin_to.as_ref().filter(|_| self.repin_at.is_none()) else {
+            return false;
+        };
+        if crate::topology::allow_current_thread(cpus).is_err() {
+            self.unpin_to = None;
             return false;
         }
         self.cpu_share.unpinned(measured);
         self.counters.set(Counter::Unpinned, 1);
-        let at = Instant::now() + crate::cpu_share::REPIN_AFTER;
-        self.repin = self.pin_cpu.map(|_| (at, cpus));
+        self.repin_at = Some(Instant::now() + crate::cpu_share::REPIN_AFTER);
         true
     }
 
     /// Takes the pin again once [`cpu_share::REPIN_AFTER`] has passed since the worker left
     /// it, and measures its CPU anew: the other process may be gone, and where it is not the
-    /// measure leaves the pin again.
+    /// measure leaves the pin again. If the system refuses, the worker stays unpinned for good.
     ///
     /// [`cpu_share::REPIN_AFTER`]: crate::cpu_share::REPIN_AFTER
     fn repin_if_due(&mut self) {
-        let (Some((at, _)), Some(cpu)) = (&self.repin, self.pin_cpu) else { return };
-        if Instant::now() < *at {
+        let (Some(at), Some((cpu, _))) = (self.repin_at, &self.unpin_to) else { return };
+        if Instant::now() < at {
             return;
         }
-        let Some((_, cpus)) = self.repin.take() else { return };
+        let cpu = *cpu;
+        self.repin_at = None;
         if crate::topology::pin_current_thread(cpu).is_ok() {
             self.cpu_share.repinned(cpu);
-            self.unpin_to = Some(cpus);
             self.counters.set(Counter::Unpinned, 0);
             log::info!("worker {} takes its pin to CPU {cpu} again", self.id);
+        } else {
+            self.unpin_to = None;
         }
     }
 
@@ -806,7 +806,7 @@ impl Core {
         if published.load(Ordering::Relaxed) != long {
             published.store(long, Ordering::Relaxed);
         }
-        if self.unpin_to.is_some() {
+        if self.unpin_to.is_some() && self.repin_at.is_none() {
             let others = (0..shared.workers).filter(|&w| w != self.id).map(|w| {
                 let long = shared.remotes[w].status.long_shared.load(Ordering::Relaxed);
                 (peer(shared, w).share, long)

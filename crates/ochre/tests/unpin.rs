@@ -4,17 +4,13 @@
 //! starts unpinned, which would change other tests.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ochre::{topology, Color, Runtime};
 
-/// Keeps the calling thread's CPU busy for `d`.
-fn burn(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+#[allow(dead_code)] // its `spin_for` only: these workers are pinned, unlike its runtimes'
+mod common;
+use common::spin_for;
 
 #[test]
 fn workers_leave_their_pins_where_every_cpu_is_shared_and_take_them_again_later() {
@@ -33,7 +29,7 @@ fn workers_leave_their_pins_where_every_cpu_is_shared_and_take_them_again_later(
             s.spawn(move || {
                 let _ = topology::pin_current_thread(cpu);
                 while !stop.load(Ordering::Relaxed) {
-                    burn(Duration::from_micros(100));
+                    spin_for(Duration::from_micros(100));
                 }
             });
         }
@@ -41,7 +37,7 @@ fn workers_leave_their_pins_where_every_cpu_is_shared_and_take_them_again_later(
             // Long events: a worker running them measures its share after them (it samples
             // at idle spells and every few dozen rounds otherwise, and a round of these is long).
             for i in 0..300u64 {
-                ochre::post(Color(1 + i % 16), || burn(Duration::from_millis(1)));
+                ochre::post(Color(1 + i % 16), || spin_for(Duration::from_millis(1)));
             }
         });
         // The next runtime's workers start unpinned. What a pinned worker last measured on a
