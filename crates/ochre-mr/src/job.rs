@@ -881,9 +881,10 @@ fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
         runs.iter_mut().flat_map(ColorVec::drain).collect()
     } else if s.sorted && matches!(s.container, Container::Dense(_)) {
         // A dense store hands its pairs over in slot order, and partitions are ranges of slots,
-        // so when the keys sort like their slots (histogram buckets, matrix rows, PCA's cells)
+        // so when the keys sort like their slots (histogram buckets, matrix rows, PCA's rows)
         // every run arrives sorted: merging them costs a comparison per pair, where the hash
-        // table and the sort below cost PCA's covariance job 4% of its instructions.
+        // table and the sort below cost PCA's covariance job 4% of its instructions when it
+        // emitted a pair per cell.
         let runs: Vec<Run<P>> = runs.iter_mut().map(|r| r.drain().collect()).collect();
         if runs.iter().all(|r| r.is_sorted_by(|a, b| a.0 < b.0)) {
             runs.into_iter().reduce(|a, b| merge_combining(app, a, b)).unwrap_or_default()

@@ -9,7 +9,7 @@
 //! | `histogram` | 24-bit BMP | channel and intensity -> pixels | dense (768) |
 //! | `linear-regression` | pairs of signed bytes (x, y) | sum name -> sum | fixed (5) |
 //! | `kmeans` | points (binary, header + i32) | cluster -> sum of its points | dense |
-//! | `pca` | matrix (binary, header + i32) | row -> mean; (row, row) -> covariance | dense; dense |
+//! | `pca` | matrix (binary, header + i32) | row -> mean; row i -> covariances with rows i.. | dense; dense |
 //! | `string-match` | keys file (one word a line) | searched word -> lines matching | fixed (4) |
 //! | `matrix-multiply` | `matrix_file_A.txt`, `matrix_file_B.txt` (raw i32) | row -> row of A x B | dense |
 //!
