@@ -5,7 +5,8 @@
 //! into the collector's).
 //!
 //! `user_probe [REPS] [CHUNK]` (defaults 7 and 8192 numbers a chunk; the word count takes an
-//! eighth of it in lines).
+//! eighth of it in lines). `BUSY=1`: a thread spins on worker 1's CPU throughout; `STATS=1`:
+//! each ochre sum's run time and per-worker counters on standard error.
 //!
 //! Found (2 workers, quiet, medians of 7, speed over ochre's): the sum at 65,536 / 8,192 /
 //! 1,024 numbers a chunk, rayon 0.88 / 1.14 / 1.52 (ochre/rayon 1.14, 0.88, 0.66), tokio 1.03 /
@@ -27,20 +28,27 @@ use rayon::prelude::*;
 fn sum_ochre(rt: &Runtime, data: &Arc<Vec<u64>>, chunk: usize) -> u64 {
     let total = Arc::new(ColorCell::new(Color::DEFAULT, 0u64));
     let (d, t) = (data.clone(), total.clone());
-    rt.run(Color::DEFAULT, move || {
-        let chunks = d.len().div_ceil(chunk);
-        for i in 0..chunks {
-            let (d, t) = (d.clone(), t.clone());
-            ochre::post(Color(1 + i as u64), move || {
-                let s: u64 =
-                    d[i * chunk..((i + 1) * chunk).min(d.len())].iter().map(|x| x * x).sum();
-                ochre::post(Color::DEFAULT, move || {
-                    let _ = t.with(|v| *v += s);
+    let r = rt
+        .run(Color::DEFAULT, move || {
+            let chunks = d.len().div_ceil(chunk);
+            for i in 0..chunks {
+                let (d, t) = (d.clone(), t.clone());
+                ochre::post(Color(1 + i as u64), move || {
+                    let s: u64 =
+                        d[i * chunk..((i + 1) * chunk).min(d.len())].iter().map(|x| x * x).sum();
+                    ochre::post(Color::DEFAULT, move || {
+                        let _ = t.with(|v| *v += s);
+                    });
                 });
-            });
+            }
+        })
+        .expect("run");
+    if std::env::var_os("STATS").is_some() {
+        eprintln!("run {:?}", r.elapsed);
+        for (w, s) in r.workers.iter().enumerate() {
+            eprintln!("{}", ochre_bench::harness::worker_line(w, s));
         }
-    })
-    .expect("run");
+    }
     // Every closure ran and dropped its clone: the cell is ours again.
     match Arc::try_unwrap(total) {
         Ok(cell) => cell.into_inner(),
@@ -159,33 +167,38 @@ fn main() {
     let expect = sum_rayon(&pool, &data, chunk);
     let expect_words = words_rayon(&pool, &text, chunk / 8);
     let mut t: [Vec<f64>; 6] = Default::default();
-    for rep in 0..=reps {
-        let mut d = [Duration::ZERO; 6];
-        let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
-        for &s in &order {
-            d[s] = time(&mut || {
-                let got = match s {
-                    0 => sum_ochre(&rt, &data, chunk),
-                    1 => sum_rayon(&pool, &data, chunk),
-                    _ => sum_tokio(&tokio, &data, chunk),
-                };
-                assert_eq!(got, expect);
-            });
-            d[3 + s] = time(&mut || {
-                let got = match s {
-                    0 => words_ochre(&rt, &text, chunk / 8),
-                    1 => words_rayon(&pool, &text, chunk / 8),
-                    _ => words_tokio(&tokio, &text, chunk / 8),
-                };
-                assert!(got == expect_words);
-            });
-        }
-        if rep > 0 {
-            for k in 0..6 {
-                t[k].push(d[k].as_secs_f64() * 1e3);
+    // `BUSY=1`: a thread spins on worker 1's CPU throughout (a machine shared with a busy
+    // process).
+    let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
+    ochre_bench::actors::with_busy_cpu(busy, || {
+        for rep in 0..=reps {
+            let mut d = [Duration::ZERO; 6];
+            let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
+            for &s in &order {
+                d[s] = time(&mut || {
+                    let got = match s {
+                        0 => sum_ochre(&rt, &data, chunk),
+                        1 => sum_rayon(&pool, &data, chunk),
+                        _ => sum_tokio(&tokio, &data, chunk),
+                    };
+                    assert_eq!(got, expect);
+                });
+                d[3 + s] = time(&mut || {
+                    let got = match s {
+                        0 => words_ochre(&rt, &text, chunk / 8),
+                        1 => words_rayon(&pool, &text, chunk / 8),
+                        _ => words_tokio(&tokio, &text, chunk / 8),
+                    };
+                    assert!(got == expect_words);
+                });
+            }
+            if rep > 0 {
+                for k in 0..6 {
+                    t[k].push(d[k].as_secs_f64() * 1e3);
+                }
             }
         }
-    }
+    });
     let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
     println!(
         "sum of squares (chunk {chunk}): ochre {:.2} ms, rayon {:.2} ms, tokio {:.2} ms; ochre/rayon speed {:.2}, ochre/tokio {:.2}",

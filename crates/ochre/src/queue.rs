@@ -360,6 +360,15 @@ const HEAVY_EVENT_NS: u64 = 5_000;
 /// See [`HEAVY_EVENT_NS`].
 const FEW_COLORS: usize = 4;
 
+/// Waiting colors [`ColorQueue::light_backlog`] looks at, from the back of the line, for one
+/// that may be lent. Not the last one alone: colors that may not be lent gather there, a
+/// collector that moved here by `follow` and is posted to after every chunk, the colors of an
+/// earlier loan; with the last alone, a worker on a CPU shared with another process holding
+/// 3,000 chunks of a user's loop advertised no backlog for most of the run while the worker on
+/// the free CPU idled (`user_probe`: 14.9-18.5 ms a sum, tokio 12.1-15.7; 12.4-13.1 after,
+/// tokio 12.2-14.4). Looked at only with [`LIGHT_BACKLOG_COLORS`] waiting, every few turns.
+const LIGHT_LOOK: usize = 16;
+
 /// Most colors lent at once from a light backlog: each is a loan (a slot on each side, a return
 /// when it empties), so a loan of a few hundred light colors is what a request of a few
 /// microseconds pays for; the thief asks again when it has run them.
@@ -1047,18 +1056,29 @@ impl ColorQueue {
 
     /// With a backlog the waiting colors hold together though none may alone, what an event of
     /// one not timed yet is estimated to cost here, ns (else `None`): at least
-    /// [`LIGHT_BACKLOG_COLORS`] wait, the last to run may be lent, and their number times the
-    /// estimate reaches twice `floor_ns` (a loan leaves half of it here). The estimate is the
-    /// larger of the sampled average and the first turns' average, and no light one when over
-    /// `floor_ns` (a first sample is taken whole: a driver's turn of milliseconds is not stamped
-    /// on loans while the light colors' first turns bring the average down). The count takes
-    /// every waiting color, those that may not be lent too (pinned, borrowed): a line of them
-    /// behind one lendable color lends that one.
+    /// [`LIGHT_BACKLOG_COLORS`] wait, one of the last [`LIGHT_LOOK`] to run may be lent, and
+    /// their number times the estimate reaches twice `floor_ns` (a loan leaves half of it here).
+    /// The count takes every waiting color, those that may not be lent too (pinned, borrowed): a
+    /// line of them behind one lendable color lends that one.
+    ///
+    /// The estimate is the larger of the sampled average and the first turns' average, unless
+    /// it is over `floor_ns` and the other is not: then the other. A first sample is taken
+    /// whole, so a driver's turn of milliseconds lifts the first turns' average (and is not to
+    /// be stamped on loans), and on a CPU shared with another process a sampled turn that
+    /// spanned a preemption counts up to four times the average (`cost_average`), so a few lift
+    /// the sampled one: with the larger alone, a worker on a shared CPU holding 3,000 chunks of
+    /// 1.3 us (first turns' average) judged them 87 us each, over the floor, and advertised no
+    /// backlog while the worker on the free CPU idled (`user_probe`, a spinning thread on CPU 1).
     fn light_backlog(&self, floor_ns: u64) -> Option<u64> {
-        let per_color = self.event_ns.max(self.first_ns);
+        let (larger, smaller) = if self.event_ns >= self.first_ns {
+            (self.event_ns, self.first_ns)
+        } else {
+            (self.first_ns, self.event_ns)
+        };
+        let per_color = if larger > floor_ns { smaller } else { larger };
         ((1..=floor_ns).contains(&per_color)
             && self.ready.len() >= LIGHT_BACKLOG_COLORS
-            && self.ready.back().is_some_and(|&k| self.lendable(k, 0))
+            && self.ready.iter().rev().take(LIGHT_LOOK).any(|&k| self.lendable(k, 0))
             && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2))
         .then_some(per_color)
     }
@@ -1801,6 +1821,50 @@ mod tests {
     }
 
     #[test]
+    fn a_light_backlog_is_seen_past_borrowed_colors_and_an_average_lifted_by_one_turn() {
+        let log = Log::default();
+        let here: Vec<Color> = (0..)
+            .map(Color)
+            .filter(|&c| home_of(c, Placement::flat(2)) == 0)
+            .take(LIGHT_BACKLOG_COLORS + 1)
+            .collect();
+        // Colors of 1 us (the first one's first turn), enough of them for a backlog.
+        let queue = || {
+            let mut q = ColorQueue::new(0, Placement::flat(2));
+            for &c in &here {
+                let _ = q.post(c, task(&log, 0), false);
+            }
+            let k = *q.index.get(&here[0]).unwrap();
+            assert!(q.record_watched_turn(k, 1_000, 1));
+            (q, k)
+        };
+        let (mut q, _) = queue();
+        assert!(q.has_backlog(20_000));
+        // Colors lent by worker 1 queue behind them: they may not be lent on, and a few at the
+        // back of the line no longer hide the lendable ones before them.
+        for i in 0..LIGHT_LOOK - 1 {
+            let c = color_on(1, 2, i);
+            q.adopt(
+                1,
+                Loan { color: c, events: vec![task(&log, 1)].into(), urgent: 0, event_ns: 0 },
+            );
+        }
+        assert!(q.has_backlog(20_000), "{} borrowed colors at the back", LIGHT_LOOK - 1);
+        let loans = q.lend_backlog(1, 8, 20_000);
+        assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
+        // A sampled turn of a millisecond (a preempted one, on a shared CPU): the sampled
+        // average is over the floor, the first turns' one is not, and stands for the colors.
+        let (mut q, k) = queue();
+        q.record_turn(k, 1_000_000, 1);
+        assert!(q.has_backlog(20_000));
+        let loans = q.lend_backlog(1, 8, 20_000);
+        assert!(
+            !loans.is_empty() && loans.iter().all(|l| l.event_ns == 1_000),
+            "the 1 us estimate"
+        );
+    }
+
+    #[test]
     fn many_light_colors_are_a_backlog_together_and_half_of_them_are_lent() {
         let log = Log::default();
         let colors: Vec<Color> = (0..)
@@ -1874,12 +1938,23 @@ mod tests {
         assert!(q.has_backlog(20_000), "the last four are heavy");
         let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
         assert!(lent.len() == 4 && !lent.contains(&colors[3]), "heavy ones only: {lent:?}");
-        // At most `LIGHT_LOAN_MAX` a loan; a pinned color at the back is no light backlog.
+        // At most `LIGHT_LOAN_MAX` a loan; pinned colors at the back hide a light backlog when
+        // none of the last `LIGHT_LOOK` may be lent, and one that may is lent past them.
         let mut q = queue(colors.len(), 1_000);
         assert_eq!(q.lend_backlog(1, 8, 20_000).len(), LIGHT_LOAN_MAX);
         let mut q = queue(colors.len(), 1_000);
-        q.pin(*colors.last().unwrap());
-        assert!(!q.has_backlog(20_000), "the last to run may not be lent");
+        for &c in colors.iter().rev().take(LIGHT_LOOK) {
+            q.pin(c);
+        }
+        assert!(!q.has_backlog(20_000), "none of the last {LIGHT_LOOK} to run may be lent");
+        let mut q = queue(colors.len(), 1_000);
+        let pinned = &colors[colors.len() + 1 - LIGHT_LOOK..];
+        for &c in pinned {
+            q.pin(c);
+        }
+        assert!(q.has_backlog(20_000));
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        assert!(!lent.is_empty() && lent.iter().all(|c| !pinned.contains(c)));
         // A first turn over the floor (a driver's) is no light estimate: nothing is lent on it,
         // until light colors' first turns bring the average down.
         let mut q = queue(colors.len(), 4_000_000);
