@@ -361,12 +361,14 @@ const HEAVY_EVENT_NS: u64 = 5_000;
 const FEW_COLORS: usize = 4;
 
 /// Waiting colors [`ColorQueue::light_backlog`] looks at, from the back of the line, for one
-/// that may be lent. Not the last one alone: colors that may not be lent gather there, a
-/// collector that moved here by `follow` and is posted to after every chunk, the colors of an
-/// earlier loan; with the last alone, a worker on a CPU shared with another process holding
-/// 3,000 chunks of a user's loop advertised no backlog for most of the run while the worker on
-/// the free CPU idled (`user_probe`: 14.9-18.5 ms a sum, tokio 12.1-15.7; 12.4-13.1 after,
-/// tokio 12.2-14.4). Looked at only with [`LIGHT_BACKLOG_COLORS`] waiting, every few turns.
+/// that may be lent, when it advertises a backlog (a thief's request looks through the whole
+/// line). Not the last one alone: colors that may not be lent gather there, a collector that
+/// moved here by `follow` and is posted to after every chunk, the colors of an earlier loan.
+/// With the last alone, a worker on a CPU shared with another process held 3,000 chunk colors
+/// of a user's loop and advertised no backlog while the worker on the free CPU idled
+/// (`user_probe` beside a spinning thread, counted by a temporary print: a borrowed or moved
+/// color at the back every time). Looked at only with [`LIGHT_BACKLOG_COLORS`] waiting, every
+/// few turns.
 const LIGHT_LOOK: usize = 16;
 
 /// Most colors lent at once from a light backlog: each is a loan (a slot on each side, a return
@@ -1027,7 +1029,7 @@ impl ColorQueue {
                 .take(BACKLOG_LOOK)
                 .any(|&k| self.backlogged(k, floor_ns))
                 || self.few_heavy(floor_ns)
-                || self.light_backlog(floor_ns).is_some())
+                || self.light_backlog(floor_ns, LIGHT_LOOK).is_some())
     }
 
     /// The queued work of waiting color `key` (ns) if its events are heavy ([`HEAVY_EVENT_NS`]
@@ -1056,29 +1058,45 @@ impl ColorQueue {
 
     /// With a backlog the waiting colors hold together though none may alone, what an event of
     /// one not timed yet is estimated to cost here, ns (else `None`): at least
-    /// [`LIGHT_BACKLOG_COLORS`] wait, one of the last [`LIGHT_LOOK`] to run may be lent, and
-    /// their number times the estimate reaches twice `floor_ns` (a loan leaves half of it here).
-    /// The count takes every waiting color, those that may not be lent too (pinned, borrowed): a
-    /// line of them behind one lendable color lends that one.
+    /// [`LIGHT_BACKLOG_COLORS`] wait, one of the last `look` to run may be lent, and their
+    /// number times the estimate reaches twice `floor_ns` (a loan leaves half of it here). The
+    /// count takes every waiting color, those that may not be lent too (pinned, borrowed): a
+    /// line of them behind one lendable color lends that one. `look` is [`LIGHT_LOOK`] for the
+    /// advertisement, every few turns; the whole line for a thief's request.
     ///
-    /// The estimate is the larger of the sampled average and the first turns' average, unless
-    /// it is over `floor_ns` and the other is not: then the other. A first sample is taken
-    /// whole, so a driver's turn of milliseconds lifts the first turns' average (and is not to
-    /// be stamped on loans), and on a CPU shared with another process a sampled turn that
-    /// spanned a preemption counts up to four times the average (`cost_average`), so a few lift
-    /// the sampled one: with the larger alone, a worker on a shared CPU holding 3,000 chunks of
-    /// 1.3 us (first turns' average) judged them 87 us each, over the floor, and advertised no
-    /// backlog while the worker on the free CPU idled (`user_probe`, a spinning thread on CPU 1).
-    fn light_backlog(&self, floor_ns: u64) -> Option<u64> {
-        let (larger, smaller) = if self.event_ns >= self.first_ns {
-            (self.event_ns, self.first_ns)
+    /// The estimate: the own measure of that lendable color, if it was timed and is light (the
+    /// colors of a user's loop, the same ones run after run, are); else the larger of the
+    /// worker's sampled average and its first turns' average, unless it is over `floor_ns` and
+    /// the other is not: then the other. A first sample is taken whole, so a driver's turn of
+    /// milliseconds lifts the first turns' average (and is not to be stamped on loans), and on
+    /// a CPU shared with another process a sampled turn that spanned a preemption counts up to
+    /// four times the average (`cost_average`), so a few lift the sampled one. With the larger
+    /// alone, a worker on a shared CPU holding 3,000 chunks of 1.3 us (first turns' average)
+    /// judged them 87 us each, over the floor, and advertised no backlog while the worker on
+    /// the free CPU idled (`user_probe`, a spinning thread on CPU 1); and with the averages
+    /// alone, 138 chunks timed at 1.1-1.5 us each were judged by a first turns' average of 82
+    /// ns (a collector's), short of the floor.
+    fn light_backlog(&self, floor_ns: u64, look: usize) -> Option<u64> {
+        if self.ready.len() < LIGHT_BACKLOG_COLORS {
+            return None;
+        }
+        let lendable = self.ready.iter().rev().take(look).find(|&&k| self.lendable(k, 0))?;
+        let own = self.slots[*lendable].event_ns;
+        let per_color = if (1..=floor_ns).contains(&own) {
+            own
         } else {
-            (self.first_ns, self.event_ns)
+            let (larger, smaller) = if self.event_ns >= self.first_ns {
+                (self.event_ns, self.first_ns)
+            } else {
+                (self.first_ns, self.event_ns)
+            };
+            if larger > floor_ns {
+                smaller
+            } else {
+                larger
+            }
         };
-        let per_color = if larger > floor_ns { smaller } else { larger };
         ((1..=floor_ns).contains(&per_color)
-            && self.ready.len() >= LIGHT_BACKLOG_COLORS
-            && self.ready.iter().rev().take(LIGHT_LOOK).any(|&k| self.lendable(k, 0))
             && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2))
         .then_some(per_color)
     }
@@ -1132,7 +1150,7 @@ impl ColorQueue {
             if self.few_heavy(floor_ns) {
                 // Each timed itself: the estimate goes with none of them.
                 loans = self.lend_from_back(thief, n, |q, k| q.heavy_work(k).is_some(), 0);
-            } else if let Some(estimate) = self.light_backlog(floor_ns) {
+            } else if let Some(estimate) = self.light_backlog(floor_ns, usize::MAX) {
                 loans = self.lend_from_back(thief, n, |q, k| q.lendable(k, 0), estimate);
             }
         }
@@ -1821,7 +1839,7 @@ mod tests {
     }
 
     #[test]
-    fn a_light_backlog_is_seen_past_borrowed_colors_and_an_average_lifted_by_one_turn() {
+    fn a_light_backlog_is_found_past_borrowed_colors_and_misleading_averages() {
         let log = Log::default();
         let here: Vec<Color> = (0..)
             .map(Color)
@@ -1852,6 +1870,35 @@ mod tests {
         assert!(q.has_backlog(20_000), "{} borrowed colors at the back", LIGHT_LOOK - 1);
         let loans = q.lend_backlog(1, 8, 20_000);
         assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
+        // More borrowed colors than the advertisement looks at: no backlog advertised, but a
+        // thief that asks anyway (a deep line, `steal::DEEP_LINE`) is lent from the whole line.
+        let (mut q, _) = queue();
+        for i in 0..LIGHT_LOOK {
+            let c = color_on(1, 2, i);
+            q.adopt(
+                1,
+                Loan { color: c, events: vec![task(&log, 1)].into(), urgent: 0, event_ns: 0 },
+            );
+        }
+        assert!(!q.has_backlog(20_000));
+        let loans = q.lend_backlog(1, 8, 20_000);
+        assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
+        // Colors timed themselves (a user's loop run again: their measures were taken in an
+        // earlier run) stand for the line: a first turns' average of 100 ns (a collector's)
+        // does not make chunks of 1 us light.
+        let mut q = ColorQueue::new(0, Placement::flat(2));
+        let collector = color_on(0, 2, 10_000);
+        let _ = q.post(collector, task(&log, 2), false);
+        let kc = *q.index.get(&collector).unwrap();
+        assert!(q.record_watched_turn(kc, 100, 1), "the first turns' average: 100 ns");
+        for &c in &here {
+            let _ = q.post(c, task(&log, 0), false);
+            let kk = *q.index.get(&c).unwrap();
+            q.slots[kk].event_ns = 1_000;
+        }
+        assert!(q.has_backlog(20_000));
+        let loans = q.lend_backlog(1, 8, 20_000);
+        assert!(!loans.is_empty() && loans.iter().all(|l| l.event_ns == 1_000));
         // A sampled turn of a millisecond (a preempted one, on a shared CPU): the sampled
         // average is over the floor, the first turns' one is not, and stands for the colors.
         let (mut q, k) = queue();

@@ -109,9 +109,22 @@ pub(crate) fn worth_asking(steal: Steal, mine: u32, c: &Candidate) -> bool {
         // A backlog does not move to a CPU clearly slower than the one it waits on (this worker
         // shares its CPU with another process), where it would wait longer, unless so many
         // colors wait there ([`DEEP_READY`]) that it would wait longer still for its turn.
-        Steal::Backlog => c.backlog && (c.share <= mine + SHARED_BY || c.ready >= DEEP_READY),
+        Steal::Backlog => {
+            (c.backlog || c.ready >= DEEP_LINE)
+                && (c.share <= mine + SHARED_BY || c.ready >= DEEP_READY)
+        }
     }
 }
+
+/// Colors waiting on a victim from which a thief asks under `Steal::Backlog` though it
+/// advertises no backlog: four light backlogs' worth. The advertisement looks at the back of
+/// the line only (`queue::LIGHT_LOOK` colors, every few turns), where colors that may not be
+/// lent gather (a loan of up to 256 borrowed colors); the answer to a request looks through the
+/// whole line. Without it, a worker on a CPU shared with another process held 3,000 chunk
+/// colors of a user's loop behind a loan's borrowed ones, and the worker on the free CPU slept
+/// (`user_probe`, `BUSY=1`). A victim with nothing to lend answers empty, and the thief then
+/// asks less often (`backoff_after`).
+pub(crate) const DEEP_LINE: usize = 512;
 
 /// Colors waiting on a victim from which a thief on a clearly slower CPU (shared with another
 /// process) still takes a backlog (`Steal::Backlog`): the victim runs a turn of each before it
@@ -721,6 +734,8 @@ mod tests {
                     assert!(asks(free, c(2, true, free)));
                     assert!(asks(free, c(2, true, half)));
                     assert!(!asks(half, c(2, true, free)), "not onto a slower CPU");
+                    assert!(asks(free, c(DEEP_LINE, false, half)), "a deep line, unadvertised");
+                    assert!(!asks(free, c(DEEP_LINE - 1, false, half)));
                 }
             }
         }
