@@ -91,7 +91,10 @@ pub enum Steal {
     /// work queued on a worker whose CPU another process shares. What it leaves alone: partners
     /// that pass a message or two at a time (a ring, a mall, a ping-pong: light backlogs, moved
     /// by `follow` instead) and a lone stream's receiver (one waiting color). A thief asks only a
-    /// worker that advertises a backlog, and moves one to a CPU clearly slower than its
+    /// worker that advertises a backlog or has 512 colors waiting or more (`steal::DEEP_LINE`:
+    /// the advertisement looks at the back of the line, where borrowed colors gather; a worker
+    /// on a CPU shared with a busy process held a user's loop's chunks behind them while the
+    /// other worker idled), and moves one to a CPU clearly slower than its
     /// victim's only from a victim with 16 colors waiting or more (`steal::DEEP_READY`: there
     /// the backlog would wait longer for its turn; with a busy CPU this took fork-join with 1 µs
     /// items from 0.65-0.81x tokio to 0.86-0.87x); a stolen color whose home's CPU is clearly
