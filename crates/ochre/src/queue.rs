@@ -1082,19 +1082,12 @@ impl ColorQueue {
         }
         let lendable = self.ready.iter().rev().take(look).find(|&&k| self.lendable(k, 0))?;
         let own = self.slots[*lendable].event_ns;
-        let per_color = if (1..=floor_ns).contains(&own) {
-            own
-        } else {
-            let (larger, smaller) = if self.event_ns >= self.first_ns {
-                (self.event_ns, self.first_ns)
-            } else {
-                (self.first_ns, self.event_ns)
-            };
-            if larger > floor_ns {
-                smaller
-            } else {
-                larger
-            }
+        let (larger, smaller) =
+            (self.event_ns.max(self.first_ns), self.event_ns.min(self.first_ns));
+        let per_color = match own {
+            1.. if own <= floor_ns => own,
+            _ if larger > floor_ns => smaller,
+            _ => larger,
         };
         ((1..=floor_ns).contains(&per_color)
             && (self.ready.len() as u64).saturating_mul(per_color) >= floor_ns.saturating_mul(2))
@@ -1390,7 +1383,12 @@ mod tests {
 
     /// A color homed on worker `w` of `n`.
     fn color_on(w: usize, n: usize, skip: usize) -> Color {
-        (0..).map(Color).filter(|&c| home_of(c, Placement::flat(n)) == w).nth(skip).unwrap()
+        colors_on(w, n, skip + 1)[skip]
+    }
+
+    /// The first `count` colors homed on worker `w` of `n`.
+    fn colors_on(w: usize, n: usize, count: usize) -> Vec<Color> {
+        (0..).map(Color).filter(|&c| home_of(c, Placement::flat(n)) == w).take(count).collect()
     }
 
     /// Starts the next turn and runs its events; returns its key.
@@ -1841,11 +1839,7 @@ mod tests {
     #[test]
     fn a_light_backlog_is_found_past_borrowed_colors_and_misleading_averages() {
         let log = Log::default();
-        let here: Vec<Color> = (0..)
-            .map(Color)
-            .filter(|&c| home_of(c, Placement::flat(2)) == 0)
-            .take(LIGHT_BACKLOG_COLORS + 1)
-            .collect();
+        let here = colors_on(0, 2, LIGHT_BACKLOG_COLORS + 1);
         // Colors of 1 us (the first one's first turn), enough of them for a backlog.
         let queue = || {
             let mut q = ColorQueue::new(0, Placement::flat(2));
@@ -1860,26 +1854,20 @@ mod tests {
         assert!(q.has_backlog(20_000));
         // Colors lent by worker 1 queue behind them: they may not be lent on, and a few at the
         // back of the line no longer hide the lendable ones before them.
-        for i in 0..LIGHT_LOOK - 1 {
-            let c = color_on(1, 2, i);
-            q.adopt(
-                1,
-                Loan { color: c, events: vec![task(&log, 1)].into(), urgent: 0, event_ns: 0 },
-            );
-        }
+        let borrow = |q: &mut ColorQueue, n: usize| {
+            for c in colors_on(1, 2, n) {
+                let events = vec![task(&log, 1)].into();
+                q.adopt(1, Loan { color: c, events, urgent: 0, event_ns: 0 });
+            }
+        };
+        borrow(&mut q, LIGHT_LOOK - 1);
         assert!(q.has_backlog(20_000), "{} borrowed colors at the back", LIGHT_LOOK - 1);
         let loans = q.lend_backlog(1, 8, 20_000);
         assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
         // More borrowed colors than the advertisement looks at: no backlog advertised, but a
         // thief that asks anyway (a deep line, `steal::DEEP_LINE`) is lent from the whole line.
         let (mut q, _) = queue();
-        for i in 0..LIGHT_LOOK {
-            let c = color_on(1, 2, i);
-            q.adopt(
-                1,
-                Loan { color: c, events: vec![task(&log, 1)].into(), urgent: 0, event_ns: 0 },
-            );
-        }
+        borrow(&mut q, LIGHT_LOOK);
         assert!(!q.has_backlog(20_000));
         let loans = q.lend_backlog(1, 8, 20_000);
         assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
@@ -1914,11 +1902,7 @@ mod tests {
     #[test]
     fn many_light_colors_are_a_backlog_together_and_half_of_them_are_lent() {
         let log = Log::default();
-        let colors: Vec<Color> = (0..)
-            .map(Color)
-            .filter(|&c| home_of(c, Placement::flat(2)) == 0)
-            .take(3 * LIGHT_LOAN_MAX)
-            .collect();
+        let colors = colors_on(0, 2, 3 * LIGHT_LOAN_MAX);
         let queue = |n: usize, first_ns: u64| {
             let mut q = ColorQueue::new(0, Placement::flat(2));
             // A first color timed on its first turn: the estimate for the others.
@@ -2312,11 +2296,7 @@ mod tests {
     fn thousands_of_colors_keep_their_slots_and_their_traffic() {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(2));
-        let colors: Vec<Color> = (0..)
-            .map(Color)
-            .filter(|&c| home_of(c, Placement::flat(2)) == 0)
-            .take(10_000)
-            .collect();
+        let colors = colors_on(0, 2, 10_000);
         for round in 0..2 {
             for &c in &colors {
                 let key = match q.route(c) {
