@@ -5,7 +5,7 @@
 //! into the collector's).
 //!
 //! `user_probe [REPS] [CHUNK]` (defaults 7 and 8192 numbers a chunk; the word count takes an
-//! eighth of it in lines). `BUSY=1`: a thread spins on worker 1's CPU throughout; `STATS=1`:
+//! eighth of it in lines). `ONLY=sum` or `ONLY=words` runs one of the two. `BUSY=1`: a thread spins on worker 1's CPU throughout; `STATS=1`:
 //! each ochre sum's run time and per-worker counters on standard error.
 //!
 //! Found (2 workers, quiet, medians of 7, speed over ochre's): the sum at 65,536 / 8,192 /
@@ -23,6 +23,17 @@
 //! lifted by preempted turns: `queue::LIGHT_LOOK`, `steal::DEEP_LINE`); ochre over tokio-mt
 //! 0.89-1.14 (median 1.02) before the fix, 0.99-1.24 (1.19) after; rayon 1.1-1.3x ochre
 //! (quiet: ochre 7.0-7.2 ms, tokio-mt 9.3-10.5, rayon 5.0-5.5).
+//!
+//! Session 34, the sum beside a busy thread: in the slower runs the worker on the shared CPU
+//! had borrowed the collector (`Color::DEFAULT`, homed on the other), judged a backlog of 6,000
+//! events at 9 us each, the average of its own turns lifted by the driver's (the same color);
+//! every later result was then forwarded to it in batches of 1.6-2.3 messages. Weighing each
+//! event of a turn in the color's average (the driver's one turn no longer sets it), and not
+//! lending cheap colors' backlogs, were each tried: medians over 5 processes alternated 11.7
+//! ms all three (a scratch build each), so not kept. `perf` of the quiet sum (`ONLY=sum`, 60
+//! repetitions): ochre's workers spend 1.31x rayon's CPU, the chunks' closures 1.1x (each
+//! posts its result) and the runtime's per-event path the rest (~140 ns an event): the cost
+//! of an event per chunk, which rayon's halving avoids.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -177,11 +188,16 @@ fn main() {
     // `BUSY=1`: a thread spins on worker 1's CPU throughout (a machine shared with a busy
     // process).
     let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
+    let only = std::env::var("ONLY").ok();
+    let only = only.as_deref();
     ochre_bench::actors::with_busy_cpu(busy, || {
         for rep in 0..=reps {
             let mut d = [Duration::ZERO; 6];
             let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
             for &s in &order {
+                if only.is_some_and(|o| o != "sum") {
+                    continue;
+                }
                 d[s] = time(&mut || {
                     let got = match s {
                         0 => sum_ochre(&rt, &data, chunk),
@@ -190,6 +206,9 @@ fn main() {
                     };
                     assert_eq!(got, expect);
                 });
+                if only.is_some_and(|o| o != "words") {
+                    continue;
+                }
                 d[3 + s] = time(&mut || {
                     let got = match s {
                         0 => words_ochre(&rt, &text, chunk / 8),
@@ -207,12 +226,16 @@ fn main() {
         }
     });
     let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
-    println!(
+    if only != Some("words") {
+        println!(
         "sum of squares (chunk {chunk}): ochre {:.2} ms, rayon {:.2} ms, tokio {:.2} ms; ochre/rayon speed {:.2}, ochre/tokio {:.2}",
         m[0], m[1], m[2], m[1] / m[0], m[2] / m[0]
     );
-    println!(
+    }
+    if only != Some("sum") {
+        println!(
         "word count (chunk {}): ochre {:.2} ms, rayon {:.2} ms, tokio {:.2} ms; ochre/rayon speed {:.2}, ochre/tokio {:.2}",
         chunk / 8, m[3], m[4], m[5], m[4] / m[3], m[5] / m[3]
     );
+    }
 }
