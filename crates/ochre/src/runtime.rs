@@ -139,6 +139,7 @@ impl Builder {
     pub fn build(self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
         let allowed = topology::allowed_cpus().map_err(|e| Error::os("reading CPU affinity", e))?;
+        let discovered = topology::Topology::discover();
         let cpus = match self.cpus {
             Some(list) => {
                 if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {
@@ -147,15 +148,15 @@ impl Builder {
                 list
             }
             // Tree order: consecutive workers fill a cache domain before the next.
-            None => topology::Topology::discover()
-                .map(|t| t.cpus().to_vec())
-                .unwrap_or_else(|_| allowed.clone()),
+            None => {
+                discovered.as_ref().map(|t| t.cpus().to_vec()).unwrap_or_else(|_| allowed.clone())
+            }
         };
         let workers = self.workers.unwrap_or(cpus.len());
         let tree = match self.topology {
             Some(t) if !t.is_empty() => t,
             Some(_) => return Err(Error::Config("the topology has no CPU".into())),
-            None => topology::Topology::discover()
+            None => discovered
                 .map(|t| {
                     // Follow the workers' CPUs, in their order.
                     let flat = topology::Topology::flat(cpus.clone());
