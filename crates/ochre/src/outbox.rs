@@ -65,6 +65,8 @@ struct OutSlot {
     filled_whole: bool,
     /// The turn in which the last full batch left.
     full_turn: u64,
+    /// Full batches that left earlier in that turn.
+    in_turn: u32,
 }
 
 /// Emptied batch buffers given back to a worker by those it sent them to, taken by the worker
@@ -165,6 +167,7 @@ impl Outbox {
                     fill: tune::Fill::default(),
                     filled_whole: false,
                     full_turn: 0,
+                    in_turn: 0,
                 })
                 .collect(),
             batch_size,
@@ -276,7 +279,8 @@ impl Outbox {
             slot.mean_interval = (slot.mean_interval * 7 + clamped) / 8;
             took = slot.filled_whole.then_some(gap);
         }
-        slot.fill = tune::Fill { took, same_turn: slot.full_turn == self.turn };
+        slot.in_turn = if slot.full_turn == self.turn { slot.in_turn.saturating_add(1) } else { 0 };
+        slot.fill = tune::Fill { took, in_turn: slot.in_turn };
         slot.full_turn = self.turn;
         slot.last_natural = Some(now);
         let batch = self.take(dest);
@@ -599,11 +603,11 @@ mod tests {
             (0..n).find_map(|_| o.push_at(1, msg(), &returns(), || at)).expect("full");
         };
         fill_at(&mut o, t0);
-        assert_eq!(o.slots[1].fill, tune::Fill { took: None, same_turn: false }, "the first");
+        assert_eq!(o.slots[1].fill, tune::Fill { took: None, in_turn: 0 }, "the first");
         // Two full batches in one turn, 5 us apart.
         fill_at(&mut o, t0 + Duration::from_micros(5));
         let fill = o.slots[1].fill;
-        assert_eq!(fill, tune::Fill { took: Some(Duration::from_micros(5)), same_turn: true });
+        assert_eq!(fill, tune::Fill { took: Some(Duration::from_micros(5)), in_turn: 1 });
         // A turn ends; a few messages leave early (end of the turn, an early batch); long
         // after, the next batch leaves full: its fill time is unknown (it would count the wait
         // with an empty buffer) and it is not the same turn's.
@@ -611,7 +615,7 @@ mod tests {
         assert!(o.push_at(1, msg(), &returns(), || t0).is_none(), "not full");
         assert_eq!(o.take(1).len(), 1);
         fill_at(&mut o, t0 + Duration::from_secs(1));
-        assert_eq!(o.slots[1].fill, tune::Fill { took: None, same_turn: false });
+        assert_eq!(o.slots[1].fill, tune::Fill { took: None, in_turn: 0 });
         // Its receiver idle: an unknown fill time takes the size down to the idle floor only.
         let idle = || tune::Receiver { idle: true, ready: 0 };
         for _ in 0..10 {

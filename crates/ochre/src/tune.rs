@@ -41,8 +41,12 @@
 //!   before a larger batch fills, so a larger batch delays nothing it could run and saves a
 //!   synchronization (and a batch's filing) per batch: grow by a quarter.
 //! - A turn that fills batch after batch to one destination, each within [`LONG_FILL`] (a
-//!   producer's loop, a fan-out of thousands), the receiver busy: it gets a batch every fill
-//!   whatever the size, so a larger one only saves synchronizations: grow by a quarter. Why:
+//!   producer's loop, a fan-out of thousands), from its second full batch if the receiver is
+//!   busy, from its fourth ([`LOOP_BATCHES`] before it) if it is idle (it keeps up with the
+//!   loop): the receiver gets a batch every fill whatever the size, so a larger one only saves
+//!   synchronizations: grow by a quarter. (Idle receivers shrinking in every loop took a
+//!   320-post loop of empty events to batches of 16: `tests/api.rs`'s
+//!   `batching_sends_whole_buffers` saw a mean of 15.2.) Why:
 //!   fork-join empty (one handler posts 720 000 messages to 60 actors) lost 35% to the fixed
 //!   128 (quiet machine, paired); `OCHRE_TUNE_DEBUG=1` showed its receiver busy with 4-10
 //!   colors queued at 70% of the full batches and idle at the rest, so the backlog rule never
@@ -63,7 +67,8 @@
 //!   every such batch to an idle receiver shrank the size; sizes drifted down to means of 8-10
 //!   on producer-consumer, the thread rings, fork-join and bank (`OCHRE_TUNE_DEBUG=1`), and
 //!   the thread ring of 64 tokens lost 5% to the fixed 32.
-//! - Idle receiver otherwise (the batch filled quickly, or its fill time is unknown): it waits
+//! - Idle receiver otherwise (the batch filled quickly, or its fill time is unknown, outside a
+//!   loop as above): it waits
 //!   for this sender, and a smaller batch reaches it sooner: shrink by an eighth, down to
 //!   [`IDLE_FLOOR`] (16, half the default size) and no further. Producer-consumer at 2 workers
 //!   with empty handlers (50 messages a round, a consumer idle at every full batch) ran best
@@ -157,6 +162,9 @@ pub(crate) const SHORT_SHARE: f32 = 0.5;
 /// 50 µs too). A guess at the scale, not a tuned figure.
 pub(crate) const LONG_FILL: Duration = Duration::from_micros(50);
 
+/// Full batches a turn sends one destination, each filled within [`LONG_FILL`], before its next
+/// ones grow though the receiver is idle: a producer's loop it keeps up with (module doc).
+pub(crate) const LOOP_BATCHES: u32 = 3;
 /// Smallest batch an idle receiver shrinks the size to when its batches are not known to fill
 /// slowly (half the default size): see the module doc.
 pub(crate) const IDLE_FLOOR: usize = 16;
@@ -277,9 +285,9 @@ pub(crate) struct Fill {
     /// left full, if none left before it was full in between (else unknown: the time would
     /// count a wait with an empty buffer, between turns or runs).
     pub(crate) took: Option<Duration>,
-    /// The previous full batch to the same destination left in the same turn: one handler is
-    /// posting batch after batch to it (a producer's loop, a fan-out).
-    pub(crate) same_turn: bool,
+    /// Full batches to the same destination that left earlier in the same turn: one handler
+    /// posting batch after batch to it (a producer's loop, a fan-out) when more than 0.
+    pub(crate) in_turn: u32,
 }
 
 /// The next size of a destination's batches after one left full at `size` (module doc): if
@@ -290,7 +298,11 @@ pub(crate) struct Fill {
 pub(crate) fn next_batch_size(size: usize, receiver: Receiver, fill: Fill) -> usize {
     let slow = fill.took.is_some_and(|t| t > LONG_FILL);
     let quick = fill.took.is_some_and(|t| t <= LONG_FILL);
-    let next = if receiver.idle {
+    let in_loop = fill.in_turn > 0 && quick;
+    let next = if receiver.idle && in_loop && fill.in_turn >= LOOP_BATCHES {
+        // It keeps up with a producer's loop: it gets a batch every fill whatever the size.
+        size + (size / 4).max(1)
+    } else if receiver.idle {
         // It waits for this sender: a smaller batch reaches it sooner. Down to the minimum
         // when the wait is known to be long, else to `IDLE_FLOOR` only.
         let floor = if slow { MIN_BATCH } else { IDLE_FLOOR };
@@ -299,7 +311,7 @@ pub(crate) fn next_batch_size(size: usize, receiver: Receiver, fill: Fill) -> us
         } else {
             size
         }
-    } else if receiver.ready >= size || (fill.same_turn && quick) {
+    } else if receiver.ready >= size || in_loop {
         size + (size / 4).max(1)
     } else {
         size
@@ -449,7 +461,7 @@ mod tests {
 
     /// A batch that followed a full one (not in the same turn) and took `t` to fill.
     fn took(t: Duration) -> Fill {
-        Fill { took: Some(t), same_turn: false }
+        Fill { took: Some(t), in_turn: 0 }
     }
 
     #[test]
@@ -510,9 +522,10 @@ mod tests {
         // Kept at 32, it ran 0.86-0.90 of the fixed 16. An unknown fill time goes no lower:
         // the version that read it as the fill time drifted to 8-10 on producer-consumer,
         // the thread rings and fork-join (OCHRE_TUNE_DEBUG counts).
-        let unknown = Fill { took: None, same_turn: false };
-        let quick_loop = Fill { took: Some(US * 5), same_turn: true };
-        for fill in [unknown, Fill { took: None, same_turn: true }, took(US * 5), quick_loop] {
+        let unknown = Fill { took: None, in_turn: 0 };
+        // Producer-consumer at 16: three full batches a round, the second and third in a turn.
+        let short_loop = Fill { took: Some(US * 5), in_turn: LOOP_BATCHES - 1 };
+        for fill in [unknown, Fill { took: None, in_turn: 5 }, took(US * 5), short_loop] {
             let mut size = 32;
             let mut batches = 0;
             while size > IDLE_FLOOR {
@@ -535,22 +548,22 @@ mod tests {
         // Fork-join: one handler posts hundreds of thousands of messages; the receiver runs
         // each at once (a few colors queued, often idle) and the fixed 128 beat the fixed 32
         // by 16%: growth on a backlog alone never happened there.
-        let loop_fill = |t| Fill { took: Some(t), same_turn: true };
+        let loop_fill = |t| Fill { took: Some(t), in_turn: LOOP_BATCHES };
         let few = Receiver { idle: false, ready: 5 };
-        let mut size = 32;
-        for _ in 0..12 {
-            size = next_batch_size(size, few, loop_fill(US * 5));
-        }
-        assert_eq!(size, MAX_BATCH);
-        // Its receiver was idle at 30% of the full batches: the size still climbs, and stays
-        // within three shrinks of the maximum.
-        let mut size = 32;
-        for i in 0..100 {
-            let receiver = if i % 10 < 7 { few } else { IDLE };
-            size = next_batch_size(size, receiver, loop_fill(US * 5));
-            if i >= 30 {
-                assert!(size >= MAX_BATCH * 2 / 3, "{size} at batch {i}");
+        // Busy or idle: an idle receiver keeps up with the loop (a stream of empty events).
+        for receiver in [few, IDLE] {
+            let mut size = 32;
+            for _ in 0..12 {
+                size = next_batch_size(size, receiver, loop_fill(US * 5));
             }
+            assert_eq!(size, MAX_BATCH, "{receiver:?}");
+        }
+        // The first full batches of a turn to an idle receiver are no loop yet: they shrink
+        // (producer-consumer's three a round at 16 stay there), a busy one's grow.
+        for in_turn in 1..LOOP_BATCHES {
+            let fill = Fill { took: Some(US * 5), in_turn };
+            assert!(next_batch_size(64, IDLE, fill) < 64, "{in_turn}");
+            assert!(next_batch_size(64, few, fill) > 64, "{in_turn}");
         }
         // The same turn but slow to fill, the receiver idle: it waits, shrink.
         assert!(next_batch_size(64, IDLE, loop_fill(LONG_FILL * 2)) < 64);
