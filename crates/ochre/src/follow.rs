@@ -455,9 +455,16 @@ pub(crate) fn sheds(ready: usize, mine: u32, cheap: bool, home: impl FnOnce() ->
 /// At a borrower whose resident color's queue just emptied: give it back to its `home`? When its
 /// traffic moved on (`moved_on`, [`gives_back`]), unless the home gets clearly less of its CPU
 /// than this worker (`mine`): a color that [`relief`] sent here keeps hearing from its home,
-/// forwarded, and going back would undo the relief at every window; else as [`sheds`] says.
+/// forwarded, and going back would undo the relief at every window. When it is `relieved` (it
+/// came for its home's want of CPU, [`relieved`]), no other color waits here (`ready`) and the
+/// home is idle and has its CPU again: the want is over, and the color's partners here would
+/// keep it for good (their posts are local), so that a fork of two long events, one of them
+/// relieved onto its poster's worker during a busy spell, ran one after the other for the rest
+/// of the process in every other job (`tests/api.rs`, `two_long_events_...`: 3 of 8 jobs at
+/// once, 2 test runs in 8). Else as [`sheds`] says.
 pub(crate) fn goes_home(
     moved_on: bool,
+    relieved: bool,
     ready: usize,
     mine: u32,
     cheap: bool,
@@ -466,7 +473,18 @@ pub(crate) fn goes_home(
     if moved_on {
         return !clearly_more(mine, home().share);
     }
+    if relieved && ready == 0 {
+        let home = home();
+        return (home.idle && has_its_cpu(home.share)) || sheds(ready, mine, cheap, || home);
+    }
     sheds(ready, mine, cheap, home)
+}
+
+/// Whether a color moved here from `home` by a worker getting `mine` of its CPU came for its
+/// home's want of CPU: the home gets clearly less of it ([`relief`] sent it, or a post from
+/// here moved it off a shared CPU).
+pub(crate) fn relieved(mine: u32, home: Peer) -> bool {
+    clearly_more(mine, home.share)
 }
 
 /// At a thief whose stolen color's queue just emptied (`Steal::Backlog`): keep it, as a
@@ -591,10 +609,31 @@ mod tests {
     #[test]
     fn a_resident_whose_traffic_moved_on_goes_home_unless_the_home_cpu_is_clearly_worse() {
         let home = |share| move || Peer { id: 0, idle: false, share };
-        assert!(goes_home(true, 0, FULL, false, home(FULL)), "traffic moved on");
-        assert!(!goes_home(true, 0, FULL, false, home(FULL / 2)), "the home's CPU is shared");
-        assert!(goes_home(true, 0, FULL / 2, false, home(FULL / 2)), "both shared alike");
-        assert!(!goes_home(false, 0, FULL, false, home(FULL)), "nothing says so");
+        assert!(goes_home(true, false, 0, FULL, false, home(FULL)), "traffic moved on");
+        assert!(
+            !goes_home(true, false, 0, FULL, false, home(FULL / 2)),
+            "the home's CPU is shared"
+        );
+        assert!(goes_home(true, false, 0, FULL / 2, false, home(FULL / 2)), "both shared alike");
+        assert!(!goes_home(false, false, 0, FULL, false, home(FULL)), "nothing says so");
+    }
+
+    #[test]
+    fn a_relieved_resident_goes_home_once_its_home_has_its_cpu_again_and_waits() {
+        let home = |idle, share| move || Peer { id: 0, idle, share };
+        // Moved off a home getting half of its CPU: relieved.
+        let shared_home = Peer { id: 0, idle: true, share: FULL / 2 };
+        assert!(relieved(FULL, shared_home));
+        assert!(!relieved(FULL, Peer { share: FULL, ..shared_home }), "moved by its traffic");
+        // Its queue emptied with nothing else waiting here: home if the home is idle with all
+        // of its CPU.
+        assert!(goes_home(false, true, 0, FULL, false, home(true, FULL)), "the want is over");
+        assert!(!goes_home(false, true, 0, FULL, false, home(true, FULL / 2)), "still shared");
+        assert!(!goes_home(false, true, 0, FULL, false, home(false, FULL)), "the home is busy");
+        // Other colors wait here: the usual rules (the worker is not crowded by one).
+        assert!(!goes_home(false, true, 1, FULL, false, home(true, FULL)));
+        // Not relieved: a color its traffic moved stays with its partners.
+        assert!(!goes_home(false, false, 0, FULL, false, home(true, FULL)));
     }
 
     fn posts(colors: &[u64]) -> Vec<Msg> {
@@ -759,7 +798,7 @@ mod tests {
                     for home in [peer(1, true, FULL), peer(1, true, FULL / 2), peer(1, false, FULL)]
                     {
                         assert!(!sheds(ready, mine, cheap, || home), "{ready} {mine} {event_ns}");
-                        assert!(!goes_home(false, ready, mine, cheap, || home));
+                        assert!(!goes_home(false, false, ready, mine, cheap, || home));
                         assert_eq!(relief(mine, || [home].into_iter()), None);
                     }
                 }

@@ -297,7 +297,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 }
             }
             Msg::Move { color, home, task, urgent } => {
-                q.adopt_moved(color, home as usize, task, urgent)
+                q.adopt_moved(color, home as usize, task, urgent, false)
             }
             Msg::Return { color, ran } => q.returned(color, ran),
             Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } | Msg::PostInline { .. } => {
@@ -319,7 +319,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
     match q.end_turn_shedding(
         key,
         |_, _| false,
-        |home, _, _, _, loan| home.filter(|_| follow || loan),
+        |home, _, _, what: crate::queue::Shed| home.filter(|_| follow || what.loan),
     ) {
         Some(crate::queue::TurnEnd::Return(ret)) => {
             deliver_from(me.id, peer(ret.home), Msg::Return { color: ret.color, ran: ret.ran })
@@ -512,7 +512,8 @@ fn loom_a_busy_color_pulled_by_a_post_leaves_when_its_queue_empties() {
         let (h, p) =
             (crate::sync::lock(&home.queue).lease(c), crate::sync::lock(&poster.queue).lease(c));
         let pulled = Some(Lease::Away { to: poster_id, outstanding: 0, moved: true });
-        let resident = Some(Lease::Guest { home: home_id, received: 0, resident: true });
+        let resident =
+            Some(Lease::Guest { home: home_id, received: 0, resident: true, relieved: false });
         assert!(
             (h == Some(Lease::Local) && p.is_none()) || (h == pulled && p == resident),
             "held by one worker: home {h:?}, poster {p:?}"

@@ -118,11 +118,14 @@ pub(crate) enum Lease {
         moved: bool,
     },
     /// Held on loan from `home`; a `resident` (moved here by `follow`) stays when its queue
-    /// empties, until its traffic says it should go back.
+    /// empties, until its traffic says it should go back. A `relieved` resident came for its
+    /// home's want of CPU (`follow::relieved`): its home is asked whether that is over whenever
+    /// its queue empties with no other color waiting here (`follow::goes_home`).
     Guest {
         home: usize,
         received: u64,
         resident: bool,
+        relieved: bool,
     },
 }
 
@@ -251,6 +254,18 @@ pub(crate) enum TurnEnd {
     /// A color at home here, idle, moves to worker `to` for good (`follow`): send it a `Move`
     /// with no event.
     Push { to: usize, color: Color },
+}
+
+/// What a color whose queue emptied is, for the policy asked where it goes
+/// ([`ColorQueue::end_turn_shedding`]'s `shed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shed {
+    /// A resident whose traffic moved on (`follow::gives_back`).
+    pub(crate) moved_on: bool,
+    /// A stolen color.
+    pub(crate) loan: bool,
+    /// A resident that came for its home's want of CPU ([`Lease::Guest`]).
+    pub(crate) relieved: bool,
 }
 
 /// A guest slot was emptied: tell the home how many of its events ran.
@@ -708,15 +723,17 @@ impl ColorQueue {
         home: usize,
         task: Option<Task>,
         urgent: bool,
+        relieved: bool,
     ) {
         let key = self.guest_slot(color, home);
         let slot = &mut self.slots[key];
         debug_assert_eq!(
             slot.lease,
-            Lease::Guest { home, received: 0, resident: false },
+            Lease::Guest { home, received: 0, resident: false, relieved: false },
             "a color moved here while held here"
         );
-        slot.lease = Lease::Guest { home, received: u64::from(task.is_some()), resident: true };
+        let received = u64::from(task.is_some());
+        slot.lease = Lease::Guest { home, received, resident: true, relieved };
         slot.traffic.reset();
         self.arrive(key);
         if let Some(task) = task {
@@ -822,7 +839,7 @@ impl ColorQueue {
         match self.end_turn_shedding(
             key,
             |_, _| false,
-            |home, _, _, moved_on, loan| home.filter(|_| moved_on || loan),
+            |home, _, _, what: Shed| home.filter(|_| what.moved_on || what.loan),
         ) {
             Some(TurnEnd::Return(r)) => Some(r),
             Some(TurnEnd::Push { color, .. }) => {
@@ -833,10 +850,10 @@ impl ColorQueue {
     }
 
     /// [`end_turn`](Self::end_turn), where a color whose queue emptied may also leave
-    /// (`follow`): `shed(home, ready, cost, moved_on, loan)` is asked, with the color's home if
-    /// it is a guest (`None` if it is at home here), the number of colors waiting here, its cost
-    /// per event, whether its traffic moved on (residents) and whether it is a loan (a stolen
-    /// color), for a worker to send it to: a guest goes back home (the answer must be its home;
+    /// (`follow`): `shed(home, ready, cost, what)` is asked, with the color's home if it is a
+    /// guest (`None` if it is at home here), the number of colors waiting here, its cost per
+    /// event, and what it is ([`Shed`]: whether its traffic moved on, a loan, relieved), for a
+    /// worker to send it to: a guest goes back home (the answer must be its home;
     /// a loan that is not sent home stays as a resident), a color at home moves to the worker
     /// named ([`TurnEnd::Push`]). A color at home that a step pulled while it was busy, with no
     /// post from elsewhere since, moves to that step's worker without asking (`follow`).
@@ -849,7 +866,7 @@ impl ColorQueue {
         &mut self,
         key: usize,
         keeps: impl FnOnce(usize, u64) -> bool,
-        shed: impl FnOnce(Option<usize>, usize, u64, bool, bool) -> Option<usize>,
+        shed: impl FnOnce(Option<usize>, usize, u64, Shed) -> Option<usize>,
     ) -> Option<TurnEnd> {
         self.running = None;
         self.running_arrived = u64::MAX;
@@ -874,7 +891,9 @@ impl ColorQueue {
         if !self.guests.is_empty() {
             let due = matches!(lease, Lease::Guest { .. }) & slot.traffic.window_full();
             let loan = matches!(lease, Lease::Guest { resident: false, .. });
-            if !(due | loan) & slot.traffic.pulled_by().is_none() && keeps(ready, cost) {
+            // A relieved resident about to leave this worker idle asks its home.
+            let ask = matches!(lease, Lease::Guest { relieved: true, .. }) & (ready == 0);
+            if !(due | loan | ask) & slot.traffic.pulled_by().is_none() && keeps(ready, cost) {
                 self.maybe_release(key);
                 return None;
             }
@@ -883,12 +902,15 @@ impl ColorQueue {
         let pinned = slot.pinned || slot.holding > 0;
         match lease {
             Lease::Guest { .. } if !slot.fence.held.is_empty() || slot.holding > 0 => None,
-            Lease::Guest { home, received, resident } => {
+            Lease::Guest { home, received, resident, relieved } => {
                 let moved_on = resident && self.gives_back(key);
-                if shed(Some(home), ready, cost, moved_on, !resident) != Some(home) {
+                let asks = Shed { moved_on, loan: !resident, relieved };
+                if shed(Some(home), ready, cost, asks) != Some(home) {
                     if !resident {
-                        // A stolen color kept (its home's CPU is clearly worse): a resident now.
-                        self.slots[key].lease = Lease::Guest { home, received, resident: true };
+                        // A stolen color kept (its home's CPU is clearly worse): a resident now,
+                        // relieved.
+                        let lease = Lease::Guest { home, received, resident: true, relieved: true };
+                        self.slots[key].lease = lease;
                     }
                     return None;
                 }
@@ -897,7 +919,8 @@ impl ColorQueue {
                 Some(TurnEnd::Return(Returned { home, color, ran: received, resident }))
             }
             Lease::Local => {
-                match slot.traffic.pulled_by().or_else(|| shed(None, ready, cost, false, false)) {
+                let asks = Shed { moved_on: false, loan: false, relieved: false };
+                match slot.traffic.pulled_by().or_else(|| shed(None, ready, cost, asks)) {
                     Some(to) if to != self.me && !pinned => {
                         let slot = &mut self.slots[key];
                         slot.traffic.reset();
@@ -1249,7 +1272,8 @@ impl ColorQueue {
             }
             None => {
                 self.guests.insert(color);
-                let key = self.insert(color, Lease::Guest { home, received: 0, resident: false });
+                let lease = Lease::Guest { home, received: 0, resident: false, relieved: false };
+                let key = self.insert(color, lease);
                 self.arrive(key);
                 key
             }
@@ -1508,20 +1532,62 @@ mod tests {
             let end = thief.end_turn_shedding(
                 key,
                 |_, _| false,
-                |home, _, _, _, loan| {
-                    assert!(loan, "asked as a loan");
+                |home, _, _, what: Shed| {
+                    assert!(what.loan, "asked as a loan");
                     home.filter(|_| !keep)
                 },
             );
             if keep {
                 assert!(end.is_none());
-                assert!(matches!(thief.lease(c), Some(Lease::Guest { resident: true, .. })));
+                // Kept because its home's CPU is clearly worse: relieved.
+                let kept = Lease::Guest { home: 0, received: 30, resident: true, relieved: true };
+                assert_eq!(thief.lease(c), Some(kept));
             } else {
                 assert!(matches!(end, Some(TurnEnd::Return(r)) if r.color == c && !r.resident));
                 assert_eq!(thief.lease(c), None);
             }
             assert_eq!(*log.lock().unwrap(), (1..=30).collect::<Vec<_>>());
         }
+    }
+
+    /// A relieved resident (moved off a home that wanted CPU) whose queue empties when no other
+    /// color waits here asks the policy, though `keeps` would keep it; with a color waiting, the
+    /// common end keeps it unasked. A resident its traffic moved is not asked either.
+    #[test]
+    fn a_relieved_resident_asks_to_go_home_when_it_would_leave_its_worker_idle() {
+        let log = Log::default();
+        let mut g = ColorQueue::new(1, Placement::flat(2));
+        let c = color_on(0, 2, 0);
+        g.adopt_moved(c, 0, Some(task(&log, 0)), false, true);
+        let key = run_turn(&mut g);
+        let mut asked = None;
+        let end = g.end_turn_shedding(
+            key,
+            |_, _| true,
+            |home, ready, _, what: Shed| {
+                asked = Some((ready, what.relieved));
+                home
+            },
+        );
+        assert_eq!(asked, Some((0, true)));
+        assert!(matches!(end, Some(TurnEnd::Return(r)) if r.color == c && r.resident));
+        // Again, with another color waiting here: kept without asking.
+        g.adopt_moved(c, 0, Some(task(&log, 1)), false, true);
+        let other = color_on(1, 2, 0);
+        let _ = g.post(other, task(&log, 2), false);
+        let (key, color) = g.start_turn().expect("ready");
+        assert_eq!(color, c, "the resident came first");
+        while let Some(t) = g.pop(key) {
+            t.run();
+        }
+        let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _| panic!("asked"));
+        assert!(end.is_none());
+        // A resident its traffic moved, alone here: kept unasked.
+        let mut g = ColorQueue::new(1, Placement::flat(2));
+        g.adopt_moved(c, 0, Some(task(&log, 3)), false, false);
+        let key = run_turn(&mut g);
+        let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _| panic!("asked"));
+        assert!(end.is_none());
     }
 
     /// The common end of a turn (`keeps` says the policy would keep the color) still judges
@@ -1534,7 +1600,7 @@ mod tests {
         // A resident whose window is due: judged, and given back (its posts were forwarded).
         let mut g = ColorQueue::new(1, Placement::flat(2));
         let c = color_on(0, 2, 0);
-        g.adopt_moved(c, 0, None, false);
+        g.adopt_moved(c, 0, None, false, false);
         for v in 0..u64::from(follow::WINDOW) {
             g.accept_forward(c, 0, task(&log, v), false);
         }
@@ -1542,23 +1608,23 @@ mod tests {
         let end = g.end_turn_shedding(
             key,
             |_, _| true,
-            |home, _, _, moved_on, _| home.filter(|_| moved_on),
+            |home, _, _, what: Shed| home.filter(|_| what.moved_on),
         );
         assert!(matches!(end, Some(TurnEnd::Return(r)) if r.color == c && r.resident));
         // A resident with nothing due: kept without asking `shed`; and a post to a color at home
         // from it (it arrived after that color) is not held.
-        g.adopt_moved(c, 0, Some(task(&log, 100)), false);
+        g.adopt_moved(c, 0, Some(task(&log, 100)), false, false);
         let here = color_on(1, 2, 0);
         let key = run_turn(&mut g);
         assert!(matches!(g.post(here, task(&log, 101), false), Route::Queued));
-        let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _, _| panic!("asked"));
+        let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _| panic!("asked"));
         assert!(end.is_none());
         assert!(matches!(g.lease(c), Some(Lease::Guest { resident: true, .. })));
         // A color at home pulled by worker 0: pushed there.
         let key = run_turn(&mut g);
         g.slots[key].traffic.post_from(0);
         g.slots[key].traffic.pull();
-        let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _, _| None);
+        let end = g.end_turn_shedding(key, |_, _| true, |_, _, _, _| None);
         assert_eq!(end, Some(TurnEnd::Push { to: 0, color: here }));
         // A loan: asked as one, and goes home.
         let mut home = ColorQueue::new(0, Placement::flat(2));
@@ -1571,8 +1637,11 @@ mod tests {
         let lent = loan.color;
         thief.adopt(0, loan);
         let key = run_turn(&mut thief);
-        let end =
-            thief.end_turn_shedding(key, |_, _| true, |home, _, _, _, loan| home.filter(|_| loan));
+        let end = thief.end_turn_shedding(
+            key,
+            |_, _| true,
+            |home, _, _, w: Shed| home.filter(|_| w.loan),
+        );
         assert!(matches!(end, Some(TurnEnd::Return(r)) if r.color == lent && !r.resident));
     }
 
@@ -2140,7 +2209,7 @@ mod tests {
             panic!("the second post did not move the color")
         };
         assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 1, moved: true }));
-        g.adopt_moved(c, 0, Some(first), false);
+        g.adopt_moved(c, 0, Some(first), false, false);
         // The borrower's own posts to it are local once the home synced; others' are forwarded
         // by the home.
         let Route::Held(Some(ask)) = g.post(c, task(&log, 2), false) else { panic!("not held") };
@@ -2150,7 +2219,10 @@ mod tests {
         };
         g.accept_forward(c, 0, fwd, false);
         assert_eq!(run_all(&mut g), vec![], "a resident stays when its queue empties");
-        assert_eq!(g.lease(c), Some(Lease::Guest { home: 0, received: 2, resident: true }));
+        assert_eq!(
+            g.lease(c),
+            Some(Lease::Guest { home: 0, received: 2, resident: true, relieved: false })
+        );
         assert!(matches!(g.post(c, task(&log, 4), false), Route::Queued));
         run_all(&mut g);
         assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4]);
@@ -2163,7 +2235,7 @@ mod tests {
         let log = Log::default();
         let end = |q: &mut ColorQueue| {
             let k = run_turn(q);
-            q.end_turn_shedding(k, |_, _| false, |_, _, _, _, _| None)
+            q.end_turn_shedding(k, |_, _| false, |_, _, _, _| None)
         };
         for other_first in [false, true] {
             let mut h = ColorQueue::new(0, Placement::flat(3));
@@ -2188,7 +2260,7 @@ mod tests {
         let log = Log::default();
         let mut g = ColorQueue::new(1, Placement::flat(3));
         let (c, a) = (color_on(0, 3, 0), color_on(2, 3, 0));
-        g.adopt_moved(c, 0, None, false);
+        g.adopt_moved(c, 0, None, false, false);
         let Route::Held(Some(first)) = g.post(c, task(&log, 0), false) else { panic!() };
         // `a` arrives (lent by worker 2) after that sync was asked; its event posts to `c`.
         g.adopt(
@@ -2246,7 +2318,7 @@ mod tests {
         let Route::Move { task: first, .. } = receive(&mut h, c, task(&log, 1), 1) else {
             panic!()
         };
-        g.adopt_moved(c, 0, Some(first), false);
+        g.adopt_moved(c, 0, Some(first), false, false);
         run_all(&mut g);
         // Now worker 2 posts to it, one at a time: a window of forwards sends it back.
         let mut returned = vec![];

@@ -34,7 +34,7 @@ use crate::inbox::{Sender, OUTSIDE};
 use crate::io::IoCore;
 use crate::message::{InlineTask, Msg, Task};
 use crate::outbox::Outbox;
-use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
+use crate::queue::{ColorQueue, Dest, Route, Shed, TurnEnd};
 use crate::shared::{PanicRecord, Shared};
 use crate::stats::{Counter, Counters};
 use crate::steal;
@@ -620,7 +620,11 @@ impl Core {
             Msg::Move { color, home, task, urgent } => {
                 self.counters.add(Counter::ColorsMovedIn, 1);
                 self.note(color, Event::MovedIn, Some(home as usize));
-                self.queue.adopt_moved(color, home as usize, task, urgent);
+                let home = home as usize;
+                // Read once a move (rare beside posts): whether it came for the home's CPU.
+                let mine = self.cpu_share.share();
+                let relieved = follow::relieved(mine, peer(shared, home));
+                self.queue.adopt_moved(color, home, task, urgent, relieved);
             }
             Msg::Grant { from, loans, asked } => {
                 if asked {
@@ -964,7 +968,7 @@ impl WorkerCtx {
                 if writes && !crate::reader::begin_write(shared, color) {
                     // Reads of it run: back of the ready list, events untouched; run the other
                     // colors, and once each was tried, leave the round to take the inbox.
-                    core.queue.end_turn_shedding(key, |_, _| false, |_, _, _, _, _| None);
+                    core.queue.end_turn_shedding(key, |_, _| false, |_, _, _, _| None);
                     waited += 1;
                     if waited > core.queue.ready_len() {
                         drop(core);
@@ -1062,8 +1066,8 @@ impl WorkerCtx {
             let (me, mine) = (core.id, core.cpu_share.share());
             let held = &mut *core;
             let io = &held.io;
-            let shed = |home: Option<usize>, ready, cost, moved_on, loan: bool| {
-                if loan {
+            let shed = |home: Option<usize>, ready, cost, what: Shed| {
+                if what.loan {
                     // A stolen color goes home, unless colors follow and its home's CPU is
                     // clearly worse (`follow::keeps_loan`).
                     let keeps =
@@ -1077,7 +1081,9 @@ impl WorkerCtx {
                 match home {
                     Some(h) => {
                         let cheap = follow::cheap(cost);
-                        follow::goes_home(moved_on, ready, mine, cheap, || peer(h)).then_some(h)
+                        let (moved_on, relieved) = (what.moved_on, what.relieved);
+                        follow::goes_home(moved_on, relieved, ready, mine, cheap, || peer(h))
+                            .then_some(h)
                     }
                     // Colors whose descriptors are watched here stay (`IoCore::anchors`).
                     None => relief(shared, me, mine).filter(|_| !io.anchors(shared, color)),
@@ -1282,7 +1288,7 @@ mod tests {
         let shared = Shared::new(config.clone(), 2, Duration::ZERO, 1, &topology).unwrap();
         let mut core = Core::new(0, Placement::flat(2), &config);
         let (producer, counter) = (color_on(0, 2), color_on(1, 2));
-        core.queue.adopt_moved(counter, 1, None, false);
+        core.queue.adopt_moved(counter, 1, None, false, false);
         let _ = core.queue.post(producer, Task::new(|| {}), false);
         let (key, _) = core.queue.start_turn().unwrap();
         drop(core.queue.pop(key));

@@ -48,7 +48,7 @@ use crate::cpu_share::{CpuShare, FULL};
 use crate::follow;
 use crate::message::{InlineTask, Msg, Task};
 use crate::outbox::{self, Outbox};
-use crate::queue::{ColorQueue, Dest, Route, TurnEnd};
+use crate::queue::{ColorQueue, Dest, Route, Shed, TurnEnd};
 use crate::steal::{self, Candidate};
 use crate::topology::Topology;
 use crate::{Color, Config, Steal};
@@ -1303,7 +1303,10 @@ impl<'w> Sim<'w> {
                 self.cores[k].queue.accept_forward(color, home as usize, task, urgent)
             }
             Msg::Move { color, home, task, urgent } => {
-                self.cores[k].queue.adopt_moved(color, home as usize, task, urgent)
+                let home = home as usize;
+                let status = &self.net.status;
+                let relieved = follow::relieved(status[k].share, peer(status, home));
+                self.cores[k].queue.adopt_moved(color, home, task, urgent, relieved)
             }
             Msg::Grant { from, loans, asked } => {
                 let core = &mut self.cores[k];
@@ -1808,8 +1811,8 @@ impl<'w> Sim<'w> {
         let follow_on = self.setup.config.follow;
         let status = &self.net.status;
         let mine = status[k].share;
-        let shed = |home: Option<usize>, ready: usize, cost: u64, moved_on: bool, loan: bool| {
-            if loan {
+        let shed = |home: Option<usize>, ready: usize, cost: u64, what: Shed| {
+            if what.loan {
                 // A stolen color goes home, unless it is kept (`follow::keeps_loan`).
                 let keeps = |h| follow_on && follow::keeps_loan(mine, || peer(status, h));
                 return home.filter(|&h| !keeps(h));
@@ -1820,7 +1823,9 @@ impl<'w> Sim<'w> {
             match home {
                 Some(h) => {
                     let cheap = follow::cheap(cost);
-                    follow::goes_home(moved_on, ready, mine, cheap, || peer(status, h)).then_some(h)
+                    let (moved_on, relieved) = (what.moved_on, what.relieved);
+                    follow::goes_home(moved_on, relieved, ready, mine, cheap, || peer(status, h))
+                        .then_some(h)
                 }
                 None => follow::relief(mine, || peers(status, k)),
             }
