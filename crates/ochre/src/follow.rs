@@ -87,7 +87,10 @@
 //! reaches such a color idle (the `Move` carries the post: a driver whose first event comes from
 //! outside runs its long handler on the free CPU); the color's partners follow it there by the
 //! rules above, which never move a color to the shared worker, and it does not go back to a
-//! home whose CPU is clearly worse ([`goes_home`]). The idle worker
+//! home whose CPU is clearly worse ([`goes_home`]). When the want is over it does: a color that
+//! came for it is *relieved* ([`relieved`], kept in its lease), and whenever its queue empties
+//! with no other color waiting on its worker it goes home if the home is idle with all of its
+//! CPU (its partners' posts, local there, would otherwise keep it for good). The idle worker
 //! takes no work by stealing (`Steal::FromSharedCpus` does, measured worse): only idle colors
 //! move, so a color's order and exclusion stay the lending protocol's.
 //!
