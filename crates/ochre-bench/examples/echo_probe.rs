@@ -156,13 +156,7 @@ fn main() {
         std::env::var("WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2)
     };
     let (ochre_addr, handle, thread) = ochre_server(workers);
-    let next = AtomicU64::new(0);
-    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .on_thread_start(move || pin_as(next.fetch_add(1, Ordering::Relaxed) as usize))
-        .build()
-        .expect("tokio");
+    let tokio_rt = ochre_bench::peers::tokio_multi_thread_with_drivers(workers).expect("tokio");
     let tokio_addr = tokio_server(&tokio_rt);
     let mut rates: [Vec<f64>; 2] = Default::default();
     let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use ochre::{io, Color, Runtime};
 use ochre_bench::harness::{median, work};
-use ochre_bench::peers::pin_as;
 
 /// The process's CPU time so far, ms.
 fn cpu_ms() -> f64 {
@@ -83,13 +82,7 @@ fn main() {
     let (actors, waits) = (actors as usize, waits as usize);
     let delay = Duration::from_micros(delay_us);
     let rt = Runtime::builder().workers(2).build().expect("ochre");
-    let next = AtomicUsize::new(0);
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .on_thread_start(move || pin_as(next.fetch_add(1, Ordering::Relaxed)))
-        .build()
-        .expect("tokio");
+    let tokio = ochre_bench::peers::tokio_multi_thread_with_drivers(2).expect("tokio");
     let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
     // [system][wall ms, cpu ms]
     let mut t: [[Vec<f64>; 2]; 2] = Default::default();

@@ -37,12 +37,22 @@ pub fn pin_as(i: usize) {
 
 /// A tokio multi-thread runtime with `workers` pinned worker threads.
 pub fn tokio_multi_thread(workers: usize) -> Result<tokio::runtime::Runtime, String> {
+    tokio_pinned(workers).build().map_err(|e| e.to_string())
+}
+
+/// [`tokio_multi_thread`] with its I/O and timer drivers on (sockets, `tokio::time`), as a user's
+/// server or timer program builds it (`#[tokio::main]`); the benchmarks above leave them off, so
+/// that an idle worker parks on a condition variable, not in `epoll`.
+pub fn tokio_multi_thread_with_drivers(workers: usize) -> Result<tokio::runtime::Runtime, String> {
+    tokio_pinned(workers).enable_all().build().map_err(|e| e.to_string())
+}
+
+/// The builder of a multi-thread runtime whose `workers` threads are pinned as workers 0, 1, ..
+fn tokio_pinned(workers: usize) -> tokio::runtime::Builder {
     let next = Arc::new(AtomicUsize::new(0));
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .on_thread_start(move || pin_as(next.fetch_add(1, Ordering::Relaxed)))
-        .build()
-        .map_err(|e| e.to_string())
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(workers).on_thread_start(move || pin_as(next.fetch_add(1, Ordering::Relaxed)));
+    b
 }
 
 /// A rayon pool with `workers` pinned threads.

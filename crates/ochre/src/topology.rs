@@ -61,25 +61,17 @@ impl Topology {
     /// (a process may change it) and is the memo's key; sysfs's description of a CPU is taken
     /// not to change while the process lives (CPU hotplug aside).
     pub fn discover() -> io::Result<Topology> {
-        static LAST: std::sync::Mutex<Option<Topology>> = std::sync::Mutex::new(None);
-        let mut cpus = allowed_cpus()?;
-        cpus.sort_unstable();
+        // The mask as last read (in increasing order: `allowed_cpus`) and its tree.
+        type Memo = Option<(Vec<usize>, Topology)>;
+        static LAST: std::sync::Mutex<Memo> = std::sync::Mutex::new(None);
+        let cpus = allowed_cpus()?;
         let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(t) = last.as_ref().filter(|t| t.same_cpus(&cpus)) {
+        if let Some((_, t)) = last.as_ref().filter(|(mask, _)| *mask == cpus) {
             return Ok(t.clone());
         }
-        let t = Self::read_sysfs(cpus)?;
-        *last = Some(t.clone());
+        let t = Self::read_sysfs(cpus.clone())?;
+        *last = Some((cpus, t.clone()));
         Ok(t)
-    }
-
-    /// Whether this tree's CPUs are `sorted`, a list in increasing order.
-    fn same_cpus(&self, sorted: &[usize]) -> bool {
-        self.cpus.len() == sorted.len() && {
-            let mut mine = self.cpus.clone();
-            mine.sort_unstable();
-            mine == sorted
-        }
     }
 
     /// [`discover`](Self::discover)'s reading of sysfs, for `cpus`.

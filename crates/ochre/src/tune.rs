@@ -293,29 +293,26 @@ pub(crate) struct Fill {
     pub(crate) in_turn: u32,
 }
 
-/// The next size of a destination's batches after one left full at `size` (module doc): if
-/// the receiver was idle, an eighth smaller, not below [`IDLE_FLOOR`] unless the batch took
-/// longer than [`LONG_FILL`] to fill; if it was busy, a quarter larger if it had at least
-/// `size` colors waiting, or if the batch followed another full one in the same turn and
-/// filled within [`LONG_FILL`]; else the same; within [`MIN_BATCH`]..[`MAX_BATCH`].
+/// The next size of a destination's batches after one left full at `size` (module doc): a
+/// quarter larger in a loop (the batch filled within [`LONG_FILL`] after other full ones of the
+/// same turn: one before it if the receiver was busy, [`LOOP_BATCHES`] if it was idle) or if the
+/// busy receiver had at least `size` colors waiting; else, the receiver idle, an eighth smaller,
+/// not below [`IDLE_FLOOR`] unless the batch took longer than [`LONG_FILL`] to fill; else the
+/// same; within [`MIN_BATCH`]..[`MAX_BATCH`].
 pub(crate) fn next_batch_size(size: usize, receiver: Receiver, fill: Fill) -> usize {
     let slow = fill.took.is_some_and(|t| t > LONG_FILL);
     let quick = fill.took.is_some_and(|t| t <= LONG_FILL);
-    let in_loop = fill.in_turn > 0 && quick;
-    let next = if receiver.idle && in_loop && fill.in_turn >= LOOP_BATCHES {
-        // It keeps up with a producer's loop: it gets a batch every fill whatever the size.
+    // An idle receiver keeps up with a loop only once it is one; a busy one gets a batch every
+    // fill whatever the size.
+    let loop_from = if receiver.idle { LOOP_BATCHES } else { 1 };
+    let grows = (quick && fill.in_turn >= loop_from) || (!receiver.idle && receiver.ready >= size);
+    let next = if grows {
         size + (size / 4).max(1)
     } else if receiver.idle {
         // It waits for this sender: a smaller batch reaches it sooner. Down to the minimum
         // when the wait is known to be long, else to `IDLE_FLOOR` only.
         let floor = if slow { MIN_BATCH } else { IDLE_FLOOR };
-        if size > floor {
-            (size - size / 8).max(floor)
-        } else {
-            size
-        }
-    } else if receiver.ready >= size || in_loop {
-        size + (size / 4).max(1)
+        (size - size / 8).max(floor).min(size)
     } else {
         size
     };
