@@ -5,7 +5,8 @@
 //! into the collector's).
 //!
 //! `user_probe [REPS] [CHUNK]` (defaults 7 and 8192 numbers a chunk; the word count takes an
-//! eighth of it in lines). `ONLY=sum` or `ONLY=words` runs one of the two. `BUSY=1`: a thread spins on worker 1's CPU throughout; `STATS=1`:
+//! eighth of it in lines). `ONLY=sum` or `ONLY=words` runs one of the two. `BUSY=1`: a thread
+//! spins on worker 1's CPU throughout; `STATS=1`:
 //! each ochre sum's run time and per-worker counters on standard error.
 //!
 //! Found (2 workers, quiet, medians of 7, speed over ochre's): the sum at 65,536 / 8,192 /
@@ -34,6 +35,21 @@
 //! repetitions): ochre's workers spend 1.31x rayon's CPU, the chunks' closures 1.1x (each
 //! posts its result) and the runtime's per-event path the rest (~140 ns an event): the cost
 //! of an event per chunk, which rayon's halving avoids.
+//!
+//! Session 35, the quiet sum on another host (rayon 1.2-1.3 ms a sum here, 5 before). With few
+//! chunks, four or eight (`user_probe 9 2000000`, `1000000`): ochre 1.87-1.89 and 1.61-1.66 ms,
+//! 0.65-0.80 of rayon: `Color(1)`..`Color(4)` hash three to one worker, and chunks of 0.3-0.6
+//! ms waited behind each other there while the other worker idled (no share behind turns under
+//! a millisecond, and a thief's request waits for the turn's end). Events over a tenth of a
+//! millisecond are long now (`steal::LONG_EVENT_NS`): 1.34-1.41 and 1.39-1.41 ms in most
+//! processes. With many small chunks (1,024 numbers, 7,813 chunks): ochre 4-5 ms, 0.3 of
+//! rayon, tokio-mt as slow; the chunks' own loops take 2-3x rayon's time, not the runtime: a
+//! worker reads the array in 8 KB pieces scattered by the colors' hash, and on this host a
+//! thread reading every other 8 KB piece of an array takes 3.5x as long as one reading the
+//! contiguous half (a scratch program: no runtime, one thread). Colors placed so that each
+//! worker's chunks are contiguous (`Runtime::home_of`) ran the sum in 2.5-3.7 ms; consecutive
+//! plain colors are hashed one by one so that small programs spread, so the runtime does not
+//! place them in runs: not done.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -219,16 +219,29 @@ pub(crate) fn flushes_all_before(queue: &crate::queue::ColorQueue, key: usize) -
     !queue.likely_within(key, WATCHED_ABOVE_NS)
 }
 
-/// Whether a watched turn that lasted `ns` was long: the colors waiting behind it waited
-/// [`LONG_EVENT_NS`] or more.
-pub(crate) fn long_turn(ns: u64) -> bool {
-    ns > LONG_EVENT_NS
+/// Whether a watched turn of `events` events that lasted `ns` was long: its events were long
+/// ([`LONG_EVENT_NS`] each on average), or the colors waiting behind it waited [`LONG_TURN_NS`]
+/// or more.
+pub(crate) fn long_turn(ns: u64, events: usize) -> bool {
+    ns > LONG_TURN_NS || ns > LONG_EVENT_NS.saturating_mul(events as u64)
 }
 
-/// Events measured longer than this (ns) are long: before a turn of such a color, the colors
-/// waiting behind it are shared with another worker ([`share_behind_long_turn`]). A millisecond:
-/// fifty steal round trips, a hundred times the turns of most programs' colors.
-pub(crate) const LONG_EVENT_NS: u64 = 1_000_000;
+/// Events measured longer than this (ns) are long: before a turn of such a color, and after a
+/// turn of them, the colors waiting behind it are shared with another worker
+/// ([`share_behind_long_turn`]). A tenth of a millisecond: tens of steal round trips (a request
+/// and a grant, a few microseconds here), so that the colors waiting behind one such event wait
+/// longer than a loan takes. At a millisecond (the bound of a whole turn, below), a user's sum of
+/// 8M numbers in 4 to 8 chunks of 0.15-0.6 ms (hashed unevenly: four chunks three to one) waited
+/// behind those chunks while the other worker idled: 1.6-1.9 ms a sum against rayon's 1.25, and
+/// 1.3-1.4 at a tenth (`user_probe`).
+pub(crate) const LONG_EVENT_NS: u64 = 100_000;
+
+/// A turn this long (ns) is long whatever its events: a millisecond, fifty steal round trips, a
+/// hundred times the turns of most programs' colors. A turn of many short events (a chain that
+/// posts to itself, 64 events of 10 us) is judged by this bound, not by [`LONG_EVENT_NS`]: its
+/// color is no long one, and the backlog rules (`ColorQueue::has_backlog`) weigh colors of short
+/// events.
+pub(crate) const LONG_TURN_NS: u64 = 1_000_000;
 
 /// Around a long turn, a worker lends half of its waiting colors (one at least) to an idle
 /// worker, or, none idle, one color to the one with two fewer colors waiting, at least
@@ -489,6 +502,15 @@ mod tests {
 
     fn setup(workers: usize, steal: Steal) -> (Shared, Vec<Core>) {
         setup_with(workers, Config::default().steal(steal), "")
+    }
+
+    #[test]
+    fn a_turn_is_long_by_its_events_or_by_its_length() {
+        assert!(long_turn(150_000, 1), "one event of 150 us");
+        assert!(long_turn(450_000, 3), "three of 150 us");
+        assert!(!long_turn(90_000, 1), "one of 90 us");
+        assert!(!long_turn(640_000, 64), "64 steps of 10 us, a chain's");
+        assert!(long_turn(1_100_000, 64), "64 steps of 17 us");
     }
 
     fn setup_with(workers: usize, config: Config, topology: &str) -> (Shared, Vec<Core>) {

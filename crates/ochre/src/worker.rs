@@ -1054,12 +1054,12 @@ impl WorkerCtx {
                 Some(TurnTimer::Sampled(t0)) => {
                     let ns = elapsed_ns(t0);
                     core.queue.record_turn(key, ns, n);
-                    watched && steal::long_turn(ns)
+                    watched && steal::long_turn(ns, n)
                 }
                 Some(TurnTimer::Watched(t0)) => {
                     let ns = elapsed_ns(t0);
                     core.queue.record_watched_turn(key, ns, n);
-                    steal::long_turn(ns)
+                    steal::long_turn(ns, n)
                 }
                 None => false,
             };

@@ -958,9 +958,17 @@ fn two_long_events_posted_by_one_handler_run_at_once() {
 
 /// Colors that wait behind long turns are lent, unasked, to an idle worker: six long events of
 /// colors homed on one worker, posted there, spread over both, although their cost is not known
-/// beforehand (no thief asks for colors whose cost it does not know: `Steal::Backlog`).
+/// beforehand (no thief asks for colors whose cost it does not know: `Steal::Backlog`). Events
+/// of a few tenths of a millisecond are long (`steal::LONG_EVENT_NS`): a user's chunks of a
+/// job that small waited behind each other while the other worker idled.
 #[test]
 fn colors_waiting_behind_long_turns_go_to_an_idle_worker() {
+    for chunk in [Duration::from_millis(20), Duration::from_micros(400)] {
+        colors_waiting_behind_events_of(chunk);
+    }
+}
+
+fn colors_waiting_behind_events_of(chunk: Duration) {
     let _cpus = cpu_timing();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let chunks: Vec<Color> = (0..6).map(|i| color_on(&rt, 0, 1 + i)).collect();
@@ -971,7 +979,7 @@ fn colors_waiting_behind_long_turns_go_to_an_idle_worker() {
             for &c in &chunks {
                 let r = r.clone();
                 ochre::post(c, move || {
-                    spin_for(Duration::from_millis(20));
+                    spin_for(chunk);
                     r[ochre::current_worker().unwrap()].fetch_add(1, Ordering::Relaxed);
                 });
             }
@@ -979,9 +987,9 @@ fn colors_waiting_behind_long_turns_go_to_an_idle_worker() {
         .unwrap();
     let ran = [ran_on[0].load(Ordering::Relaxed), ran_on[1].load(Ordering::Relaxed)];
     assert_eq!(ran[0] + ran[1], 6);
-    assert!(ran[1] >= 2, "worker 1 ran {ran:?} of the chunks");
+    assert!(ran[1] >= 2, "chunks of {chunk:?}: worker 1 ran {ran:?} of them");
     let t = report.total();
-    assert!(t.long_turn_shares >= 1, "{t:?}");
+    assert!(t.long_turn_shares >= 1, "chunks of {chunk:?}: {t:?}");
 }
 
 /// A thread that feeds a run from outside keeps it going with a hold: every post it makes runs

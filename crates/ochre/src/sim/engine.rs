@@ -1468,7 +1468,7 @@ impl<'w> Sim<'w> {
             } else if watched {
                 self.cores[k].queue.record_watched_turn(key, ns, n);
             }
-            watched && steal::long_turn(ns)
+            watched && steal::long_turn(ns, n)
         };
         self.end_turn(k, key, long);
         Some(n)
