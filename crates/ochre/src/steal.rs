@@ -269,9 +269,14 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     let random = core.next_random();
     let peers = candidates(&shared.victims[core.id], random).map(|w| {
         let s = status(w);
-        (w, s.idle.load(Ordering::Relaxed), s.ready.load(Ordering::Relaxed))
+        Peer {
+            worker: w,
+            idle: s.idle.load(Ordering::Relaxed),
+            ready: s.ready.load(Ordering::Relaxed),
+            share: s.cpu_share.load(Ordering::Relaxed) as u32,
+        }
     });
-    let Some((thief, idle)) = long_turn_thief(waiting, peers) else {
+    let Some((thief, idle)) = long_turn_thief(waiting, core.cpu_share.share(), peers) else {
         return;
     };
     let loans = lend_behind_long_turn(&mut core.queue, thief, idle, &shared.config);
@@ -297,20 +302,39 @@ pub(crate) fn shares_behind_long_turn(
     config.steal != Steal::Off && workers > 1 && waiting >= min_waiting
 }
 
-/// Who takes the colors waiting behind a long turn on a worker where `waiting` wait, and whether
-/// it is idle: the first idle worker of `peers` (worker, idle, colors waiting there; in the order
-/// a thief asks), or, none idle (at a run's start, or each one in a long turn of its own), the
-/// one with the fewest colors waiting, if a loan evens the lines out (two fewer at least). Four
-/// 50 ms chunks hashed three to one worker waited for the other to be seen idle, which it was not
-/// yet at the run's start nor at the end of its own chunk: 150 ms in most jobs, against 100.
+/// What a worker sharing the colors behind a long turn knows of another: the hints it publishes
+/// (`shared::Status`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer {
+    pub(crate) worker: usize,
+    /// It is idle.
+    pub(crate) idle: bool,
+    /// Colors waiting there.
+    pub(crate) ready: usize,
+    /// Its CPU share, thousandths.
+    pub(crate) share: u32,
+}
+
+/// Who takes the colors waiting behind a long turn on a worker where `waiting` wait and whose
+/// CPU share is `mine`, and whether it is idle: the first idle worker of `peers` (in the order a
+/// thief asks), or, none idle (at a run's start, or each one in a long turn of its own), the one
+/// with the fewest colors waiting, if a loan evens the lines out (two fewer at least); either
+/// way, one with half of this worker's CPU share at least. Four 50 ms chunks hashed three to
+/// one worker waited for the other to be seen idle, which it was not yet at the run's start nor
+/// at the end of its own chunk: 150 ms in most jobs, against 100. A chunk lent to a worker with
+/// less than half the CPU runs there more than twice as long as here, longer than it waits here
+/// behind one turn like it: beside a thread spinning on CPU 1, the worker there measured 10-15%
+/// of its CPU, and a user's sum of eight chunks of 0.3 ms took 3.2-5.0 ms (tokio-mt and rayon
+/// 1.5-2.5) when half of them were lent to it.
 pub(crate) fn long_turn_thief(
     waiting: usize,
-    peers: impl Iterator<Item = (usize, bool, usize)> + Clone,
+    mine: u32,
+    peers: impl Iterator<Item = Peer> + Clone,
 ) -> Option<(usize, bool)> {
-    peers.clone().find(|&(_, idle, _)| idle).map(|(w, ..)| (w, true)).or_else(|| {
-        peers
-            .filter(|&(_, _, ready)| ready + 2 <= waiting)
-            .map(|(w, _, ready)| (ready, w))
+    let fit = peers.filter(|p| p.share.saturating_mul(2) >= mine);
+    fit.clone().find(|p| p.idle).map(|p| (p.worker, true)).or_else(|| {
+        fit.filter(|p| p.ready + 2 <= waiting)
+            .map(|p| (p.ready, p.worker))
             .min()
             .map(|(_, w)| (w, false))
     })
@@ -539,13 +563,22 @@ mod tests {
 
     #[test]
     fn a_long_turn_shares_half_with_an_idle_worker_and_one_color_with_a_busy_one() {
-        // (worker, idle, colors waiting there), in the order a thief asks.
-        let peers = [(1, false, 1), (2, true, 5), (3, false, 0)];
-        assert_eq!(long_turn_thief(6, peers.iter().copied()), Some((2, true)), "idle first");
-        let busy = [(1, false, 3), (3, false, 1)];
-        assert_eq!(long_turn_thief(6, busy.iter().copied()), Some((3, false)), "fewest waiting");
-        assert_eq!(long_turn_thief(3, busy.iter().copied()), Some((3, false)));
-        assert_eq!(long_turn_thief(2, busy.iter().copied()), None, "no line two shorter");
+        // (worker, idle, colors waiting there, CPU share), in the order a thief asks.
+        let peer = |(worker, idle, ready, share)| Peer { worker, idle, ready, share };
+        let full = crate::cpu_share::FULL;
+        let peers = [(1, false, 1, full), (2, true, 5, full), (3, false, 0, full)].map(peer);
+        let thief =
+            |waiting, mine, peers: &[Peer]| long_turn_thief(waiting, mine, peers.iter().copied());
+        assert_eq!(thief(6, full, &peers), Some((2, true)), "idle first");
+        let busy = [(1, false, 3, full), (3, false, 1, full)].map(peer);
+        assert_eq!(thief(6, full, &busy), Some((3, false)), "fewest waiting");
+        assert_eq!(thief(3, full, &busy), Some((3, false)));
+        assert_eq!(thief(2, full, &busy), None, "no line two shorter");
+        // Not to a worker with less than half of this one's CPU (beside a busy thread).
+        let slow = [(1, true, 0, 130), (2, false, 0, 520), (3, false, 1, 480)].map(peer);
+        assert_eq!(thief(6, full, &slow), Some((2, false)), "the busy one with half a CPU");
+        assert_eq!(thief(6, 250, &slow), Some((1, true)), "this one gets a quarter of its CPU");
+        assert_eq!(thief(6, full, &slow[..1]), None, "an idle one with an eighth");
         let config = Config::default();
         let lender = |waiting: usize| {
             let mut q = crate::queue::ColorQueue::new(0, crate::color::Placement::flat(2));

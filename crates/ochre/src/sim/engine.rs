@@ -1890,9 +1890,14 @@ impl<'w> Sim<'w> {
         let config = &self.setup.config;
         let now = self.cores[k].now;
         let status = &self.net.status;
-        let peers = steal::candidates(&self.tiers[k], random)
-            .map(|w| (w, status[w].state != State::Busy, status[w].ready.at(now)));
-        let Some((thief, idle)) = steal::long_turn_thief(waiting, peers) else { return };
+        let peers = steal::candidates(&self.tiers[k], random).map(|w| steal::Peer {
+            worker: w,
+            idle: status[w].state != State::Busy,
+            ready: status[w].ready.at(now),
+            share: status[w].share,
+        });
+        let mine = status[k].share;
+        let Some((thief, idle)) = steal::long_turn_thief(waiting, mine, peers) else { return };
         let loans = steal::lend_behind_long_turn(&mut self.cores[k].queue, thief, idle, config);
         if loans.is_empty() {
             return;
