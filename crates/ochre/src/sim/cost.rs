@@ -106,6 +106,14 @@ pub struct CostModel {
     /// before the other thread's turn, and how long a yield to that thread lasts.
     #[serde(default = "default_slice_ns")]
     pub slice_ns: f64,
+    /// A program's draw of a pseudo-random number reduced modulo a count (xorshift64* and a
+    /// 64-bit division), ns: plain code of a handler's own, charged as it is
+    /// ([`Workload::code_ns`](crate::sim::Workload::code_ns)): the bank's teller makes three
+    /// a transaction, big's actors one a ping. Measured where calibrated
+    /// ([`measure_draw_ns`](crate::sim::workload::measure_draw_ns)), not fitted; 0 in files
+    /// written before it.
+    #[serde(default)]
+    pub draw_ns: f64,
 }
 
 /// Line reads in flight at once while a core streams through lines written elsewhere: the
@@ -170,6 +178,7 @@ impl Default for CostModel {
             work_fixed_ns: 0.0,
             contention: 0.0,
             slice_ns: default_slice_ns(),
+            draw_ns: 0.0,
         }
     }
 }

@@ -109,6 +109,12 @@ pub trait Workload {
     fn layer_ns(&self) -> u64 {
         0
     }
+    /// The plain code of the program's own that the last [`handle`](Self::handle) ran, ns
+    /// (its random draws: [`CostModel::draw_ns`] each), charged as it is, where the handler's
+    /// work is a busy loop ([`CostModel::work`]). 0 by default.
+    fn code_ns(&mut self) -> u64 {
+        0
+    }
     /// Whether a post touches a line of its recipient's (an actor layer's reference count on
     /// its recipient, taken by the poster and dropped by the event): a line that crosses
     /// between cores when the poster and the recipient's core differ, charged by distance to
@@ -1486,8 +1492,9 @@ impl<'w> Sim<'w> {
         let ev = Event { color, data: tag.data, core: k, now_ns: self.cores[k].now };
         t.posts.clear();
         let work = self.work.handle(&ev, &mut t.posts);
+        let code = self.work.code_ns() as f64;
         let c = &self.setup.cost;
-        let mut cost = c.work(work) + self.layer_ns;
+        let mut cost = c.work(work) + self.layer_ns + code;
         let from = tag.from as usize;
         let n = self.cores.len();
         // Borrowed once for the cost (see `post`).

@@ -5,7 +5,8 @@
 //!
 //! * [`engine`]: the machine, [`Setup`], [`simulate`] and its [`Report`]; with
 //!   [`Setup::check`], the invariant checks (exclusion, order, exactly once).
-//! * [`cost`]: the [`CostModel`] and its defaults.
+//! * [`cost`]: the [`CostModel`] and its defaults; a program's own plain code (the actor
+//!   programs' random draws) is charged by its measure here (`CostModel::draw_ns`).
 //! * [`workload`]: the benchmarks' message patterns.
 //! * `replay` (tests only): where stealing puts colors, step by step.
 //!

@@ -434,6 +434,26 @@ fn cost_aware_stealing_weighs_colors_from_their_first_turn() {
     );
 }
 
+/// A program's random draws cost `CostModel::draw_ns` each, as plain code: on one core the
+/// bank's teller (three draws a transaction) and big's actors (one a ping) take that much
+/// longer, nanosecond for nanosecond.
+#[test]
+fn a_programs_random_draws_cost_their_measure() {
+    let t = Topology::flat(vec![0]);
+    let run = |p: Program, draw_ns: f64| {
+        let mut setup = Setup::new(1, t.clone(), Config::default());
+        setup.cost = CostModel { draw_ns, ..CostModel::default() };
+        simulate(setup, &mut Actors::new(p, 0).with_draw_ns(draw_ns)).makespan_ns as f64
+    };
+    let bank = Program::Bank { accounts: 10, transactions: 2_000 };
+    let big = Program::Big { actors: 10, pings: 200 };
+    for (p, draws) in [(bank, 3.0 * 2_000.0), (big, 10.0 * 200.0)] {
+        let extra = run(p, 10.0) - run(p, 0.0);
+        let want = draws * 10.0;
+        assert!((extra - want).abs() < want * 0.01, "{p:?}: +{extra} ns, want {want}");
+    }
+}
+
 /// A core's own caches, by reuse. On one core, a fan-out's 100 consumers (each one turn per
 /// round, more than `warm_colors` turns apart) pay `color_lines` lines of `cold_line_ns` a
 /// turn, and nothing when `warm_colors` holds them all; a driver's queue of 60 colors' posts,

@@ -444,6 +444,10 @@ pub struct Actors {
     /// Per actor: a counter and a generator, as the programs' states.
     state: Vec<[u64; 4]>,
     rng: u64,
+    /// The cost of one random draw ([`CostModel::draw_ns`](crate::sim::CostModel::draw_ns)).
+    draw_ns: f64,
+    /// Random draws made by the last event.
+    draws: u64,
 }
 
 /// Which actor program, with its size.
@@ -585,11 +589,41 @@ fn other(rng: &mut u64, me: usize, n: usize) -> usize {
     }
 }
 
+/// What one random draw of the actor programs costs on this machine, ns
+/// ([`CostModel::draw_ns`](crate::sim::CostModel::draw_ns)): the median of 5 timings of a
+/// million draws (`other`, as big's actors and the bank's teller draw, over a count read at
+/// run time as theirs are), each fed the last one's result (the teller's draws depend on its
+/// generator's state one after the other).
+pub fn measure_draw_ns() -> f64 {
+    const DRAWS: u64 = 1_000_000;
+    let n = std::hint::black_box(100usize);
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+            let mut me = 0;
+            let start = std::time::Instant::now();
+            for _ in 0..DRAWS {
+                me = other(&mut rng, me, n);
+            }
+            std::hint::black_box(me);
+            start.elapsed().as_nanos() as f64 / DRAWS as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 impl Actors {
     /// `program`, each message costing `msg_ns` of the actor layer's code.
     pub fn new(program: Program, msg_ns: u64) -> Self {
         let n = program.actors();
-        Actors { program, msg_ns, state: vec![[0; 4]; n], rng: 0x2545_f491_4f6c_dd1d }
+        let rng = 0x2545_f491_4f6c_dd1d;
+        Actors { program, msg_ns, state: vec![[0; 4]; n], rng, draw_ns: 0.0, draws: 0 }
+    }
+
+    /// The same, each random draw of the program costing `ns` (`CostModel::draw_ns`).
+    pub fn with_draw_ns(self, ns: f64) -> Self {
+        Actors { draw_ns: ns.max(0.0), ..self }
     }
 
     #[inline]
@@ -609,6 +643,10 @@ impl Workload for Actors {
 
     fn layer_ns(&self) -> u64 {
         self.msg_ns
+    }
+
+    fn code_ns(&mut self) -> u64 {
+        (std::mem::take(&mut self.draws) as f64 * self.draw_ns).round() as u64
     }
 
     /// A message holds a strong reference to its recipient (`bench actors`: taken by the
@@ -659,12 +697,15 @@ impl Workload for Actors {
                 _ => {}
             },
             Program::Big { actors, pings } => {
+                // Returns the random draws it made.
                 let ping = |s: &mut [u64; 4], out: &mut Vec<Post>, rng: &mut u64| {
                     if s[0] == pings {
                         Self::send(out, actors, 3, 0);
+                        0
                     } else {
                         s[0] += 1;
                         Self::send(out, other(rng, me, actors), 1, me as u64);
+                        1
                     }
                 };
                 match (ev.data, k) {
@@ -673,7 +714,9 @@ impl Workload for Actors {
                             Self::send(out, i, 0, 0);
                         }
                     }
-                    (_, 0) | (_, 2) => ping(&mut self.state[me], out, &mut self.rng),
+                    (_, 0) | (_, 2) => {
+                        self.draws += ping(&mut self.state[me], out, &mut self.rng);
+                    }
                     (_, 1) => Self::send(out, r as usize, 2, 0),
                     _ => {}
                 }
@@ -734,6 +777,8 @@ impl Workload for Actors {
                         let to = 1 + other(&mut self.rng, from - 1, accounts);
                         Self::send(out, from, 1, to as u64);
                     }
+                    // The amount too, in `bench actors` (not kept here).
+                    self.draws += 3 * transactions;
                 }
                 (_, 1) => Self::send(out, r as usize, 2, 0),
                 (_, 2) => Self::send(out, 0, 3, 0),
