@@ -18,10 +18,10 @@
 //! idle worker (`CpuShare::probe`; the busy threads never leave), placement of new work by
 //! share (`cpu_share::pick`), descriptors and timers (`io`), urgent posts, the allocators (EMA's
 //! placement is not charged), the quiescence protocol (a run ends when nothing is left to run or
-//! in flight), and contention between cores beyond [`CostModel::contention`]. Policies the
-//! worker still holds inline (its end-of-turn burst test, its safety-check interval, its grant
-//! back-off) are read through `outbox::is_burst`, `outbox::SAFETY_CHECK_EVERY` and
-//! `steal::backoff_after`, which `worker` should call too.
+//! in flight), and contention between cores beyond [`CostModel::contention`]. The worker's
+//! smaller policies (its end-of-turn burst test, its safety-check interval, its grant back-off)
+//! are functions both call: `outbox::is_burst`, `outbox::SAFETY_CHECK_EVERY`,
+//! `steal::backoff_after`.
 //!
 //! Not a stable interface: `ochre sim` and the tests use it (feature `sim`).
 

@@ -3,7 +3,7 @@
 //! batching and spinning policy. A failing seed prints itself; `OCHRE_SIM_SEED=S` replays that
 //! one alone, exactly.
 
-use super::workload::{home, Actors, Imbalanced, Pipeline, ProdCons, Program};
+use super::workload::{home, Actors, Imbalanced, Pipeline, ProdCons, Program, Server};
 use super::*;
 use crate::topology::Topology;
 use crate::{BatchSize, Color, Config, Spin, Steal};
@@ -432,6 +432,27 @@ fn cost_aware_stealing_weighs_colors_from_their_first_turn() {
         cold.makespan_ns,
         none.makespan_ns
     );
+}
+
+/// The slides' pinning case: a pinned acceptor accepts every connection on its home core; a
+/// free one is taken by a thief under plain stealing (and accepts there from then on). Every
+/// event runs once either way.
+#[test]
+fn a_pinned_acceptor_accepts_on_its_core() {
+    let t = Topology::flat((0..8).collect());
+    let conns = 400;
+    let run = |pin: bool| {
+        let config = Config::default().steal(Steal::Plain).follow(false);
+        let mut setup = Setup::new(8, t.clone(), config);
+        setup.check = true;
+        let r = simulate(setup, &mut Server::new(8, &t, conns, 4, 2_000, 5_000, pin));
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.events, conns as u64 * 5 + 1, "pinned: {pin}");
+        r
+    };
+    let (pinned, free) = (run(true), run(false));
+    assert!(pinned.events_per_core[0] > conns as u64, "{:?}", pinned.events_per_core);
+    assert!(free.events_per_core[0] < conns as u64, "{:?}", free.events_per_core);
 }
 
 /// A program's random draws cost `CostModel::draw_ns` each, as plain code: on one core the

@@ -1,7 +1,7 @@
 //! Workloads for the simulator: the message patterns of the project's benchmarks
 //! (`ochre-bench`: ping-pong, producer-consumer, the stealing cases, the Savina actor programs)
-//! and of the seeds' (the stealing slides' pipeline of handlers, the color groups' rings), each
-//! event's handler cost given in virtual ns.
+//! and of the seeds' (the stealing slides' pipeline of handlers and server with an acceptor,
+//! the color groups' rings), each event's handler cost given in virtual ns.
 //!
 //! Invariants: a workload is deterministic (its random choices come from its own seeded
 //! generator); it places its colors as the benchmark does (colors chosen by their home with
@@ -356,6 +356,83 @@ impl Workload for Pipeline {
 impl Measured for Pipeline {
     fn counted(&self) -> u64 {
         self.flows.iter().map(|s| self.rounds * s.len() as u64).sum()
+    }
+}
+
+/// The stealing slides' pinning case (Gaud et al., CFSE'7, "assign a handler to a core": an
+/// application of 4 successive handlers, one color per connection, the events that accept
+/// connections pinned to their core, requests and responses negligible): an acceptor color
+/// accepts `conns` connections one event at a time (`accept_ns` each), each posting its
+/// connection's first handler and the next accept; a connection passes through `stages`
+/// handlers of `cost_ns`, events of its own color. The acceptor is homed on core 0 and the
+/// connections' colors hashed over every core (libasync-smp's color-to-core map); with `pin`
+/// the acceptor never moves ([`Workload::pinned`]).
+pub struct Server {
+    acceptor: Color,
+    conns: Vec<Color>,
+    stages: u64,
+    accept_ns: u64,
+    cost_ns: u64,
+    pin: bool,
+}
+
+impl Server {
+    /// The case on `cores` cores of `topology` (at most 2^24 connections, 255 stages).
+    pub fn new(
+        cores: usize,
+        topology: &Topology,
+        conns: usize,
+        stages: u64,
+        accept_ns: u64,
+        cost_ns: u64,
+        pin: bool,
+    ) -> Self {
+        let conns = conns.clamp(1, 1 << 24);
+        let acceptor = colors_per_core(cores, topology, 1, 1)[0][0];
+        let conns = (0..conns as u64).map(|i| Color(acceptor.0 + 1 + i)).collect();
+        let stages = stages.clamp(1, 255);
+        Server { acceptor, conns, stages, accept_ns, cost_ns, pin }
+    }
+
+    // An accept: tag 0 and the connection's number; a handler: its stage (1..) above it.
+    fn tag(stage: u64, conn: usize) -> u64 {
+        (stage << 32) | conn as u64
+    }
+}
+
+impl Workload for Server {
+    fn handle(&mut self, ev: &Event, out: &mut Vec<Post>) -> u64 {
+        if ev.data == ROOT {
+            out.push(Post { color: self.acceptor, data: Self::tag(0, 0) });
+            return 0;
+        }
+        let (stage, conn) = (ev.data >> 32, ev.data as u32 as usize);
+        let Some(&color) = self.conns.get(conn) else { return 0 };
+        if stage == 0 {
+            out.push(Post { color, data: Self::tag(1, conn) });
+            if conn + 1 < self.conns.len() {
+                out.push(Post { color: self.acceptor, data: Self::tag(0, conn + 1) });
+            }
+            return self.accept_ns;
+        }
+        if stage < self.stages {
+            out.push(Post { color, data: Self::tag(stage + 1, conn) });
+        }
+        self.cost_ns
+    }
+
+    fn pinned(&self) -> Vec<Color> {
+        if self.pin {
+            vec![self.acceptor]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+impl Measured for Server {
+    fn counted(&self) -> u64 {
+        self.conns.len() as u64 * (self.stages + 1)
     }
 }
 
