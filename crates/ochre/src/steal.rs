@@ -16,15 +16,16 @@
 //! The heuristics of the seeds' stealing work (batch, locality, pinning, cost) build on this.
 //!
 //! **Long turns share unasked.** A victim answers between turns, so a thief's request waits for
-//! the end of the turn running there; for turns of milliseconds (a data-parallel job's chunks)
-//! that is the whole problem. A worker times the turns of colors not known to be short (a color's
-//! first turn on a worker is timed, so a short color is watched about once; a chunk of a job is
-//! then known for the backlog it is) and, around a long one, lends half of its waiting colors
-//! to an idle worker, or one color to a busy one with fewer waiting (after such a turn it then
+//! the end of the turn running there; for events of a tenth of a millisecond and more (a
+//! data-parallel job's chunks) that is the whole problem. A worker times the turns of colors not
+//! known to be short (a color's first turn on a worker is timed, so a short color is watched
+//! about once; a chunk of a job is then known for the backlog it is) and, around a long one
+//! ([`long_turn`]), lends half of its waiting colors to an idle worker, or one color to a busy
+//! one with fewer waiting, neither with less than half of its CPU (after such a turn it then
 //! takes its inbox and publishes its line: loans and lines a round of long turns late would be
-//! judged), with an unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one (the same lease,
-//! forwards and return), only its trigger differs; the receiver's own request is settled only by
-//! an answer.
+//! judged), with an unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one
+//! (the same lease, forwards and return), only its trigger differs; the receiver's own request
+//! is settled only by an answer.
 //!
 //! Policy and mechanism are apart: which victims a thief tries and in what order
 //! ([`victim_tiers`], [`candidates`]), whether one is worth asking ([`worth_asking`]) and what a
@@ -306,6 +307,7 @@ pub(crate) fn shares_behind_long_turn(
 /// (`shared::Status`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Peer {
+    /// Its index.
     pub(crate) worker: usize,
     /// It is idle.
     pub(crate) idle: bool,
@@ -528,15 +530,6 @@ mod tests {
         setup_with(workers, Config::default().steal(steal), "")
     }
 
-    #[test]
-    fn a_turn_is_long_by_its_events_or_by_its_length() {
-        assert!(long_turn(150_000, 1), "one event of 150 us");
-        assert!(long_turn(450_000, 3), "three of 150 us");
-        assert!(!long_turn(90_000, 1), "one of 90 us");
-        assert!(!long_turn(640_000, 64), "64 steps of 10 us, a chain's");
-        assert!(long_turn(1_100_000, 64), "64 steps of 17 us");
-    }
-
     fn setup_with(workers: usize, config: Config, topology: &str) -> (Shared, Vec<Core>) {
         let topology = if topology.is_empty() {
             crate::topology::Topology::flat((0..workers).collect())
@@ -559,6 +552,15 @@ mod tests {
 
     fn inbox_msgs(shared: &Shared, w: usize) -> Vec<Msg> {
         shared.remotes[w].poke.inbox.take_batches().flatten().collect()
+    }
+
+    #[test]
+    fn a_turn_is_long_by_its_events_or_by_its_length() {
+        assert!(long_turn(150_000, 1), "one event of 150 us");
+        assert!(long_turn(450_000, 3), "three of 150 us");
+        assert!(!long_turn(90_000, 1), "one of 90 us");
+        assert!(!long_turn(640_000, 64), "64 steps of 10 us, a chain's");
+        assert!(long_turn(1_100_000, 64), "64 steps of 17 us");
     }
 
     #[test]
