@@ -464,23 +464,36 @@ pub(crate) fn sheds(ready: usize, mine: u32, cheap: bool, home: impl FnOnce() ->
 /// keep it for good (their posts are local), so that a fork of two long events, one of them
 /// relieved onto its poster's worker during a busy spell, ran one after the other for the rest
 /// of the process in every other job (`tests/api.rs`, `two_long_events_...`: 3 of 8 jobs at
-/// once, 2 test runs in 8). Else as [`sheds`] says.
+/// once, 2 test runs in 8). So too, whatever else waits here, when its events are long (over
+/// `steal::LONG_EVENT_NS` each, `event_ns` by its measure): next to one of them a message's hop
+/// is nothing, so its partners gain nothing from it here, and beside another long color here
+/// it waits a whole event: the same fork, its remote color moved onto the poster's worker by a
+/// busy spell, ran one after the other in every job after (2 test runs in 15 beside the other
+/// tests, on this session's host; the colors' own cost says long, not `relieved`). Else as
+/// [`sheds`] says (`cheap` by `event_ns`).
 pub(crate) fn goes_home(
     moved_on: bool,
     relieved: bool,
     ready: usize,
     mine: u32,
-    cheap: bool,
+    event_ns: u64,
     home: impl FnOnce() -> Peer,
 ) -> bool {
+    let cheap = cheap(event_ns);
     if moved_on {
         return !clearly_more(mine, home().share);
     }
-    if relieved && ready == 0 {
+    if (relieved && ready == 0) || long(event_ns) {
         let home = home();
         return (home.idle && has_its_cpu(home.share)) || sheds(ready, mine, cheap, || home);
     }
     sheds(ready, mine, cheap, home)
+}
+
+/// Events of `event_ns` each are long ([`goes_home`]).
+#[inline]
+pub(crate) fn long(event_ns: u64) -> bool {
+    event_ns > crate::steal::LONG_EVENT_NS
 }
 
 /// Whether a color moved here from `home` by a worker getting `mine` of its CPU came for its
@@ -612,13 +625,10 @@ mod tests {
     #[test]
     fn a_resident_whose_traffic_moved_on_goes_home_unless_the_home_cpu_is_clearly_worse() {
         let home = |share| move || Peer { id: 0, idle: false, share };
-        assert!(goes_home(true, false, 0, FULL, false, home(FULL)), "traffic moved on");
-        assert!(
-            !goes_home(true, false, 0, FULL, false, home(FULL / 2)),
-            "the home's CPU is shared"
-        );
-        assert!(goes_home(true, false, 0, FULL / 2, false, home(FULL / 2)), "both shared alike");
-        assert!(!goes_home(false, false, 0, FULL, false, home(FULL)), "nothing says so");
+        assert!(goes_home(true, false, 0, FULL, 0, home(FULL)), "traffic moved on");
+        assert!(!goes_home(true, false, 0, FULL, 0, home(FULL / 2)), "the home's CPU is shared");
+        assert!(goes_home(true, false, 0, FULL / 2, 0, home(FULL / 2)), "both shared alike");
+        assert!(!goes_home(false, false, 0, FULL, 0, home(FULL)), "nothing says so");
     }
 
     #[test]
@@ -630,13 +640,19 @@ mod tests {
         assert!(!relieved(FULL, Peer { share: FULL, ..shared_home }), "moved by its traffic");
         // Its queue emptied with nothing else waiting here: home if the home is idle with all
         // of its CPU.
-        assert!(goes_home(false, true, 0, FULL, false, home(true, FULL)), "the want is over");
-        assert!(!goes_home(false, true, 0, FULL, false, home(true, FULL / 2)), "still shared");
-        assert!(!goes_home(false, true, 0, FULL, false, home(false, FULL)), "the home is busy");
+        assert!(goes_home(false, true, 0, FULL, 0, home(true, FULL)), "the want is over");
+        assert!(!goes_home(false, true, 0, FULL, 0, home(true, FULL / 2)), "still shared");
+        assert!(!goes_home(false, true, 0, FULL, 0, home(false, FULL)), "the home is busy");
         // Other colors wait here: the usual rules (the worker is not crowded by one).
-        assert!(!goes_home(false, true, 1, FULL, false, home(true, FULL)));
+        assert!(!goes_home(false, true, 1, FULL, 0, home(true, FULL)));
         // Not relieved: a color its traffic moved stays with its partners.
-        assert!(!goes_home(false, false, 0, FULL, false, home(true, FULL)));
+        assert!(!goes_home(false, false, 0, FULL, 0, home(true, FULL)));
+        // Long events: home whenever the home is idle with its CPU, whatever waits here.
+        let long = crate::steal::LONG_EVENT_NS + 1;
+        assert!(goes_home(false, false, 3, FULL, long, home(true, FULL)), "long, home idle");
+        assert!(!goes_home(false, false, 3, FULL, long, home(false, FULL)), "the home is busy");
+        assert!(!goes_home(false, false, 0, FULL, long, home(true, FULL / 2)), "home shared");
+        assert!(!goes_home(false, false, 0, FULL, 10_000, home(true, FULL)), "10 us: not long");
     }
 
     fn posts(colors: &[u64]) -> Vec<Msg> {
@@ -801,7 +817,7 @@ mod tests {
                     for home in [peer(1, true, FULL), peer(1, true, FULL / 2), peer(1, false, FULL)]
                     {
                         assert!(!sheds(ready, mine, cheap, || home), "{ready} {mine} {event_ns}");
-                        assert!(!goes_home(false, false, ready, mine, cheap, || home));
+                        assert!(!goes_home(false, false, ready, mine, event_ns, || home));
                         assert_eq!(relief(mine, || [home].into_iter()), None);
                     }
                 }

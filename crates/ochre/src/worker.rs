@@ -1080,9 +1080,8 @@ impl WorkerCtx {
                 let peer = |w: usize| peer(shared, w);
                 match home {
                     Some(h) => {
-                        let cheap = follow::cheap(cost);
                         let (moved_on, relieved) = (what.moved_on, what.relieved);
-                        follow::goes_home(moved_on, relieved, ready, mine, cheap, || peer(h))
+                        follow::goes_home(moved_on, relieved, ready, mine, cost, || peer(h))
                             .then_some(h)
                     }
                     // Colors whose descriptors are watched here stay (`IoCore::anchors`).

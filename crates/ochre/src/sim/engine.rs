@@ -1829,9 +1829,8 @@ impl<'w> Sim<'w> {
             }
             match home {
                 Some(h) => {
-                    let cheap = follow::cheap(cost);
                     let (moved_on, relieved) = (what.moved_on, what.relieved);
-                    follow::goes_home(moved_on, relieved, ready, mine, cheap, || peer(status, h))
+                    follow::goes_home(moved_on, relieved, ready, mine, cost, || peer(status, h))
                         .then_some(h)
                 }
                 None => follow::relief(mine, || peers(status, k)),
