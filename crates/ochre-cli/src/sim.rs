@@ -603,7 +603,7 @@ fn simulate_case_report(
             if busy {
                 shares[cores - 1] = 0.5;
             }
-            let mut w = Actors::new(p, actor_msg_ns.max(0.0) as u64).with_draw_ns(cost.draw_ns);
+            let mut w = Actors::new(p, actor_msg_ns.max(0.0) as u64);
             // A fresh runtime warmed up by one run (`peers::on_fresh_runtime`; of an eighth of
             // the size there, of the whole here: the workload restarts as it was).
             rate_after(cores, &t, config, cost, &shares, 1, &mut w)

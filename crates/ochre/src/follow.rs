@@ -479,10 +479,10 @@ pub(crate) fn goes_home(
     event_ns: u64,
     home: impl FnOnce() -> Peer,
 ) -> bool {
-    let cheap = cheap(event_ns);
     if moved_on {
         return !clearly_more(mine, home().share);
     }
+    let cheap = cheap(event_ns);
     if (relieved && ready == 0) || long(event_ns) {
         let home = home();
         return (home.idle && has_its_cpu(home.share)) || sheds(ready, mine, cheap, || home);
@@ -490,9 +490,9 @@ pub(crate) fn goes_home(
     sheds(ready, mine, cheap, home)
 }
 
-/// Events of `event_ns` each are long ([`goes_home`]).
+/// Events of `event_ns` each are long ([`goes_home`], [`keeps`]).
 #[inline]
-pub(crate) fn long(event_ns: u64) -> bool {
+fn long(event_ns: u64) -> bool {
     event_ns > crate::steal::LONG_EVENT_NS
 }
 
@@ -537,12 +537,13 @@ pub(crate) fn gives_back(t: &Traffic) -> Option<bool> {
 /// Whether a worker getting `mine` of its CPU, with `ready` colors waiting, keeps a color at home
 /// here or a resident whose queue just emptied (its events measured `event_ns` each), when
 /// nothing pulls it and no window of its traffic is due: colors do not follow (`follow_on`
-/// false), or neither [`sheds`] nor [`relief`] would send it anywhere (the worker has its CPU,
-/// and is not crowded). Asked first, so that the common end of a turn takes one path whatever
-/// the color's lease (`queue`); the workers and the simulator ask it alike.
+/// false), or neither [`sheds`], [`relief`] nor [`goes_home`] would send it anywhere (the worker
+/// has its CPU, is not crowded, and the color's events are not [`long`]: a resident of long
+/// events goes home when its home is idle). Asked first, so that the common end of a turn takes
+/// one path whatever the color's lease (`queue`); the workers and the simulator ask it alike.
 #[inline]
 pub(crate) fn keeps(follow_on: bool, ready: usize, mine: u32, event_ns: u64) -> bool {
-    !follow_on || (has_its_cpu(mine) && !crowded(ready, cheap(event_ns)))
+    !follow_on || (has_its_cpu(mine) && !crowded(ready, cheap(event_ns)) && !long(event_ns))
 }
 
 /// A worker getting `mine` of its CPU has it (not clearly less than all of it): it sends no
@@ -808,7 +809,8 @@ mod tests {
         let mut kept = 0;
         for ready in [0, 1, SHED_READY, 50] {
             for mine in [FULL / 2, FULL - RELIEF_MARGIN - 1, FULL - RELIEF_MARGIN, FULL] {
-                for event_ns in [0, CHEAP_NS, CHEAP_NS + 1, 10_000] {
+                for event_ns in [0, CHEAP_NS, CHEAP_NS + 1, 10_000, crate::steal::LONG_EVENT_NS + 1]
+                {
                     if !keeps(true, ready, mine, event_ns) {
                         continue;
                     }

@@ -891,10 +891,8 @@ impl ColorQueue {
         if !self.guests.is_empty() {
             let due = matches!(lease, Lease::Guest { .. }) & slot.traffic.window_full();
             let loan = matches!(lease, Lease::Guest { resident: false, .. });
-            // A relieved resident about to leave this worker idle asks its home, and so does a
-            // resident of long events (`follow::goes_home`).
-            let ask = (matches!(lease, Lease::Guest { relieved: true, .. }) & (ready == 0))
-                | (matches!(lease, Lease::Guest { resident: true, .. }) & follow::long(cost));
+            // A relieved resident about to leave this worker idle asks its home.
+            let ask = matches!(lease, Lease::Guest { relieved: true, .. }) & (ready == 0);
             if !(due | loan | ask) & slot.traffic.pulled_by().is_none() && keeps(ready, cost) {
                 self.maybe_release(key);
                 return None;

@@ -266,16 +266,10 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     }
     // Relaxed: hints; a stale one lends to a worker that just found work (it runs the loan
     // after its own), or misses an idle one.
-    let status = |w: usize| &shared.remotes[w].status;
     let random = core.next_random();
     let peers = candidates(&shared.victims[core.id], random).map(|w| {
-        let s = status(w);
-        Peer {
-            worker: w,
-            idle: s.idle.load(Ordering::Relaxed),
-            ready: s.ready.load(Ordering::Relaxed),
-            share: s.cpu_share.load(Ordering::Relaxed) as u32,
-        }
+        let ready = shared.remotes[w].status.ready.load(Ordering::Relaxed);
+        (crate::worker::peer(shared, w), ready)
     });
     let Some((thief, idle)) = long_turn_thief(waiting, core.cpu_share.share(), peers) else {
         return;
@@ -303,23 +297,9 @@ pub(crate) fn shares_behind_long_turn(
     config.steal != Steal::Off && workers > 1 && waiting >= min_waiting
 }
 
-/// What a worker sharing the colors behind a long turn knows of another: the hints it publishes
-/// (`shared::Status`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Peer {
-    /// Its index.
-    pub(crate) worker: usize,
-    /// It is idle.
-    pub(crate) idle: bool,
-    /// Colors waiting there.
-    pub(crate) ready: usize,
-    /// Its CPU share, thousandths.
-    pub(crate) share: u32,
-}
-
 /// Who takes the colors waiting behind a long turn on a worker where `waiting` wait and whose
-/// CPU share is `mine`, and whether it is idle: the first idle worker of `peers` (in the order a
-/// thief asks), or, none idle (at a run's start, or each one in a long turn of its own), the one
+/// CPU share is `mine`, and whether it is idle: the first idle worker of `peers` (each with the
+/// colors waiting there, in the order a thief asks), or, none idle (at a run's start, or each one in a long turn of its own), the one
 /// with the fewest colors waiting, if a loan evens the lines out (two fewer at least); either
 /// way, one with half of this worker's CPU share at least. Four 50 ms chunks hashed three to
 /// one worker waited for the other to be seen idle, which it was not yet at the run's start nor
@@ -331,12 +311,12 @@ pub(crate) struct Peer {
 pub(crate) fn long_turn_thief(
     waiting: usize,
     mine: u32,
-    peers: impl Iterator<Item = Peer> + Clone,
+    peers: impl Iterator<Item = (crate::follow::Peer, usize)> + Clone,
 ) -> Option<(usize, bool)> {
-    let fit = peers.filter(|p| p.share.saturating_mul(2) >= mine);
-    fit.clone().find(|p| p.idle).map(|p| (p.worker, true)).or_else(|| {
-        fit.filter(|p| p.ready + 2 <= waiting)
-            .map(|p| (p.ready, p.worker))
+    let fit = peers.filter(|(p, _)| p.share.saturating_mul(2) >= mine);
+    fit.clone().find(|(p, _)| p.idle).map(|(p, _)| (p.id, true)).or_else(|| {
+        fit.filter(|&(_, ready)| ready + 2 <= waiting)
+            .map(|(p, ready)| (ready, p.id))
             .min()
             .map(|(_, w)| (w, false))
     })
@@ -566,11 +546,12 @@ mod tests {
     #[test]
     fn a_long_turn_shares_half_with_an_idle_worker_and_one_color_with_a_busy_one() {
         // (worker, idle, colors waiting there, CPU share), in the order a thief asks.
-        let peer = |(worker, idle, ready, share)| Peer { worker, idle, ready, share };
+        let peer = |(id, idle, ready, share)| (crate::follow::Peer { id, idle, share }, ready);
         let full = crate::cpu_share::FULL;
         let peers = [(1, false, 1, full), (2, true, 5, full), (3, false, 0, full)].map(peer);
-        let thief =
-            |waiting, mine, peers: &[Peer]| long_turn_thief(waiting, mine, peers.iter().copied());
+        let thief = |waiting, mine, peers: &[(crate::follow::Peer, usize)]| {
+            long_turn_thief(waiting, mine, peers.iter().copied())
+        };
         assert_eq!(thief(6, full, &peers), Some((2, true)), "idle first");
         let busy = [(1, false, 3, full), (3, false, 1, full)].map(peer);
         assert_eq!(thief(6, full, &busy), Some((3, false)), "fewest waiting");

@@ -1225,9 +1225,9 @@ fn post_totals(counters: &Counters) -> follow::PostTotals {
     (local - forwards, counters.get(Counter::PostsRemote) + forwards)
 }
 
-/// What this worker knows of worker `w` for `follow`'s decisions (Relaxed: hints other workers
-/// publish).
-fn peer(shared: &Shared, w: usize) -> follow::Peer {
+/// What this worker knows of worker `w` for `follow`'s decisions and the shares behind long
+/// turns (`steal::long_turn_thief`; Relaxed: hints other workers publish).
+pub(crate) fn peer(shared: &Shared, w: usize) -> follow::Peer {
     let status = &shared.remotes[w].status;
     follow::Peer {
         id: w,

@@ -108,7 +108,7 @@ pub struct CostModel {
     pub slice_ns: f64,
     /// A program's draw of a pseudo-random number reduced modulo a count (xorshift64* and a
     /// 64-bit division), ns: plain code of a handler's own, charged as it is
-    /// ([`Workload::code_ns`](crate::sim::Workload::code_ns)): the bank's teller makes three
+    /// ([`Workload::draws`](crate::sim::Workload::draws)): the bank's teller makes three
     /// a transaction, big's actors one a ping. Measured where calibrated
     /// ([`measure_draw_ns`](crate::sim::workload::measure_draw_ns)), not fitted; 0 in files
     /// written before it.

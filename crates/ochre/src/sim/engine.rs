@@ -109,10 +109,10 @@ pub trait Workload {
     fn layer_ns(&self) -> u64 {
         0
     }
-    /// The plain code of the program's own that the last [`handle`](Self::handle) ran, ns
-    /// (its random draws: [`CostModel::draw_ns`] each), charged as it is, where the handler's
-    /// work is a busy loop ([`CostModel::work`]). 0 by default.
-    fn code_ns(&mut self) -> u64 {
+    /// The random draws the last [`handle`](Self::handle) made: plain code of the program's
+    /// own, charged at [`CostModel::draw_ns`] each as it is, where the handler's work is a busy
+    /// loop ([`CostModel::work`]). 0 by default.
+    fn draws(&mut self) -> u64 {
         0
     }
     /// Whether a post touches a line of its recipient's (an actor layer's reference count on
@@ -1492,9 +1492,9 @@ impl<'w> Sim<'w> {
         let ev = Event { color, data: tag.data, core: k, now_ns: self.cores[k].now };
         t.posts.clear();
         let work = self.work.handle(&ev, &mut t.posts);
-        let code = self.work.code_ns() as f64;
+        let draws = self.work.draws() as f64;
         let c = &self.setup.cost;
-        let mut cost = c.work(work) + self.layer_ns + code;
+        let mut cost = c.work(work) + self.layer_ns + draws * c.draw_ns;
         let from = tag.from as usize;
         let n = self.cores.len();
         // Borrowed once for the cost (see `post`).
@@ -1896,12 +1896,8 @@ impl<'w> Sim<'w> {
         let config = &self.setup.config;
         let now = self.cores[k].now;
         let status = &self.net.status;
-        let peers = steal::candidates(&self.tiers[k], random).map(|w| steal::Peer {
-            worker: w,
-            idle: status[w].state != State::Busy,
-            ready: status[w].ready.at(now),
-            share: status[w].share,
-        });
+        let peers = steal::candidates(&self.tiers[k], random)
+            .map(|w| (peer(status, w), status[w].ready.at(now)));
         let mine = status[k].share;
         let Some((thief, idle)) = steal::long_turn_thief(waiting, mine, peers) else { return };
         let loans = steal::lend_behind_long_turn(&mut self.cores[k].queue, thief, idle, config);

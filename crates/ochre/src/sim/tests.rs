@@ -464,7 +464,7 @@ fn a_programs_random_draws_cost_their_measure() {
     let run = |p: Program, draw_ns: f64| {
         let mut setup = Setup::new(1, t.clone(), Config::default());
         setup.cost = CostModel { draw_ns, ..CostModel::default() };
-        simulate(setup, &mut Actors::new(p, 0).with_draw_ns(draw_ns)).makespan_ns as f64
+        simulate(setup, &mut Actors::new(p, 0)).makespan_ns as f64
     };
     let bank = Program::Bank { accounts: 10, transactions: 2_000 };
     let big = Program::Big { actors: 10, pings: 200 };

@@ -521,8 +521,6 @@ pub struct Actors {
     /// Per actor: a counter and a generator, as the programs' states.
     state: Vec<[u64; 4]>,
     rng: u64,
-    /// The cost of one random draw ([`CostModel::draw_ns`](crate::sim::CostModel::draw_ns)).
-    draw_ns: f64,
     /// Random draws made by the last event.
     draws: u64,
 }
@@ -695,12 +693,7 @@ impl Actors {
     pub fn new(program: Program, msg_ns: u64) -> Self {
         let n = program.actors();
         let rng = 0x2545_f491_4f6c_dd1d;
-        Actors { program, msg_ns, state: vec![[0; 4]; n], rng, draw_ns: 0.0, draws: 0 }
-    }
-
-    /// The same, each random draw of the program costing `ns` (`CostModel::draw_ns`).
-    pub fn with_draw_ns(self, ns: f64) -> Self {
-        Actors { draw_ns: ns.max(0.0), ..self }
+        Actors { program, msg_ns, state: vec![[0; 4]; n], rng, draws: 0 }
     }
 
     #[inline]
@@ -722,8 +715,8 @@ impl Workload for Actors {
         self.msg_ns
     }
 
-    fn code_ns(&mut self) -> u64 {
-        (std::mem::take(&mut self.draws) as f64 * self.draw_ns).round() as u64
+    fn draws(&mut self) -> u64 {
+        std::mem::take(&mut self.draws)
     }
 
     /// A message holds a strong reference to its recipient (`bench actors`: taken by the
