@@ -8,6 +8,13 @@
 //!
 //! Policies: off, plain (libasync-smp), batch, locality-aware, cost-aware, and all heuristics
 //! together (pinning is per color and exercised by the web server).
+//!
+//! Users' loops: two loops a worker, each a plain color (`Color(1)`, `Color(2)`, ...) whose
+//! event does a 10 µs step and posts the next to its own color, written as a user writes them
+//! (default configuration, colors hashed wherever they fall), against the same loops as tokio
+//! tasks that yield between steps and as a rayon parallel iterator over the loops, in the same
+//! process, one runtime of each for every sample (a program alternating runtimes: each one's
+//! threads idle while the others run).
 
 use ochre::{Color, Config, Runtime, Steal};
 
@@ -64,11 +71,65 @@ pub fn imbalanced(rt: &Runtime, heavy: usize, light: u64, length: u32) -> Result
     Ok(events as f64 / report.elapsed.as_secs_f64())
 }
 
+/// A user's loops on ochre: `loops` plain colors, each `steps` steps of `cost` ns posting the
+/// next to its own color. Returns steps/s.
+pub fn loops_ochre(rt: &Runtime, loops: u64, steps: u32, cost: u64) -> Result<f64, String> {
+    let report = rt
+        .run(Color::DEFAULT, move || {
+            for c in 1..=loops {
+                let c = Color(c);
+                ochre::post(c, move || chain(c, steps, cost));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let events = report.total().events_run;
+    let expected = loops * u64::from(steps) + 1;
+    if events != expected {
+        return Err(format!("ran {events} events, expected {expected}"));
+    }
+    Ok((events - 1) as f64 / report.elapsed.as_secs_f64())
+}
+
+/// The same loops as tokio tasks, yielding between steps. Returns steps/s.
+pub fn loops_tokio(rt: &tokio::runtime::Runtime, loops: u64, steps: u32, cost: u64) -> f64 {
+    let start = std::time::Instant::now();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..loops)
+            .map(|_| {
+                tokio::spawn(async move {
+                    for _ in 0..steps {
+                        work(cost);
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a loop task panicked");
+        }
+    });
+    (loops * u64::from(steps)) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The same loops as a rayon parallel iterator over them. Returns steps/s.
+pub fn loops_rayon(pool: &rayon::ThreadPool, loops: u64, steps: u32, cost: u64) -> f64 {
+    use rayon::prelude::*;
+    let start = std::time::Instant::now();
+    pool.install(|| {
+        (0..loops).into_par_iter().for_each(|_| {
+            for _ in 0..steps {
+                work(cost);
+            }
+        })
+    });
+    (loops * u64::from(steps)) as f64 / start.elapsed().as_secs_f64()
+}
+
 /// Runs the stealing benchmark.
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
         "steal",
-        "Stealing policies: imbalanced colors (events/s, higher is better) and ping-pong (ev/s/worker, stealing must cost <= 2%).",
+        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), and users' loops on plain colors against tokio and rayon (steps/s).",
     );
     let length = if opts.quick { 400 } else { 1_500 };
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
@@ -126,15 +187,65 @@ pub fn run(opts: &Options) -> BenchReport {
             );
         }
     }
+    for &w in opts.workers.iter().filter(|&&w| w >= 2) {
+        loops_case(&mut report, opts, w);
+    }
     if report.rows.is_empty() {
         report.notes.push("needs at least 2 workers: skipped".into());
     }
     report
 }
 
+/// The users' loops case at `w` workers (module doc).
+fn loops_case(report: &mut BenchReport, opts: &Options, w: usize) {
+    let (loops, steps, cost) = (2 * w as u64, if opts.quick { 400 } else { 1_500 }, 10_000);
+    let case = format!("{w}w loops");
+    let ochre = Runtime::builder().workers(w).build().map_err(|e| e.to_string());
+    let plain = Runtime::builder()
+        .workers(w)
+        .config(Config::default().steal(Steal::Plain))
+        .build()
+        .map_err(|e| e.to_string());
+    let tokio = peers::tokio_multi_thread(w);
+    let rayon = peers::rayon_pool(w);
+    let on = |rt: &Result<Runtime, String>| {
+        rt.as_ref().map_err(Clone::clone).and_then(|rt| loops_ochre(rt, loops, steps, cost))
+    };
+    let systems = vec![
+        System::new("ochre", || on(&ochre)),
+        System::new("steal-plain", || on(&plain)),
+        System::new("tokio-mt", || {
+            tokio.as_ref().map_err(Clone::clone).map(|rt| loops_tokio(rt, loops, steps, cost))
+        }),
+        System::new("rayon", || {
+            rayon.as_ref().map_err(Clone::clone).map(|p| loops_rayon(p, loops, steps, cost))
+        }),
+    ];
+    measure_case(report, &case, w, "steps/s", opts.reps, systems);
+    if let (Some(ochre), Some(tokio)) =
+        (report.median_of("ochre", &case), report.median_of("tokio-mt", &case))
+    {
+        report.check(
+            format!("[{case}] users' loops on plain colors within 5% of tokio-mt"),
+            ochre / tokio,
+            ochre / tokio >= 0.95,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn users_loops_run_every_step_on_each_system() {
+        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+        assert!(loops_ochre(&rt, 4, 8, 1_000).unwrap() > 0.0);
+        let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+        assert!(loops_tokio(&tokio, 4, 8, 1_000) > 0.0);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        assert!(loops_rayon(&pool, 4, 8, 1_000) > 0.0);
+    }
 
     #[test]
     fn the_imbalanced_workload_runs_every_event_under_every_policy() {

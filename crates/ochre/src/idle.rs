@@ -130,6 +130,7 @@ pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
     if let (Some(started), Flow::Continue) = (started, &flow) {
         core.spin_tuner.record(started.elapsed());
     }
+    core.cpu_share.busy_again();
     core.trace.span_since(crate::trace::Kind::Idle, traced);
     drop(core);
     status.idle.store(false, Ordering::Relaxed);
@@ -281,7 +282,12 @@ fn spin(
                 // Give the CPU to whatever else is runnable on it (another process, another
                 // runtime's worker): spinning pays for a wake-up only when the CPU is free.
                 // With nothing else runnable this returns at once; if it took long, another
-                // thread ran: the CPU is shared, so stop spinning and sleep instead.
+                // thread ran: the CPU is shared, so stop spinning and sleep instead. What it
+                // waits in these yields is the idle worker's, not the share it gets with work
+                // (`CpuShare::idle_from_here`).
+                if round == YIELD_EVERY {
+                    ctx.core.borrow_mut().cpu_share.idle_from_here();
+                }
                 let t = Instant::now();
                 std::thread::yield_now();
                 if t.elapsed() >= SHARED_CPU {
@@ -352,10 +358,16 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     if io {
         return sleep_in_poller(ctx);
     }
-    ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
+    let limit = {
+        let mut core = ctx.core.borrow_mut();
+        core.counters.add(Counter::Sleeps, 1);
+        // What it waited in its spin's yields is left out of its CPU share; what it waits to
+        // run once woken counts (it is woken for work, or to measure).
+        core.cpu_share.busy_again();
+        // A worker whose CPU was found shared wakes now and then to measure it again.
+        core.cpu_share.sleep_limit()
+    };
     let t = Instant::now();
-    // A worker whose CPU was found shared wakes now and then to measure it again.
-    let limit = ctx.core.borrow().cpu_share.sleep_limit();
     remote.parker.park(limit);
     let mut core = ctx.core.borrow_mut();
     core.last_sleep = Some(t.elapsed());
@@ -377,6 +389,7 @@ fn sleep_in_poller(ctx: &WorkerCtx) -> Flow {
     let garbage = {
         let mut core = ctx.core.borrow_mut();
         core.counters.add(Counter::Sleeps, 1);
+        core.cpu_share.busy_again();
         let limit = core.io.sleep_limit();
         let t = Instant::now();
         core.poll_io(shared, limit);

@@ -300,6 +300,22 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 q.adopt_moved(color, home as usize, task, urgent, false)
             }
             Msg::Return { color, ran } => q.returned(color, ran),
+            Msg::Recall { color, from } => {
+                let answer = match q.give_back(color) {
+                    Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
+                    None => Msg::Kept { color },
+                };
+                deliver_from(me.id, peer(from as usize), answer);
+            }
+            Msg::GiveBack { ran, loan } => q.given_back(ran, *loan),
+            Msg::Kept { color } => {
+                if let Some((to, parked)) = q.kept(color) {
+                    let home = crate::message::worker_id(me.id);
+                    for (task, urgent) in parked {
+                        deliver(peer(to), Msg::Forward { color, home, task, urgent });
+                    }
+                }
+            }
             Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } | Msg::PostInline { .. } => {
                 unreachable!("not in this model")
             }
@@ -436,6 +452,63 @@ fn loom_color_move_keeps_exclusion_order_and_exactly_once() {
             Some(Lease::Local),
             "the color came home"
         );
+        assert_eq!(crate::sync::lock(&thief.queue).lease(c), None);
+        assert!(oracle.position(1) < oracle.position(2), "the poster's events ran out of order");
+    });
+}
+
+/// Recall: the home lends a color with one pending event to a thief that has a color of its own
+/// waiting, then, idle, recalls it while an outside poster sends two more events to the home (the
+/// first may be forwarded before the recall, after it, or parked at the home; the thief may give
+/// the color back, or have returned it already). Every event runs once, never two at once, the
+/// poster's two in order, and the color ends back home, `Local`.
+#[test]
+fn loom_a_recalled_color_keeps_exclusion_order_and_exactly_once() {
+    model(|| {
+        let c = Color(0);
+        let (home, thief) = home_and_other(c);
+        let (home_id, thief_id) = (home.id, thief.id);
+        let placement = crate::color::Placement::flat(2);
+        let own = (1..).map(Color).find(|&d| crate::color::home_of(d, placement) == thief_id);
+        let own = own.unwrap();
+        let oracle = ColorOracle::new();
+        let event = |tag: u64| oracle.event(tag);
+        let other_ran = Arc::new(AtomicUsize::new(0));
+        {
+            let mut q = crate::sync::lock(&home.queue);
+            assert!(matches!(q.post(c, event(0), false), Route::Queued));
+            let loan = q.lend(thief_id).unwrap();
+            let from = crate::message::worker_id(home_id);
+            deliver(&thief, Msg::Grant { from, loans: vec![loan], asked: true });
+            let other_ran = other_ran.clone();
+            let task = Task::new(move || {
+                other_ran.fetch_add(1, Ordering::SeqCst);
+            });
+            assert!(matches!(
+                crate::sync::lock(&thief.queue).post(own, task, false),
+                Route::Queued
+            ));
+        }
+        let poster = {
+            let (home, thief, e1, e2) = (home.clone(), thief.clone(), event(1), event(2));
+            loom::thread::spawn(move || {
+                deliver(&home, Msg::Post { color: c, task: e1, urgent: false, step: false });
+                {
+                    // The home, idle, recalls the color (under its queue's lock, as its worker).
+                    let mut q = crate::sync::lock(&home.queue);
+                    if let Some((color, to)) = q.recall(|_| true) {
+                        assert_eq!((color, to), (c, thief.id));
+                        let from = crate::message::worker_id(home.id);
+                        deliver_from(home.id, &thief, Msg::Recall { color, from });
+                    }
+                }
+                deliver(&home, Msg::Post { color: c, task: e2, urgent: false, step: false });
+            })
+        };
+        run_both(&home, &thief, false, poster);
+        assert_eq!(oracle.ran.load(Ordering::SeqCst), 3, "an event was lost");
+        assert_eq!(other_ran.load(Ordering::SeqCst), 1);
+        assert_eq!(crate::sync::lock(&home.queue).lease(c), Some(Lease::Local));
         assert_eq!(crate::sync::lock(&thief.queue).lease(c), None);
         assert!(oracle.position(1) < oracle.position(2), "the poster's events ran out of order");
     });

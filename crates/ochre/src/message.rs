@@ -320,6 +320,14 @@ pub(crate) enum Msg {
     /// The borrower ran `ran` of the events its home sent it for `color` and holds none of them
     /// any more.
     Return { color: Color, ran: u64 },
+    /// The color's home `from`, idle, asks the receiver, which holds the color on loan, for it
+    /// back with its events (`queue`, "Recalls"): answer [`Msg::GiveBack`] or [`Msg::Kept`].
+    Recall { color: Color, from: WorkerId },
+    /// The answer to a [`Msg::Recall`]: the color, with the events left of it (`loan`), after
+    /// `ran` events received from the home in all; the receiver runs it again.
+    GiveBack { ran: u64, loan: Box<Loan> },
+    /// The answer to a [`Msg::Recall`]: the sender keeps the color (or holds it no longer).
+    Kept { color: Color },
     /// A thief asks for a color (it also left its id in the receiver's steal-request slot; the
     /// message is what wakes a sleeping victim).
     StealRequest,
@@ -373,7 +381,7 @@ impl Msg {
     /// (`queue`, "Order per poster color"). The sender flushes its other buffers first.
     pub(crate) fn hands_over_a_color(&self) -> bool {
         match self {
-            Msg::Move { .. } | Msg::Return { .. } => true,
+            Msg::Move { .. } | Msg::Return { .. } | Msg::GiveBack { .. } => true,
             Msg::Grant { loans, .. } => !loans.is_empty(),
             _ => false,
         }

@@ -315,6 +315,8 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     let mut seen = 0;
     loop {
         watch_gate(&gate.latest, seen, Instant::now());
+        // Blocked from here, it waits for nothing; its wake-up starts a run (work).
+        ctx.core.borrow_mut().cpu_share.busy_again();
         {
             let mut g = lock(&gate.state);
             while gate.latest.load(Ordering::Acquire) == seen {
@@ -330,6 +332,11 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
             let _heap = heap.as_mut().map(crate::alloc::HeapEnter::new);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run(seen)))
         };
+        // Between runs the worker is idle: what the caller of `run`, woken below, runs on its
+        // CPU before the worker gets to the gate (another runtime's phase of a program that
+        // alternates the two: up to 6 ms a run), and its watch of the gate, are not its CPU
+        // share with work (`CpuShare::idle_from_here`).
+        ctx.core.borrow_mut().cpu_share.idle_from_here();
         let last = {
             let mut g = lock(&gate.state);
             g.finished += 1;

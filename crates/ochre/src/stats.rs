@@ -114,6 +114,10 @@ counters! {
     /// worker or one color to a busier one (`steal::share_behind_long_turn`).
     #[serde(default)]
     long_turn_shares = LongTurnShares,
+    /// Colors this worker, their home, took back with their events from the thief they were
+    /// lent to, idle itself while colors waited there (`steal::recall`).
+    #[serde(default)]
+    recalls = Recalls,
     /// Events that came with the colors this worker stole.
     stolen_events = StolenEvents,
     /// Steal requests answered with nothing (the victim had nothing lendable any more).

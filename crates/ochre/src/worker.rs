@@ -628,16 +628,7 @@ impl Core {
             }
             Msg::Grant { from, loans, asked } => {
                 if asked {
-                    self.steal_pending = false;
-                    if let Some(t) = self.steal_asked_at.take() {
-                        let us = t.elapsed().as_micros() as u64;
-                        self.counters.add(Counter::StealWaitMicros, us);
-                    }
-                    if loans.is_empty() {
-                        self.counters.add(Counter::StealFailures, 1);
-                    }
-                    (self.steal_backoff, self.steal_backoff_next) =
-                        steal::backoff_after(!loans.is_empty(), self.steal_backoff_next);
+                    self.settle_steal(!loans.is_empty());
                 }
                 let tier = u64::from(shared.tier[self.id][from as usize]);
                 for loan in loans {
@@ -649,6 +640,33 @@ impl Core {
                 }
             }
             Msg::Return { color, ran } => self.queue.returned(color, ran),
+            Msg::Recall { color, from } => {
+                let home = from as usize;
+                let answer = match self.queue.give_back(color) {
+                    Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
+                    None => Msg::Kept { color },
+                };
+                self.send(shared, home, answer);
+                // At once, as a steal request's answer: the home waits for it, idle.
+                if shared.config.batching {
+                    self.flush_to(shared, home);
+                }
+            }
+            Msg::GiveBack { ran, loan } => {
+                self.settle_steal(true);
+                self.counters.add(Counter::Recalls, 1);
+                self.queue.given_back(ran, *loan);
+            }
+            Msg::Kept { color } => {
+                self.settle_steal(false);
+                if let Some((to, parked)) = self.queue.kept(color) {
+                    let home = crate::message::worker_id(self.id);
+                    self.counters.add(Counter::Forwards, parked.len() as u64);
+                    for (task, urgent) in parked {
+                        self.send(shared, to, Msg::Forward { color, home, task, urgent });
+                    }
+                }
+            }
             Msg::Sync { color, from, epoch } => {
                 // Behind every forward of the posts received before it, on the same channel.
                 self.send(shared, from as usize, Msg::Synced { color, epoch });
@@ -661,6 +679,21 @@ impl Core {
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
         }
+    }
+
+    /// This worker's steal request or recall (`steal::request`) was answered, with work
+    /// (`granted`) or not.
+    fn settle_steal(&mut self, granted: bool) {
+        self.steal_pending = false;
+        if let Some(t) = self.steal_asked_at.take() {
+            let us = t.elapsed().as_micros() as u64;
+            self.counters.add(Counter::StealWaitMicros, us);
+        }
+        if !granted {
+            self.counters.add(Counter::StealFailures, 1);
+        }
+        (self.steal_backoff, self.steal_backoff_next) =
+            steal::backoff_after(granted, self.steal_backoff_next);
     }
 
     /// Routes a post received as the color's home; from a `sender` worker, with whether the
@@ -1050,6 +1083,9 @@ impl WorkerCtx {
                 }
             }
             // An empty turn (a guest given back) tells nothing of the color's cost.
+            // The turn's events at their measured cost (before the color may leave), for the
+            // nudge's countdown (`steal::nudge_due`).
+            let turn_ns = core.queue.event_cost(key).saturating_mul(n as u64);
             let long = match turn_timer.filter(|_| n > 0) {
                 Some(TurnTimer::Sampled(t0)) => {
                     let ns = elapsed_ns(t0);
@@ -1131,7 +1167,7 @@ impl WorkerCtx {
                 core.take_inbox(shared);
                 core.publish_ready(shared);
                 shared_before_next = true;
-                // Advertise what is left now, not in `NUDGE_EVERY_ROUNDS` turns as long.
+                // Advertise what is left now, not `NUDGE_EVERY` long turns later.
                 core.nudge_cooldown = 0;
             }
             if stealing {
@@ -1141,7 +1177,7 @@ impl WorkerCtx {
                 if shared.config.steal != crate::Steal::Backlog {
                     core.publish_ready(shared);
                 }
-                steal::nudge_sleepers(&mut core, shared);
+                steal::nudge_sleepers(&mut core, shared, turn_ns);
             }
             steal::answer(&mut core, shared);
             if shared.stopping() {

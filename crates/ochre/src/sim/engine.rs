@@ -226,6 +226,8 @@ pub struct Report {
     pub stolen: u64,
     /// Colors lent unasked, behind long turns (`steal::share_behind_long_turn`).
     pub shared: u64,
+    /// Colors taken back with their events by their idle homes (`steal::recall`).
+    pub recalls: u64,
     /// Colors moved by `follow` (to a poster, or pushed).
     pub moved: u64,
     /// Engine steps (rounds, spin ticks).
@@ -1315,19 +1317,38 @@ impl<'w> Sim<'w> {
                 self.cores[k].queue.adopt_moved(color, home, task, urgent, relieved)
             }
             Msg::Grant { from, loans, asked } => {
-                let core = &mut self.cores[k];
                 if asked {
-                    core.steal_pending = false;
-                    let got = !loans.is_empty();
-                    let (skip, next) = steal::backoff_after(got, core.steal_backoff_next);
-                    core.steal_backoff = skip;
-                    core.steal_backoff_next = next;
+                    self.settle_steal(k, !loans.is_empty());
                 }
                 for loan in loans {
-                    core.queue.adopt(from as usize, loan);
+                    self.cores[k].queue.adopt(from as usize, loan);
                 }
             }
             Msg::Return { color, ran } => self.cores[k].queue.returned(color, ran),
+            Msg::Recall { color, from } => {
+                let home = from as usize;
+                let answer = match self.cores[k].queue.give_back(color) {
+                    Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
+                    None => Msg::Kept { color },
+                };
+                self.send(k, home, answer);
+                if self.setup.config.batching {
+                    self.flush_to(k, home);
+                }
+            }
+            Msg::GiveBack { ran, loan } => {
+                self.settle_steal(k, true);
+                self.report.recalls += 1;
+                self.cores[k].queue.given_back(ran, *loan);
+            }
+            Msg::Kept { color } => {
+                self.settle_steal(k, false);
+                if let Some((to, parked)) = self.cores[k].queue.kept(color) {
+                    for (task, urgent) in parked {
+                        self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent });
+                    }
+                }
+            }
             Msg::Sync { color, from, epoch } => {
                 self.send(k, from as usize, Msg::Synced { color, epoch })
             }
@@ -1476,7 +1497,8 @@ impl<'w> Sim<'w> {
             }
             watched && steal::long_turn(ns, n)
         };
-        self.end_turn(k, key, long);
+        let turn_ns = self.cores[k].queue.event_cost(key).saturating_mul(n as u64);
+        self.end_turn(k, key, turn_ns, long);
         Some(n)
     }
 
@@ -1814,7 +1836,7 @@ impl<'w> Sim<'w> {
     /// The end of a turn: the color may leave (`follow`), buffers may leave
     /// (`outbox::is_burst`, idle destinations), sleepers may be woken to steal, a request
     /// answered.
-    fn end_turn(&mut self, k: usize, key: usize, long: bool) {
+    fn end_turn(&mut self, k: usize, key: usize, turn_ns: u64, long: bool) {
         let follow_on = self.setup.config.follow;
         let status = &self.net.status;
         let mine = status[k].share;
@@ -1879,7 +1901,7 @@ impl<'w> Sim<'w> {
             if self.setup.config.steal != Steal::Backlog {
                 self.publish(k);
             }
-            self.nudge(k);
+            self.nudge(k, turn_ns);
         }
         self.answer(k);
     }
@@ -1925,13 +1947,11 @@ impl<'w> Sim<'w> {
     }
 
     /// `steal::nudge_sleepers`: a loaded core wakes a sleeper so that it may steal.
-    fn nudge(&mut self, k: usize) {
+    fn nudge(&mut self, k: usize, turn_ns: u64) {
         let core = &mut self.cores[k];
-        if core.nudge_cooldown > 0 {
-            core.nudge_cooldown -= 1;
+        if !steal::nudge_due(&mut core.nudge_cooldown, turn_ns) {
             return;
         }
-        core.nudge_cooldown = steal::NUDGE_EVERY_ROUNDS;
         let config = &self.setup.config;
         let backlog = config.steal == Steal::Backlog && {
             let b = core.queue.has_backlog(steal::BACKLOG_FLOOR);
@@ -1993,7 +2013,7 @@ impl<'w> Sim<'w> {
         // The draw above is made either way: the run is the same with or without the memo.
         let memo = self.net.no_victim[k];
         if memo.changes == self.net.changes && (memo.from..memo.until).contains(&now) {
-            return;
+            return self.recall(k);
         }
         let config = &self.setup.config;
         let mine = self.net.status[k].share;
@@ -2022,10 +2042,10 @@ impl<'w> Sim<'w> {
         }
         if let Some(until) = until {
             self.net.no_victim[k] = NoVictim { changes: self.net.changes, from: now, until };
-            return;
+            return self.recall(k);
         }
         let victim = steal::candidates(&self.tiers[k], random).find(|&v| worth(v));
-        let Some(v) = victim else { return };
+        let Some(v) = victim else { return self.recall(k) };
         let visible = self.cores[k].now + self.ticks.line(self.distance(k, v));
         self.net.set_slot(v, Some((k, visible)));
         self.cores[k].steal_pending = true;
@@ -2033,6 +2053,36 @@ impl<'w> Sim<'w> {
         self.send(k, v, Msg::StealRequest);
         if self.setup.config.batching {
             self.flush_to(k, v);
+        }
+    }
+
+    /// Core `k`'s steal request or recall was answered, with work (`granted`) or not
+    /// (`worker::Core::settle_steal`).
+    fn settle_steal(&mut self, k: usize, granted: bool) {
+        let core = &mut self.cores[k];
+        core.steal_pending = false;
+        let (skip, next) = steal::backoff_after(granted, core.steal_backoff_next);
+        core.steal_backoff = skip;
+        core.steal_backoff_next = next;
+    }
+
+    /// `steal::recall`: core `k`, idle with no victim worth asking, takes back a color it lent
+    /// from a borrower where colors wait.
+    fn recall(&mut self, k: usize) {
+        let now = self.cores[k].now;
+        let (config, status) = (&self.setup.config, &self.net.status);
+        let mine = status[k].share;
+        let loaded = |b: usize| {
+            let st = &status[b];
+            let seen =
+                Candidate { ready: st.ready.at(now), backlog: st.backlog.at(now), share: st.share };
+            steal::worth_recalling(config.steal, mine, &seen)
+        };
+        let Some((color, borrower)) = self.cores[k].queue.recall(loaded) else { return };
+        self.cores[k].steal_pending = true;
+        self.send(k, borrower, Msg::Recall { color, from: k as u32 });
+        if self.setup.config.batching {
+            self.flush_to(k, borrower);
         }
     }
 

@@ -121,6 +121,33 @@ fn exclusion_order_and_exactly_once_hold_on_every_seeded_schedule() {
 }
 
 #[test]
+fn recalled_colors_keep_exclusion_order_and_exactly_once() {
+    // Chains that feed themselves, lent and recalled (`steal::recall`): the storm above lends
+    // colors that soon go home by themselves, and recalls none.
+    let (mut recalled, mut failed) = (0, Vec::new());
+    let n = seeds().len() as u64;
+    for seed in 0..n {
+        let cores = [2, 3, 2, 4][(seed % 4) as usize];
+        let topology = Topology::named("opteron16").unwrap();
+        let mut config = Config::default().follow(seed % 2 == 0).batching(seed % 5 != 4);
+        config = config.turn_budget([64, 8][((seed / 3) % 2) as usize]);
+        let mut setup = Setup::new(cores, topology.clone(), config);
+        (setup.seed, setup.jitter, setup.check) = (seed, 0.5, true);
+        let (heavy, light) = [(4, 40), (6, 8), (8, 40)][((seed / 4) % 3) as usize];
+        let r = simulate(setup, &mut Imbalanced::new(cores, &topology, heavy, light, 400, 10_000));
+        assert!(!r.truncated);
+        recalled += r.recalls;
+        if !r.violations.is_empty() {
+            eprintln!("seed {seed} broke an invariant: {:#?}", r.violations);
+            failed.push(seed);
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+    // 122 recalls in the first 60 schedules.
+    assert!(recalled > n / 4, "{recalled} colors recalled in {n} schedules");
+}
+
+#[test]
 fn a_seed_replays_exactly_and_seeds_differ() {
     let a = schedule(42);
     let b = schedule(42);
@@ -230,8 +257,8 @@ fn follow_gathers_a_ring_and_stealing_spreads_imbalance() {
     let (off, on) = (imbalanced(Steal::Off), imbalanced(Steal::Plain));
     assert_eq!(off.stolen, 0);
     assert!(on.stolen > 0);
-    // Not 8x: a loaded core wakes one sleeper per `steal::NUDGE_EVERY_ROUNDS` turns, and
-    // these turns are long (64 events of 10 us).
+    // Not 8x: a loaded core wakes one sleeper per `steal::NUDGE_EVERY` turns or microseconds
+    // (a turn of these, 64 events of 10 us), and a thief takes from one victim at a time.
     assert!(on.makespan_ns < off.makespan_ns, "{} vs {}", on.makespan_ns, off.makespan_ns);
     // The default's backlog stealing too: eight colors of 10 us events waiting on one core are
     // a backlog together (`queue::FEW_COLORS`), though none alone is.
