@@ -381,8 +381,8 @@ pub fn work(ns: u64) {
 pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
     format!(
         "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} sleeps {} \
-         spins {} hits {} moves out {} in {} steals {} lent {} inbox {} steal asks {} failed {} \
-         waited {} us share {}{}",
+         spins {} hits {} moves out {} in {} steals {} lent {} recalls {} inbox {} steal asks {} \
+         failed {} waited {} us share {}{}",
         s.events_run,
         s.posts_local,
         s.posts_remote,
@@ -396,6 +396,7 @@ pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
         s.colors_moved_in,
         s.steals_in,
         s.steals_out,
+        s.recalls,
         s.msgs_received,
         s.steal_attempts,
         s.steal_failures,

@@ -293,7 +293,11 @@ impl CpuShare {
             Some((run, delay)) => self.window(run, delay),
             // Its idle spells only: they say nothing of the share it gets with work.
             None if whole.0 + whole.1 >= MIN_ACTIVE.as_nanos() as u64 => None,
-            None => self.window(0, 0),
+            // Quiet: the share recovers, and what little work was carried is too old to count.
+            None => {
+                self.carry = (0, 0);
+                self.window(0, 0)
+            }
         }
     }
 

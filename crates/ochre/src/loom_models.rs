@@ -281,7 +281,9 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 Route::Remote { .. } | Route::Held(_) => unreachable!("posts go to the home"),
             },
             Msg::Sync { color, from, epoch } => {
-                deliver_from(me.id, peer(from as usize), Msg::Synced { color, epoch })
+                if !q.sync_waits(color, from as usize, epoch) {
+                    deliver_from(me.id, peer(from as usize), Msg::Synced { color, epoch })
+                }
             }
             Msg::Synced { color, epoch } => {
                 if let Some(ask) = q.synced(color, epoch) {
@@ -299,7 +301,12 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
             Msg::Move { color, home, task, urgent } => {
                 q.adopt_moved(color, home as usize, task, urgent, false)
             }
-            Msg::Return { color, ran } => q.returned(color, ran),
+            Msg::Return { color, ran } => {
+                q.returned(color, ran);
+                for (from, epoch) in q.syncs_due(color) {
+                    deliver_from(me.id, peer(from), Msg::Synced { color, epoch });
+                }
+            }
             Msg::Recall { color, from } => {
                 let answer = match q.give_back(color) {
                     Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
@@ -307,13 +314,22 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 };
                 deliver_from(me.id, peer(from as usize), answer);
             }
-            Msg::GiveBack { ran, loan } => q.given_back(ran, *loan),
+            Msg::GiveBack { ran, loan } => {
+                let color = loan.color;
+                q.given_back(ran, *loan);
+                for (from, epoch) in q.syncs_due(color) {
+                    deliver_from(me.id, peer(from), Msg::Synced { color, epoch });
+                }
+            }
             Msg::Kept { color } => {
                 if let Some((to, parked)) = q.kept(color) {
                     let home = crate::message::worker_id(me.id);
                     for (task, urgent) in parked {
                         deliver(peer(to), Msg::Forward { color, home, task, urgent });
                     }
+                }
+                for (from, epoch) in q.syncs_due(color) {
+                    deliver_from(me.id, peer(from), Msg::Synced { color, epoch });
                 }
             }
             Msg::StealRequest | Msg::Io(_) | Msg::Pin { .. } | Msg::PostInline { .. } => {

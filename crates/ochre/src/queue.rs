@@ -459,6 +459,9 @@ pub(crate) struct ColorQueue {
     /// The latest arrival among dropped home slots: a home color's new slot takes it, as it
     /// may be one of them.
     dropped_arrival: u64,
+    /// `Sync`s of guests (the color, the guest, its epoch) that wait for the recall of their
+    /// color to end ([`sync_waits`](Self::sync_waits)).
+    syncs: Vec<(Color, usize, u64)>,
     /// Colors lent to thieves, the oldest loan first, for [`recall`](Self::recall): at most
     /// [`LENT_LIST`]; a color is listed once per loan, and one back home since is skipped.
     lent: VecDeque<Color>,
@@ -498,6 +501,7 @@ impl ColorQueue {
             first_ns: 0,
             arrivals: 0,
             dropped_arrival: 0,
+            syncs: Vec::new(),
             lent: VecDeque::new(),
             spare: Vec::new(),
         }
@@ -932,11 +936,10 @@ impl ColorQueue {
         back.extend(parked);
         back.extend(back_rest);
         back.extend(parked_rest);
-        let spare = std::mem::replace(&mut slot.events, back);
+        slot.events = back;
         slot.urgent = back_urgent + parked_urgent;
         let urgent = slot.urgent > 0;
         let empty = slot.events.is_empty();
-        self.keep_spare(spare);
         self.pending += given;
         self.arrive(key);
         if empty {
@@ -961,7 +964,40 @@ impl ColorQueue {
         let events = std::mem::take(&mut slot.events);
         *outstanding += events.len() as u64;
         self.pending -= events.len();
+        // Still a loan: it may be recalled again (a self-feeding loop never comes home itself).
+        self.lent.push_back(color);
         Some((to, events.into_iter().enumerate().map(|(i, t)| (t, i < urgent)).collect()))
+    }
+
+    /// A guest `from` asks to sync `color` at `epoch` (`Msg::Sync`): true if the answer waits,
+    /// the color being recalled here: the posts received before the `Sync` are parked, not
+    /// forwarded ahead of the answer, so a `Synced` now would let the guest run its held posts
+    /// before them (the guest, holding posts, keeps the color: `give_back`). Answered by
+    /// [`syncs_due`](Self::syncs_due) once the recall is over.
+    pub(crate) fn sync_waits(&mut self, color: Color, from: usize, epoch: u64) -> bool {
+        let recalled = self.index.get(&color).is_some_and(|&k| self.slots[k].recalled);
+        if recalled {
+            self.syncs.push((color, from, epoch));
+        }
+        recalled
+    }
+
+    /// The `Sync`s of `color` (guest and epoch) to answer now that its recall is over: its
+    /// parked posts went on to the guest (`kept`), or run here (`given_back`, `returned`).
+    pub(crate) fn syncs_due(&mut self, color: Color) -> Vec<(usize, u64)> {
+        if self.syncs.is_empty() || self.index.get(&color).is_some_and(|&k| self.slots[k].recalled)
+        {
+            return Vec::new();
+        }
+        let mut due = Vec::new();
+        self.syncs.retain(|&(c, from, epoch)| {
+            let now = c == color;
+            if now {
+                due.push((from, epoch));
+            }
+            !now
+        });
+        due
     }
 
     /// Starts a turn: the next ready color becomes the running one.
@@ -2113,6 +2149,28 @@ mod tests {
         assert!(home.kept(c).is_none(), "home already");
         run_all(&mut home);
         assert_eq!(*log.lock().unwrap(), vec![0, 5, 6]);
+    }
+
+    #[test]
+    fn a_loan_the_borrower_kept_may_be_recalled_again() {
+        let log = Log::default();
+        let (mut home, mut guest) =
+            (ColorQueue::new(0, Placement::flat(2)), ColorQueue::new(1, Placement::flat(2)));
+        let (c, other) = (color_on(0, 2, 0), color_on(1, 2, 0));
+        let _ = home.post(c, task(&log, 1), false);
+        for loan in home.lend_many(1, 8, false, 0) {
+            guest.adopt(0, loan);
+        }
+        // Alone on the guest at the recall: kept.
+        assert_eq!(home.recall(|_| true), Some((c, 1)));
+        assert!(guest.give_back(c).is_none());
+        assert!(home.kept(c).is_some());
+        // Another color waits beside it now: recalled again, given back.
+        let _ = guest.post(other, task(&log, 0), false);
+        assert_eq!(home.recall(|_| true), Some((c, 1)), "a self-feeding loan never comes home");
+        let (ran, loan) = guest.give_back(c).expect("waiting beside another color");
+        home.given_back(ran, loan);
+        assert_eq!(home.lease(c), Some(Lease::Local));
     }
 
     #[test]

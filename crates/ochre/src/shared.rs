@@ -35,6 +35,10 @@ pub(crate) struct Poke {
     pub(crate) inbox: Inbox,
     /// 0, or 1 + the id of the thief that asked this worker for a color.
     pub(crate) steal_request: AtomicUsize,
+    /// A home recalled a color this worker holds (`steal::recall`): its `Recall` waits in the
+    /// inbox, which this worker takes at its next turn's end, as it answers a steal request,
+    /// not at its round's end (a round of a loop's turns is milliseconds).
+    pub(crate) recall: AtomicBool,
 }
 
 /// Written by the owner, read by others.
@@ -120,7 +124,11 @@ impl Remote {
     pub(crate) fn new(parker: Parker, poller: PollerHandle) -> Self {
         Remote {
             poller: Padded::new(poller),
-            poke: Padded::new(Poke { inbox: Inbox::new(), steal_request: AtomicUsize::new(0) }),
+            poke: Padded::new(Poke {
+                inbox: Inbox::new(),
+                steal_request: AtomicUsize::new(0),
+                recall: AtomicBool::new(false),
+            }),
             parker: Padded::new(parker),
             status: Padded::new(Status {
                 epoch: AtomicU64::new(0),

@@ -639,7 +639,10 @@ impl Core {
                     self.queue.adopt(from as usize, loan);
                 }
             }
-            Msg::Return { color, ran } => self.queue.returned(color, ran),
+            Msg::Return { color, ran } => {
+                self.queue.returned(color, ran);
+                self.answer_syncs(shared, color);
+            }
             Msg::Recall { color, from } => {
                 let home = from as usize;
                 let answer = match self.queue.give_back(color) {
@@ -655,7 +658,9 @@ impl Core {
             Msg::GiveBack { ran, loan } => {
                 self.settle_steal(true);
                 self.counters.add(Counter::Recalls, 1);
+                let color = loan.color;
                 self.queue.given_back(ran, *loan);
+                self.answer_syncs(shared, color);
             }
             Msg::Kept { color } => {
                 self.settle_steal(false);
@@ -666,10 +671,14 @@ impl Core {
                         self.send(shared, to, Msg::Forward { color, home, task, urgent });
                     }
                 }
+                self.answer_syncs(shared, color);
             }
             Msg::Sync { color, from, epoch } => {
-                // Behind every forward of the posts received before it, on the same channel.
-                self.send(shared, from as usize, Msg::Synced { color, epoch });
+                // Behind every forward of the posts received before it, on the same channel;
+                // those parked by a recall first go on (`ColorQueue::sync_waits`).
+                if !self.queue.sync_waits(color, from as usize, epoch) {
+                    self.send(shared, from as usize, Msg::Synced { color, epoch });
+                }
             }
             Msg::Synced { color, epoch } => {
                 let ask = self.queue.synced(color, epoch);
@@ -678,6 +687,13 @@ impl Core {
             Msg::StealRequest => steal::answer(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
+        }
+    }
+
+    /// Answers the `Sync`s of `color` that waited for its recall to end.
+    fn answer_syncs(&mut self, shared: &Shared, color: Color) {
+        for (from, epoch) in self.queue.syncs_due(color) {
+            self.send(shared, from, Msg::Synced { color, epoch });
         }
     }
 

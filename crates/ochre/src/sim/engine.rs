@@ -565,6 +565,9 @@ struct Net {
     status: Vec<Status>,
     /// Steal-request slots: the thief and when its request becomes visible.
     slot: Vec<Option<(usize, u64)>>,
+    /// Recall flags (`shared::Poke::recall`): when the flag raised by a recalling home becomes
+    /// visible.
+    recall: Vec<Option<u64>>,
     /// Each core's next step, if it has one.
     agenda: Agenda,
     seq: u64,
@@ -912,6 +915,7 @@ impl<'w> Sim<'w> {
             inbox: (0..n).map(|_| Vec::new()).collect(),
             status,
             slot: vec![None; n],
+            recall: vec![None; n],
             agenda: Agenda::new(n),
             seq: 0,
             horizon: 0,
@@ -1324,7 +1328,10 @@ impl<'w> Sim<'w> {
                     self.cores[k].queue.adopt(from as usize, loan);
                 }
             }
-            Msg::Return { color, ran } => self.cores[k].queue.returned(color, ran),
+            Msg::Return { color, ran } => {
+                self.cores[k].queue.returned(color, ran);
+                self.answer_syncs(k, color);
+            }
             Msg::Recall { color, from } => {
                 let home = from as usize;
                 let answer = match self.cores[k].queue.give_back(color) {
@@ -1339,7 +1346,9 @@ impl<'w> Sim<'w> {
             Msg::GiveBack { ran, loan } => {
                 self.settle_steal(k, true);
                 self.report.recalls += 1;
+                let color = loan.color;
                 self.cores[k].queue.given_back(ran, *loan);
+                self.answer_syncs(k, color);
             }
             Msg::Kept { color } => {
                 self.settle_steal(k, false);
@@ -1348,9 +1357,12 @@ impl<'w> Sim<'w> {
                         self.send(k, to, Msg::Forward { color, home: k as u32, task, urgent });
                     }
                 }
+                self.answer_syncs(k, color);
             }
             Msg::Sync { color, from, epoch } => {
-                self.send(k, from as usize, Msg::Synced { color, epoch })
+                if !self.cores[k].queue.sync_waits(color, from as usize, epoch) {
+                    self.send(k, from as usize, Msg::Synced { color, epoch })
+                }
             }
             Msg::Synced { color, epoch } => {
                 let ask = self.cores[k].queue.synced(color, epoch);
@@ -1486,6 +1498,8 @@ impl<'w> Sim<'w> {
         if let Some(c) = self.checks.as_mut() {
             c.turn(color, k, start, end);
         }
+        // The turn's events at their cost as measured before it (`worker::run_round`).
+        let turn_ns = self.cores[k].queue.event_cost(key).saturating_mul(n as u64);
         // As `worker::run_round`: a sampled turn is the worker's average too, a watched one
         // its color's own cost only; an empty turn tells nothing of the color's cost.
         let long = n > 0 && {
@@ -1497,7 +1511,6 @@ impl<'w> Sim<'w> {
             }
             watched && steal::long_turn(ns, n)
         };
-        let turn_ns = self.cores[k].queue.event_cost(key).saturating_mul(n as u64);
         self.end_turn(k, key, turn_ns, long);
         Some(n)
     }
@@ -1983,6 +1996,12 @@ impl<'w> Sim<'w> {
     #[inline(always)]
     fn answer(&mut self, k: usize) {
         // Inlined, the common case of an empty slot is one test (a call at every turn's end).
+        let now = self.cores[k].now;
+        if self.net.recall[k].is_some_and(|visible| visible <= now) {
+            // `steal::answer`: a recall's flag takes the inbox at the turn's end.
+            self.net.recall[k] = None;
+            self.take_inbox(k);
+        }
         if self.net.slot[k].is_some_and(|(_, visible)| visible <= self.cores[k].now) {
             self.lend(k);
         }
@@ -2056,6 +2075,13 @@ impl<'w> Sim<'w> {
         }
     }
 
+    /// `worker::Core::answer_syncs`: the `Sync`s of `color` that waited for its recall to end.
+    fn answer_syncs(&mut self, k: usize, color: Color) {
+        for (from, epoch) in self.cores[k].queue.syncs_due(color) {
+            self.send(k, from, Msg::Synced { color, epoch });
+        }
+    }
+
     /// Core `k`'s steal request or recall was answered, with work (`granted`) or not
     /// (`worker::Core::settle_steal`).
     fn settle_steal(&mut self, k: usize, granted: bool) {
@@ -2069,6 +2095,9 @@ impl<'w> Sim<'w> {
     /// `steal::recall`: core `k`, idle with no victim worth asking, takes back a color it lent
     /// from a borrower where colors wait.
     fn recall(&mut self, k: usize) {
+        if self.setup.config.steal != Steal::Backlog {
+            return;
+        }
         let now = self.cores[k].now;
         let (config, status) = (&self.setup.config, &self.net.status);
         let mine = status[k].share;
@@ -2084,6 +2113,8 @@ impl<'w> Sim<'w> {
         if self.setup.config.batching {
             self.flush_to(k, borrower);
         }
+        let visible = self.cores[k].now + self.ticks.line(self.distance(k, borrower));
+        self.net.recall[borrower] = Some(visible);
     }
 
     /// The idle path (`idle::idle_spell`): steal, then spin (`idle::spin_budget`) or sleep.
