@@ -288,7 +288,15 @@ impl CpuShare {
         let previous = self.last.replace((now, run, delay));
         let idle = std::mem::take(&mut self.idle);
         let (_, run0, delay0) = previous?;
-        let whole = (run.saturating_sub(run0), delay.saturating_sub(delay0));
+        self.take_window((run.saturating_sub(run0), delay.saturating_sub(delay0)), idle)
+    }
+
+    /// Takes one window, its whole run time and run-queue delay (ns) and what its idle spells
+    /// took of them (`idle`), into the smoothed share: its time with work ([`with_work`]), or
+    /// none if it had idle spells only, or a quiet window if it had neither. Returns the new
+    /// share when it changed. The policy part of the measure: [`sample`](Self::sample) feeds the
+    /// kernel's figures, the simulator (`sim`) its simulated ones.
+    pub(crate) fn take_window(&mut self, whole: (u64, u64), idle: (u64, u64)) -> Option<u32> {
         match with_work(whole, idle, &mut self.carry) {
             Some((run, delay)) => self.window(run, delay),
             // Its idle spells only: they say nothing of the share it gets with work.
@@ -339,10 +347,10 @@ impl CpuShare {
         }
     }
 
-    /// Takes one window's run time and run-queue delay (ns), as [`sample`](Self::sample) reads
-    /// them from the kernel, into the smoothed share; returns the new share when it changed.
-    /// The policy part of the measure: the simulator (`sim`) feeds its simulated windows here.
-    pub(crate) fn window(&mut self, run_ns: u64, delay_ns: u64) -> Option<u32> {
+    /// Takes the run time and run-queue delay (ns) of one window's time with work into the
+    /// smoothed share ([`take_window`](Self::take_window)); returns the new share when it
+    /// changed.
+    fn window(&mut self, run_ns: u64, delay_ns: u64) -> Option<u32> {
         let before = self.share;
         let after = self.update(window_share(run_ns, delay_ns));
         (after != before).then_some(after)
@@ -556,6 +564,22 @@ mod tests {
         let mut credit = vec![0; 2];
         let ones = (0..1000).filter(|_| pick([1000, 0].into_iter(), &mut credit) == 1).count();
         assert!(ones > 0 && ones < 100, "{ones}");
+    }
+
+    #[test]
+    fn a_window_is_judged_by_its_time_with_work() {
+        let ms = 1_000_000;
+        let mut m = CpuShare::fed(FULL);
+        // Idle spells waited 9 ms for another thread; half a millisecond of work: no change,
+        // the work carried.
+        assert_eq!(m.take_window((ms, 9 * ms), (ms / 2, 9 * ms)), None);
+        assert_eq!(m.share(), FULL);
+        // With the carried work, enough to tell: 2.5 ms run of 4.5 ms wanted.
+        assert_eq!(m.take_window((2 * ms, 2 * ms), (0, 0)), Some(555));
+        // Quiet (a tenth of a millisecond of work): a quarter of the way back to a whole CPU,
+        // and the little work is not carried.
+        assert_eq!(m.take_window((ms / 10, 0), (0, 0)), Some(555 + (FULL - 555).div_ceil(4)));
+        assert_eq!(m.carry, (0, 0));
     }
 
     #[test]

@@ -469,6 +469,9 @@ struct SharedCpu {
     window_start: u64,
     window_run: u64,
     window_wait: u64,
+    /// Of the window's wait, what the core's idle spins waited for the busy thread (left out
+    /// of the share, `CpuShare::idle_from_here`).
+    window_idle_wait: u64,
     measure: CpuShare,
     /// No spinning before this time (`idle`: the CPU was found shared).
     no_spin_until: u64,
@@ -2218,6 +2221,7 @@ impl Sim<'_> {
         let Some(cpu) = core.cpu.as_mut() else { return };
         cpu.window_run += at.saturating_sub(cpu.mark);
         cpu.window_wait += cpu.their_slice;
+        cpu.window_idle_wait += cpu.their_slice;
         cpu.credit = 0;
         let back = at + cpu.their_slice;
         cpu.mark = back;
@@ -2238,7 +2242,7 @@ impl Sim<'_> {
         let recheck = crate::cpu_share::RECHECK.as_nanos() as u64;
         if cpu.measure.share() < FULL && slept >= recheck {
             for _ in 0..(slept / recheck).min(32) {
-                let _ = cpu.measure.window(0, 0);
+                let _ = cpu.measure.take_window((0, 0), (0, 0));
             }
             cpu.new_window(core.now);
             let share = cpu.measure.share();
@@ -2255,7 +2259,8 @@ impl Sim<'_> {
         if core.now < cpu.window_start + every {
             return;
         }
-        let _ = cpu.measure.window(cpu.window_run, cpu.window_wait);
+        let whole = (cpu.window_run, cpu.window_wait);
+        let _ = cpu.measure.take_window(whole, (0, cpu.window_idle_wait));
         cpu.new_window(core.now);
         let share = cpu.measure.share();
         self.net.publish_share(k, share);
@@ -2266,6 +2271,7 @@ impl SharedCpu {
     /// A measuring window starts at `at`.
     fn new_window(&mut self, at: u64) {
         (self.window_start, self.window_run, self.window_wait) = (at, 0, 0);
+        self.window_idle_wait = 0;
     }
 }
 
@@ -2285,6 +2291,7 @@ fn shared_cpu(setup: &Setup, w: usize) -> Option<SharedCpu> {
         window_start: 0,
         window_run: 0,
         window_wait: 0,
+        window_idle_wait: 0,
         measure: CpuShare::fed(start),
         no_spin_until: 0,
     })
