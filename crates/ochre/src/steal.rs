@@ -11,7 +11,8 @@
 //!
 //! Plain stealing (libasync-smp): the thief picks a random start and asks the first other worker
 //! that published at least one waiting color. A loaded worker that sees sleeping workers wakes one
-//! at the end of a round so that stealing can start at all (a sleeper does not poll).
+//! every few turns, or microseconds of turns ([`nudge_due`]), so that stealing can start at all
+//! (a sleeper does not poll).
 //!
 //! The heuristics of the seeds' stealing work (batch, locality, pinning, cost) build on this.
 //!
