@@ -56,9 +56,9 @@ pub(crate) enum Flow {
     Stop,
 }
 
-/// How long to spin before sleeping, given the policy and the length of the previous sleep.
-/// [`Spin::Adaptive`] asks the worker's `tune::SpinTuner` instead ([`idle_spell`]); here (the
-/// simulator, which does not model the tuner) it is the fixed rule.
+/// How long to spin before sleeping, given the policy and the length of the previous sleep: the
+/// fixed rule. [`Spin::Adaptive`] asks the worker's `tune::SpinTuner` instead ([`idle_spell`],
+/// and the simulator's cores theirs); here it is the fixed rule.
 pub(crate) fn spin_budget(
     spin: Spin,
     threshold: Duration,

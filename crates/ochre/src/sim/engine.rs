@@ -382,6 +382,10 @@ struct Core {
     /// The last turn was long and shared what waited behind it (`worker::run_round`).
     shared_at_turn_end: bool,
     last_sleep: Option<Duration>,
+    /// The idle gaps it measured (`Spin::Adaptive`, `tune::SpinTuner`), and when the idle spell
+    /// under way began (its gap is recorded when the next round starts: `worker`'s `idle`).
+    spin_tuner: crate::tune::SpinTuner,
+    idle_since: Option<u64>,
     turns: u32,
     /// Posts made by this core's handlers (wrapping): stamps its events ([`Tag::posted`]).
     posted: u32,
@@ -884,6 +888,8 @@ impl<'w> Sim<'w> {
                 nudge_cooldown: 0,
                 shared_at_turn_end: false,
                 last_sleep: None,
+                spin_tuner: crate::tune::SpinTuner::default(),
+                idle_since: None,
                 turns: 0,
                 posted: 0,
                 last_ran_posted: vec![0; n],
@@ -1090,6 +1096,8 @@ impl<'w> Sim<'w> {
             let core = &mut self.cores[k];
             core.now = start;
             core.events = 0;
+            // The run's end stopped its idle spell (`idle::Flow::Stop`: not timed).
+            core.idle_since = None;
             if let Some(cpu) = core.cpu.as_mut() {
                 // Asleep since its last charge: the busy thread had the CPU meanwhile.
                 cpu.mark = start;
@@ -1136,6 +1144,14 @@ impl<'w> Sim<'w> {
         let mut ran = match self.cores[k].mid_round.take() {
             Some(ran) => ran,
             None => {
+                let core = &mut self.cores[k];
+                if let Some(since) = core.idle_since.take() {
+                    // The idle spell is over (`idle::idle`, which times it with `Spin::Adaptive`).
+                    if self.setup.config.spin == crate::Spin::Adaptive {
+                        core.spin_tuner
+                            .record(Duration::from_nanos(core.now.saturating_sub(since)));
+                    }
+                }
                 self.cores[k].now += self.ticks.round;
                 self.take_inbox(k);
                 self.answer(k);
@@ -2122,6 +2138,8 @@ impl<'w> Sim<'w> {
 
     /// The idle path (`idle::idle_spell`): steal, then spin (`idle::spin_budget`) or sleep.
     fn idle(&mut self, k: usize) {
+        let now = self.cores[k].now;
+        self.cores[k].idle_since.get_or_insert(now);
         self.request(k);
         if self.has_arrived(k) {
             let at = self.cores[k].now;
@@ -2131,14 +2149,11 @@ impl<'w> Sim<'w> {
         // No spinning on a CPU found or measured shared (`idle::may_spin`).
         let paused = self.cores[k].cpu.as_ref().is_some_and(|c| now < c.no_spin_until);
         // The simulated workers watch no descriptors.
-        let budget = if !crate::idle::may_spin(paused, false, self.net.status[k].share) {
-            Duration::ZERO
-        } else {
-            crate::idle::spin_budget(
-                self.setup.config.spin,
-                self.threshold,
-                self.cores[k].last_sleep,
-            )
+        let budget = match self.setup.config.spin {
+            _ if !crate::idle::may_spin(paused, false, self.net.status[k].share) => Duration::ZERO,
+            // As `idle::idle_spell`: the tuner's budget from the gaps it measured.
+            crate::Spin::Adaptive => self.cores[k].spin_tuner.budget(self.threshold),
+            spin => crate::idle::spin_budget(spin, self.threshold, self.cores[k].last_sleep),
         };
         if budget > Duration::ZERO && self.net.counts.spinners < self.max_spinners {
             let mut until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;

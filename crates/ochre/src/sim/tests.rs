@@ -654,3 +654,35 @@ fn a_watched_turn_is_timed_without_the_flush_before_it() {
     assert_eq!(r.events, 9);
     assert_eq!(r.shared, 0, "a short color was measured long: {r:?}");
 }
+
+#[test]
+fn a_simulated_core_tunes_its_spin_as_a_worker_does() {
+    // Producer-consumer on 32 cores where waking a sleeper costs its waker 18 us (a fitted
+    // model of this machine's study run): the fixed rule, whose last sleep was long, sleeps at
+    // once, so each round wakes every consumer and lasts longer than the spin threshold (an
+    // equilibrium); `Spin::Adaptive`, the default, spins on the gaps it measured. The simulator
+    // ran the fixed rule for both until its cores kept a `tune::SpinTuner` each.
+    let t = Topology::named("2socket64").unwrap();
+    let cost = CostModel {
+        wake_send_ns: 18_340.0,
+        wakeup_ns: 18_214.0,
+        sleep_ns: 5_336.0,
+        ..CostModel::default()
+    };
+    let run = |spin| {
+        let mut setup = Setup::new(32, t.clone(), Config::default().spin(spin));
+        setup.cost = cost.clone();
+        simulate(setup, &mut ProdCons::new(32, &t, 0, 100))
+    };
+    let (fixed, tuned) = (run(Spin::Reasoned { threshold: None }), run(Spin::Adaptive));
+    assert!(
+        tuned.makespan_ns * 4 < fixed.makespan_ns,
+        "tuned {} ns ({} wake-ups, {} spin wins), fixed {} ns ({} wake-ups, {} spin wins)",
+        tuned.makespan_ns,
+        tuned.wakeups,
+        tuned.spin_wins,
+        fixed.makespan_ns,
+        fixed.wakeups,
+        fixed.spin_wins
+    );
+}
