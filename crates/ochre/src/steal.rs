@@ -418,25 +418,34 @@ pub(crate) fn min_work_ns(config: &crate::Config) -> u64 {
     config.steal_min_work.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
 
-/// A worker answers a steal request left in its slot, if any: lends a color or says no.
+/// Between two turns (never while the inbox is being routed), a worker takes its inbox if a home
+/// raised its recall flag (`recall`), and answers a steal request left in its slot, if any:
+/// lends a color or says no.
 #[inline]
 pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     // Relaxed: a look, called between every two turns; the swaps below take the request.
     let poke = &shared.remotes[core.id].poke;
     if poke.steal_request.load(Ordering::Relaxed) != 0 || poke.recall.load(Ordering::Relaxed) {
-        answer_request(core, shared);
+        answer_between_turns(core, shared);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn answer_request(core: &mut Core, shared: &Shared) {
-    let poke = &shared.remotes[core.id].poke;
-    // Acquire: the `Recall` was delivered before the flag was raised (`recall`).
-    if poke.recall.swap(false, Ordering::Acquire) {
+fn answer_between_turns(core: &mut Core, shared: &Shared) {
+    // Acquire: the `Recall` was delivered before the flag was raised (`recall`). Not from the
+    // routing of a `StealRequest` ([`answer_request`]): a take there would route batches that
+    // arrived since before the rest of the one being routed, a sender's later posts first.
+    if shared.remotes[core.id].poke.recall.swap(false, Ordering::Acquire) {
         core.take_inbox(shared);
     }
-    let slot = &poke.steal_request;
+    answer_request(core, shared);
+}
+
+/// A worker answers a steal request left in its slot, if any (also as it routes the request's
+/// message): lends a color or says no.
+pub(crate) fn answer_request(core: &mut Core, shared: &Shared) {
+    let slot = &shared.remotes[core.id].poke.steal_request;
     let thief = slot.swap(0, Ordering::Acquire);
     if thief == 0 {
         return;

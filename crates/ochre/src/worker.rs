@@ -684,7 +684,7 @@ impl Core {
                 let ask = self.queue.synced(color, epoch);
                 self.ask_sync(shared, ask);
             }
-            Msg::StealRequest => steal::answer(self, shared),
+            Msg::StealRequest => steal::answer_request(self, shared),
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
         }

@@ -1387,7 +1387,7 @@ impl<'w> Sim<'w> {
                 let ask = self.cores[k].queue.synced(color, epoch);
                 self.ask_sync(k, ask);
             }
-            Msg::StealRequest => self.answer(k),
+            Msg::StealRequest => self.answer_request(k),
             Msg::Pin { color } => self.cores[k].queue.pin(color),
             Msg::Io(_) => {}
         }
@@ -2011,16 +2011,23 @@ impl<'w> Sim<'w> {
         self.net.arrive(w, at, &self.ticks, &mut self.report);
     }
 
-    /// `steal::answer`: lends to the thief in this core's slot, if its request has arrived.
+    /// `steal::answer` (between turns): takes the inbox if a recall's flag is up, and lends to
+    /// the thief in this core's slot, if its request has arrived.
     #[inline(always)]
     fn answer(&mut self, k: usize) {
         // Inlined, the common case of an empty slot is one test (a call at every turn's end).
         let now = self.cores[k].now;
         if self.net.recall[k].is_some_and(|visible| visible <= now) {
-            // `steal::answer`: a recall's flag takes the inbox at the turn's end.
             self.net.recall[k] = None;
             self.take_inbox(k);
         }
+        self.answer_request(k);
+    }
+
+    /// `steal::answer_request`: lends to the thief in this core's slot, if its request has
+    /// arrived (also as the request's message is routed: no inbox taken there).
+    #[inline(always)]
+    fn answer_request(&mut self, k: usize) {
         if self.net.slot[k].is_some_and(|(_, visible)| visible <= self.cores[k].now) {
             self.lend(k);
         }
