@@ -13,9 +13,9 @@
 //! a CPU of its own, about 1/2 next to one busy thread. The yields of an idle worker's spin and
 //! its time between runs are left out ([`CpuShare::idle_from_here`]; not a wake-up's wait, which
 //! is work's): what it waits for then is not what it gets with work, and a process that runs
-//! another runtime between ochre's runs would otherwise be measured as sharing its CPUs. It does not depend on
-//! how much work the worker has (an idle worker simply measures nothing), so placing less work
-//! on a shared worker
+//! another runtime between ochre's runs would otherwise be measured as sharing its CPUs. It does
+//! not depend on how much work the worker has (an idle worker simply measures nothing), so
+//! placing less work on a shared worker
 //! does not make its share look better and the placement does not oscillate. Each worker samples
 //! its own file at most every [`SAMPLE_EVERY`] (one `pread`, from its publication path and after
 //! each long turn, whose rounds are too long to count on the publication's), smooths the share
@@ -137,7 +137,7 @@ pub(crate) struct CpuShare {
     /// counted in it.
     idle: (u64, u64),
     /// Run time and run-queue delay with work in the windows since the last one that had enough
-    /// of it to tell (`with_work`).
+    /// of it to tell ([`take_window`](Self::take_window)).
     carry: (u64, u64),
     /// Smoothed share, in thousandths.
     share: u32,
@@ -292,20 +292,29 @@ impl CpuShare {
     }
 
     /// Takes one window, its whole run time and run-queue delay (ns) and what its idle spells
-    /// took of them (`idle`), into the smoothed share: its time with work ([`with_work`]), or
-    /// none if it had idle spells only, or a quiet window if it had neither. Returns the new
-    /// share when it changed. The policy part of the measure: [`sample`](Self::sample) feeds the
-    /// kernel's figures, the simulator (`sim`) its simulated ones.
+    /// took of them (`idle`), into the smoothed share; returns the new share when it changed.
+    /// The share is taken from the window's time with work, with that of earlier windows that
+    /// had too little of it to tell (`carry`) until it adds up to [`MIN_ACTIVE`]; a window of
+    /// idle spells only leaves the share as it is, and a quiet one lets it recover (what little
+    /// work was carried is then too old to count). Why not the whole window: a worker whose
+    /// colors left a CPU shared with a busy thread (`follow`'s relief) has little work there;
+    /// taken from its work or quiet windows alone, with the waits of its idle spells left out,
+    /// its share went back to whole in a few windows, the colors came back to the shared CPU and
+    /// left again (a ping-pong beside a busy thread: 25-28M messages/s against 30-33M); its
+    /// probe tells when the CPU is its own again. The policy part of the measure:
+    /// [`sample`](Self::sample) feeds the kernel's figures, the simulator (`sim`) its own.
     pub(crate) fn take_window(&mut self, whole: (u64, u64), idle: (u64, u64)) -> Option<u32> {
-        match with_work(whole, idle, &mut self.carry) {
-            Some((run, delay)) => self.window(run, delay),
-            // Its idle spells only: they say nothing of the share it gets with work.
-            None if whole.0 + whole.1 >= MIN_ACTIVE.as_nanos() as u64 => None,
-            // Quiet: the share recovers, and what little work was carried is too old to count.
-            None => {
-                self.carry = (0, 0);
-                self.window(0, 0)
-            }
+        let min = MIN_ACTIVE.as_nanos() as u64;
+        let carry = std::mem::take(&mut self.carry);
+        let busy =
+            (whole.0.saturating_sub(idle.0) + carry.0, whole.1.saturating_sub(idle.1) + carry.1);
+        if busy.0 + busy.1 >= min {
+            self.window(busy.0, busy.1)
+        } else if whole.0 + whole.1 >= min {
+            self.carry = busy;
+            None
+        } else {
+            self.window(0, 0)
         }
     }
 
@@ -314,10 +323,9 @@ impl CpuShare {
     /// end, or the worker blocks: a wake-up's wait to run is work's): the share is what the
     /// worker gets of its CPU when it has work. Its spin's yields wait for whatever else runs
     /// on the CPU when the worker itself has nothing to run, and a program that runs ochre and
-    /// another runtime in
-    /// turn (a tokio runtime's phase between two of ochre's: a user comparing them, or
-    /// alternating an I/O runtime with a compute one) made both workers measure 0.6-0.9 of
-    /// CPUs that were free whenever ochre had work; a thief on such a worker took no backlog
+    /// another runtime in turn (a tokio runtime's phase between two of ochre's: a user
+    /// comparing them, or alternating an I/O runtime with a compute one) made both workers
+    /// measure 0.6-0.9 of CPUs that were free whenever ochre had work; a thief on such a worker took no backlog
     /// from the other one (`steal::worth_asking`), and four self-feeding loops ran three on
     /// one worker for 12.2 ms against 8.6 without the other runtime. One read of the file per
     /// spell that gets this far (a spin of ten microseconds or a sleep), none for shorter ones.
@@ -385,27 +393,6 @@ impl CpuShare {
             r.store(self.share.max(1), Ordering::Relaxed);
         }
         self.share
-    }
-}
-
-/// The run time and run-queue delay (ns) of a window's time with work, given the whole window's
-/// (`whole`) and what its idle spells took (`idle`, [`CpuShare::idle_from_here`]), with the
-/// time with work `carry`ed from windows that had too little of it: `None` (and the time
-/// carried) until it adds up to [`MIN_ACTIVE`]. A window of idle spells only then leaves the
-/// share as it is, unless it is quiet too (the share recovers): a worker whose colors left a CPU
-/// shared with a busy thread (`follow`'s relief) has little work there, and with its idle
-/// spells' waits left out, and its share taken from its work or from quiet windows, the share
-/// went back to whole in a few windows, the colors came back to the shared CPU and left again
-/// (a ping-pong beside a busy thread: 25-28M messages/s against 30-33M); its probe tells when
-/// the CPU is its own again.
-fn with_work(whole: (u64, u64), idle: (u64, u64), carry: &mut (u64, u64)) -> Option<(u64, u64)> {
-    let busy = (whole.0.saturating_sub(idle.0) + carry.0, whole.1.saturating_sub(idle.1) + carry.1);
-    if busy.0 + busy.1 >= MIN_ACTIVE.as_nanos() as u64 {
-        *carry = (0, 0);
-        Some(busy)
-    } else {
-        *carry = busy;
-        None
     }
 }
 
@@ -582,17 +569,16 @@ mod tests {
         assert_eq!(m.carry, (0, 0));
     }
 
-    #[test]
-    fn what_a_worker_waits_while_idle_is_not_its_share() {
-        let Some(&cpu) =
-            crate::topology::allowed_cpus().ok().and_then(|c| c.last().copied()).as_ref()
-        else {
-            return;
-        };
-        use std::sync::atomic::AtomicU8;
-        // 0: the neighbour waits (blocked), 1: it spins on the CPU, 2: it ends.
-        let neighbour = AtomicU8::new(0);
-        let measured = std::thread::scope(|s| {
+    /// Runs `measure` on a thread pinned to the last CPU this process may use, beside a
+    /// neighbour pinned there too, which spins while `neighbour` is 1, sleeps while 0, and ends
+    /// at 2 (set when `measure` returns). `None` where the threads cannot be pinned, or
+    /// `measure` says so (no schedstat).
+    fn beside_a_neighbour<T: Send>(
+        neighbour: &std::sync::atomic::AtomicU8,
+        measure: impl FnOnce() -> Option<T> + Send,
+    ) -> Option<T> {
+        let cpu = *crate::topology::allowed_cpus().ok()?.last()?;
+        std::thread::scope(|s| {
             s.spawn(|| {
                 if crate::topology::pin_current_thread(cpu).is_err() {
                     return;
@@ -608,36 +594,44 @@ mod tests {
             let measured = s
                 .spawn(|| {
                     crate::topology::pin_current_thread(cpu).ok()?;
-                    // Both measures on this thread, over the same time: one told of the idle
-                    // spells, one not (what the measure was before it was told).
-                    let mut told = CpuShare::of_this_thread(None);
-                    let mut blind = CpuShare::of_this_thread(None);
-                    told.file.as_ref()?;
-                    let _ = (told.sample(), blind.sample());
-                    let t0 = Instant::now();
-                    while t0.elapsed() < SAMPLE_EVERY * 12 {
-                        // Work, alone on the CPU.
-                        let busy = Instant::now();
-                        while busy.elapsed() < Duration::from_millis(4) {
-                            std::hint::spin_loop();
-                        }
-                        let _ = (told.sample(), blind.sample());
-                        // Idle, yielding to the other thread while it runs there.
-                        told.idle_from_here();
-                        neighbour.store(1, Ordering::Relaxed);
-                        let idle = Instant::now();
-                        while idle.elapsed() < Duration::from_millis(4) {
-                            std::thread::yield_now();
-                        }
-                        neighbour.store(0, Ordering::Relaxed);
-                        told.busy_again();
-                    }
-                    Some((told.share, blind.share))
+                    measure()
                 })
                 .join()
                 .unwrap();
             neighbour.store(2, Ordering::Relaxed);
             measured
+        })
+    }
+
+    #[test]
+    fn what_a_worker_waits_while_idle_is_not_its_share() {
+        let neighbour = std::sync::atomic::AtomicU8::new(0);
+        let measured = beside_a_neighbour(&neighbour, || {
+            // Both measures on this thread, over the same time: one told of the idle spells,
+            // one not (what the measure was before it was told).
+            let mut told = CpuShare::of_this_thread(None);
+            let mut blind = CpuShare::of_this_thread(None);
+            told.file.as_ref()?;
+            let _ = (told.sample(), blind.sample());
+            let t0 = Instant::now();
+            while t0.elapsed() < SAMPLE_EVERY * 12 {
+                // Work, alone on the CPU.
+                let busy = Instant::now();
+                while busy.elapsed() < Duration::from_millis(4) {
+                    std::hint::spin_loop();
+                }
+                let _ = (told.sample(), blind.sample());
+                // Idle, yielding to the other thread while it runs there.
+                told.idle_from_here();
+                neighbour.store(1, Ordering::Relaxed);
+                let idle = Instant::now();
+                while idle.elapsed() < Duration::from_millis(4) {
+                    std::thread::yield_now();
+                }
+                neighbour.store(0, Ordering::Relaxed);
+                told.busy_again();
+            }
+            Some((told.share, blind.share))
         });
         if let Some((told, blind)) = measured {
             // The idle yields waited for the neighbour's slices: the blind measure counts them
@@ -648,38 +642,18 @@ mod tests {
 
     #[test]
     fn a_thread_sharing_its_cpu_with_a_busy_one_measures_about_half() {
-        let Some(&cpu) =
-            crate::topology::allowed_cpus().ok().and_then(|c| c.last().copied()).as_ref()
-        else {
-            return;
-        };
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let measured = std::thread::scope(|s| {
-            s.spawn(|| {
-                // The busy neighbour.
-                if crate::topology::pin_current_thread(cpu).is_ok() {
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                }
-            });
-            let measured = s
-                .spawn(|| {
-                    crate::topology::pin_current_thread(cpu).ok()?;
-                    let mut m = CpuShare::of_this_thread(None);
-                    m.file.as_ref()?; // No schedstat on this kernel: nothing to measure.
-                    assert_eq!(m.sample(), None, "a first sample starts a window");
-                    let t0 = Instant::now();
-                    while t0.elapsed() < SAMPLE_EVERY * 12 {
-                        let _ = m.sample();
-                        std::hint::spin_loop();
-                    }
-                    Some(m.share)
-                })
-                .join()
-                .unwrap();
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            measured
+        // The busy neighbour.
+        let neighbour = std::sync::atomic::AtomicU8::new(1);
+        let measured = beside_a_neighbour(&neighbour, || {
+            let mut m = CpuShare::of_this_thread(None);
+            m.file.as_ref()?; // No schedstat on this kernel: nothing to measure.
+            assert_eq!(m.sample(), None, "a first sample starts a window");
+            let t0 = Instant::now();
+            while t0.elapsed() < SAMPLE_EVERY * 12 {
+                let _ = m.sample();
+                std::hint::spin_loop();
+            }
+            Some(m.share)
         });
         if let Some(share) = measured {
             // Alone it would stay at FULL; sharing, each window says ~500 and the average follows.

@@ -56,18 +56,20 @@ pub(crate) enum Flow {
     Stop,
 }
 
-/// How long to spin before sleeping, given the policy and the length of the previous sleep: the
-/// fixed rule. [`Spin::Adaptive`] asks the worker's `tune::SpinTuner` instead ([`idle_spell`],
-/// and the simulator's cores theirs); here it is the fixed rule.
+/// How long to spin before sleeping, given the policy, the fixed rule's `threshold`, the length of
+/// the previous sleep and the idle gaps measured (`tuner`, which [`Spin::Adaptive`] asks). The
+/// workers ([`idle_spell`]) and the simulator's cores ask the same.
 pub(crate) fn spin_budget(
     spin: Spin,
     threshold: Duration,
     last_sleep: Option<Duration>,
+    tuner: &crate::tune::SpinTuner,
 ) -> Duration {
     match spin {
         Spin::Never => Duration::ZERO,
         Spin::Always { limit } => limit,
-        Spin::Reasoned { .. } | Spin::Adaptive => match last_sleep {
+        Spin::Adaptive => tuner.budget(threshold),
+        Spin::Reasoned { .. } => match last_sleep {
             Some(slept) if slept < threshold => threshold,
             _ => Duration::ZERO,
         },
@@ -152,8 +154,7 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         let watches = core.io.active();
         let budget = match shared.config.spin {
             _ if !may_spin(paused, watches, core.cpu_share.share()) => Duration::ZERO,
-            Spin::Adaptive => core.spin_tuner.budget(shared.spin_threshold),
-            spin => spin_budget(spin, shared.spin_threshold, core.last_sleep),
+            spin => spin_budget(spin, shared.spin_threshold, core.last_sleep, &core.spin_tuner),
         };
         (budget, shared.config.steal != crate::Steal::Off, watches)
     };
@@ -453,6 +454,7 @@ mod tests {
     fn reasoned_spinning_spins_only_after_a_short_sleep() {
         let spin = Spin::Reasoned { threshold: None };
         let th = Duration::from_micros(300);
+        let spin_budget = |spin, th, slept| spin_budget(spin, th, slept, &Default::default());
         assert_eq!(spin_budget(spin, th, None), Duration::ZERO, "first sleep is immediate");
         assert_eq!(spin_budget(spin, th, Some(Duration::from_micros(50))), th);
         assert_eq!(spin_budget(spin, th, Some(Duration::from_millis(5))), Duration::ZERO);

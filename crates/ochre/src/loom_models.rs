@@ -600,7 +600,8 @@ fn loom_a_busy_color_pulled_by_a_post_leaves_when_its_queue_empties() {
         assert!(at(0) < at(2), "a poster's events ran out of order");
         let (h, p) =
             (crate::sync::lock(&home.queue).lease(c), crate::sync::lock(&poster.queue).lease(c));
-        let pulled = Some(Lease::Away { to: poster_id, outstanding: 0, moved: true });
+        let pulled =
+            Some(Lease::Away { to: poster_id, outstanding: 0, moved: true, recalled: false });
         let resident =
             Some(Lease::Guest { home: home_id, received: 0, resident: true, relieved: false });
         assert!(

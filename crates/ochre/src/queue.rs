@@ -41,9 +41,10 @@
 //! A loan goes home when its queue empties, and a borrowed color is never lent on, so a color
 //! that feeds itself (a loop posting its next step) stays with its borrower however long the
 //! borrower's line and however idle its home. An idle home may *recall* it
-//! ([`ColorQueue::recall`], the policy's choice: `steal::worth_recalling`): the slot is marked
-//! `recalled`, posts to the color stop being forwarded and wait in the slot unscheduled
-//! ([`Dest::Parked`]), and a `Recall` goes to the borrower behind every forward sent before it.
+//! ([`ColorQueue::recall`], the policy's choice: `steal::worth_recalling`): its lease is marked
+//! `recalled` (`Lease::Away`), posts to the color stop being forwarded and wait in the slot
+//! unscheduled ([`Dest::Parked`]), and a `Recall` goes to the borrower behind every forward sent
+//! before it.
 //! The borrower, routing it, gives the color back if it waits there beside another color, not
 //! running and with no posts held by or for it ([`ColorQueue::give_back`]): its slot goes, and
 //! a `GiveBack` carries the events left, with the count of events it received; else it answers
@@ -137,11 +138,14 @@ const KEEP_QUEUE_CAPACITY: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lease {
     Local,
-    /// Lent to `to`; `moved`: for good (`follow`), not to a thief.
+    /// Lent to `to`; `moved`: for good (`follow`), not to a thief; `recalled`: its home takes
+    /// it back, and posts wait here (`Dest::Parked`) until the borrower gives it back or keeps
+    /// it (see "Recalls").
     Away {
         to: usize,
         outstanding: u64,
         moved: bool,
+        recalled: bool,
     },
     /// Held on loan from `home`; a `resident` (moved here by `follow`) stays when its queue
     /// empties, until its traffic says it should go back. A `relieved` resident came for its
@@ -182,9 +186,6 @@ struct Slot {
     fence: Fence,
     /// Posts of this color held by fences here: while any, the color stays.
     holding: u32,
-    /// Lent (`Lease::Away`) and recalled: posts wait here (`Dest::Parked`) until the borrower
-    /// gives the color back or keeps it (see "Recalls").
-    recalled: bool,
 }
 
 /// The fence of a guest slot: which posters' posts may join its queue directly, and the posts
@@ -570,8 +571,8 @@ impl ColorQueue {
             },
         };
         let slot = &self.slots[key];
-        if let Lease::Away { to, .. } = slot.lease {
-            if slot.recalled {
+        if let Lease::Away { to, recalled, .. } = slot.lease {
+            if recalled {
                 return Dest::Parked { key, me: self.me };
             }
             return Dest::Forward { key, to };
@@ -627,7 +628,8 @@ impl ColorQueue {
                 if let Some(to) = to {
                     if idle {
                         slot.traffic.reset();
-                        slot.lease = Lease::Away { to, outstanding: 1, moved: true };
+                        slot.lease =
+                            Lease::Away { to, outstanding: 1, moved: true, recalled: false };
                         return Route::Move { to, task };
                     }
                     // Busy: it goes when its queue empties, unless another poster comes first
@@ -837,21 +839,27 @@ impl ColorQueue {
                     // Hysteresis: a color that came back needs a longer run of posts to go again.
                     slot.traffic.bounces = slot.traffic.bounces.saturating_add(1);
                 }
-                slot.traffic.reset();
-                slot.lease = Lease::Local;
                 // Recalled, and given back empty before the recall reached the borrower: the
                 // posts parked meanwhile run here (the borrower, holding nothing, keeps nothing).
-                slot.recalled = false;
-                let urgent = slot.urgent > 0;
-                self.arrive(key);
-                if self.slots[key].events.is_empty() {
-                    self.maybe_release(key);
-                } else {
-                    self.schedule(key, urgent);
-                }
+                self.home_again(key);
             }
         } else {
             debug_assert!(false, "Return for color {color:?} in lease {:?}", slot.lease);
+        }
+    }
+
+    /// The color in `key` is back home (`Local`): its traffic judged afresh, its arrival numbered,
+    /// and the events in its slot (given back, or parked by a recall) scheduled here.
+    fn home_again(&mut self, key: usize) {
+        let slot = &mut self.slots[key];
+        slot.traffic.reset();
+        slot.lease = Lease::Local;
+        let (urgent, empty) = (slot.urgent > 0, slot.events.is_empty());
+        self.arrive(key);
+        if empty {
+            self.maybe_release(key);
+        } else {
+            self.schedule(key, urgent);
         }
     }
 
@@ -865,13 +873,13 @@ impl ColorQueue {
             let Some(&key) = self.index.get(&color) else { continue };
             let slot = &mut self.slots[key];
             // A loan still out (not moved for good since, not back home) and not recalled yet.
-            if let Lease::Away { to, moved: false, .. } = slot.lease {
-                if slot.recalled {
+            if let Lease::Away { to, moved: false, recalled, .. } = &mut slot.lease {
+                if *recalled {
                     continue;
                 }
-                if loaded(to) {
-                    slot.recalled = true;
-                    return Some((color, to));
+                if loaded(*to) {
+                    *recalled = true;
+                    return Some((color, *to));
                 }
                 self.lent.push_back(color);
             }
@@ -921,32 +929,17 @@ impl ColorQueue {
         // Every forward went ahead of the recall on the one channel, and the borrower had
         // received them all when it answered it.
         debug_assert_eq!(outstanding, ran, "{:?}: events lent and given back differ", loan.color);
-        slot.lease = Lease::Local;
-        slot.recalled = false;
-        slot.traffic.reset();
         if slot.event_ns == 0 {
             slot.event_ns = loan.event_ns;
         }
-        let (mut back, back_urgent) = (loan.events, loan.urgent);
-        let given = back.len();
-        let mut parked = std::mem::take(&mut slot.events);
-        let parked_urgent = std::mem::take(&mut slot.urgent);
-        let parked_rest = parked.split_off(parked_urgent);
-        let back_rest = back.split_off(back_urgent);
-        back.extend(parked);
-        back.extend(back_rest);
-        back.extend(parked_rest);
-        slot.events = back;
-        slot.urgent = back_urgent + parked_urgent;
-        let urgent = slot.urgent > 0;
-        let empty = slot.events.is_empty();
-        self.pending += given;
-        self.arrive(key);
-        if empty {
-            self.maybe_release(key);
-        } else {
-            self.schedule(key, urgent);
+        // The parked posts go behind those given back, each where a post would (`push_event`).
+        self.pending += loan.events.len();
+        let parked = std::mem::replace(&mut slot.events, loan.events);
+        let parked_urgent = std::mem::replace(&mut slot.urgent, loan.urgent);
+        for (i, task) in parked.into_iter().enumerate() {
+            Self::push_event(slot, task, i < parked_urgent);
         }
+        self.home_again(key);
     }
 
     /// At the home: the borrower keeps `color` (`give_back` said no). The posts parked here go
@@ -955,10 +948,10 @@ impl ColorQueue {
     pub(crate) fn kept(&mut self, color: Color) -> Option<(usize, Vec<(Task, bool)>)> {
         let &key = self.index.get(&color)?;
         let slot = &mut self.slots[key];
-        if !std::mem::take(&mut slot.recalled) {
+        let Lease::Away { to, outstanding, recalled: recalled @ true, .. } = &mut slot.lease else {
             return None;
-        }
-        let Lease::Away { to, outstanding, .. } = &mut slot.lease else { return None };
+        };
+        *recalled = false;
         let to = *to;
         let urgent = std::mem::take(&mut slot.urgent);
         let events = std::mem::take(&mut slot.events);
@@ -969,13 +962,19 @@ impl ColorQueue {
         Some((to, events.into_iter().enumerate().map(|(i, t)| (t, i < urgent)).collect()))
     }
 
+    /// Whether `color`, lent from here, is being recalled.
+    fn is_recalled(&self, color: Color) -> bool {
+        let lease = self.index.get(&color).map(|&k| self.slots[k].lease);
+        matches!(lease, Some(Lease::Away { recalled: true, .. }))
+    }
+
     /// A guest `from` asks to sync `color` at `epoch` (`Msg::Sync`): true if the answer waits,
     /// the color being recalled here: the posts received before the `Sync` are parked, not
     /// forwarded ahead of the answer, so a `Synced` now would let the guest run its held posts
     /// before them (the guest, holding posts, keeps the color: `give_back`). Answered by
     /// [`syncs_due`](Self::syncs_due) once the recall is over.
     pub(crate) fn sync_waits(&mut self, color: Color, from: usize, epoch: u64) -> bool {
-        let recalled = self.index.get(&color).is_some_and(|&k| self.slots[k].recalled);
+        let recalled = self.is_recalled(color);
         if recalled {
             self.syncs.push((color, from, epoch));
         }
@@ -985,8 +984,7 @@ impl ColorQueue {
     /// The `Sync`s of `color` (guest and epoch) to answer now that its recall is over: its
     /// parked posts went on to the guest (`kept`), or run here (`given_back`, `returned`).
     pub(crate) fn syncs_due(&mut self, color: Color) -> Vec<(usize, u64)> {
-        if self.syncs.is_empty() || self.index.get(&color).is_some_and(|&k| self.slots[k].recalled)
-        {
+        if self.syncs.is_empty() || self.is_recalled(color) {
             return Vec::new();
         }
         let mut due = Vec::new();
@@ -1132,7 +1130,8 @@ impl ColorQueue {
                     Some(to) if to != self.me && !pinned => {
                         let slot = &mut self.slots[key];
                         slot.traffic.reset();
-                        slot.lease = Lease::Away { to, outstanding: 0, moved: true };
+                        slot.lease =
+                            Lease::Away { to, outstanding: 0, moved: true, recalled: false };
                         Some(TurnEnd::Push { to, color: slot.color })
                     }
                     _ => {
@@ -1425,7 +1424,12 @@ impl ColorQueue {
         let events = std::mem::take(&mut slot.events);
         let urgent = std::mem::take(&mut slot.urgent);
         self.pending -= events.len();
-        slot.lease = Lease::Away { to: thief, outstanding: events.len() as u64, moved: false };
+        slot.lease = Lease::Away {
+            to: thief,
+            outstanding: events.len() as u64,
+            moved: false,
+            recalled: false,
+        };
         let color = slot.color;
         if self.lent.len() == LENT_LIST {
             self.lent.pop_front();
@@ -1513,7 +1517,6 @@ impl ColorQueue {
             arrived: self.dropped_arrival,
             fence: if lease == Lease::Local { Fence::open() } else { Fence::default() },
             holding: 0,
-            recalled: false,
         });
         self.index.insert(color, key);
         key
@@ -1928,7 +1931,10 @@ mod tests {
         let loan = h.lend(thief).unwrap();
         assert_eq!(loan.color, c);
         assert_eq!(loan.events.len(), 3);
-        assert_eq!(h.lease(c), Some(Lease::Away { to: thief, outstanding: 3, moved: false }));
+        assert_eq!(
+            h.lease(c),
+            Some(Lease::Away { to: thief, outstanding: 3, moved: false, recalled: false })
+        );
         assert_eq!(h.pending(), 1);
         t.adopt(home, loan);
         // A post to c at home is forwarded.
@@ -1989,7 +1995,7 @@ mod tests {
         h.returned(c, 1);
         assert_eq!(
             h.lease(c),
-            Some(Lease::Away { to: 1, outstanding: 1, moved: false }),
+            Some(Lease::Away { to: 1, outstanding: 1, moved: false, recalled: false }),
             "still lent"
         );
         // A post at home now is still forwarded, after event 1.
@@ -2524,7 +2530,10 @@ mod tests {
         let Route::Move { to: 1, task: first } = receive(&mut h, c, task(&log, 1), 1) else {
             panic!("the second post did not move the color")
         };
-        assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 1, moved: true }));
+        assert_eq!(
+            h.lease(c),
+            Some(Lease::Away { to: 1, outstanding: 1, moved: true, recalled: false })
+        );
         g.adopt_moved(c, 0, Some(first), false, false);
         // The borrower's own posts to it are local once the home synced; others' are forwarded
         // by the home.
@@ -2566,7 +2575,10 @@ mod tests {
                 assert_eq!(h.lease(c), Some(Lease::Local));
             } else {
                 assert!(matches!(end(&mut h), Some(TurnEnd::Push { to: 1, color }) if color == c));
-                assert_eq!(h.lease(c), Some(Lease::Away { to: 1, outstanding: 0, moved: true }));
+                assert_eq!(
+                    h.lease(c),
+                    Some(Lease::Away { to: 1, outstanding: 0, moved: true, recalled: false })
+                );
             }
         }
     }

@@ -219,7 +219,7 @@ fn recall(core: &mut Core, shared: &Shared, mine: u32) {
         return;
     }
     let Some((color, borrower)) =
-        core.queue.recall(|b| worth_recalling(steal, mine, &candidate(shared, b)))
+        core.queue.recall(|b| worth_recalling(mine, &candidate(shared, b)))
     else {
         return;
     };
@@ -237,15 +237,15 @@ fn recall(core: &mut Core, shared: &Shared, mine: u32) {
 }
 
 /// Whether an idle worker whose CPU share is `mine` recalls a color it lent to borrower `b`
-/// (what `b` publishes): under [`Steal::Backlog`], when colors wait there (the color recalled is
+/// (what `b` publishes; recalls are [`Steal::Backlog`]'s): when colors wait there (the color recalled is
 /// one of them, or the one running with others behind it: the borrower keeps it then) and its
 /// CPU is not clearly better. A loan goes back home only when its queue empties, and a borrowed
 /// color is never lent on: a self-feeding loop lent to a worker stays there while that worker's
 /// line is long and its home idles. Four heavy loops of 10 us steps homed on one of two workers
 /// and forty light ones ran at 151K events/s against plain stealing's 195K: the home lent six
 /// colors at the start, ran out, and waited (`steal` bench's imbalanced case).
-pub(crate) fn worth_recalling(steal: Steal, mine: u32, b: &Candidate) -> bool {
-    steal == Steal::Backlog && b.ready >= 2 && b.share <= mine + SHARED_BY
+pub(crate) fn worth_recalling(mine: u32, b: &Candidate) -> bool {
+    b.ready >= 2 && b.share <= mine + SHARED_BY
 }
 
 /// The least queued work (ns: queued events times the color's measured cost per event) a color
@@ -623,6 +623,18 @@ mod tests {
         shared.remotes[w].poke.inbox.take_batches().flatten().collect()
     }
 
+    /// Runs every turn queued on `core`, sending home the colors whose queues emptied.
+    fn run_all(core: &mut Core, shared: &Shared) {
+        while let Some((key, _)) = core.queue.start_turn() {
+            while let Some(t) = core.queue.pop(key) {
+                t.run();
+            }
+            if let Some(ret) = core.queue.end_turn(key) {
+                core.send(shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
+            }
+        }
+    }
+
     #[test]
     fn a_turn_is_long_by_its_events_or_by_its_length() {
         assert!(long_turn(150_000, 1), "one event of 150 us");
@@ -965,17 +977,7 @@ mod tests {
         assert_eq!(home.counters.snapshot().recalls, 1);
         assert_eq!(home.queue.lease(c), Some(crate::queue::Lease::Local));
         assert_eq!(guest.queue.lease(c), None);
-        let run_all = |core: &mut Core| {
-            while let Some((key, _)) = core.queue.start_turn() {
-                while let Some(t) = core.queue.pop(key) {
-                    t.run();
-                }
-                if let Some(ret) = core.queue.end_turn(key) {
-                    core.send(&shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
-                }
-            }
-        };
-        run_all(&mut home);
+        run_all(&mut home, &shared);
         assert_eq!(*ran.lock().unwrap(), ["c lent", "c forwarded", "c parked"]);
         // `d` waits alone on the guest once `own` ran: the guest keeps it, and a post parked
         // at the home meanwhile follows it there.
@@ -991,7 +993,7 @@ mod tests {
         assert_eq!(guest.queue.ready_len(), 1);
         guest.publish(&shared);
         let stale = Candidate { ready: 2, backlog: false, share: crate::cpu_share::FULL };
-        assert!(worth_recalling(Steal::Backlog, crate::cpu_share::FULL, &stale));
+        assert!(worth_recalling(crate::cpu_share::FULL, &stale));
         let loaded = |_| true;
         assert_eq!(home.queue.recall(loaded), Some((d, 1)), "on a stale look at its line");
         let from = crate::message::worker_id(0);
@@ -1003,7 +1005,7 @@ mod tests {
         assert!(matches!(home.queue.lease(d), Some(crate::queue::Lease::Away { .. })));
         home.flush_all(&shared);
         guest.take_inbox(&shared);
-        run_all(&mut guest);
+        run_all(&mut guest, &shared);
         guest.flush_all(&shared);
         home.take_inbox(&shared);
         assert_eq!(home.queue.lease(d), Some(crate::queue::Lease::Local), "lent 2, ran 2");
@@ -1071,14 +1073,7 @@ mod tests {
         h.take_inbox(&shared); // kept: e1 forwarded, then the Sync answered
         h.flush_all(&shared);
         b.take_inbox(&shared);
-        while let Some((key, _)) = b.queue.start_turn() {
-            while let Some(t) = b.queue.pop(key) {
-                t.run();
-            }
-            if let Some(ret) = b.queue.end_turn(key) {
-                b.send(&shared, ret.home, Msg::Return { color: ret.color, ran: ret.ran });
-            }
-        }
+        run_all(&mut b, &shared);
         let ran = ran.lock().unwrap().clone();
         let at =
             |l: &str| ran.iter().position(|&r| r == l).unwrap_or_else(|| panic!("{l}: {ran:?}"));
@@ -1126,18 +1121,7 @@ mod tests {
             guest.take_inbox(&shared);
             home.take_inbox(&shared);
             for core in [&mut guest, &mut home] {
-                while let Some((key, _)) = core.queue.start_turn() {
-                    while let Some(t) = core.queue.pop(key) {
-                        t.run();
-                    }
-                    if let Some(ret) = core.queue.end_turn(key) {
-                        core.send(
-                            &shared,
-                            ret.home,
-                            Msg::Return { color: ret.color, ran: ret.ran },
-                        );
-                    }
-                }
+                run_all(core, &shared);
             }
         }
         let ran = ran.lock().unwrap().clone();

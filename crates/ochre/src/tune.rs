@@ -422,7 +422,7 @@ mod tests {
         // The fixed rule would sleep at once after that sleep.
         let spin = crate::Spin::Reasoned { threshold: None };
         let slept = Some(Duration::from_millis(50));
-        assert_eq!(crate::idle::spin_budget(spin, fixed, slept), Duration::ZERO);
+        assert_eq!(crate::idle::spin_budget(spin, fixed, slept, &t), Duration::ZERO);
     }
 
     #[test]

@@ -1100,8 +1100,9 @@ impl WorkerCtx {
             }
             // An empty turn (a guest given back) tells nothing of the color's cost.
             // The turn's events at their measured cost (before the color may leave), for the
-            // nudge's countdown (`steal::nudge_due`).
-            let turn_ns = core.queue.event_cost(key).saturating_mul(n as u64);
+            // nudge's countdown (`steal::nudge_due`), which runs only while stealing is on.
+            let turn_ns =
+                if stealing { core.queue.event_cost(key).saturating_mul(n as u64) } else { 0 };
             let long = match turn_timer.filter(|_| n > 0) {
                 Some(TurnTimer::Sampled(t0)) => {
                     let ns = elapsed_ns(t0);

@@ -2125,13 +2125,13 @@ impl<'w> Sim<'w> {
             return;
         }
         let now = self.cores[k].now;
-        let (config, status) = (&self.setup.config, &self.net.status);
+        let status = &self.net.status;
         let mine = status[k].share;
         let loaded = |b: usize| {
             let st = &status[b];
             let seen =
                 Candidate { ready: st.ready.at(now), backlog: st.backlog.at(now), share: st.share };
-            steal::worth_recalling(config.steal, mine, &seen)
+            steal::worth_recalling(mine, &seen)
         };
         let Some((color, borrower)) = self.cores[k].queue.recall(loaded) else { return };
         self.cores[k].steal_pending = true;
@@ -2158,9 +2158,10 @@ impl<'w> Sim<'w> {
         // The simulated workers watch no descriptors.
         let budget = match self.setup.config.spin {
             _ if !crate::idle::may_spin(paused, false, self.net.status[k].share) => Duration::ZERO,
-            // As `idle::idle_spell`: the tuner's budget from the gaps it measured.
-            crate::Spin::Adaptive => self.cores[k].spin_tuner.budget(self.threshold),
-            spin => crate::idle::spin_budget(spin, self.threshold, self.cores[k].last_sleep),
+            spin => {
+                let core = &self.cores[k];
+                crate::idle::spin_budget(spin, self.threshold, core.last_sleep, &core.spin_tuner)
+            }
         };
         if budget > Duration::ZERO && self.net.counts.spinners < self.max_spinners {
             let mut until = now + budget.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
