@@ -17,6 +17,7 @@
 #   map_reduce, an iterator in reduce, its library time printed like the others), its
 #   link-finding map unchanged.
 #
+# OCHRE_NO_APT=1 keeps it from installing the allocators (`ochre study --no-install-peers`).
 # A missing tarball, compiler or package manager is reported; the benchmark then skips the
 # Phoenix systems with a note. Run again to rebuild from scratch.
 set -u
@@ -61,7 +62,9 @@ need=()
 ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 >/dev/null 2>&1 || need+=(libjemalloc2)
 ls /usr/lib/x86_64-linux-gnu/libmimalloc.so.2* >/dev/null 2>&1 || need+=(libmimalloc2.0)
 if ((${#need[@]} > 0)); then
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    if [[ -n ${OCHRE_NO_APT:-} ]]; then
+        echo "build-phoenix: not installing ${need[*]} (OCHRE_NO_APT is set); skipped" >&2
+    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q --no-install-recommends \
             "${need[@]}" >/dev/null 2>&1 \
             || echo "build-phoenix: could not install ${need[*]}; those systems are skipped" >&2

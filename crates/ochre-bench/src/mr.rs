@@ -368,6 +368,12 @@ fn phoenix_dir() -> std::path::PathBuf {
     })
 }
 
+/// Whether `scripts/build-phoenix.sh` has built Phoenix here (its Word Count is there): `ochre
+/// study` runs the script first when not.
+pub fn phoenix_built() -> bool {
+    phoenix_dir().join("tests/word_count/word_count").exists()
+}
+
 /// Phoenix's command for application `app` on `input` (module doc: none for three of them).
 fn phoenix_command(app: &str, input: &Path) -> Option<PhoenixCommand> {
     let tests = phoenix_dir().join("tests");

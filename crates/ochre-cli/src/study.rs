@@ -9,7 +9,7 @@
 //! the JSON alone: a fixture in the tests makes every file.
 //!
 //! While a study runs, a progress line per benchmark with the time left goes to stderr
-//! ([`progress`]); before it, missing peers are installed when possible ([`peers`]).
+//! ([`progress`]); before it, missing peers are installed when possible and Phoenix is built ([`peers`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -29,6 +29,7 @@ mod progress;
 /// when `install_peers` allows it and this process can (see [`peers::prepare`]).
 pub(crate) fn study(opts: Options, out: &Path, install_peers: bool) -> Result<(), String> {
     peers::prepare(install_peers);
+    peers::prepare_phoenix(install_peers);
     let started = std::time::Instant::now();
     std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let machine = machine_info()?;

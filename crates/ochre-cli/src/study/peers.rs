@@ -1,6 +1,9 @@
 //! Before a study: the peer programs its benchmarks compare against (nginx, wrk), installed by
 //! `scripts/install-peers.sh` when this process can (root, apt-get) and is allowed to, or a
-//! clear line saying they were not and what that leaves out.
+//! clear line saying they were not and what that leaves out; and Phoenix 2.0, the MapReduce
+//! peer, built from the project's copy of its sources by `scripts/build-phoenix.sh` when it is
+//! not built yet (a few seconds; with `--no-install-peers` the script builds it but installs no
+//! allocator package).
 //!
 //! The script is built into the binary, so that a study run from any directory can install the
 //! peers. Whatever happens, the study goes on: a benchmark measures the rows that do not need a
@@ -82,6 +85,62 @@ pub(crate) fn prepare(allowed: bool) {
     }
 }
 
+/// `scripts/build-phoenix.sh` in the source tree this binary was built from (it builds into that
+/// tree's `target/phoenix`, where `bench mr` looks).
+fn phoenix_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-phoenix.sh")
+}
+
+/// What to do about Phoenix.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PhoenixPlan {
+    /// Built already.
+    Ready,
+    /// Build it with the script.
+    Build,
+    /// Not built and cannot be: `bench mr` skips its Phoenix systems with a note.
+    Leave(&'static str),
+}
+
+/// The plan for Phoenix: built, or built by the script when the script is there.
+pub(crate) fn phoenix_plan(built: bool, script_found: bool) -> PhoenixPlan {
+    match (built, script_found) {
+        (true, _) => PhoenixPlan::Ready,
+        (false, true) => PhoenixPlan::Build,
+        (false, false) => {
+            PhoenixPlan::Leave("scripts/build-phoenix.sh is not beside this binary's sources")
+        }
+    }
+}
+
+/// Builds Phoenix when it is not built (see the module doc). Never fails: without it, `bench
+/// mr` measures the other systems and names what it skipped.
+pub(crate) fn prepare_phoenix(allowed: bool) {
+    let script = phoenix_script();
+    match phoenix_plan(ochre_bench::mr::phoenix_built(), script.exists()) {
+        PhoenixPlan::Ready => eprintln!("study: Phoenix 2.0 found"),
+        PhoenixPlan::Leave(why) => {
+            eprintln!("study: Phoenix 2.0 not built ({why}): bench mr skips its Phoenix rows")
+        }
+        PhoenixPlan::Build => {
+            eprintln!("study: building Phoenix 2.0 with scripts/build-phoenix.sh");
+            let mut cmd = Command::new("bash");
+            cmd.arg(&script);
+            if !allowed {
+                cmd.env("OCHRE_NO_APT", "1");
+            }
+            match cmd.status() {
+                Ok(s) if s.success() && ochre_bench::mr::phoenix_built() => {}
+                Ok(s) => eprintln!(
+                    "study: scripts/build-phoenix.sh ended with {s}: bench mr skips the Phoenix \
+                     rows it cannot run"
+                ),
+                Err(e) => eprintln!("study: scripts/build-phoenix.sh could not run: {e}"),
+            }
+        }
+    }
+}
+
 /// Runs the built-in copy of the script with bash.
 fn run_script() -> std::io::Result<()> {
     let mut bash = Command::new("bash").arg("-s").stdin(Stdio::piped()).spawn()?;
@@ -119,6 +178,15 @@ mod tests {
         let line = left_out(&["nginx", "wrk"], "installing needs root");
         assert!(line.starts_with("study: nginx, wrk not installed (installing needs root)"));
         assert!(line.contains("every other row is measured"));
+    }
+
+    #[test]
+    fn phoenix_is_built_when_missing_and_its_script_is_there() {
+        assert_eq!(phoenix_plan(true, true), PhoenixPlan::Ready);
+        assert_eq!(phoenix_plan(true, false), PhoenixPlan::Ready, "nothing to build");
+        assert_eq!(phoenix_plan(false, true), PhoenixPlan::Build);
+        assert!(matches!(phoenix_plan(false, false), PhoenixPlan::Leave(_)));
+        assert!(phoenix_script().exists(), "the study finds the build script of this tree");
     }
 
     #[test]
