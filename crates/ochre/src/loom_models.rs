@@ -308,7 +308,7 @@ fn step_following(me: &ModelWorker, others: &[&ModelWorker; 2], follow: bool) ->
                 }
             }
             Msg::Recall { color, from } => {
-                let answer = match q.give_back(color) {
+                let answer = match q.give_back(color, 0) {
                     Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
                     None => Msg::Kept { color },
                 };
@@ -512,7 +512,7 @@ fn loom_a_recalled_color_keeps_exclusion_order_and_exactly_once() {
                 {
                     // The home, idle, recalls the color (under its queue's lock, as its worker).
                     let mut q = crate::sync::lock(&home.queue);
-                    if let Some((color, to)) = q.recall(|_| true) {
+                    if let Some((color, to)) = q.recall(|_, _| true) {
                         assert_eq!((color, to), (c, thief.id));
                         let from = crate::message::worker_id(home.id);
                         deliver_from(home.id, &thief, Msg::Recall { color, from });

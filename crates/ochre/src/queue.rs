@@ -54,6 +54,12 @@
 //! color first) brings it home as always, with the parked posts scheduled; the borrower, holding
 //! no slot when the recall comes, answers `Kept`, which then finds nothing to do.
 //!
+//! A color moved for good (`follow`) is recalled the same way (its moves are listed with the
+//! loans); its borrower gives it back only with a backlog to take along (a resident came for
+//! its traffic, which the recall does not know of), and a borrower that finds the color waiting
+//! alone keeps the recall for its next turn's end (`steal::recall_waits_a_turn`) before it
+//! answers `Kept`. A moved color given back counts as a return for the hysteresis of moves.
+//!
 //! * **Exclusion.** The home runs nothing of the color until the `GiveBack`, which the borrower
 //!   sends as it drops its slot; every forward was sent before the recall on the one channel, so
 //!   the borrower has received them all (the counts agree: `outstanding` is settled), and no
@@ -157,6 +163,19 @@ pub(crate) enum Lease {
         resident: bool,
         relieved: bool,
     },
+}
+
+/// What a home knows of a color it lent or moved, for the policy of recalls
+/// (`steal::worth_recalling`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Away {
+    /// The work it sent along (ns): events lent and forwarded, not yet reported run, at the
+    /// color's measured cost per event.
+    pub(crate) work_ns: u64,
+    /// Moved for good (`follow`), not lent to a thief.
+    pub(crate) moved: bool,
+    /// Its measured cost per event, ns (0: not timed).
+    pub(crate) event_ns: u64,
 }
 
 struct Slot {
@@ -630,6 +649,8 @@ impl ColorQueue {
                         slot.traffic.reset();
                         slot.lease =
                             Lease::Away { to, outstanding: 1, moved: true, recalled: false };
+                        let color = slot.color;
+                        self.list_lent(color);
                         return Route::Move { to, task };
                     }
                     // Busy: it goes when its queue empties, unless another poster comes first
@@ -863,21 +884,49 @@ impl ColorQueue {
         }
     }
 
-    /// Recalls one of the colors this worker lent to thieves, the first lent still away whose
+    /// True if `color` waits here alone: queued, not running, no other color waiting.
+    pub(crate) fn waits_alone(&self, color: Color) -> bool {
+        self.ready.len() == 1
+            && self
+                .index
+                .get(&color)
+                .is_some_and(|&k| self.ready[0] == k && self.running != Some(k))
+    }
+
+    /// Lists `color`, lent or moved from here, as one to recall (the oldest goes when the list is
+    /// full).
+    fn list_lent(&mut self, color: Color) {
+        if self.lent.len() == LENT_LIST {
+            self.lent.pop_front();
+        }
+        self.lent.push_back(color);
+    }
+
+    /// Recalls one of the colors this worker lent to thieves or moved for good, the first lent still away whose
     /// borrower `loaded` says should give it back (see "Recalls"), looking at
-    /// [`RECALL_LOOK`] loans at most: its posts wait here from now on ([`Dest::Parked`]).
-    /// Returns the color and its borrower, to send a `Recall` to.
-    pub(crate) fn recall(&mut self, loaded: impl Fn(usize) -> bool) -> Option<(Color, usize)> {
+    /// [`RECALL_LOOK`] loans at most (`loaded` is given the borrower and what the home knows of
+    /// the color away, [`Away`]): its posts wait here from now on ([`Dest::Parked`]). Returns
+    /// the color and its borrower, to send a `Recall` to.
+    pub(crate) fn recall(
+        &mut self,
+        loaded: impl Fn(usize, Away) -> bool,
+    ) -> Option<(Color, usize)> {
         for _ in 0..self.lent.len().min(RECALL_LOOK) {
             let color = self.lent.pop_front()?;
             let Some(&key) = self.index.get(&color) else { continue };
             let slot = &mut self.slots[key];
-            // A loan still out (not moved for good since, not back home) and not recalled yet.
-            if let Lease::Away { to, moved: false, recalled, .. } = &mut slot.lease {
+            // Still away (not back home) and not recalled yet: a loan, or a move (its borrower
+            // gives a resident back only with a backlog: `give_back`).
+            if let Lease::Away { to, recalled, outstanding, moved } = &mut slot.lease {
                 if *recalled {
                     continue;
                 }
-                if loaded(*to) {
+                let away = Away {
+                    work_ns: outstanding.saturating_mul(slot.event_ns),
+                    moved: *moved,
+                    event_ns: slot.event_ns,
+                };
+                if loaded(*to, away) {
                     *recalled = true;
                     return Some((color, *to));
                 }
@@ -888,16 +937,24 @@ impl ColorQueue {
     }
 
     /// At the borrower: the home recalled `color`. Gives it back with its events if it waits
-    /// here (not running, no posts held by or for it) behind or before another waiting color:
+    /// here (not running, no posts held by or for it) behind or before another waiting color,
+    /// and, moved here for good (a resident), holds `floor_ns` of work (queued events at their
+    /// measured cost, or a turn's):
     /// `Some(ran, loan)`, the events received from the home so far and the loan of what is left.
     /// `None`: it keeps the color (running, fenced, alone here: the home's look at this
     /// worker's line was stale), or holds it no longer (its `Return` is ahead of the answer).
-    pub(crate) fn give_back(&mut self, color: Color) -> Option<(u64, Loan)> {
+    pub(crate) fn give_back(&mut self, color: Color, floor_ns: u64) -> Option<(u64, Loan)> {
         let &key = self.index.get(&color)?;
         let slot = &self.slots[key];
-        let Lease::Guest { received, .. } = slot.lease else { return None };
+        let Lease::Guest { received, resident, .. } = slot.lease else { return None };
         let waits = slot.queued && self.running != Some(key) && self.ready.len() >= 2;
         if !waits || !slot.fence.held.is_empty() || slot.holding > 0 {
+            return None;
+        }
+        // A resident came for its traffic, which a recall does not know of: it goes back only
+        // with work to take along (a pipeline's stage; not an actor with a message or two).
+        let queued = (slot.events.len() as u64).saturating_mul(slot.event_ns);
+        if resident && queued.max(slot.weight_ns) < floor_ns {
             return None;
         }
         let pos = self.ready.iter().position(|&k| k == key)?;
@@ -922,13 +979,17 @@ impl ColorQueue {
             return;
         };
         let slot = &mut self.slots[key];
-        let Lease::Away { outstanding, .. } = slot.lease else {
+        let Lease::Away { outstanding, moved, .. } = slot.lease else {
             debug_assert!(false, "{:?} given back in lease {:?}", loan.color, slot.lease);
             return;
         };
         // Every forward went ahead of the recall on the one channel, and the borrower had
         // received them all when it answered it.
         debug_assert_eq!(outstanding, ran, "{:?}: events lent and given back differ", loan.color);
+        if moved {
+            // Hysteresis, as for a resident's `Return`: a longer run of posts to go again.
+            slot.traffic.bounces = slot.traffic.bounces.saturating_add(1);
+        }
         if slot.event_ns == 0 {
             slot.event_ns = loan.event_ns;
         }
@@ -1132,7 +1193,9 @@ impl ColorQueue {
                         slot.traffic.reset();
                         slot.lease =
                             Lease::Away { to, outstanding: 0, moved: true, recalled: false };
-                        Some(TurnEnd::Push { to, color: slot.color })
+                        let color = slot.color;
+                        self.list_lent(color);
+                        Some(TurnEnd::Push { to, color })
                     }
                     _ => {
                         self.maybe_release(key);
@@ -1385,6 +1448,12 @@ impl ColorQueue {
         loans
     }
 
+    /// True if the first color to run has a backlog of `floor_ns` and may be lent (what a thief
+    /// may wait a turn for: `steal::defers`).
+    pub(crate) fn first_backlogged(&self, floor_ns: u64) -> bool {
+        self.ready.front().is_some_and(|&k| self.backlogged(k, floor_ns))
+    }
+
     fn lendable(&self, key: usize, min_weight_ns: u64) -> bool {
         let s = &self.slots[key];
         // With a floor, a color not timed yet stays (its first turn here, watched, tells whether
@@ -1431,10 +1500,7 @@ impl ColorQueue {
             recalled: false,
         };
         let color = slot.color;
-        if self.lent.len() == LENT_LIST {
-            self.lent.pop_front();
-        }
-        self.lent.push_back(color);
+        self.list_lent(color);
         Some(Loan { color, events, urgent, event_ns: self.slots[key].event_ns })
     }
 
@@ -2115,6 +2181,50 @@ mod tests {
         assert!(q.lend_backlog(1, 8, 20_000).is_empty());
     }
 
+    /// A color moved for good is listed for recalls as a loan is (`recall`), and its borrower
+    /// gives it back only with a backlog to take along (`give_back`'s floor); kept, it stays
+    /// listed.
+    #[test]
+    fn a_moved_color_is_given_back_to_a_recall_only_with_a_backlog() {
+        let log = Log::default();
+        let (mut h, mut g) =
+            (ColorQueue::new(0, Placement::flat(3)), ColorQueue::new(1, Placement::flat(3)));
+        let c = color_on(0, 3, 0);
+        let _ = receive(&mut h, c, task(&log, 0), 1);
+        run_all(&mut h);
+        let Route::Move { to: 1, task: first } = receive(&mut h, c, task(&log, 1), 1) else {
+            panic!("the second post did not move the color")
+        };
+        g.adopt_moved(c, 0, Some(first), false, false);
+        let _ = g.post(color_on(1, 3, 0), task(&log, 9), false);
+        let seen = std::cell::Cell::new(None);
+        let recalled = h.recall(|w, away| {
+            seen.set(Some(away));
+            w == 1
+        });
+        assert_eq!(recalled, Some((c, 1)));
+        assert!(seen.get().is_some_and(|away| away.moved));
+        assert!(g.give_back(c, 20_000).is_none(), "one event of unknown cost: it stays");
+        assert!(h.kept(c).is_some_and(|(to, parked)| to == 1 && parked.is_empty()));
+        // Thirty more forwarded, measured there at 2 us each: 62 us queued.
+        for v in 2..32 {
+            let Route::Forward { to: 1, task: fwd } = receive(&mut h, c, task(&log, v), 2) else {
+                panic!("not forwarded")
+            };
+            g.accept_forward(c, 0, fwd, false);
+        }
+        let (key, color) = g.start_turn().unwrap();
+        assert_eq!(color, c);
+        g.record_turn(key, 2_000, 1);
+        let _ = g.end_turn(key);
+        assert_eq!(h.recall(|w, _| w == 1), Some((c, 1)), "listed again once kept");
+        let (ran, loan) = g.give_back(c, 20_000).expect("a resident with a backlog goes back");
+        assert_eq!((ran, loan.events.len()), (31, 31));
+        h.given_back(ran, loan);
+        assert_eq!(h.lease(c), Some(Lease::Local));
+        assert_eq!(h.slots[*h.index.get(&c).unwrap()].traffic.bounces, 1, "a bounce, as a return");
+    }
+
     #[test]
     fn a_recalled_color_runs_what_it_gave_back_before_what_waited_at_home() {
         let log = Log::default();
@@ -2127,14 +2237,14 @@ mod tests {
             guest.adopt(0, loan);
         }
         let _ = guest.post(other, task(&log, 0), false);
-        assert_eq!(home.recall(|w| w == 2), None, "not worth it: stays lent");
-        assert_eq!(home.recall(|w| w == 1), Some((c, 1)));
-        assert_eq!(home.recall(|_| true), None, "one recall of a color at a time");
+        assert_eq!(home.recall(|w, _| w == 2), None, "not worth it: stays lent");
+        assert_eq!(home.recall(|w, _| w == 1), Some((c, 1)));
+        assert_eq!(home.recall(|_, _| true), None, "one recall of a color at a time");
         // Posted at home while the recall travels: parked, urgent first, not run here.
         assert!(matches!(home.post(c, task(&log, 3), false), Route::Queued));
         assert!(matches!(home.post(c, task(&log, 4), true), Route::Queued));
         assert!(home.start_turn().is_none());
-        let (ran, loan) = guest.give_back(c).expect("waiting beside another color");
+        let (ran, loan) = guest.give_back(c, 0).expect("waiting beside another color");
         assert_eq!(guest.lease(c), None);
         home.given_back(ran, loan);
         assert_eq!(home.lease(c), Some(Lease::Local));
@@ -2148,10 +2258,10 @@ mod tests {
             guest.adopt(0, loan);
         }
         let ret = run_all(&mut guest).pop().expect("an emptied loan goes home");
-        assert_eq!(home.recall(|_| true), Some((c, 1)));
+        assert_eq!(home.recall(|_, _| true), Some((c, 1)));
         let _ = home.post(c, task(&log, 6), false);
         home.returned(ret.color, ret.ran);
-        assert!(guest.give_back(c).is_none());
+        assert!(guest.give_back(c, 0).is_none());
         assert!(home.kept(c).is_none(), "home already");
         run_all(&mut home);
         assert_eq!(*log.lock().unwrap(), vec![0, 5, 6]);
@@ -2168,13 +2278,13 @@ mod tests {
             guest.adopt(0, loan);
         }
         // Alone on the guest at the recall: kept.
-        assert_eq!(home.recall(|_| true), Some((c, 1)));
-        assert!(guest.give_back(c).is_none());
+        assert_eq!(home.recall(|_, _| true), Some((c, 1)));
+        assert!(guest.give_back(c, 0).is_none());
         assert!(home.kept(c).is_some());
         // Another color waits beside it now: recalled again, given back.
         let _ = guest.post(other, task(&log, 0), false);
-        assert_eq!(home.recall(|_| true), Some((c, 1)), "a self-feeding loan never comes home");
-        let (ran, loan) = guest.give_back(c).expect("waiting beside another color");
+        assert_eq!(home.recall(|_, _| true), Some((c, 1)), "a self-feeding loan never comes home");
+        let (ran, loan) = guest.give_back(c, 0).expect("waiting beside another color");
         home.given_back(ran, loan);
         assert_eq!(home.lease(c), Some(Lease::Local));
     }

@@ -26,6 +26,18 @@
 //! default: 22.8-25.9 ms without recalls, 20.1 with recalls answered at a round's end (1.2 ms a
 //! wait), 18.8 at a turn's end (plain stealing 18.4).
 //!
+//! **A request waits a turn rather than miss one.** A victim answers between turns, on the
+//! line it has then. A thief asks a victim that advertised a backlog; when the backlog is the
+//! first color in line at the answer (never lent: it runs next), the victim keeps the request
+//! for its next turn's end ([`defers`], once), after which that color, its turn run, waits
+//! behind the others with the rest of its events. Two stages of a user's pipeline on one
+//! worker alternate so, the stage fed by the other drained by each of its turns: answered at
+//! once, every request after the drained stage's turn found nothing, and the other worker idled
+//! 10 ms of a 20.8 ms run. A recall waits a turn likewise (`recall_waits_a_turn`). A turn does
+//! not make a thief or a recalling home wait its whole length: every [`CUT_LOOK_EVERY`] events
+//! it looks at the request slot and the recall flag, and ends if either is set ([`cuts_turn`]).
+//! And a thief's backoff after empty answers ([`Backoff`]) ends with a busy spell of its own.
+//!
 //! **Long turns share unasked.** A victim answers between turns, so a thief's request waits for
 //! the end of the turn running there; for events of a tenth of a millisecond and more (a
 //! data-parallel job's chunks) that is the whole problem. A worker times the turns of colors not
@@ -135,7 +147,7 @@ pub(crate) fn worth_asking(steal: Steal, mine: u32, c: &Candidate) -> bool {
 /// whole line. Without it, a worker on a CPU shared with another process held 3,000 chunk
 /// colors of a user's loop behind a loan's borrowed ones, and the worker on the free CPU slept
 /// (`user_probe`, `BUSY=1`). A victim with nothing to lend answers empty, and the thief then
-/// asks less often (`backoff_after`).
+/// asks less often ([`Backoff`]).
 pub(crate) const DEEP_LINE: usize = 512;
 
 /// Colors waiting on a victim from which a thief on a clearly slower CPU (shared with another
@@ -170,8 +182,7 @@ pub(crate) fn request(core: &mut Core, shared: &Shared) {
     }
     // After empty answers, ask less often: a victim answers every request, and on balanced
     // work each answer is a message it did not need to send.
-    if core.steal_backoff > 0 {
-        core.steal_backoff -= 1;
+    if core.steal_backoff.skips(core.counters.get(Counter::EventsRun)) {
         return;
     }
     let (mine, random) = (core.cpu_share.share(), core.next_random());
@@ -219,7 +230,7 @@ fn recall(core: &mut Core, shared: &Shared, mine: u32) {
         return;
     }
     let Some((color, borrower)) =
-        core.queue.recall(|b| worth_recalling(mine, &candidate(shared, b)))
+        core.queue.recall(|b, away| worth_recalling(mine, &candidate(shared, b), away))
     else {
         return;
     };
@@ -244,8 +255,63 @@ fn recall(core: &mut Core, shared: &Shared, mine: u32) {
 /// line is long and its home idles. Four heavy loops of 10 us steps homed on one of two workers
 /// and forty light ones ran at 151K events/s against plain stealing's 195K: the home lent six
 /// colors at the start, ran out, and waited (`steal` bench's imbalanced case).
-pub(crate) fn worth_recalling(mine: u32, b: &Candidate) -> bool {
-    b.ready >= 2 && b.share <= mine + SHARED_BY
+///
+/// Or one color waits there, when the loan carried [`BACKLOG_FLOOR`] of work at least
+/// (`away.work_ns`): the line a borrower publishes at a round's end can be the loan alone every
+/// time, its partner drained by each of its turns and refilled by the loan's (a user's
+/// pipeline: stage 1 lent to stage 2's worker, whose line read [stage 1] at every round's end
+/// while stage 1's home ran stage 3 at half its CPU for 10 ms). The borrower gives it back only
+/// beside another color (`queue::give_back`), waiting a turn for one (`recall_waits_a_turn`).
+///
+/// A color moved for good (`follow`) is recalled too, when its events cost
+/// [`RECALL_MOVED_EVENT_NS`] at least (its borrower gives it back only with a backlog): two
+/// stages of that pipeline moved to the worker of the first kept it busy for 10 ms more while
+/// their home, the first stage done, idled. Not a cheap color's: a home idle for a moment
+/// recalled the ring's and Savina big's moved actors, which came back `Kept` after their posts
+/// waited parked (the simulator: the 64-token ring -5%, big -10%).
+pub(crate) fn worth_recalling(mine: u32, b: &Candidate, away: crate::queue::Away) -> bool {
+    let worth = !away.moved || away.event_ns >= RECALL_MOVED_EVENT_NS;
+    worth
+        && (b.ready >= 2 || b.ready >= 1 && away.work_ns >= BACKLOG_FLOOR)
+        && b.share <= mine + SHARED_BY
+}
+
+/// The least cost per event (ns) of a color moved for good that its idle home recalls
+/// ([`worth_recalling`]): four times a cheap color's (`follow::CHEAP_NS`), so that a backlog
+/// worth moving ([`BACKLOG_FLOOR`]) is twenty events or fewer.
+pub(crate) const RECALL_MOVED_EVENT_NS: u64 = 1_000;
+
+/// A borrower's answer to `home`'s recall of `color` (the worker's and the simulator's): a
+/// `GiveBack` if it can give the color back (`queue::give_back`), else, if `may_wait` and
+/// [`recall_waits_a_turn`] says so, nothing yet (the recall is kept in `deferred` for the next
+/// turn's end), else `Kept`.
+pub(crate) fn answer_to_recall(
+    queue: &mut crate::queue::ColorQueue,
+    deferred: &mut Option<(crate::Color, usize)>,
+    color: crate::Color,
+    home: usize,
+    may_wait: bool,
+) -> Option<Msg> {
+    match queue.give_back(color, BACKLOG_FLOOR) {
+        Some((ran, loan)) => Some(Msg::GiveBack { ran, loan: Box::new(loan) }),
+        None if may_wait && recall_waits_a_turn(queue, color, deferred.is_some()) => {
+            *deferred = Some((color, home));
+            None
+        }
+        None => Some(Msg::Kept { color }),
+    }
+}
+
+/// Whether a borrower that cannot give `color` back to its home now (`queue::give_back`) keeps
+/// the recall for its next turn's end instead of answering `Kept` (`already`: it keeps one):
+/// when the color waits alone there (a recall is sent only with colors waiting, and after the
+/// next turn the color runs or waits behind the one that ran: the pipeline's stage 1, above).
+pub(crate) fn recall_waits_a_turn(
+    queue: &crate::queue::ColorQueue,
+    color: crate::Color,
+    already: bool,
+) -> bool {
+    !already && queue.waits_alone(color)
 }
 
 /// The least queued work (ns: queued events times the color's measured cost per event) a color
@@ -338,6 +404,9 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     // answer right after it would lend the colors left, down to none).
     let slot = &shared.remotes[core.id].poke.steal_request;
     let asked = slot.compare_exchange(thief + 1, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    if asked {
+        core.answer_deferred = false;
+    }
     grant(core, shared, thief, loans, asked);
 }
 
@@ -425,7 +494,10 @@ pub(crate) fn min_work_ns(config: &crate::Config) -> u64 {
 pub(crate) fn answer(core: &mut Core, shared: &Shared) {
     // Relaxed: a look, called between every two turns; the swaps below take the request.
     let poke = &shared.remotes[core.id].poke;
-    if poke.steal_request.load(Ordering::Relaxed) != 0 || poke.recall.load(Ordering::Relaxed) {
+    if poke.steal_request.load(Ordering::Relaxed) != 0
+        || poke.recall.load(Ordering::Relaxed)
+        || core.recall_deferred.is_some()
+    {
         answer_between_turns(core, shared);
     }
 }
@@ -433,6 +505,10 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
 #[cold]
 #[inline(never)]
 fn answer_between_turns(core: &mut Core, shared: &Shared) {
+    // A recall kept a turn ago first: one routed below may be kept for the next turn.
+    if let Some((color, home)) = core.recall_deferred.take() {
+        core.answer_recall(shared, color, home, false);
+    }
     // Acquire: the `Recall` was delivered before the flag was raised (`recall`). Not from the
     // routing of a `StealRequest` ([`answer_request`]): a take there would route batches that
     // arrived since before the rest of the one being routed, a sender's later posts first.
@@ -452,7 +528,78 @@ pub(crate) fn answer_request(core: &mut Core, shared: &Shared) {
     }
     let thief = thief - 1;
     let loans = lend(&mut core.queue, thief, &shared.config);
+    if loans.is_empty() && defers(&core.queue, &shared.config, &mut core.answer_deferred) {
+        // Back in the slot for the next turn's end, unless another thief took it meanwhile:
+        // that one waits for an answer too, and this one is told no now.
+        if slot.compare_exchange(0, thief + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            return;
+        }
+    }
+    core.answer_deferred = false;
     grant(core, shared, thief, loans, true);
+}
+
+/// Events a turn runs between two looks at its worker's request slot and recall flag
+/// ([`cuts_turn`]): two relaxed loads of a line thieves write, every sixteen events.
+pub(crate) const CUT_LOOK_EVERY: usize = 16;
+
+/// The least cost per event (ns, as measured: `ColorQueue::event_cost`) of a color whose turns
+/// look for thieves ([`looks_in_turn`]): a whole turn of cheaper events (64 by default) is
+/// under 64 us, a few steal round trips.
+pub(crate) const LOOKS_FROM_NS: u64 = 1_000;
+
+/// Whether a turn of a color whose events cost `event_ns` looks for a thief's request or a
+/// home's recall as it runs ([`cuts_turn`]): while stealing, for colors of [`LOOKS_FROM_NS`]
+/// an event or more (decided once a turn: a ping-pong's self-posting colors, 64 events of
+/// 15 ns a turn, pay one comparison a turn, not a look every sixteen events).
+#[inline]
+pub(crate) fn looks_in_turn(stealing: bool, event_ns: u64) -> bool {
+    stealing && event_ns >= LOOKS_FROM_NS
+}
+
+/// Whether a turn that looks for thieves ([`looks_in_turn`]) and has run `n` events ends now
+/// for a thief's request or a home's recall waiting on its worker (`asked`, looked at every
+/// [`CUT_LOOK_EVERY`] events): a worker answers between turns, and a turn of 64 events of 5 us
+/// is 320 us a thief waits, twice when its answer waits a turn ([`defers`]): a user's pipeline
+/// of three 5 us stages over two workers lost about a millisecond a run so, the worker whose
+/// stage was done idle beside the two others (9.0 ms against tokio-mt's 8.0 for 1,000 items).
+/// The color cut short waits behind the others with the rest of its events, what the answer
+/// may lend.
+#[inline]
+pub(crate) fn cuts_turn(n: usize, asked: impl FnOnce() -> bool) -> bool {
+    n.is_multiple_of(CUT_LOOK_EVERY) && asked()
+}
+
+/// Whether a worker answers a request in its slot outside its turns' ends (at a round's start,
+/// or as it routes the request's message; it always does between turns and before it idles):
+/// not one it kept for a turn's end ([`defers`]) while colors wait, or it would answer with no
+/// turn between, on the line it found nothing in: a request kept at a round's last turn was
+/// answered so at the next round's start, and one whose message came after its answer was
+/// kept (the slot is seen between turns before the message arrives) when the message was
+/// routed.
+pub(crate) fn answers_outside_turns(deferred: bool, ready: usize) -> bool {
+    !deferred || ready == 0
+}
+
+/// Whether a victim with nothing to lend now keeps a thief's request for its next turn's end
+/// (`Steal::Backlog`; `deferred`: it kept this one already, and is cleared by an answer): when
+/// the first color to run has a backlog and may be lent. It is never lent first (it runs next
+/// anyway), and after its turn, its events not all run, it waits behind the others: two stages
+/// of a user's pipeline (5 us stages) on one worker alternate so, their line [stage 2] after a
+/// turn of stage 3 (drained) and [stage 3, stage 2] after one of stage 2 (64 of its 900
+/// events), and a request answered after a turn of stage 3 found nothing, every time: the other
+/// worker, its stage done, idled 10 ms beside 10 ms of the two (20.9 ms a run, tokio-mt 16.8).
+/// So did stage 1 beside a borrowed stage 3 (a borrowed color is not lent on). Once: a thief
+/// waits at most a turn more than it did for its answer.
+pub(crate) fn defers(
+    queue: &crate::queue::ColorQueue,
+    config: &crate::Config,
+    deferred: &mut bool,
+) -> bool {
+    let defer =
+        config.steal == Steal::Backlog && !*deferred && queue.first_backlogged(BACKLOG_FLOOR);
+    *deferred = defer;
+    defer
 }
 
 /// Turns between two nudges by one worker, or microseconds of events if those come first (the
@@ -557,15 +704,55 @@ pub(crate) fn worth_nudging(steal: Steal, me: &Loaded, lendable: impl FnOnce() -
         || !(me.backlog || steal != Steal::Backlog && lendable()))
 }
 
-/// After a grant (`granted`: it lent something), the requests a thief skips before asking again
-/// and the next skip on a further empty answer, given `next`: empty answers double the skip, up
-/// to 64 (a victim answers every request, and on balanced work each answer is a message it did
-/// not need to send). The worker's grant handling and the simulator apply this.
-pub(crate) fn backoff_after(granted: bool, next: u32) -> (u32, u32) {
-    if granted {
-        (0, 1)
-    } else {
-        (next, (next * 2).min(64))
+/// How often a thief asks after empty answers: the worker's (`worker::Core`) and the simulator's.
+///
+/// Empty answers double the requests it skips before asking again, up to 64 (a victim answers
+/// every request, and on balanced work each answer is a message it did not need to send); a
+/// grant ends the backoff, and so does a busy spell: [`BUSY_SPELL`] events run since the last
+/// empty answer. The answers were about the world before it (a pipeline's first stage on one of
+/// two workers, whose thief had been told no 6 times while the stages filled, then skipped 32 to
+/// 64 requests, one per wake-up, while the other worker ran two stages for 10 ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    /// Requests to skip before the next.
+    skip: u32,
+    /// The skip after the next empty answer.
+    next: u32,
+    /// The thief's events run at the last empty answer.
+    events_at: u64,
+}
+
+/// Events a thief runs after an empty answer that end its backoff ([`Backoff`]): a turn's worth
+/// of the default budget.
+pub(crate) const BUSY_SPELL: u64 = 64;
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { skip: 0, next: 1, events_at: 0 }
+    }
+}
+
+impl Backoff {
+    /// Whether the thief skips this request, having run `events_run` events in all.
+    pub(crate) fn skips(&mut self, events_run: u64) -> bool {
+        if self.skip == 0 {
+            return false;
+        }
+        if events_run.wrapping_sub(self.events_at) >= BUSY_SPELL {
+            *self = Backoff::default();
+            return false;
+        }
+        self.skip -= 1;
+        true
+    }
+
+    /// The answer came: `granted` if it lent something; `events_run` as for [`skips`](Self::skips).
+    pub(crate) fn settle(&mut self, granted: bool, events_run: u64) {
+        *self = if granted {
+            Backoff::default()
+        } else {
+            Backoff { skip: self.next, next: (self.next * 2).min(64), events_at: events_run }
+        };
     }
 }
 
@@ -642,6 +829,151 @@ mod tests {
         assert!(!long_turn(90_000, 1), "one of 90 us");
         assert!(!long_turn(640_000, 64), "64 steps of 10 us, a chain's");
         assert!(long_turn(1_100_000, 64), "64 steps of 17 us");
+    }
+
+    #[test]
+    fn a_thiefs_backoff_doubles_on_empty_answers_and_ends_after_a_busy_spell() {
+        let mut b = Backoff::default();
+        assert!(!b.skips(0), "no answer yet: it asks");
+        b.settle(false, 10);
+        assert!(b.skips(10));
+        assert!(!b.skips(10), "one request skipped after one empty answer");
+        b.settle(false, 10);
+        assert!(b.skips(11) && b.skips(12));
+        assert!(!b.skips(12), "two after a second");
+        b.settle(false, 20);
+        assert!(b.skips(20 + BUSY_SPELL - 1), "four after a third, a few events run");
+        assert!(!b.skips(20 + BUSY_SPELL), "a busy spell since the answer ends the backoff");
+        b.settle(false, 100);
+        assert!(b.skips(100));
+        assert!(!b.skips(100), "and doubling starts again from one");
+        b.settle(false, 100);
+        b.settle(true, 100);
+        assert!(!b.skips(100), "a grant ends it");
+    }
+
+    #[test]
+    fn a_turn_is_cut_for_a_request_only_at_its_looks() {
+        assert!(cuts_turn(CUT_LOOK_EVERY, || true));
+        assert!(cuts_turn(4 * CUT_LOOK_EVERY, || true));
+        assert!(!cuts_turn(CUT_LOOK_EVERY, || false), "nobody asks");
+        let looked = std::cell::Cell::new(false);
+        assert!(!cuts_turn(CUT_LOOK_EVERY + 1, || {
+            looked.set(true);
+            true
+        }));
+        assert!(!looked.get(), "between looks the slot is not read");
+        assert!(looks_in_turn(true, LOOKS_FROM_NS) && !looks_in_turn(true, LOOKS_FROM_NS - 1));
+        assert!(!looks_in_turn(false, 1_000_000), "not without stealing");
+    }
+
+    #[test]
+    fn an_idle_home_recalls_by_what_it_knows_of_the_color_away() {
+        use crate::cpu_share::FULL;
+        use crate::queue::Away;
+        let line = |ready| Candidate { ready, backlog: false, share: FULL };
+        let lent = |work_ns| Away { work_ns, moved: false, event_ns: 1_000 };
+        assert!(worth_recalling(FULL, &line(2), lent(0)), "two colors wait there");
+        assert!(!worth_recalling(FULL, &line(1), lent(BACKLOG_FLOOR - 1)), "a light loan alone");
+        assert!(worth_recalling(FULL, &line(1), lent(BACKLOG_FLOOR)), "a loan with work, alone");
+        assert!(!worth_recalling(FULL, &line(0), lent(BACKLOG_FLOOR)), "nothing waits");
+        assert!(!worth_recalling(FULL / 2, &line(2), lent(0)), "not onto a shared CPU");
+        let moved = |event_ns| Away { work_ns: 0, moved: true, event_ns };
+        assert!(!worth_recalling(FULL, &line(2), moved(RECALL_MOVED_EVENT_NS - 1)), "cheap");
+        assert!(worth_recalling(FULL, &line(2), moved(RECALL_MOVED_EVENT_NS)));
+    }
+
+    /// Two colors alternate on a victim, the one the other feeds drained by each of its turns
+    /// (a pipeline's stages): a request answered after the drained color's turn finds the
+    /// backlog first in line, never lent. The victim keeps the request for its next turn's end
+    /// (not answering it as its message is routed), and lends the backlog then, behind the
+    /// color its turn fed.
+    #[test]
+    fn a_request_that_finds_the_backlog_first_in_line_waits_a_turn() {
+        let (shared, mut cores) = setup(2, Steal::Backlog);
+        let mut victim = cores.remove(1);
+        let thief = &mut cores[0];
+        thief.cpu_share = crate::cpu_share::CpuShare::fixed(crate::cpu_share::FULL);
+        let (feeder, fed) = (color_on(1, 2, 0), color_on(1, 2, 1));
+        for _ in 0..100 {
+            let _ = victim.queue.post(feeder, Task::new(|| {}), false);
+        }
+        let _ = victim.queue.post(fed, Task::new(|| {}), false);
+        // The feeder's events measured at 1 us: 100 us queued, behind `fed` after its turn.
+        let key = victim.queue.start_turn().map(|(k, _)| k).unwrap();
+        victim.queue.record_turn(key, 1_000, 1);
+        let _ = victim.queue.end_turn(key);
+        victim.publish_backlog(&shared);
+        assert!(shared.remotes[1].status.backlog.load(Ordering::Relaxed));
+        let (key, color) = victim.queue.start_turn().unwrap();
+        assert_eq!(color, fed);
+        victim.queue.pop(key).unwrap().run();
+        let _ = victim.queue.end_turn(key);
+        assert_eq!(victim.queue.ready_len(), 1, "the feeder alone");
+        request(thief, &shared);
+        assert!(thief.steal_pending);
+        let slot = &shared.remotes[1].poke.steal_request;
+        answer(&mut victim, &shared);
+        assert!(victim.answer_deferred && slot.load(Ordering::Relaxed) != 0, "kept a turn");
+        victim.take_inbox(&shared);
+        assert_ne!(slot.load(Ordering::Relaxed), 0, "not answered as its message is routed");
+        thief.take_inbox(&shared);
+        assert!(thief.steal_pending, "no answer yet");
+        // The feeder's turn feeds `fed`, and waits behind it.
+        let (key, color) = victim.queue.start_turn().unwrap();
+        assert_eq!(color, feeder);
+        victim.queue.pop(key).unwrap().run();
+        let _ = victim.queue.post(fed, Task::new(|| {}), false);
+        let _ = victim.queue.end_turn(key);
+        answer(&mut victim, &shared);
+        assert!(!victim.answer_deferred);
+        thief.take_inbox(&shared);
+        assert!(!thief.steal_pending);
+        let s = thief.counters.snapshot();
+        assert_eq!((s.steals_in, s.stolen_events), (1, 99), "the feeder's backlog");
+    }
+
+    /// A recall that finds the loan waiting alone (its partner drained by each of its turns: a
+    /// pipeline's stages) waits a turn: after the loan's next turn, which feeds its partner,
+    /// the loan waits behind it and goes home with the rest of its events.
+    #[test]
+    fn a_recall_of_a_loan_waiting_alone_waits_a_turn_for_its_partner() {
+        let (shared, mut cores) = setup(2, Steal::Backlog);
+        let mut guest = cores.pop().unwrap();
+        let mut home = cores.pop().unwrap();
+        let (c, partner) = (color_on(0, 2, 0), color_on(1, 2, 0));
+        for _ in 0..10 {
+            home.post(&shared, c, Task::new(|| {}), false);
+        }
+        let loans = home.queue.lend_many(1, 8, false, 0);
+        grant(&mut home, &shared, 1, loans, false);
+        guest.take_inbox(&shared);
+        assert_eq!(home.queue.recall(|_, _| true), Some((c, 1)));
+        home.send(&shared, 1, Msg::Recall { color: c, from: crate::message::worker_id(0) });
+        home.flush_all(&shared);
+        guest.take_inbox(&shared);
+        assert_eq!(guest.recall_deferred, Some((c, 0)), "the loan waits alone: kept a turn");
+        let (key, color) = guest.queue.start_turn().unwrap();
+        assert_eq!(color, c);
+        guest.queue.pop(key).unwrap().run();
+        guest.post(&shared, partner, Task::new(|| {}), false);
+        assert!(guest.queue.end_turn(key).is_none());
+        answer(&mut guest, &shared);
+        assert_eq!(guest.recall_deferred, None);
+        guest.flush_all(&shared);
+        home.take_inbox(&shared);
+        assert_eq!(home.queue.lease(c), Some(crate::queue::Lease::Local));
+        assert_eq!(home.counters.snapshot().recalls, 1);
+        assert_eq!(guest.queue.lease(c), None);
+        let mut left = 0;
+        while let Some((key, _)) = home.queue.start_turn() {
+            while let Some(t) = home.queue.pop(key) {
+                t.run();
+                left += 1;
+            }
+            let _ = home.queue.end_turn(key);
+        }
+        assert_eq!(left, 9, "the events the guest had not run");
     }
 
     #[test]
@@ -979,8 +1311,10 @@ mod tests {
         assert_eq!(guest.queue.lease(c), None);
         run_all(&mut home, &shared);
         assert_eq!(*ran.lock().unwrap(), ["c lent", "c forwarded", "c parked"]);
-        // `d` waits alone on the guest once `own` ran: the guest keeps it, and a post parked
-        // at the home meanwhile follows it there.
+        // `d` waits alone on the guest once `own` ran: the guest keeps the recall for its next
+        // turn's end (`recall_waits_a_turn`), the turn of `d`, which empties it: `d` goes home
+        // with a `Return` as always, the recall answered `Kept` after it, and the post parked at
+        // the home meanwhile runs there.
         while let Some((key, color)) = guest.queue.start_turn() {
             if color == own {
                 guest.queue.pop(key).unwrap().run();
@@ -993,22 +1327,27 @@ mod tests {
         assert_eq!(guest.queue.ready_len(), 1);
         guest.publish(&shared);
         let stale = Candidate { ready: 2, backlog: false, share: crate::cpu_share::FULL };
-        assert!(worth_recalling(crate::cpu_share::FULL, &stale));
-        let loaded = |_| true;
+        let lent = crate::queue::Away { work_ns: 0, moved: false, event_ns: 0 };
+        assert!(worth_recalling(crate::cpu_share::FULL, &stale, lent));
+        let loaded = |_, _| true;
         assert_eq!(home.queue.recall(loaded), Some((d, 1)), "on a stale look at its line");
         let from = crate::message::worker_id(0);
         home.send(&shared, 1, Msg::Recall { color: d, from });
         home.post(&shared, d, task("d parked"), false);
         home.flush_all(&shared);
         guest.take_inbox(&shared);
-        home.take_inbox(&shared);
-        assert!(matches!(home.queue.lease(d), Some(crate::queue::Lease::Away { .. })));
-        home.flush_all(&shared);
-        guest.take_inbox(&shared);
-        run_all(&mut guest, &shared);
+        assert_eq!(guest.recall_deferred, Some((d, 0)), "kept for a turn, not answered");
         guest.flush_all(&shared);
         home.take_inbox(&shared);
-        assert_eq!(home.queue.lease(d), Some(crate::queue::Lease::Local), "lent 2, ran 2");
+        assert!(matches!(home.queue.lease(d), Some(crate::queue::Lease::Away { .. })));
+        run_all(&mut guest, &shared);
+        answer(&mut guest, &shared);
+        assert_eq!(guest.recall_deferred, None, "answered at the turn's end");
+        guest.flush_all(&shared);
+        home.take_inbox(&shared);
+        assert!(!home.steal_pending, "the recall was answered");
+        assert_eq!(home.queue.lease(d), Some(crate::queue::Lease::Local), "d came back");
+        run_all(&mut home, &shared);
         let ran = ran.lock().unwrap().clone();
         assert_eq!(ran[3..], ["own", "d lent", "d parked"], "{ran:?}");
     }

@@ -4,11 +4,12 @@
 //!
 //! 1. take every message in the inbox (one synchronization for all pending batches) and route
 //!    each: new events to their color's queue, forwards to guest slots, loans, returns;
-//! 2. answer a steal request, if a thief left one;
+//! 2. answer a steal request, if a thief left one (one kept for a turn's end waits for it);
 //! 3. run ready colors, a turn each (up to `turn_budget` events of one color back to back), up to
-//!    `round_budget` events, answering steal requests between turns and doing the safety flush
-//!    check every few events; after a turn over a millisecond (`steal::long_turn`), take the
-//!    inbox again and share what waits with a less loaded worker;
+//!    `round_budget` events, answering steal requests between turns (a turn ends early when a
+//!    thief asks: `steal::cuts_turn`) and doing the safety flush check every few events; after
+//!    a turn over a millisecond (`steal::long_turn`), take the inbox again and share what waits
+//!    with a less loaded worker;
 //! 4. flush every outgoing buffer and publish counters;
 //! 5. with nothing to run, go idle (`idle`): steal, spin, or sleep.
 //!
@@ -100,8 +101,12 @@ pub(crate) struct Core {
     /// When that request was made (time spent searching).
     pub(crate) steal_asked_at: Option<Instant>,
     /// Idle spells to skip before asking again, after empty answers (doubles up to 64).
-    pub(crate) steal_backoff: u32,
-    steal_backoff_next: u32,
+    pub(crate) steal_backoff: steal::Backoff,
+    /// A thief's request waits in the slot for the next turn's end (`steal::defers`).
+    pub(crate) answer_deferred: bool,
+    /// A home's recall (the color, the home) waits for the next turn's end
+    /// (`steal::recall_waits_a_turn`).
+    pub(crate) recall_deferred: Option<(Color, usize)>,
     pub(crate) rng: u64,
     /// Rounds before this worker may wake a sleeper to steal from it again (`steal`).
     pub(crate) nudge_cooldown: u32,
@@ -176,8 +181,9 @@ impl Core {
             no_spin_until: None,
             steal_pending: false,
             steal_asked_at: None,
-            steal_backoff: 0,
-            steal_backoff_next: 1,
+            steal_backoff: steal::Backoff::default(),
+            answer_deferred: false,
+            recall_deferred: None,
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             nudge_cooldown: 0,
             events_since_check: 0,
@@ -644,16 +650,7 @@ impl Core {
                 self.answer_syncs(shared, color);
             }
             Msg::Recall { color, from } => {
-                let home = from as usize;
-                let answer = match self.queue.give_back(color) {
-                    Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
-                    None => Msg::Kept { color },
-                };
-                self.send(shared, home, answer);
-                // At once, as a steal request's answer: the home waits for it, idle.
-                if shared.config.batching {
-                    self.flush_to(shared, home);
-                }
+                self.answer_recall(shared, color, from as usize, true);
             }
             Msg::GiveBack { ran, loan } => {
                 self.settle_steal(true);
@@ -684,9 +681,35 @@ impl Core {
                 let ask = self.queue.synced(color, epoch);
                 self.ask_sync(shared, ask);
             }
-            Msg::StealRequest => steal::answer_request(self, shared),
+            Msg::StealRequest => {
+                if steal::answers_outside_turns(self.answer_deferred, self.queue.ready_len()) {
+                    steal::answer_request(self, shared);
+                }
+            }
             Msg::Pin { color } => self.queue.pin(color),
             Msg::Io(msg) => self.io_receive(shared, *msg),
+        }
+    }
+
+    /// Answers `home`'s recall of `color` (`steal::answer_to_recall`; `may_wait`: it may keep
+    /// it for the next turn's end).
+    pub(crate) fn answer_recall(
+        &mut self,
+        shared: &Shared,
+        color: Color,
+        home: usize,
+        may_wait: bool,
+    ) {
+        let deferred = &mut self.recall_deferred;
+        let Some(answer) =
+            steal::answer_to_recall(&mut self.queue, deferred, color, home, may_wait)
+        else {
+            return;
+        };
+        self.send(shared, home, answer);
+        // At once, as a steal request's answer: the home waits for it, idle.
+        if shared.config.batching {
+            self.flush_to(shared, home);
         }
     }
 
@@ -708,8 +731,8 @@ impl Core {
         if !granted {
             self.counters.add(Counter::StealFailures, 1);
         }
-        (self.steal_backoff, self.steal_backoff_next) =
-            steal::backoff_after(granted, self.steal_backoff_next);
+        let events_run = self.counters.get(Counter::EventsRun);
+        self.steal_backoff.settle(granted, events_run);
     }
 
     /// Routes a post received as the color's home; from a `sender` worker, with whether the
@@ -960,7 +983,10 @@ impl WorkerCtx {
                 if core.io.active() {
                     core.poll_io(shared, Some(std::time::Duration::ZERO));
                 }
-                steal::answer(&mut core, shared);
+                let kept = core.answer_deferred || core.recall_deferred.is_some();
+                if steal::answers_outside_turns(kept, core.queue.ready_len()) {
+                    steal::answer(&mut core, shared);
+                }
                 core.take_garbage()
             };
             drop(garbage);
@@ -970,7 +996,12 @@ impl WorkerCtx {
                 core.flush_all(shared);
                 // (Sleepers were nudged after the round's last turn: `run_round`.)
                 core.publish_round(shared);
-                ran == 0 && core.queue.ready_len() == 0
+                let idle = ran == 0 && core.queue.ready_len() == 0;
+                if idle {
+                    // A request kept for a turn's end (`steal::defers`) has no turn to wait for.
+                    steal::answer(&mut core, shared);
+                }
+                idle
             };
             if idle && idle::idle(self) == idle::Flow::Stop {
                 break;
@@ -1074,6 +1105,7 @@ impl WorkerCtx {
                 };
                 (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
             };
+            let looks = steal::looks_in_turn(stealing, self.core.borrow().queue.event_cost(key));
             self.current.set(Some(color));
             let mut n = 0;
             while let Some(task) = next {
@@ -1084,7 +1116,15 @@ impl WorkerCtx {
                 if let Some(t) = started {
                     core.ran_timed(color, t, sampled);
                 }
-                next = if n < turn_budget { core.queue.pop(key) } else { None };
+                let me = core.id;
+                let asked = || {
+                    // Relaxed: a look; the answer takes the request with a swap.
+                    let poke = &shared.remotes[me].poke;
+                    poke.steal_request.load(Ordering::Relaxed) != 0
+                        || poke.recall.load(Ordering::Relaxed)
+                };
+                let cut = looks && steal::cuts_turn(n, asked);
+                next = if n < turn_budget && !cut { core.queue.pop(key) } else { None };
                 core.after_event(shared, key, next.is_some());
             }
             self.current.set(None);

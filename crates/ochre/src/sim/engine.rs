@@ -376,8 +376,11 @@ struct Core {
     outbox: Outbox,
     now: u64,
     steal_pending: bool,
-    steal_backoff: u32,
-    steal_backoff_next: u32,
+    steal_backoff: steal::Backoff,
+    /// `worker::Core::answer_deferred`.
+    answer_deferred: bool,
+    /// `worker::Core::recall_deferred`.
+    recall_deferred: Option<(Color, usize)>,
     nudge_cooldown: u32,
     /// The last turn was long and shared what waited behind it (`worker::run_round`).
     shared_at_turn_end: bool,
@@ -883,8 +886,9 @@ impl<'w> Sim<'w> {
                     .sized(setup.config.batch_sizing),
                 now: 0,
                 steal_pending: false,
-                steal_backoff: 0,
-                steal_backoff_next: 1,
+                steal_backoff: steal::Backoff::default(),
+                answer_deferred: false,
+                recall_deferred: None,
                 nudge_cooldown: 0,
                 shared_at_turn_end: false,
                 last_sleep: None,
@@ -1154,7 +1158,11 @@ impl<'w> Sim<'w> {
                 }
                 self.cores[k].now += self.ticks.round;
                 self.take_inbox(k);
-                self.answer(k);
+                let core = &self.cores[k];
+                let kept = core.answer_deferred || core.recall_deferred.is_some();
+                if steal::answers_outside_turns(kept, core.queue.ready_len()) {
+                    self.answer(k);
+                }
                 0
             }
         };
@@ -1196,6 +1204,8 @@ impl<'w> Sim<'w> {
         }
         self.publish(k);
         if ran == 0 && self.cores[k].queue.ready_len() == 0 {
+            // As `worker`: a request kept for a turn's end has none to wait for.
+            self.answer(k);
             self.idle(k);
         } else {
             let at = self.cores[k].now;
@@ -1351,17 +1361,7 @@ impl<'w> Sim<'w> {
                 self.cores[k].queue.returned(color, ran);
                 self.answer_syncs(k, color);
             }
-            Msg::Recall { color, from } => {
-                let home = from as usize;
-                let answer = match self.cores[k].queue.give_back(color) {
-                    Some((ran, loan)) => Msg::GiveBack { ran, loan: Box::new(loan) },
-                    None => Msg::Kept { color },
-                };
-                self.send(k, home, answer);
-                if self.setup.config.batching {
-                    self.flush_to(k, home);
-                }
-            }
+            Msg::Recall { color, from } => self.answer_recall(k, color, from as usize, true),
             Msg::GiveBack { ran, loan } => {
                 self.settle_steal(k, true);
                 self.report.recalls += 1;
@@ -1387,7 +1387,12 @@ impl<'w> Sim<'w> {
                 let ask = self.cores[k].queue.synced(color, epoch);
                 self.ask_sync(k, ask);
             }
-            Msg::StealRequest => self.answer_request(k),
+            Msg::StealRequest => {
+                let core = &self.cores[k];
+                if steal::answers_outside_turns(core.answer_deferred, core.queue.ready_len()) {
+                    self.answer_request(k);
+                }
+            }
             Msg::Pin { color } => self.cores[k].queue.pin(color),
             Msg::Io(_) => {}
         }
@@ -1474,6 +1479,9 @@ impl<'w> Sim<'w> {
     /// entry: 951.0M -> 923.3M instructions at 16 cores).
     fn turn_events(&mut self, k: usize, t: &mut Turn) -> Option<usize> {
         let budget = self.setup.config.turn_budget.max(1);
+        // As `worker::run_round`: decided once a turn (here, once a resumption of it).
+        let stealing = self.setup.config.steal != Steal::Off && self.cores.len() > 1;
+        let looks = steal::looks_in_turn(stealing, self.cores[k].queue.event_cost(t.key));
         loop {
             if t.pending && !self.post_rest(k, t) {
                 // Its posts go with it.
@@ -1481,6 +1489,15 @@ impl<'w> Sim<'w> {
                 return None;
             }
             if t.n >= budget {
+                break;
+            }
+            let now = self.cores[k].now;
+            let net = &self.net;
+            let asked = || {
+                net.slot[k].is_some_and(|(_, visible)| visible <= now)
+                    || net.recall[k].is_some_and(|visible| visible <= now)
+            };
+            if t.n > 0 && looks && steal::cuts_turn(t.n, asked) {
                 break;
             }
             let Some(task) = self.cores[k].queue.pop(t.key) else { break };
@@ -1965,6 +1982,7 @@ impl<'w> Sim<'w> {
         let asked = self.net.slot[k].is_some_and(|(t, visible)| t == thief && visible <= now);
         if asked {
             self.net.set_slot(k, None);
+            self.cores[k].answer_deferred = false;
         }
         self.grant(k, thief, loans, asked);
     }
@@ -2011,10 +2029,29 @@ impl<'w> Sim<'w> {
         self.net.arrive(w, at, &self.ticks, &mut self.report);
     }
 
-    /// `steal::answer` (between turns): takes the inbox if a recall's flag is up, and lends to
-    /// the thief in this core's slot, if its request has arrived.
+    /// `worker::Core::answer_recall`: core `k` answers `home`'s recall of `color`.
+    fn answer_recall(&mut self, k: usize, color: Color, home: usize, may_wait: bool) {
+        let core = &mut self.cores[k];
+        let deferred = &mut core.recall_deferred;
+        let Some(answer) =
+            steal::answer_to_recall(&mut core.queue, deferred, color, home, may_wait)
+        else {
+            return;
+        };
+        self.send(k, home, answer);
+        if self.setup.config.batching {
+            self.flush_to(k, home);
+        }
+    }
+
+    /// `steal::answer` (between turns): answers a recall kept a turn ago, takes the inbox if a
+    /// recall's flag is up, and lends to the thief in this core's slot, if its request has
+    /// arrived.
     #[inline(always)]
     fn answer(&mut self, k: usize) {
+        if let Some((color, home)) = self.cores[k].recall_deferred.take() {
+            self.answer_recall(k, color, home, false);
+        }
         // Inlined, the common case of an empty slot is one test (a call at every turn's end).
         let now = self.cores[k].now;
         if self.net.recall[k].is_some_and(|visible| visible <= now) {
@@ -2038,6 +2075,16 @@ impl<'w> Sim<'w> {
         let Some((thief, _)) = self.net.slot[k] else { return };
         self.net.set_slot(k, None);
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
+        let core = &mut self.cores[k];
+        if loans.is_empty()
+            && steal::defers(&core.queue, &self.setup.config, &mut core.answer_deferred)
+        {
+            // Kept for the next turn's end (the slot was this thief's: no other took it).
+            let now = core.now;
+            self.net.set_slot(k, Some((thief, now)));
+            return;
+        }
+        core.answer_deferred = false;
         self.report.stolen += loans.len() as u64;
         // As `steal::answer`: the line is published at the next turn's or round's end.
         self.grant(k, thief, loans, true);
@@ -2049,8 +2096,8 @@ impl<'w> Sim<'w> {
         if self.setup.config.steal == Steal::Off || self.cores[k].steal_pending || n < 2 {
             return;
         }
-        if self.cores[k].steal_backoff > 0 {
-            self.cores[k].steal_backoff -= 1;
+        let core = &mut self.cores[k];
+        if core.steal_backoff.skips(core.events) {
             return;
         }
         let random = self.random();
@@ -2113,9 +2160,7 @@ impl<'w> Sim<'w> {
     fn settle_steal(&mut self, k: usize, granted: bool) {
         let core = &mut self.cores[k];
         core.steal_pending = false;
-        let (skip, next) = steal::backoff_after(granted, core.steal_backoff_next);
-        core.steal_backoff = skip;
-        core.steal_backoff_next = next;
+        core.steal_backoff.settle(granted, core.events);
     }
 
     /// `steal::recall`: core `k`, idle with no victim worth asking, takes back a color it lent
@@ -2127,11 +2172,11 @@ impl<'w> Sim<'w> {
         let now = self.cores[k].now;
         let status = &self.net.status;
         let mine = status[k].share;
-        let loaded = |b: usize| {
+        let loaded = |b: usize, away: crate::queue::Away| {
             let st = &status[b];
             let seen =
                 Candidate { ready: st.ready.at(now), backlog: st.backlog.at(now), share: st.share };
-            steal::worth_recalling(mine, &seen)
+            steal::worth_recalling(mine, &seen, away)
         };
         let Some((color, borrower)) = self.cores[k].queue.recall(loaded) else { return };
         self.cores[k].steal_pending = true;
