@@ -570,6 +570,22 @@ pub(crate) fn cuts_turn(n: usize, asked: impl FnOnce() -> bool) -> bool {
     n.is_multiple_of(CUT_LOOK_EVERY) && asked()
 }
 
+/// A worker about to idle answers what it kept for a turn's end ([`defers`],
+/// [`recall_waits_a_turn`]; there is no turn to wait for), without taking its inbox: whether it
+/// held anything. Its caller then flushes and runs a round again instead of idling, since an
+/// answer may have sent messages, and a recall's answer given back nothing it must run.
+pub(crate) fn answer_held(core: &mut Core, shared: &Shared) -> bool {
+    let held = core.answer_deferred || core.recall_deferred.is_some();
+    if let Some((color, home)) = core.recall_deferred.take() {
+        core.answer_recall(shared, color, home, false);
+    }
+    if core.answer_deferred {
+        // Nothing waits here: the answer is final (`defers` keeps a request once).
+        answer_request(core, shared);
+    }
+    held
+}
+
 /// Whether a worker answers a request in its slot outside its turns' ends (at a round's start,
 /// or as it routes the request's message; it always does between turns and before it idles):
 /// not one it kept for a turn's end ([`defers`]) while colors wait, or it would answer with no
@@ -974,6 +990,35 @@ mod tests {
             let _ = home.queue.end_turn(key);
         }
         assert_eq!(left, 9, "the events the guest had not run");
+    }
+
+    /// A worker about to idle answers the recall it kept for a turn's end (no turn comes),
+    /// and says it held one, so that it runs a round again before it sleeps.
+    #[test]
+    fn a_recall_kept_for_a_turn_is_answered_before_the_worker_idles() {
+        let (shared, mut cores) = setup(2, Steal::Backlog);
+        let mut guest = cores.pop().unwrap();
+        let mut home = cores.pop().unwrap();
+        let c = color_on(0, 2, 0);
+        for _ in 0..3 {
+            home.post(&shared, c, Task::new(|| {}), false);
+        }
+        let loans = home.queue.lend_many(1, 8, false, 0);
+        grant(&mut home, &shared, 1, loans, false);
+        guest.take_inbox(&shared);
+        assert_eq!(home.queue.recall(|_, _| true), Some((c, 1)));
+        home.steal_pending = true;
+        home.send(&shared, 1, Msg::Recall { color: c, from: crate::message::worker_id(0) });
+        home.flush_all(&shared);
+        guest.take_inbox(&shared);
+        assert_eq!(guest.recall_deferred, Some((c, 0)));
+        assert!(answer_held(&mut guest, &shared), "it held a recall");
+        assert_eq!(guest.recall_deferred, None);
+        assert!(!answer_held(&mut guest, &shared), "nothing held any more");
+        guest.flush_all(&shared);
+        home.take_inbox(&shared);
+        assert!(!home.steal_pending, "the home has its answer: it keeps the color");
+        assert!(matches!(home.queue.lease(c), Some(crate::queue::Lease::Away { .. })));
     }
 
     #[test]

@@ -972,6 +972,8 @@ impl WorkerCtx {
     /// worker passes for every run); returns when the run stops.
     pub(crate) fn run(&self, run: u64) {
         let shared = &*self.shared;
+        // Empty answers of a run before tell nothing of this one (`steal::Backoff`).
+        self.core.borrow_mut().steal_backoff = steal::Backoff::default();
         loop {
             if shared.stopping() {
                 break;
@@ -996,12 +998,15 @@ impl WorkerCtx {
                 core.flush_all(shared);
                 // (Sleepers were nudged after the round's last turn: `run_round`.)
                 core.publish_round(shared);
-                let idle = ran == 0 && core.queue.ready_len() == 0;
-                if idle {
-                    // A request kept for a turn's end (`steal::defers`) has no turn to wait for.
-                    steal::answer(&mut core, shared);
+                // A request or recall kept for a turn's end has none to wait for: answered, and
+                // a round again (its answer may have sent messages) before idling.
+                let held = ran == 0
+                    && core.queue.ready_len() == 0
+                    && steal::answer_held(&mut core, shared);
+                if held {
+                    core.flush_all(shared);
                 }
-                idle
+                ran == 0 && core.queue.ready_len() == 0 && !held
             };
             if idle && idle::idle(self) == idle::Flow::Stop {
                 break;

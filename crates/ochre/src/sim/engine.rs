@@ -1100,6 +1100,8 @@ impl<'w> Sim<'w> {
             let core = &mut self.cores[k];
             core.now = start;
             core.events = 0;
+            // As `worker::WorkerCtx::run`: a run's backoff starts afresh.
+            core.steal_backoff = steal::Backoff::default();
             // The run's end stopped its idle spell (`idle::Flow::Stop`: not timed).
             core.idle_since = None;
             if let Some(cpu) = core.cpu.as_mut() {
@@ -1203,9 +1205,20 @@ impl<'w> Sim<'w> {
             self.sample_share(k);
         }
         self.publish(k);
-        if ran == 0 && self.cores[k].queue.ready_len() == 0 {
-            // As `worker`: a request kept for a turn's end has none to wait for.
-            self.answer(k);
+        let core = &self.cores[k];
+        let held = core.answer_deferred || core.recall_deferred.is_some();
+        if ran == 0 && self.cores[k].queue.ready_len() == 0 && held {
+            // As `steal::answer_held`: answered, flushed, and a round again before idling.
+            if let Some((color, home)) = self.cores[k].recall_deferred.take() {
+                self.answer_recall(k, color, home, false);
+            }
+            if self.cores[k].answer_deferred {
+                self.answer_request(k);
+            }
+            self.flush_all(k);
+            let at = self.cores[k].now;
+            self.net.schedule(k, at);
+        } else if ran == 0 && self.cores[k].queue.ready_len() == 0 {
             self.idle(k);
         } else {
             let at = self.cores[k].now;
