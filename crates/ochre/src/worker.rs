@@ -1056,6 +1056,11 @@ impl WorkerCtx {
                     core.queue.end_turn_shedding(key, |_, _| false, |_, _, _, _| None);
                     waited += 1;
                     if waited > core.queue.ready_len() {
+                        // No turn ends this round: a request or recall kept for a turn's end is
+                        // answered now, or a thief would wait as long as the reads do.
+                        if steal::answer_held(&mut core, shared) {
+                            core.flush_all(shared);
+                        }
                         drop(core);
                         crate::reader::wait_for_reads(ran);
                         break;
