@@ -501,6 +501,12 @@ const LENT_LIST: usize = 1024;
 /// Loans [`ColorQueue::recall`] looks at for one to recall.
 const RECALL_LOOK: usize = 16;
 
+/// The least cost per event (ns) of a color moved for good that its idle home recalls
+/// (`steal::worth_recalling`), and lists for it ([`ColorQueue::recall`]): four times a cheap
+/// color's (`follow::CHEAP_NS`), so that a backlog worth moving (`steal::BACKLOG_FLOOR`) is
+/// twenty events or fewer.
+pub(crate) const RECALL_MOVED_EVENT_NS: u64 = 1_000;
+
 /// Most empty event queues a worker keeps for new slots ([`ColorQueue::spare`]): at most
 /// 1 MB with [`KEEP_QUEUE_CAPACITY`].
 const SPARE_QUEUES: usize = 256;
@@ -904,10 +910,10 @@ impl ColorQueue {
     }
 
     /// Lists `color`, moved from here for good with events of `event_ns` each, as one to
-    /// recall if its home may ever recall it (`steal::RECALL_MOVED_EVENT_NS`): a ring's
+    /// recall if its home may ever recall it ([`RECALL_MOVED_EVENT_NS`]): a ring's
     /// thousands of moves of cheap colors a run would push the loans out of the list.
     fn list_moved(&mut self, color: Color, event_ns: u64) {
-        if event_ns >= crate::steal::RECALL_MOVED_EVENT_NS {
+        if event_ns >= RECALL_MOVED_EVENT_NS {
             self.list_lent(color);
         }
     }

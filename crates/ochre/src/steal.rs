@@ -264,22 +264,17 @@ fn recall(core: &mut Core, shared: &Shared, mine: u32) {
 /// beside another color (`queue::give_back`), waiting a turn for one (`recall_waits_a_turn`).
 ///
 /// A color moved for good (`follow`) is recalled too, when its events cost
-/// [`RECALL_MOVED_EVENT_NS`] at least (its borrower gives it back only with a backlog): two
+/// [`RECALL_MOVED_EVENT_NS`](crate::queue::RECALL_MOVED_EVENT_NS) at least (its borrower gives it back only with a backlog): two
 /// stages of that pipeline moved to the worker of the first kept it busy for 10 ms more while
 /// their home, the first stage done, idled. Not a cheap color's: a home idle for a moment
 /// recalled the ring's and Savina big's moved actors, which came back `Kept` after their posts
 /// waited parked (the simulator: the 64-token ring -5%, big -10%).
 pub(crate) fn worth_recalling(mine: u32, b: &Candidate, away: crate::queue::Away) -> bool {
-    let worth = !away.moved || away.event_ns >= RECALL_MOVED_EVENT_NS;
+    let worth = !away.moved || away.event_ns >= crate::queue::RECALL_MOVED_EVENT_NS;
     worth
         && (b.ready >= 2 || b.ready >= 1 && away.work_ns >= BACKLOG_FLOOR)
         && b.share <= mine + SHARED_BY
 }
-
-/// The least cost per event (ns) of a color moved for good that its idle home recalls
-/// ([`worth_recalling`]): four times a cheap color's (`follow::CHEAP_NS`), so that a backlog
-/// worth moving ([`BACKLOG_FLOOR`]) is twenty events or fewer.
-pub(crate) const RECALL_MOVED_EVENT_NS: u64 = 1_000;
 
 /// A borrower's answer to `home`'s recall of `color` (the worker's and the simulator's): a
 /// `GiveBack` if it can give the color back (`queue::give_back`), else, if `may_wait` and
@@ -895,8 +890,9 @@ mod tests {
         assert!(!worth_recalling(FULL, &line(0), lent(BACKLOG_FLOOR)), "nothing waits");
         assert!(!worth_recalling(FULL / 2, &line(2), lent(0)), "not onto a shared CPU");
         let moved = |event_ns| Away { work_ns: 0, moved: true, event_ns };
-        assert!(!worth_recalling(FULL, &line(2), moved(RECALL_MOVED_EVENT_NS - 1)), "cheap");
-        assert!(worth_recalling(FULL, &line(2), moved(RECALL_MOVED_EVENT_NS)));
+        let least = crate::queue::RECALL_MOVED_EVENT_NS;
+        assert!(!worth_recalling(FULL, &line(2), moved(least - 1)), "cheap");
+        assert!(worth_recalling(FULL, &line(2), moved(least)));
     }
 
     /// Two colors alternate on a victim, the one the other feeds drained by each of its turns
