@@ -543,13 +543,14 @@ pub(crate) const CUT_LOOK_EVERY: usize = 16;
 /// under 64 us, a few steal round trips.
 pub(crate) const LOOKS_FROM_NS: u64 = 1_000;
 
-/// Whether a turn of a color whose events cost `event_ns` looks for a thief's request or a
+/// Whether a turn of a color whose events cost `event_ns()` looks for a thief's request or a
 /// home's recall as it runs ([`cuts_turn`]): while stealing, for colors of [`LOOKS_FROM_NS`]
 /// an event or more (decided once a turn: a ping-pong's self-posting colors, 64 events of
 /// 15 ns a turn, pay one comparison a turn, not a look every sixteen events).
 #[inline]
-pub(crate) fn looks_in_turn(stealing: bool, event_ns: u64) -> bool {
-    stealing && event_ns >= LOOKS_FROM_NS
+pub(crate) fn looks_in_turn(stealing: bool, event_ns: impl FnOnce() -> u64) -> bool {
+    // The cost is read only while stealing: a worker alone pays nothing a turn.
+    stealing && event_ns() >= LOOKS_FROM_NS
 }
 
 /// Whether a turn that looks for thieves ([`looks_in_turn`]) and has run `n` events ends now
@@ -874,8 +875,9 @@ mod tests {
             true
         }));
         assert!(!looked.get(), "between looks the slot is not read");
-        assert!(looks_in_turn(true, LOOKS_FROM_NS) && !looks_in_turn(true, LOOKS_FROM_NS - 1));
-        assert!(!looks_in_turn(false, 1_000_000), "not without stealing");
+        assert!(looks_in_turn(true, || LOOKS_FROM_NS));
+        assert!(!looks_in_turn(true, || LOOKS_FROM_NS - 1));
+        assert!(!looks_in_turn(false, || unreachable!("not read")), "not without stealing");
     }
 
     #[test]

@@ -1115,7 +1115,7 @@ impl WorkerCtx {
                 };
                 (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
             };
-            let looks = steal::looks_in_turn(stealing, self.core.borrow().queue.event_cost(key));
+            let looks = steal::looks_in_turn(stealing, || self.core.borrow().queue.event_cost(key));
             self.current.set(Some(color));
             let mut n = 0;
             while let Some(task) = next {

@@ -1494,7 +1494,7 @@ impl<'w> Sim<'w> {
         let budget = self.setup.config.turn_budget.max(1);
         // As `worker::run_round`: decided once a turn (here, once a resumption of it).
         let stealing = self.setup.config.steal != Steal::Off && self.cores.len() > 1;
-        let looks = steal::looks_in_turn(stealing, self.cores[k].queue.event_cost(t.key));
+        let looks = steal::looks_in_turn(stealing, || self.cores[k].queue.event_cost(t.key));
         loop {
             if t.pending && !self.post_rest(k, t) {
                 // Its posts go with it.
