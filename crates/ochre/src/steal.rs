@@ -501,9 +501,7 @@ pub(crate) fn answer(core: &mut Core, shared: &Shared) {
 #[inline(never)]
 fn answer_between_turns(core: &mut Core, shared: &Shared) {
     // A recall kept a turn ago first: one routed below may be kept for the next turn.
-    if let Some((color, home)) = core.recall_deferred.take() {
-        core.answer_recall(shared, color, home, false);
-    }
+    answer_kept_recall(core, shared);
     // Acquire: the `Recall` was delivered before the flag was raised (`recall`). Not from the
     // routing of a `StealRequest` ([`answer_request`]): a take there would route batches that
     // arrived since before the rest of the one being routed, a sender's later posts first.
@@ -523,10 +521,11 @@ pub(crate) fn answer_request(core: &mut Core, shared: &Shared) {
     }
     let thief = thief - 1;
     let loans = lend(&mut core.queue, thief, &shared.config);
-    if loans.is_empty() && defers(&core.queue, &shared.config, &mut core.answer_deferred) {
+    if loans.is_empty() && defers(&core.queue, &shared.config, core.answer_deferred) {
         // Back in the slot for the next turn's end, unless another thief took it meanwhile:
         // that one waits for an answer too, and this one is told no now.
         if slot.compare_exchange(0, thief + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            core.answer_deferred = true;
             return;
         }
     }
@@ -572,14 +571,19 @@ pub(crate) fn cuts_turn(n: usize, asked: impl FnOnce() -> bool) -> bool {
 /// answer may have sent messages, and a recall's answer given back nothing it must run.
 pub(crate) fn answer_held(core: &mut Core, shared: &Shared) -> bool {
     let held = core.answer_deferred || core.recall_deferred.is_some();
-    if let Some((color, home)) = core.recall_deferred.take() {
-        core.answer_recall(shared, color, home, false);
-    }
+    answer_kept_recall(core, shared);
     if core.answer_deferred {
         // Nothing waits here: the answer is final (`defers` keeps a request once).
         answer_request(core, shared);
     }
     held
+}
+
+/// Answers, for good, the recall kept a turn ago (`recall_waits_a_turn`), if any.
+fn answer_kept_recall(core: &mut Core, shared: &Shared) {
+    if let Some((color, home)) = core.recall_deferred.take() {
+        core.answer_recall(shared, color, home, false);
+    }
 }
 
 /// Whether a worker answers a request in its slot outside its turns' ends (at a round's start,
@@ -594,7 +598,7 @@ pub(crate) fn answers_outside_turns(deferred: bool, ready: usize) -> bool {
 }
 
 /// Whether a victim with nothing to lend now keeps a thief's request for its next turn's end
-/// (`Steal::Backlog`; `deferred`: it kept this one already, and is cleared by an answer): when
+/// (`Steal::Backlog`; `deferred`: it kept this one already; the caller keeps the flag): when
 /// the first color to run has a backlog and may be lent. It is never lent first (it runs next
 /// anyway), and after its turn, its events not all run, it waits behind the others: two stages
 /// of a user's pipeline (5 us stages) on one worker alternate so, their line [stage 2] after a
@@ -606,12 +610,9 @@ pub(crate) fn answers_outside_turns(deferred: bool, ready: usize) -> bool {
 pub(crate) fn defers(
     queue: &crate::queue::ColorQueue,
     config: &crate::Config,
-    deferred: &mut bool,
+    deferred: bool,
 ) -> bool {
-    let defer =
-        config.steal == Steal::Backlog && !*deferred && queue.first_backlogged(BACKLOG_FLOOR);
-    *deferred = defer;
-    defer
+    config.steal == Steal::Backlog && !deferred && queue.first_backlogged(BACKLOG_FLOOR)
 }
 
 /// Turns between two nudges by one worker, or microseconds of events if those come first (the

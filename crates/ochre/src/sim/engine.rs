@@ -1209,9 +1209,7 @@ impl<'w> Sim<'w> {
         let held = core.answer_deferred || core.recall_deferred.is_some();
         if ran == 0 && self.cores[k].queue.ready_len() == 0 && held {
             // As `steal::answer_held`: answered, flushed, and a round again before idling.
-            if let Some((color, home)) = self.cores[k].recall_deferred.take() {
-                self.answer_recall(k, color, home, false);
-            }
+            self.answer_kept_recall(k);
             if self.cores[k].answer_deferred {
                 self.answer_request(k);
             }
@@ -2057,14 +2055,19 @@ impl<'w> Sim<'w> {
         }
     }
 
+    /// `steal::answer_kept_recall`: answers, for good, the recall core `k` kept a turn ago.
+    fn answer_kept_recall(&mut self, k: usize) {
+        if let Some((color, home)) = self.cores[k].recall_deferred.take() {
+            self.answer_recall(k, color, home, false);
+        }
+    }
+
     /// `steal::answer` (between turns): answers a recall kept a turn ago, takes the inbox if a
     /// recall's flag is up, and lends to the thief in this core's slot, if its request has
     /// arrived.
     #[inline(always)]
     fn answer(&mut self, k: usize) {
-        if let Some((color, home)) = self.cores[k].recall_deferred.take() {
-            self.answer_recall(k, color, home, false);
-        }
+        self.answer_kept_recall(k);
         // Inlined, the common case of an empty slot is one test (a call at every turn's end).
         let now = self.cores[k].now;
         if self.net.recall[k].is_some_and(|visible| visible <= now) {
@@ -2089,9 +2092,9 @@ impl<'w> Sim<'w> {
         self.net.set_slot(k, None);
         let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
         let core = &mut self.cores[k];
-        if loans.is_empty()
-            && steal::defers(&core.queue, &self.setup.config, &mut core.answer_deferred)
+        if loans.is_empty() && steal::defers(&core.queue, &self.setup.config, core.answer_deferred)
         {
+            core.answer_deferred = true;
             // Kept for the next turn's end (the slot was this thief's: no other took it).
             let now = core.now;
             self.net.set_slot(k, Some((thief, now)));
