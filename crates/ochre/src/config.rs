@@ -180,6 +180,13 @@ pub struct Config {
     /// Bounds how long one busy color can delay the others (a guess: long enough to keep the
     /// color's data in cache, short enough to be fair).
     pub turn_budget: usize,
+    /// A color with a backlog of long events (8 or more queued, each measured at 1 us or more)
+    /// takes every other turn ahead of the line of waiting colors (`queue`, "Turns: the line,
+    /// and backlogs"): a collector that every chunk of a job posts its result to is the job's
+    /// serial part, and waited behind every chunk queued on its worker. `false`: turns in the
+    /// order colors became ready (libasync-smp).
+    #[serde(default = "yes")]
+    pub backlog_turns: bool,
     /// Events per round: between two looks at the inbox and two flushes of outgoing buffers
     /// (a turn over a millisecond is followed by a look at the inbox as well).
     /// Seastar polls once per loop turn; 256 events keeps inbox latency at a few microseconds for
@@ -305,6 +312,7 @@ impl Default for Config {
             steal_locality: false,
             steal_min_work: None,
             turn_budget: 64,
+            backlog_turns: true,
             round_budget: 256,
             abort_on_panic: false,
             ema: true,
@@ -362,6 +370,8 @@ impl Config {
         steal_min_work: Option<Duration>,
         /// Sets [`Config::turn_budget`].
         turn_budget: usize,
+        /// Sets [`Config::backlog_turns`].
+        backlog_turns: bool,
         /// Sets [`Config::round_budget`].
         round_budget: usize,
         /// Sets [`Config::abort_on_panic`].
@@ -391,7 +401,7 @@ impl Config {
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
-    /// spinning, no online tuning, plain stealing, events from the global allocator, colors placed by hash. Build with the `unpadded` feature for its memory layout too.
+    /// spinning, no online tuning, plain stealing, events from the global allocator, colors placed by hash, turns in line order. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
         Config::default()
             .batching(false)
@@ -403,6 +413,7 @@ impl Config {
             .placement(false)
             .follow(false)
             .unpin_when_shared(false)
+            .backlog_turns(false)
     }
 
     /// Every stealing heuristic on (batch, locality-aware, cost-aware with a 20 µs floor;
@@ -454,6 +465,7 @@ mod tests {
         assert_eq!(b.steal, Steal::Plain);
         assert!(d.ema && !b.ema);
         assert!(d.unpin_when_shared && !b.unpin_when_shared);
+        assert!(d.backlog_turns && !b.backlog_turns);
         assert!(d.validate().is_ok() && b.validate().is_ok());
     }
 

@@ -170,7 +170,11 @@ impl Core {
         let turn_period = crate::steal::turn_sample(config).unwrap_or(0);
         Core {
             id,
-            queue: ColorQueue::new(id, placement),
+            queue: {
+                let mut q = ColorQueue::new(id, placement);
+                q.set_backlog_turns(config.backlog_turns);
+                q
+            },
             outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor)
                 .sized(config.batch_sizing),
             counters: Counters::new(),

@@ -881,7 +881,11 @@ impl<'w> Sim<'w> {
         }
         let cores = (0..n)
             .map(|w| Core {
-                queue: ColorQueue::new(w, placement),
+                queue: {
+                    let mut q = ColorQueue::new(w, placement);
+                    q.set_backlog_turns(setup.config.backlog_turns);
+                    q
+                },
                 outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor)
                     .sized(setup.config.batch_sizing),
                 now: 0,
