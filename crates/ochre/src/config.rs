@@ -180,11 +180,13 @@ pub struct Config {
     /// Bounds how long one busy color can delay the others (a guess: long enough to keep the
     /// color's data in cache, short enough to be fair).
     pub turn_budget: usize,
-    /// A color with a backlog of long events (8 or more queued, each measured at 1 us or more)
-    /// takes every other turn ahead of the line of waiting colors (`queue`, "Turns: the line,
-    /// and backlogs"): a collector that every chunk of a job posts its result to is the job's
-    /// serial part, and waited behind every chunk queued on its worker. `false`: turns in the
-    /// order colors became ready (libasync-smp).
+    /// A color with a backlog of long events (8 or more queued, 4x the average waiting color's,
+    /// each measured at 1 us or more) in a line of at least 50 us of work takes every other turn
+    /// ahead of that line (`queue`, "Turns: the line, and backlogs"): a collector that every
+    /// chunk of a job posts its result to is the job's serial part, and waited behind every
+    /// chunk queued on its worker. Costs come from timed turns, which the default configuration
+    /// takes (on one worker with `Steal::Off`, `follow` off and no `steal_min_work`, none are,
+    /// and this does nothing). `false`: turns in the order colors became ready (libasync-smp).
     #[serde(default = "yes")]
     pub backlog_turns: bool,
     /// Events per round: between two looks at the inbox and two flushes of outgoing buffers

@@ -111,13 +111,17 @@
 //! each, and each chunk posts its result to one collecting color; the collector joins the line
 //! behind every chunk queued there, and a line in color order ran it only after the last chunk
 //! (a word count of 196 chunks of 0.5 ms, merges of 0.34 ms into the collector's map: every
-//! merge after the 58th millisecond, on one worker, the other idle from then on: 112 ms where
-//! the work is 160 ms of CPU over two workers). A collector whose events queue up is the job's
-//! serial part, the critical path, and what runs it early shortens the whole. The line still
-//! gets every other turn (no color waits more than twice as long as in the line alone), and
-//! cheap colors never jump it (an actor's mailbox of 100 ns messages is served by the line as
-//! before, and the jump's search of the line, a few nanoseconds a waiting color, stays small
-//! beside the backlog's work).
+//! merge after the 58th millisecond, on one worker, the other idle from then on: 114-120 ms
+//! where the work is 160 ms of CPU over two workers; 81-83 ms with backlog turns). A collector
+//! whose events queue up is the job's serial part, the critical path, and what runs it early
+//! shortens the whole. The line still gets every other turn (fair in turns, as the line is: a
+//! color waiting there waits at most twice as many turns as in the line alone, but a listed
+//! color's turns are of long events, up to the turn's budget of them), a color whose post was
+//! urgent still runs first, and cheap colors never jump (an actor's mailbox of 100 ns messages
+//! is served by the line as before, and the jump's search of the line, a few nanoseconds a
+//! waiting color, stays small beside the backlog's work). Stealing's view of what runs next
+//! is the line's front (`first_backlogged`, `steal::defers`): a listed color's turn may come
+//! first.
 
 use std::collections::VecDeque;
 
@@ -545,9 +549,8 @@ pub(crate) const RECALL_MOVED_EVENT_NS: u64 = 1_000;
 const SPARE_QUEUES: usize = 256;
 
 /// Events a color must have queued to take every other turn ahead of the line (see "Turns: the
-/// line, and backlogs"): a turn of it then runs at least this many, and a waiting color's
-/// events are posted at most a turn's budget apart, so a color that merely got two posts
-/// between its turns does not jump.
+/// line, and backlogs"): a turn of it then runs this many (the turn's budget allowing), so a
+/// color that merely got a few posts between its turns does not jump.
 pub(crate) const BACKLOG_TURN_EVENTS: usize = 8;
 
 /// How many times the average waiting color's events a color must have queued to jump the
@@ -555,8 +558,9 @@ pub(crate) const BACKLOG_TURN_EVENTS: usize = 8;
 /// jumping would only reorder the round (and search the line for it).
 pub(crate) const BACKLOG_TURN_SHARE: usize = 4;
 
-/// The least wait in line (ns: waiting colors times this worker's average cost of an event)
-/// worth a jump: in a short line, or one of cheap colors, the backlog's turn comes soon anyway.
+/// The least wait in line (ns: the other waiting colors times this worker's average cost of an
+/// event) worth a jump: in a short line, or one of cheap colors, the backlog's turn comes soon
+/// anyway.
 /// Without it, the hub of Savina's chameneos (each meeting is a message to it and two from it),
 /// whose cost was measured high from its first turn (setting up the run) and came down slowly,
 /// jumped lines of 7-24 colors of a microsecond 4,500 times a run, and the program ran 3-6%
@@ -571,11 +575,13 @@ pub(crate) const BACKLOG_TURN_WAIT_NS: u64 = 50_000;
 pub(crate) const BACKLOG_TURN_EVENT_NS: u64 = 1_000;
 
 /// Whether a color may be listed for turns ahead of the line, as far as its slot alone tells
-/// (not listed, and not measured cheap), read inline so that a cheap color's mailbox filling up
+/// (waiting in the line, not listed, and not measured cheap), read inline so that a cheap color's mailbox filling up
 /// pays no call for [`ColorQueue::list_ahead`].
 #[inline]
 fn may_jump(slot: &Slot) -> bool {
-    !slot.listed_ahead && (slot.event_ns == 0 || slot.event_ns >= BACKLOG_TURN_EVENT_NS)
+    slot.queued
+        && !slot.listed_ahead
+        && (slot.event_ns == 0 || slot.event_ns >= BACKLOG_TURN_EVENT_NS)
 }
 
 impl ColorQueue {
@@ -1708,33 +1714,45 @@ impl ColorQueue {
         }
     }
 
-    /// Lists the color in `key` for turns ahead of the line if it waits there with a backlog of
-    /// long events (see "Turns: the line, and backlogs").
-    #[cold]
-    fn list_ahead(&mut self, key: usize) {
-        let cost = self.event_cost(key);
-        // `pending / ready` events wait per color here on average (this one's among them), and
-        // a turn of a waiting color takes about `per_event` each (sampled turns, or colors'
-        // first turns: a job's chunks).
-        let (pending, colors) = (self.pending, self.ready.len());
-        let per_event = self.event_ns.max(self.first_ns);
-        let slot = &mut self.slots[key];
+    /// Whether the color in `key` waits in the line with a backlog of long events worth turns
+    /// ahead of it (see "Turns: the line, and backlogs"): asked when it may be listed, and again
+    /// when its turn from the list comes (the line may have changed since).
+    fn jumps_line(&self, key: usize) -> bool {
+        let slot = &self.slots[key];
         let events = slot.events.len();
-        if slot.listed_ahead
-            || !slot.queued
+        if !slot.queued
             || events < BACKLOG_TURN_EVENTS
-            || cost < BACKLOG_TURN_EVENT_NS
-            || events.saturating_mul(colors) < pending.saturating_mul(BACKLOG_TURN_SHARE)
-            || (colors as u64).saturating_mul(per_event) < BACKLOG_TURN_WAIT_NS
+            || self.event_cost(key) < BACKLOG_TURN_EVENT_NS
         {
-            return;
+            return false;
         }
-        slot.listed_ahead = true;
-        self.ahead.push_back(key);
+        // `pending / colors` events wait per color here on average, this one's among them.
+        let colors = self.ready.len();
+        if events.saturating_mul(colors) < self.pending.saturating_mul(BACKLOG_TURN_SHARE) {
+            return false;
+        }
+        // What the others ahead of it hold: a turn takes about `per_event` an event, the lesser
+        // of this worker's two averages (sampled turns; colors' first turns), since either may
+        // hold this color's own long turns, or a driver's first one.
+        let per_event = match (self.event_ns, self.first_ns) {
+            (0, f) => f,
+            (e, 0) => e,
+            (e, f) => e.min(f),
+        };
+        (colors.saturating_sub(1) as u64).saturating_mul(per_event) >= BACKLOG_TURN_WAIT_NS
     }
 
-    /// The first listed color still waiting with its backlog, taken out of the line for the
-    /// next turn; `None` if there is none (the line's front runs).
+    /// Lists the color in `key` for turns ahead of the line if [`jumps_line`](Self::jumps_line).
+    #[cold]
+    fn list_ahead(&mut self, key: usize) {
+        if !self.slots[key].listed_ahead && self.jumps_line(key) {
+            self.slots[key].listed_ahead = true;
+            self.ahead.push_back(key);
+        }
+    }
+
+    /// The first listed color that still jumps the line, taken out of it for the next turn;
+    /// `None` if there is none (the line's front runs).
     #[cold]
     fn take_ahead(&mut self) -> Option<usize> {
         // A line's turn between two from the list. (The flag may outlive a list emptied since:
@@ -1742,15 +1760,19 @@ impl ColorQueue {
         if std::mem::take(&mut self.after_ahead_turn) {
             return None;
         }
+        // An urgent post put its color first in line (`ochre::post_urgent`): it runs first.
+        if self.ready.front().is_some_and(|&k| self.slots[k].urgent > 0) {
+            return None;
+        }
         while let Some(key) = self.ahead.pop_front() {
-            let Some(slot) = self.slots.get_mut(key) else { continue };
-            if !std::mem::take(&mut slot.listed_ahead)
-                || !slot.queued
-                || slot.events.len() < BACKLOG_TURN_EVENTS
-            {
+            let listed = self.slots.get_mut(key).map(|s| std::mem::take(&mut s.listed_ahead));
+            if listed != Some(true) || !self.jumps_line(key) {
                 continue;
             }
-            let Some(pos) = self.ready.iter().position(|&k| k == key) else { continue };
+            // From the back: a color's turn ends with it there, and it is listed then.
+            let pos = self.ready.iter().rposition(|&k| k == key);
+            debug_assert!(pos.is_some(), "a queued color waits in the line");
+            let Some(pos) = pos else { continue };
             self.ready.remove(pos);
             self.after_ahead_turn = true;
             return Some(key);
@@ -3051,14 +3073,17 @@ mod tests {
 
     /// The order in which colors take turns on a worker where a collector (`Color(1000)`,
     /// measured at `collector_ns` an event) got one post from each of 20 chunks (one event of
-    /// its own each, posted first) and 12 more: at most 4 of its events a turn (a turn's
-    /// budget), every chunk's turn whole. Returns the colors' values, one per turn.
+    /// 10 us each, measured, posted first) and 12 more: at most 4 of its events a turn (a
+    /// turn's budget), every chunk's turn whole. Returns the colors' values, one per turn.
     fn turns_beside_a_collector(backlog_turns: bool, collector_ns: u64) -> Vec<u64> {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(1));
         q.set_backlog_turns(backlog_turns);
         let collector = Color(1000);
         run_timed(&mut q, &log, collector, collector_ns);
+        for c in 1..=20 {
+            run_timed(&mut q, &log, Color(c), 10_000);
+        }
         post_chunks_then_results(&mut q, &log, 20, collector);
         let mut turns = vec![];
         while let Some((k, color)) = q.start_turn() {
@@ -3113,8 +3138,7 @@ mod tests {
     }
 
     /// Where every waiting color has a backlog alike (a driver feeding many actors), none jumps:
-    /// the round goes on in the line's order. A color that leaves the line after it was listed
-    /// (lent, moved) is skipped when its turn from the list comes.
+    /// the round goes on in the line's order.
     #[test]
     fn backlogs_alike_keep_the_lines_order() {
         let log = Log::default();
@@ -3138,18 +3162,52 @@ mod tests {
             .collect();
         assert_eq!(order, [1, 2, 3, 4, 5, 6]);
         run_all(&mut q);
-        // A listed entry whose slot no longer says so (taken, or freed and reused by another
-        // color since) is passed over.
-        for c in 7..=30 {
-            let _ = q.post(Color(c), task(&log, c), false);
+    }
+
+    /// A listed color that left the line (lent to a thief) is passed over when its turn from
+    /// the list comes, and one whose backlog no longer stands out (an urgent post first, then
+    /// the line grown as long in events) waits in the line.
+    #[test]
+    fn a_listed_color_jumps_only_if_it_still_would() {
+        let log = Log::default();
+        let setup = || {
+            let mut q = ColorQueue::new(0, Placement::flat(2));
+            q.set_backlog_turns(true);
+            let colors = colors_on(0, 2, 21);
+            for &c in &colors {
+                run_timed(&mut q, &log, c, 10_000);
+            }
+            for &c in &colors[1..] {
+                let _ = q.post(c, task(&log, 1), false);
+            }
+            for v in 0..BACKLOG_TURN_EVENTS as u64 {
+                let _ = q.post(colors[0], task(&log, v), false);
+            }
+            let key = q.index[&colors[0]];
+            assert_eq!(q.ahead.iter().copied().collect::<Vec<_>>(), [key]);
+            (q, colors)
+        };
+        let (mut q, colors) = setup();
+        let loan = q.lend(1).expect("the back of the line is lent");
+        assert_eq!(loan.color, colors[0]);
+        assert_eq!(q.start_turn().map(|(_, c)| c), Some(colors[1]));
+        assert!(q.ahead.is_empty());
+        // Urgent: a color made ready by an urgent post (first in line) runs first, and the
+        // listed one after it.
+        let (mut q, colors) = setup();
+        let urgent = colors_on(0, 2, 22)[21];
+        let _ = q.post(urgent, task(&log, 2), true);
+        let key = run_turn(&mut q);
+        assert_eq!(q.slots[key].color, urgent);
+        assert!(q.end_turn(key).is_none());
+        assert_eq!(q.start_turn().map(|(_, c)| c), Some(colors[0]));
+        // Every other color as backlogged by now: the listed one keeps its place in line.
+        let (mut q, colors) = setup();
+        for &c in &colors[1..] {
+            for v in 0..BACKLOG_TURN_EVENTS as u64 {
+                let _ = q.post(c, task(&log, v), false);
+            }
         }
-        let _ = q.post(Color(1), task(&log, 0), false);
-        let key = q.index[&Color(1)];
-        for v in 0..BACKLOG_TURN_EVENTS as u64 {
-            let _ = q.post(Color(1), task(&log, v), false);
-        }
-        assert_eq!(q.ahead.iter().copied().collect::<Vec<_>>(), [key]);
-        q.slots[key].listed_ahead = false;
-        assert_eq!(q.start_turn().map(|(_, c)| c), Some(Color(7)));
+        assert_eq!(q.start_turn().map(|(_, c)| c), Some(colors[1]));
     }
 }
