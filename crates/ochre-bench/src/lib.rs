@@ -29,6 +29,7 @@ pub mod steal;
 pub mod sws;
 pub mod tuning;
 pub mod wakeup;
+pub mod wordcount;
 
 pub use harness::{BenchReport, Options};
 

@@ -26,6 +26,15 @@
 //! homes took moved stages back (`ochre::steal`'s `defers`, `worth_recalling`): 20.8 ms a run
 //! against tokio-mt's 16.8-17.7, the ideal 15; after, 16.3-17.4 (medians of 9 runs, 3
 //! processes of a scratch program written as this case is).
+//!
+//! A user's word count (`wordcount`): 196 chunks of lines, a plain color each, each posting its
+//! map of counts to one collector color that merges it, against tokio-mt (a task a chunk, the
+//! handles awaited and merged in order) and rayon (`par_chunks`, `reduce`), and ochre with its
+//! colors' turns in line order (`ochre-line`: `Config::backlog_turns` off), in one process.
+//! In line order the collector ran after every chunk on its worker, and one worker merged
+//! alone at the end (`user_probe`: 114-120 ms against tokio-mt's 104-110; 81-83 ms with
+//! backlog turns, but 157-175 in periods when the merges' frees into the other worker's
+//! allocator arena, now beside its counting, cost most: see `queue`).
 
 use ochre::{Color, Config, Runtime, Steal};
 
@@ -196,7 +205,7 @@ pub fn pipeline_tokio(rt: &tokio::runtime::Runtime, stages: u64, items: u64, cos
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
         "steal",
-        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), users' loops on plain colors against tokio and rayon (steps/s), and a user's pipeline of plain colors against tokio (items/s).",
+        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), users' loops on plain colors against tokio and rayon (steps/s), a user's pipeline of plain colors against tokio (items/s), and a user's word count on plain colors against tokio and rayon (lines/s).",
     );
     let length = if opts.quick { 400 } else { 1_500 };
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
@@ -257,6 +266,7 @@ pub fn run(opts: &Options) -> BenchReport {
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
         loops_case(&mut report, opts, w);
         pipeline_case(&mut report, opts, w);
+        wordcount_case(&mut report, opts, w);
     }
     if report.rows.is_empty() {
         report.notes.push("needs at least 2 workers: skipped".into());
@@ -327,6 +337,64 @@ fn pipeline_case(report: &mut BenchReport, opts: &Options, w: usize) {
     })];
     let what = (w, case.as_str(), "items/s", "a user's pipeline on plain colors");
     users_case(report, opts, what, |rt| pipeline_ochre(rt, stages, items, cost), peers);
+}
+
+/// The user's word count at `w` workers (module doc): ochre, ochre with turns in line order,
+/// tokio-mt and rayon, each result checked against the others'.
+fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
+    use crate::wordcount;
+    use std::sync::Arc;
+    let (lines, chunk) = if opts.quick { (50_000, 256) } else { (200_000, 1_024) };
+    let text = Arc::new(wordcount::text(lines, 5_000));
+    let want = wordcount::count(&text);
+    let case = format!("{w}w word count");
+    let build = |config: Config| {
+        Runtime::builder().workers(w).config(config).build().map_err(|e| e.to_string())
+    };
+    let (default, line) = (build(Config::default()), build(Config::default().backlog_turns(false)));
+    let tokio = peers::tokio_multi_thread(w);
+    let rayon = peers::rayon_pool(w);
+    let (text, want) = (&text, &want);
+    let timed = move |run: &dyn Fn() -> Result<std::collections::HashMap<String, u64>, String>| {
+        let start = std::time::Instant::now();
+        let got = run()?;
+        let rate = lines as f64 / start.elapsed().as_secs_f64();
+        if got != *want {
+            return Err(format!("counted {} words, expected {}", got.len(), want.len()));
+        }
+        Ok(rate)
+    };
+    let on = move |rt: &Result<Runtime, String>| {
+        let rt = rt.as_ref().map_err(Clone::clone)?;
+        timed(&|| wordcount::on_ochre(rt, text, chunk))
+    };
+    let systems = vec![
+        System::new("ochre", || on(&default)),
+        System::new("ochre-line", || on(&line)),
+        System::new("tokio-mt", || {
+            let rt = tokio.as_ref().map_err(Clone::clone)?;
+            timed(&|| wordcount::on_tokio(rt, text, chunk))
+        }),
+        System::new("rayon", || {
+            let pool = rayon.as_ref().map_err(Clone::clone)?;
+            timed(&|| Ok(wordcount::on_rayon(pool, text, chunk)))
+        }),
+    ];
+    measure_case(report, &case, w, "lines/s", opts.reps, systems);
+    if let Some(ratio) = report.paired_ratio("ochre", "tokio-mt", &case) {
+        report.check(
+            format!("[{case}] a user's word count on plain colors within 5% of tokio-mt (paired)"),
+            ratio,
+            ratio >= 0.95,
+        );
+    }
+    if let Some(ratio) = report.paired_ratio("ochre", "ochre-line", &case) {
+        report.notes.push(format!(
+            "[{case}] backlog turns / turns in line order: {ratio:.3} (paired; below 1 where the \
+             collector's merges, beside the chunks' counting, free into the other worker's \
+             allocator arena: see `ochre::queue`)"
+        ));
+    }
 }
 
 #[cfg(test)]
