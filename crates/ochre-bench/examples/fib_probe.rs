@@ -19,6 +19,15 @@
 //! where the session began at 0.78 / 0.69 / 0.57. rayon's `join` runs this without a task per
 //! call, 3x faster than both at cutoff 15 and 20x at cutoff 10: not this program's peer as
 //! written.
+//!
+//! Session 38 (another host period; medians of 11, alternated with tokio-mt in one process):
+//! ochre / tokio-mt 0.76-0.97 at cutoff 10, 0.81-0.85 at 15, 0.89-0.94 at 20. `perf record`
+//! of 300 runs at cutoff 15: 7% of the workers' time in `clock_gettime` (22 ns a read on this
+//! host; `rdtsc` 8.6): every turn of a color not timed yet is watched (timed, with a flush of
+//! the buffered batches before it), and here every color is new. Watching one new color in
+//! eight while the worker's last first turn was short: 0.77 -> 0.90 at cutoff 10, 0.81 ->
+//! 0.83 at 15; not kept, since colors left untimed are not known cheap to `follow` (the
+//! simulator's 64-token ring ran 8% slower) and cost-aware stealing lends only timed colors.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -57,14 +57,16 @@
 //! its worker's line behind 98 chunks and got its first turn at the 58th millisecond, after
 //! which one worker merged for 60 ms while the other idled. With backlogs of long events
 //! taking every other turn (`Config::backlog_turns`, `queue`'s "Turns: the line, and
-//! backlogs"): 81-83 ms (1.22-1.30x tokio-mt) in most processes. But in some periods (minutes
+//! backlogs", opt-in): 81-83 ms (1.22-1.30x tokio-mt) in most processes. But in some periods (minutes
 //! at a time, every process alike: the host's placement of the two virtual CPUs) the merges,
 //! now overlapping the other worker's counting, free its strings into its allocator's arena
 //! while it allocates there (glibc's fastbins: a line that crosses cores at every operation):
 //! its chunks then took 1.5 ms instead of 0.5 and the run 157-175 ms, where merging after the
 //! counts took 114-125 (tokio-mt, merging beside its workers too, 136-150 then). With jemalloc
 //! preloaded 64-66 ms against 66-72, and with integer keys (no allocation per word) 28-30 ms
-//! against 35, in both kinds of period.
+//! against 35, in both kinds of period. The study of that session ran in such a period
+//! (`bench steal`'s word count: 0.67x with backlog turns), so they are opt-in; this probe runs
+//! the default (turns in line order).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

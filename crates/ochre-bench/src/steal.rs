@@ -29,12 +29,13 @@
 //!
 //! A user's word count (`wordcount`): 196 chunks of lines, a plain color each, each posting its
 //! map of counts to one collector color that merges it, against tokio-mt (a task a chunk, the
-//! handles awaited and merged in order) and rayon (`par_chunks`, `reduce`), and ochre with its
-//! colors' turns in line order (`ochre-line`: `Config::backlog_turns` off), in one process.
-//! In line order the collector ran after every chunk on its worker, and one worker merged
-//! alone at the end (`user_probe`: 114-120 ms against tokio-mt's 104-110; 81-83 ms with
-//! backlog turns, but 157-175 in periods when the merges' frees into the other worker's
-//! allocator arena, now beside its counting, cost most: see `queue`).
+//! handles awaited and merged in order) and rayon (`par_chunks`, `reduce`), and ochre with
+//! backlog turns (`ochre-backlog`: `Config::backlog_turns`, opt-in), in one process. In line
+//! order (the default) the collector runs after every chunk on its worker, and one worker
+//! merges alone at the end (`user_probe`: 114-120 ms against tokio-mt's 104-110); with backlog
+//! turns 81-83 ms, but 157-175 in periods when the merges' frees into the other worker's
+//! allocator arena, now beside its counting, cost most (see `queue`; the study of session 38
+//! ran in one: 0.67x).
 
 use ochre::{Color, Config, Runtime, Steal};
 
@@ -339,7 +340,7 @@ fn pipeline_case(report: &mut BenchReport, opts: &Options, w: usize) {
     users_case(report, opts, what, |rt| pipeline_ochre(rt, stages, items, cost), peers);
 }
 
-/// The user's word count at `w` workers (module doc): ochre, ochre with turns in line order,
+/// The user's word count at `w` workers (module doc): ochre, ochre with backlog turns,
 /// tokio-mt and rayon, each result checked against the others'.
 fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
     use crate::wordcount;
@@ -351,7 +352,8 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
     let build = |config: Config| {
         Runtime::builder().workers(w).config(config).build().map_err(|e| e.to_string())
     };
-    let (default, line) = (build(Config::default()), build(Config::default().backlog_turns(false)));
+    let (default, backlog) =
+        (build(Config::default()), build(Config::default().backlog_turns(true)));
     let tokio = peers::tokio_multi_thread(w);
     let rayon = peers::rayon_pool(w);
     let (text, want) = (&text, &want);
@@ -370,7 +372,7 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
     };
     let systems = vec![
         System::new("ochre", || on(&default)),
-        System::new("ochre-line", || on(&line)),
+        System::new("ochre-backlog", || on(&backlog)),
         System::new("tokio-mt", || {
             let rt = tokio.as_ref().map_err(Clone::clone)?;
             timed(&|| wordcount::on_tokio(rt, text, chunk))
@@ -388,7 +390,7 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
             ratio >= 0.95,
         );
     }
-    if let Some(ratio) = report.paired_ratio("ochre", "ochre-line", &case) {
+    if let Some(ratio) = report.paired_ratio("ochre-backlog", "ochre", &case) {
         report.notes.push(format!(
             "[{case}] backlog turns / turns in line order: {ratio:.3} (paired; below 1 where the \
              collector's merges, beside the chunks' counting, free into the other worker's \

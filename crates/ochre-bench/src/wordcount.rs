@@ -10,8 +10,8 @@
 //!
 //! The merges are the job's serial part (a chunk's map of a few thousand words takes about
 //! two thirds of the time the chunk took to count), so where and when the collector runs
-//! decides the time: ochre's collector joins its worker's line behind that worker's chunks
-//! (`queue`'s "Turns: the line, and backlogs"). Each system's result is checked against the
+//! decides the time: ochre's collector joins its worker's line behind that worker's chunks,
+//! unless backlog turns are on (`queue`'s "Turns: the line, and backlogs"). Each system's result is checked against the
 //! others'.
 
 use std::collections::HashMap;

@@ -93,8 +93,8 @@
 //! color's home worker. Buffers are handed over whole (one compare-and-swap) when full, at the end
 //! of each round of events, before idling, or by a safety flush. Each worker takes its whole inbox
 //! in one swap, routes events to per-color queues, and runs ready colors a turn at a time, in the
-//! order they became ready, but for a color with a backlog of long events well above the others',
-//! which takes every other turn ([`Config::backlog_turns`]); the
+//! order they became ready (with [`Config::backlog_turns`], a color with a backlog of long events
+//! well above the others' takes every other turn); the
 //! emptied buffers serve its own outgoing batches or ride back to their sender at the end of a
 //! batch to it, so a one-way flow (a fan-out) allocates no buffer per batch. Idle
 //! workers steal (if enabled), spin (reasoned spinning) or sleep on a futex, condition variable or
