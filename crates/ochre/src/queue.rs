@@ -100,7 +100,7 @@
 //!
 //! Colors take turns in the order they became ready (the *line*, a FIFO of colors), each turn
 //! up to `Config::turn_budget` events of one color. With `backlog_turns`
-//! ([`set_backlog_turns`](ColorQueue::set_backlog_turns), `Config::backlog_turns`) a color with
+//! ([`with_backlog_turns`](ColorQueue::with_backlog_turns), `Config::backlog_turns`) a color with
 //! a *backlog of long events* ([`BACKLOG_TURN_EVENTS`] queued or more, and
 //! [`BACKLOG_TURN_SHARE`] times the average waiting color's, each measured at
 //! [`BACKLOG_TURN_EVENT_NS`] or more, or estimated so from this worker's average while the color
@@ -614,10 +614,11 @@ impl ColorQueue {
         }
     }
 
-    /// Lets backlogs of long events take every other turn (`Config::backlog_turns`; off in a
-    /// new queue, as in the libasync-smp baseline).
-    pub(crate) fn set_backlog_turns(&mut self, on: bool) {
+    /// This queue, letting backlogs of long events take every other turn if `on`
+    /// (`Config::backlog_turns`; off in a new queue, as in the libasync-smp baseline).
+    pub(crate) fn with_backlog_turns(mut self, on: bool) -> Self {
         self.backlog_turns = on;
+        self
     }
 
     /// Events queued on this worker (not counting one that is running).
@@ -1248,7 +1249,7 @@ impl ColorQueue {
         if !slot.events.is_empty() {
             slot.queued = true;
             self.ready.push_back(key);
-            if slot.events.len() >= BACKLOG_TURN_EVENTS && self.backlog_turns && may_jump(slot) {
+            if self.backlog_turns && slot.events.len() >= BACKLOG_TURN_EVENTS && may_jump(slot) {
                 self.list_ahead(key);
             }
             return None;
@@ -1710,8 +1711,8 @@ impl ColorQueue {
         Self::schedule_slot(&mut self.ready, slot, key, running, urgent);
         // Looked at every few posts, not only as the backlog forms: a color that came here
         // (moved, lent) is not timed here yet, and its cost is estimated until it is.
-        if slot.events.len().is_multiple_of(BACKLOG_TURN_EVENTS)
-            && self.backlog_turns
+        if self.backlog_turns
+            && slot.events.len().is_multiple_of(BACKLOG_TURN_EVENTS)
             && may_jump(slot)
         {
             self.list_ahead(key);
@@ -3081,8 +3082,7 @@ mod tests {
     /// turn's budget), every chunk's turn whole. Returns the colors' values, one per turn.
     fn turns_beside_a_collector(backlog_turns: bool, collector_ns: u64) -> Vec<u64> {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, Placement::flat(1));
-        q.set_backlog_turns(backlog_turns);
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_backlog_turns(backlog_turns);
         let collector = Color(1000);
         run_timed(&mut q, &log, collector, collector_ns);
         for c in 1..=20 {
@@ -3128,8 +3128,7 @@ mod tests {
     #[test]
     fn a_backlog_in_a_line_of_cheap_colors_waits_its_turn() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, Placement::flat(1));
-        q.set_backlog_turns(true);
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_backlog_turns(true);
         let collector = Color(1000);
         run_timed(&mut q, &log, collector, 50_000);
         for c in 1..=20 {
@@ -3146,8 +3145,7 @@ mod tests {
     #[test]
     fn backlogs_alike_keep_the_lines_order() {
         let log = Log::default();
-        let mut q = ColorQueue::new(0, Placement::flat(1));
-        q.set_backlog_turns(true);
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_backlog_turns(true);
         for c in 1..=6 {
             run_timed(&mut q, &log, Color(c), 50_000);
         }
@@ -3175,8 +3173,7 @@ mod tests {
     fn a_listed_color_jumps_only_if_it_still_would() {
         let log = Log::default();
         let setup = || {
-            let mut q = ColorQueue::new(0, Placement::flat(2));
-            q.set_backlog_turns(true);
+            let mut q = ColorQueue::new(0, Placement::flat(2)).with_backlog_turns(true);
             let colors = colors_on(0, 2, 21);
             for &c in &colors {
                 run_timed(&mut q, &log, c, 10_000);

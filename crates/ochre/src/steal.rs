@@ -948,25 +948,34 @@ mod tests {
         assert_eq!((s.steals_in, s.stolen_events), (1, 99), "the feeder's backlog");
     }
 
-    /// A recall that finds the loan waiting alone (its partner drained by each of its turns: a
-    /// pipeline's stages) waits a turn: after the loan's next turn, which feeds its partner,
-    /// the loan waits behind it and goes home with the rest of its events.
-    #[test]
-    fn a_recall_of_a_loan_waiting_alone_waits_a_turn_for_its_partner() {
+    /// Worker 0 lends `c`, a color of `events` queued events, to worker 1, then recalls it
+    /// (its one outstanding request); worker 1 has taken the `Recall` from its inbox.
+    fn lent_then_recalled(events: usize) -> (Shared, Core, Core, Color) {
         let (shared, mut cores) = setup(2, Steal::Backlog);
         let mut guest = cores.pop().unwrap();
         let mut home = cores.pop().unwrap();
-        let (c, partner) = (color_on(0, 2, 0), color_on(1, 2, 0));
-        for _ in 0..10 {
+        let c = color_on(0, 2, 0);
+        for _ in 0..events {
             home.post(&shared, c, Task::new(|| {}), false);
         }
         let loans = home.queue.lend_many(1, 8, false, 0);
         grant(&mut home, &shared, 1, loans, false);
         guest.take_inbox(&shared);
         assert_eq!(home.queue.recall(|_, _| true), Some((c, 1)));
+        home.steal_pending = true;
         home.send(&shared, 1, Msg::Recall { color: c, from: crate::message::worker_id(0) });
         home.flush_all(&shared);
         guest.take_inbox(&shared);
+        (shared, home, guest, c)
+    }
+
+    /// A recall that finds the loan waiting alone (its partner drained by each of its turns: a
+    /// pipeline's stages) waits a turn: after the loan's next turn, which feeds its partner,
+    /// the loan waits behind it and goes home with the rest of its events.
+    #[test]
+    fn a_recall_of_a_loan_waiting_alone_waits_a_turn_for_its_partner() {
+        let (shared, mut home, mut guest, c) = lent_then_recalled(10);
+        let partner = color_on(1, 2, 0);
         assert_eq!(guest.recall_deferred, Some((c, 0)), "the loan waits alone: kept a turn");
         let (key, color) = guest.queue.start_turn().unwrap();
         assert_eq!(color, c);
@@ -995,21 +1004,7 @@ mod tests {
     /// and says it held one, so that it runs a round again before it sleeps.
     #[test]
     fn a_recall_kept_for_a_turn_is_answered_before_the_worker_idles() {
-        let (shared, mut cores) = setup(2, Steal::Backlog);
-        let mut guest = cores.pop().unwrap();
-        let mut home = cores.pop().unwrap();
-        let c = color_on(0, 2, 0);
-        for _ in 0..3 {
-            home.post(&shared, c, Task::new(|| {}), false);
-        }
-        let loans = home.queue.lend_many(1, 8, false, 0);
-        grant(&mut home, &shared, 1, loans, false);
-        guest.take_inbox(&shared);
-        assert_eq!(home.queue.recall(|_, _| true), Some((c, 1)));
-        home.steal_pending = true;
-        home.send(&shared, 1, Msg::Recall { color: c, from: crate::message::worker_id(0) });
-        home.flush_all(&shared);
-        guest.take_inbox(&shared);
+        let (shared, mut home, mut guest, c) = lent_then_recalled(3);
         assert_eq!(guest.recall_deferred, Some((c, 0)));
         assert!(answer_held(&mut guest, &shared), "it held a recall");
         assert_eq!(guest.recall_deferred, None);

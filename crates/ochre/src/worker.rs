@@ -170,11 +170,7 @@ impl Core {
         let turn_period = crate::steal::turn_sample(config).unwrap_or(0);
         Core {
             id,
-            queue: {
-                let mut q = ColorQueue::new(id, placement);
-                q.set_backlog_turns(config.backlog_turns);
-                q
-            },
+            queue: ColorQueue::new(id, placement).with_backlog_turns(config.backlog_turns),
             outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor)
                 .sized(config.batch_sizing),
             counters: Counters::new(),
@@ -1004,13 +1000,12 @@ impl WorkerCtx {
                 core.publish_round(shared);
                 // A request or recall kept for a turn's end has none to wait for: answered, and
                 // a round again (its answer may have sent messages) before idling.
-                let held = ran == 0
-                    && core.queue.ready_len() == 0
-                    && steal::answer_held(&mut core, shared);
+                let empty = ran == 0 && core.queue.ready_len() == 0;
+                let held = empty && steal::answer_held(&mut core, shared);
                 if held {
                     core.flush_all(shared);
                 }
-                ran == 0 && core.queue.ready_len() == 0 && !held
+                empty && !held
             };
             if idle && idle::idle(self) == idle::Flow::Stop {
                 break;

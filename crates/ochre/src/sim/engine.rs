@@ -881,11 +881,7 @@ impl<'w> Sim<'w> {
         }
         let cores = (0..n)
             .map(|w| Core {
-                queue: {
-                    let mut q = ColorQueue::new(w, placement);
-                    q.set_backlog_turns(setup.config.backlog_turns);
-                    q
-                },
+                queue: ColorQueue::new(w, placement).with_backlog_turns(setup.config.backlog_turns),
                 outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor)
                     .sized(setup.config.batch_sizing),
                 now: 0,
@@ -1209,18 +1205,13 @@ impl<'w> Sim<'w> {
             self.sample_share(k);
         }
         self.publish(k);
-        let core = &self.cores[k];
-        let held = core.answer_deferred || core.recall_deferred.is_some();
-        if ran == 0 && self.cores[k].queue.ready_len() == 0 && held {
-            // As `steal::answer_held`: answered, flushed, and a round again before idling.
-            self.answer_kept_recall(k);
-            if self.cores[k].answer_deferred {
-                self.answer_request(k);
-            }
+        let empty = ran == 0 && self.cores[k].queue.ready_len() == 0;
+        if empty && self.answer_held(k) {
+            // As `worker`: flushed, and a round again before idling.
             self.flush_all(k);
             let at = self.cores[k].now;
             self.net.schedule(k, at);
-        } else if ran == 0 && self.cores[k].queue.ready_len() == 0 {
+        } else if empty {
             self.idle(k);
         } else {
             let at = self.cores[k].now;
@@ -2057,6 +2048,17 @@ impl<'w> Sim<'w> {
         if self.setup.config.batching {
             self.flush_to(k, home);
         }
+    }
+
+    /// `steal::answer_held`: core `k`, about to idle, answers what it kept for a turn's end;
+    /// whether it held anything.
+    fn answer_held(&mut self, k: usize) -> bool {
+        let held = self.cores[k].answer_deferred || self.cores[k].recall_deferred.is_some();
+        self.answer_kept_recall(k);
+        if self.cores[k].answer_deferred {
+            self.answer_request(k);
+        }
+        held
     }
 
     /// `steal::answer_kept_recall`: answers, for good, the recall core `k` kept a turn ago.
