@@ -407,6 +407,11 @@ impl GuestFilter {
     }
 }
 
+/// `part` thousandths of `n` colors, one at least.
+fn part_of(n: usize, part: u32) -> usize {
+    (n.saturating_mul(part as usize) / 1000).max(1)
+}
+
 /// A moving average of costs (ns; 0: none yet) with `new`.
 fn cost_average(old: u64, new: u64) -> u64 {
     if old == 0 {
@@ -1511,7 +1516,7 @@ impl ColorQueue {
         &mut self,
         thief: usize,
         n: usize,
-        takes: fn(&ColorQueue, usize) -> bool,
+        takes: impl Fn(&ColorQueue, usize) -> bool,
         estimate: u64,
     ) -> Vec<Loan> {
         let mut loans = Vec::new();
@@ -1531,6 +1536,26 @@ impl ColorQueue {
         loans
     }
 
+    /// Lends `thief` up to `max` waiting colors that hold one event each, from the back of the
+    /// line, at most `part` thousandths of the waiting colors (one at least): what a thief on a
+    /// CPU clearly slower than this worker's is lent first (`steal::lend`,
+    /// `steal::lend_behind_long_turn`; `part` is its share of the two CPUs, `steal::slower_part`).
+    /// Such a color is a piece of work that ends (a chunk of a job); a color with events queued
+    /// is fed by posts (a collector, a consumer, an actor's mailbox), and lent, its posts follow
+    /// it as forwards, so that its whole stream then runs at the slower CPU's pace. `estimate`
+    /// goes with colors not timed yet, as in [`lend_from_back`](Self::lend_from_back).
+    pub(crate) fn lend_single(
+        &mut self,
+        thief: usize,
+        max: usize,
+        estimate: u64,
+        part: u32,
+    ) -> Vec<Loan> {
+        let n = part_of(self.ready.len(), part).min(max);
+        let single = |q: &ColorQueue, k: usize| q.lendable(k, 0) && q.slots[k].events.len() == 1;
+        self.lend_from_back(thief, n, single, estimate)
+    }
+
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
     /// last here first, never the first, at most `max` and at most half of the waiting colors:
     /// this worker keeps at least one waiting color (lending a lone color would move work, not
@@ -1538,15 +1563,37 @@ impl ColorQueue {
     /// light backlog ([`light_backlog`](Self::light_backlog)), it lends the heavy ones, or the
     /// colors that may be lent, from the back of the line, up to half of the waiting colors and
     /// at most [`LIGHT_LOAN_MAX`] (`max` bounds the backlogged ones only).
-    pub(crate) fn lend_backlog(&mut self, thief: usize, max: usize, floor_ns: u64) -> Vec<Loan> {
-        let n = (self.ready.len() / 2).min(max);
-        let mut loans = Vec::new();
-        while loans.len() < n {
-            // Never the first to run here: it runs soon anyway (as `has_backlog` judges).
-            let pos = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns));
-            let Some(pos) = pos.filter(|&p| p > 0) else { break };
-            loans.extend(self.lend_at(thief, pos));
+    ///
+    /// To a slower thief (a CPU clearly slower than this worker's: another process shares it;
+    /// `slower` is its part of the line, `steal::slower_part`), colors of one event first
+    /// ([`lend_single`](Self::lend_single)), with a light backlog; else backlogged colors as
+    /// above, that part of the line at most, and one of them at least stays here. A backlogged color
+    /// is mostly one fed by posts (a collector of results, a consumer), which go on to the
+    /// thief as forwards and run at its pace: a user's sum beside a thread spinning on CPU 1
+    /// lent its collector, 4,000 results queued, to worker 1 (a quarter of its CPU), which
+    /// then ran all 7,813 of them while worker 0, done with its chunks, forwarded each in a
+    /// batch of its own (`user_probe`, `BUSY=1`: 9-16 ms a sum against tokio-mt's 5-6). Where
+    /// several are backlogged (a fan-out's receivers), the thief still takes its part.
+    pub(crate) fn lend_backlog(
+        &mut self,
+        thief: usize,
+        max: usize,
+        floor_ns: u64,
+        slower: Option<u32>,
+    ) -> Vec<Loan> {
+        if let Some(part) = slower {
+            if let Some(estimate) = self.light_backlog(floor_ns, usize::MAX) {
+                let loans = self.lend_single(thief, LIGHT_LOAN_MAX, estimate, part);
+                if !loans.is_empty() {
+                    return loans;
+                }
+            }
+            let backlogged = self.ready.iter().filter(|&&k| self.backlogged(k, floor_ns)).count();
+            let n = part_of(self.ready.len(), part).min(max).min(backlogged.saturating_sub(1));
+            return self.lend_backlogged(thief, n, floor_ns);
         }
+        let n = (self.ready.len() / 2).min(max);
+        let mut loans = self.lend_backlogged(thief, n, floor_ns);
         if loans.is_empty() {
             let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
             if self.few_heavy(floor_ns) {
@@ -1555,6 +1602,19 @@ impl ColorQueue {
             } else if let Some(estimate) = self.light_backlog(floor_ns, usize::MAX) {
                 loans = self.lend_from_back(thief, n, |q, k| q.lendable(k, 0), estimate);
             }
+        }
+        loans
+    }
+
+    /// Lends `thief` up to `n` colors with a backlog of `floor_ns`, the last to run here first,
+    /// never the first.
+    fn lend_backlogged(&mut self, thief: usize, n: usize, floor_ns: u64) -> Vec<Loan> {
+        let mut loans = Vec::new();
+        while loans.len() < n {
+            // Never the first to run here: it runs soon anyway (as `has_backlog` judges).
+            let pos = self.ready.iter().rposition(|&k| self.backlogged(k, floor_ns));
+            let Some(pos) = pos.filter(|&p| p > 0) else { break };
+            loans.extend(self.lend_at(thief, pos));
         }
         loans
     }
@@ -2001,7 +2061,7 @@ mod tests {
             }
             let k = *home.index.get(&c).unwrap();
             home.record_turn(k, 64_000, 64);
-            for loan in home.lend_backlog(1, 8, 20_000) {
+            for loan in home.lend_backlog(1, 8, 20_000, None) {
                 thief.adopt(0, loan);
             }
             let (key, color) = thief.start_turn().expect("the loan is ready at the thief");
@@ -2348,13 +2408,13 @@ mod tests {
         let key = |q: &ColorQueue, c| *q.index.get(&c).unwrap();
         // Nothing timed yet: nothing is known to be worth moving.
         assert!(!q.has_backlog(20_000));
-        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        assert!(q.lend_backlog(1, 8, 20_000, None).is_empty());
         // 1 µs per event: `long` holds 100 µs, `short` 1 µs.
         let (kl, ks) = (key(&q, long), key(&q, short));
         q.record_turn(kl, 64_000, 64);
         q.record_turn(ks, 1_000, 1);
         assert!(q.has_backlog(20_000));
-        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000, None).iter().map(|l| l.color).collect();
         assert_eq!(lent, vec![long], "only the color with the backlog");
         assert_eq!(q.ready_len(), 2, "the others stay");
         // A lone waiting color is never lent, whatever it holds.
@@ -2364,7 +2424,7 @@ mod tests {
         }
         q.record_turn(key(&q, other), 64_000, 1);
         assert!(!q.has_backlog(20_000));
-        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        assert!(q.lend_backlog(1, 8, 20_000, None).is_empty());
     }
 
     /// A color moved for good is listed for recalls as a loan is (`recall`), and its borrower
@@ -2502,7 +2562,7 @@ mod tests {
             q.record_turn(key(&q, c), 640_000, 64);
         }
         assert!(q.has_backlog(20_000));
-        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000, None).iter().map(|l| l.color).collect();
         assert_eq!(lent, vec![loops[2]], "the last to run, and half of the line at most");
         // The same events passed on one a turn (a ring's tokens of 10 us): no backlog.
         let mut q = ColorQueue::new(0, Placement::flat(2));
@@ -2511,7 +2571,7 @@ mod tests {
             q.record_turn(key(&q, c), 10_000, 1);
         }
         assert!(!q.has_backlog(20_000));
-        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        assert!(q.lend_backlog(1, 8, 20_000, None).is_empty());
     }
 
     #[test]
@@ -2561,14 +2621,14 @@ mod tests {
         };
         borrow(&mut q, LIGHT_LOOK - 1);
         assert!(q.has_backlog(20_000), "{} borrowed colors at the back", LIGHT_LOOK - 1);
-        let loans = q.lend_backlog(1, 8, 20_000);
+        let loans = q.lend_backlog(1, 8, 20_000, None);
         assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
         // More borrowed colors than the advertisement looks at: no backlog advertised, but a
         // thief that asks anyway (a deep line, `steal::DEEP_LINE`) is lent from the whole line.
         let (mut q, _) = queue();
         borrow(&mut q, LIGHT_LOOK);
         assert!(!q.has_backlog(20_000));
-        let loans = q.lend_backlog(1, 8, 20_000);
+        let loans = q.lend_backlog(1, 8, 20_000, None);
         assert!(!loans.is_empty() && loans.iter().all(|l| here.contains(&l.color)));
         // Colors timed themselves (a user's loop run again: their measures were taken in an
         // earlier run) stand for the line: a first turns' average of 100 ns (a collector's)
@@ -2584,18 +2644,72 @@ mod tests {
             q.slots[kk].event_ns = 1_000;
         }
         assert!(q.has_backlog(20_000));
-        let loans = q.lend_backlog(1, 8, 20_000);
+        let loans = q.lend_backlog(1, 8, 20_000, None);
         assert!(!loans.is_empty() && loans.iter().all(|l| l.event_ns == 1_000));
         // A sampled turn of a millisecond (a preempted one, on a shared CPU): the sampled
         // average is over the floor, the first turns' one is not, and stands for the colors.
         let (mut q, k) = queue();
         q.record_turn(k, 1_000_000, 1);
         assert!(q.has_backlog(20_000));
-        let loans = q.lend_backlog(1, 8, 20_000);
+        let loans = q.lend_backlog(1, 8, 20_000, None);
         assert!(
             !loans.is_empty() && loans.iter().all(|l| l.event_ns == 1_000),
             "the 1 us estimate"
         );
+    }
+
+    #[test]
+    fn a_slower_thief_is_lent_single_event_colors_and_not_a_lone_fed_backlog() {
+        let log = Log::default();
+        let chunks = colors_on(0, 2, 2 * LIGHT_BACKLOG_COLORS);
+        let fed = colors_on(0, 2, 2 * LIGHT_BACKLOG_COLORS + 2);
+        let (collector, other) = (fed[fed.len() - 2], fed[fed.len() - 1]);
+        // A user's job: chunks of 1 us, one event each, and behind them its collector with a
+        // thousand results queued (timed at 1 us each: a backlog of a millisecond).
+        let queue = |n: usize, fed: &[Color]| {
+            let mut q = ColorQueue::new(0, Placement::flat(2));
+            for &c in &chunks[..n] {
+                let _ = q.post(c, task(&log, 0), false);
+            }
+            if n > 0 {
+                assert!(q.record_watched_turn(*q.index.get(&chunks[0]).unwrap(), 1_000, 1));
+            }
+            for &c in fed {
+                for _ in 0..1_000 {
+                    let _ = q.post(c, task(&log, 1), false);
+                }
+                assert!(q.record_watched_turn(*q.index.get(&c).unwrap(), 1_000, 1));
+            }
+            q
+        };
+        // The thief's part of the line: half when as fast, a fifth with a quarter of its CPU.
+        let lent = |q: &mut ColorQueue, slower: bool| -> Vec<Color> {
+            let part = slower.then_some(200);
+            q.lend_backlog(1, 8, 20_000, part).iter().map(|l| l.color).collect()
+        };
+        // A thief as fast: the backlog first, the collector at the back of the line.
+        let mut q = queue(chunks.len(), &[collector]);
+        assert_eq!(lent(&mut q, false), vec![collector]);
+        // A slower one: chunks, its part of the line, the collector stays.
+        let mut q = queue(chunks.len(), &[collector]);
+        let got = lent(&mut q, true);
+        assert_eq!(got.len(), (chunks.len() + 1) / 5);
+        assert!(got.iter().all(|c| chunks.contains(c)), "only chunks: {got:?}");
+        // Too few chunks for a light backlog: the lone backlog is not lent to a slower thief
+        // (a faster one takes it), and of two backlogs one is.
+        let mut q = queue(4, &[collector]);
+        assert!(lent(&mut q, true).is_empty());
+        let mut q = queue(4, &[collector]);
+        assert_eq!(lent(&mut q, false), vec![collector]);
+        let mut q = queue(4, &[collector, other]);
+        assert_eq!(lent(&mut q, true), vec![other]);
+        // Behind a long turn (`steal::lend_behind_long_turn`): single-event colors only.
+        let mut q = queue(4, &[collector]);
+        let got: Vec<Color> = q.lend_single(1, 8, 0, 500).iter().map(|l| l.color).collect();
+        assert_eq!(got, vec![chunks[3], chunks[2]], "half of the line, from its back");
+        let mut q = queue(4, &[collector]);
+        let got: Vec<Color> = q.lend_single(1, 8, 0, 200).iter().map(|l| l.color).collect();
+        assert_eq!(got, vec![chunks[3]], "a fifth of five: one");
     }
 
     #[test]
@@ -2617,11 +2731,11 @@ mod tests {
         let few = LIGHT_BACKLOG_COLORS - 1;
         let mut q = queue(few, 1_000);
         assert!(!q.has_backlog(20_000), "{few} light colors are no backlog");
-        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        assert!(q.lend_backlog(1, 8, 20_000, None).is_empty());
         // 128 colors of 200 ns: 25.6 us, over the floor, under twice it (a loan leaves half).
         let mut q = queue(LIGHT_BACKLOG_COLORS, 200);
         assert!(!q.has_backlog(20_000), "{LIGHT_BACKLOG_COLORS} colors of 200 ns: 25.6 us");
-        assert!(q.lend_backlog(1, 8, 20_000).is_empty());
+        assert!(q.lend_backlog(1, 8, 20_000, None).is_empty());
         // Enough of them: half are lent, the last to run first, never the first; a pinned one
         // stays, a color timed itself keeps its own measure, the others go with the estimate.
         let n = LIGHT_BACKLOG_COLORS;
@@ -2630,7 +2744,7 @@ mod tests {
         q.pin(pinned);
         assert!(q.record_watched_turn(*q.index.get(&timed).unwrap(), 700, 1));
         assert!(q.has_backlog(20_000));
-        let loans = q.lend_backlog(1, 8, 20_000);
+        let loans = q.lend_backlog(1, 8, 20_000, None);
         let lent: Vec<Color> = loans.iter().map(|l| l.color).collect();
         let expected: Vec<Color> =
             colors[n / 2 - 1..n].iter().rev().copied().filter(|&c| c != pinned).collect();
@@ -2657,7 +2771,7 @@ mod tests {
         assert!(!timed(FEW_COLORS, 10_000).has_backlog(20_000), "four colors, the first runs next");
         let mut q = timed(8, 10_000);
         assert!(q.has_backlog(20_000), "eight colors of 10 us: 80 us");
-        assert_eq!(q.lend_backlog(1, 8, 20_000).len(), 4, "half of them");
+        assert_eq!(q.lend_backlog(1, 8, 20_000, None).len(), 4, "half of them");
         assert!(!queue(8, 10_000).has_backlog(20_000), "not timed: 128 needed");
         assert!(!timed(8, 4_000).has_backlog(20_000), "eight of 4 us are light");
         // A light color (100 ns) among colors of 10 us: not lent, and among the last four it
@@ -2666,12 +2780,12 @@ mod tests {
         assert!(!q.has_backlog(20_000), "the last four are not all heavy");
         let mut q = timed_but(9, 10_000, Some(colors[3]));
         assert!(q.has_backlog(20_000), "the last four are heavy");
-        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000, None).iter().map(|l| l.color).collect();
         assert!(lent.len() == 4 && !lent.contains(&colors[3]), "heavy ones only: {lent:?}");
         // At most `LIGHT_LOAN_MAX` a loan; pinned colors at the back hide a light backlog when
         // none of the last `LIGHT_LOOK` may be lent, and one that may is lent past them.
         let mut q = queue(colors.len(), 1_000);
-        assert_eq!(q.lend_backlog(1, 8, 20_000).len(), LIGHT_LOAN_MAX);
+        assert_eq!(q.lend_backlog(1, 8, 20_000, None).len(), LIGHT_LOAN_MAX);
         let mut q = queue(colors.len(), 1_000);
         for &c in colors.iter().rev().take(LIGHT_LOOK) {
             q.pin(c);
@@ -2683,7 +2797,7 @@ mod tests {
             q.pin(c);
         }
         assert!(q.has_backlog(20_000));
-        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000).iter().map(|l| l.color).collect();
+        let lent: Vec<Color> = q.lend_backlog(1, 8, 20_000, None).iter().map(|l| l.color).collect();
         assert!(!lent.is_empty() && lent.iter().all(|c| !pinned.contains(c)));
         // A first turn over the floor (a driver's) is no light estimate: nothing is lent on it,
         // until light colors' first turns bring the average down.
@@ -2693,7 +2807,7 @@ mod tests {
             assert!(q.record_watched_turn(*q.index.get(&c).unwrap(), 1_000, 1));
         }
         assert!(q.has_backlog(20_000));
-        let loans = q.lend_backlog(1, 8, 20_000);
+        let loans = q.lend_backlog(1, 8, 20_000, None);
         assert!(loans.iter().all(|l| (1..=20_000).contains(&l.event_ns)), "a light estimate");
     }
 
@@ -2728,7 +2842,7 @@ mod tests {
         // The long color's one queued event is a backlog now (a chunk of a job runs once).
         let _ = home.post(short, task(&log, 2), false);
         assert!(home.has_backlog(20_000));
-        let loans = home.lend_backlog(1, 8, 20_000);
+        let loans = home.lend_backlog(1, 8, 20_000, None);
         assert_eq!(
             loans.iter().map(|l| (l.color, l.event_ns)).collect::<Vec<_>>(),
             [(long, 700_000)]

@@ -158,16 +158,31 @@ pub(crate) const DEEP_LINE: usize = 512;
 /// worker 1's CPU ran 95% of its events on worker 0, one CPU's worth (`fanout_probe`, BUSY=1).
 pub(crate) const DEEP_READY: usize = 16;
 
+/// What a thief getting `theirs` of its CPU is lent of the line of a victim getting `mine`
+/// (thousandths of both): `None` unless the thief's CPU is clearly slower
+/// (`follow::clearly_more`: another process shares it), else its part of the two CPUs'
+/// speed, in thousandths of the line, so that both ends of the line finish about together.
+/// Lent half (as to a thief as fast), a worker with a quarter of its CPU ran 256 chunks of a
+/// user's sum four times as long as the lender took for its own half, which then waited, idle,
+/// for the shared CPU's time slices to steal them back (`user_probe`, `BUSY=1`).
+pub(crate) fn slower_part(mine: u32, theirs: u32) -> Option<u32> {
+    crate::follow::clearly_more(mine, theirs)
+        .then(|| (u64::from(theirs) * 1000 / u64::from(mine + theirs).max(1)) as u32)
+}
+
 /// What a victim lends `thief` from `queue` under `config` (the policy: batch or one,
-/// cost-aware floor, backlog), shared by `answer` and the simulator.
+/// cost-aware floor, backlog), shared by `answer` and the simulator. A slower thief (`slower`:
+/// its part of the line, [`slower_part`]) is lent pieces of work that end before colors fed by
+/// posts (`ColorQueue::lend_backlog`).
 pub(crate) fn lend(
     queue: &mut crate::queue::ColorQueue,
     thief: usize,
+    slower: Option<u32>,
     config: &crate::Config,
 ) -> Vec<crate::message::Loan> {
     let floor = min_work_ns(config);
     if config.steal == Steal::Backlog {
-        queue.lend_backlog(thief, config.steal_batch_max, BACKLOG_FLOOR)
+        queue.lend_backlog(thief, config.steal_batch_max, BACKLOG_FLOOR, slower)
     } else if config.steal_batch {
         queue.lend_many(thief, config.steal_batch_max, true, floor)
     } else {
@@ -390,7 +405,9 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     let Some((thief, idle)) = long_turn_thief(waiting, core.cpu_share.share(), peers) else {
         return;
     };
-    let loans = lend_behind_long_turn(&mut core.queue, thief, idle, &shared.config);
+    let theirs = shared.remotes[thief].status.cpu_share.load(Ordering::Relaxed) as u32;
+    let slower = slower_part(core.cpu_share.share(), theirs);
+    let loans = lend_behind_long_turn(&mut core.queue, thief, idle, slower, &shared.config);
     if loans.is_empty() {
         return;
     }
@@ -447,14 +464,21 @@ pub(crate) fn long_turn_thief(
 /// a loan only after its own line, and the lines it is judged by are published once a round: at
 /// a job's start both workers read the other's as empty and lent each other half, and twenty
 /// 10 ms chunks ended 12 to 8 or 14 to 6 as often as even (a trace: loans waited 10 to 60 ms
-/// behind the borrower's line while the lender went idle).
+/// behind the borrower's line while the lender went idle). To a slower thief (`slower`: its part
+/// of the line, [`slower_part`]), colors of one event only, that part of the line at most
+/// (`ColorQueue::lend_single`: a collector lent this way kept its stream of results on the
+/// slower CPU).
 pub(crate) fn lend_behind_long_turn(
     queue: &mut crate::queue::ColorQueue,
     thief: usize,
     idle: bool,
+    slower: Option<u32>,
     config: &crate::Config,
 ) -> Vec<crate::message::Loan> {
     let most = if idle { config.steal_batch_max } else { 1 };
+    if let Some(part) = slower {
+        return queue.lend_single(thief, most, 0, part);
+    }
     queue.lend_many(thief, most, true, 0)
 }
 
@@ -520,7 +544,9 @@ pub(crate) fn answer_request(core: &mut Core, shared: &Shared) {
         return;
     }
     let thief = thief - 1;
-    let loans = lend(&mut core.queue, thief, &shared.config);
+    let theirs = shared.remotes[thief].status.cpu_share.load(Ordering::Relaxed) as u32;
+    let slower = slower_part(core.cpu_share.share(), theirs);
+    let loans = lend(&mut core.queue, thief, slower, &shared.config);
     if loans.is_empty() && defers(&core.queue, &shared.config, core.answer_deferred) {
         // Back in the slot for the next turn's end, unless another thief took it meanwhile:
         // that one waits for an answer too, and this one is told no now.
@@ -1032,6 +1058,19 @@ mod tests {
     }
 
     #[test]
+    fn a_thief_clearly_slower_is_lent_its_part_of_the_line_by_cpu_shares() {
+        // As fast, or not clearly slower: no part (the usual half, or a backlog).
+        assert_eq!(slower_part(1000, 1000), None);
+        assert_eq!(slower_part(1000, 850), None);
+        // A quarter of a CPU against a whole one: a fifth of the line; half of one: a third.
+        assert_eq!(slower_part(1000, 250), Some(200));
+        assert_eq!(slower_part(900, 450), Some(333));
+        // A victim on the shared CPU lends as usual to a faster thief.
+        assert_eq!(slower_part(250, 1000), None);
+        assert_eq!(slower_part(1000, 0), Some(0));
+    }
+
+    #[test]
     fn a_long_turn_shares_half_with_an_idle_worker_and_one_color_with_a_busy_one() {
         // (worker, idle, colors waiting there, CPU share), in the order a thief asks.
         let peer = |(id, idle, ready, share)| (crate::follow::Peer { id, idle, share }, ready);
@@ -1059,12 +1098,20 @@ mod tests {
             q
         };
         let mut q = lender(12);
-        assert_eq!(lend_behind_long_turn(&mut q, 1, true, &config).len(), 6, "half to an idle one");
+        assert_eq!(
+            lend_behind_long_turn(&mut q, 1, true, None, &config).len(),
+            6,
+            "half to an idle one"
+        );
         let mut q = lender(12);
-        assert_eq!(lend_behind_long_turn(&mut q, 1, false, &config).len(), 1, "one to a busy one");
+        assert_eq!(
+            lend_behind_long_turn(&mut q, 1, false, None, &config).len(),
+            1,
+            "one to a busy one"
+        );
         let mut q = lender(40);
         let most = config.steal_batch_max;
-        assert_eq!(lend_behind_long_turn(&mut q, 1, true, &config).len(), most);
+        assert_eq!(lend_behind_long_turn(&mut q, 1, true, None, &config).len(), most);
     }
 
     #[test]

@@ -1977,7 +1977,9 @@ impl<'w> Sim<'w> {
             .map(|w| (peer(status, w), status[w].ready.at(now)));
         let mine = status[k].share;
         let Some((thief, idle)) = steal::long_turn_thief(waiting, mine, peers) else { return };
-        let loans = steal::lend_behind_long_turn(&mut self.cores[k].queue, thief, idle, config);
+        let slower = steal::slower_part(mine, status[thief].share);
+        let queue = &mut self.cores[k].queue;
+        let loans = steal::lend_behind_long_turn(queue, thief, idle, slower, config);
         if loans.is_empty() {
             return;
         }
@@ -2096,7 +2098,9 @@ impl<'w> Sim<'w> {
     fn lend(&mut self, k: usize) {
         let Some((thief, _)) = self.net.slot[k] else { return };
         self.net.set_slot(k, None);
-        let loans = steal::lend(&mut self.cores[k].queue, thief, &self.setup.config);
+        let status = &self.net.status;
+        let slower = steal::slower_part(status[k].share, status[thief].share);
+        let loans = steal::lend(&mut self.cores[k].queue, thief, slower, &self.setup.config);
         let core = &mut self.cores[k];
         if loans.is_empty() && steal::defers(&core.queue, &self.setup.config, core.answer_deferred)
         {

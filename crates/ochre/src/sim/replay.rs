@@ -107,7 +107,7 @@ pub(crate) fn simulate(
                     steal::worth_asking(config.steal, full, &seen)
                 });
                 let Some(v) = victim else { continue };
-                let loans: Vec<Loan> = steal::lend(&mut qs[v], w, config);
+                let loans: Vec<Loan> = steal::lend(&mut qs[v], w, None, config);
                 for loan in loans {
                     moves.push(Move {
                         step,
