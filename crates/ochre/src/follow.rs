@@ -549,7 +549,7 @@ pub(crate) fn keeps(follow_on: bool, ready: usize, mine: u32, event_ns: u64) -> 
 /// A worker getting `mine` of its CPU has it (not clearly less than all of it): it sends no
 /// color away for want of CPU ([`relief`], [`sheds`]).
 #[inline]
-fn has_its_cpu(mine: u32) -> bool {
+pub(crate) fn has_its_cpu(mine: u32) -> bool {
     mine + RELIEF_MARGIN >= FULL
 }
 
