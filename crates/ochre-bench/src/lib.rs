@@ -28,6 +28,7 @@ pub mod servers;
 pub mod steal;
 pub mod sws;
 pub mod tuning;
+pub mod usersum;
 pub mod wakeup;
 pub mod wordcount;
 

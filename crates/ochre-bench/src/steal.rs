@@ -36,6 +36,15 @@
 //! turns 81-83 ms, but 157-175 in periods when the merges' frees into the other worker's
 //! allocator arena, now beside its counting, cost most (see `queue`; the study of session 38
 //! ran in one: 0.67x).
+//!
+//! A user's sum and a user's short jobs (`usersum`): a sum of squares over 4M (`--quick`) or 8M
+//! numbers in chunks of 1,024, a plain color a chunk posting its partial sum to a collector
+//! color; and jobs of eight tiny events, each job a `run` (200 or 1,000 a sample); against
+//! tokio-mt and rayon, quiet and with a thread spinning on the last worker's CPU (a machine
+//! shared with another process). Before session 39, beside the busy thread, the sum ran at
+//! 0.38-0.47 of tokio-mt (a steal lent the collector to the shared worker) and a short job took
+//! 8 ms (0.008 of tokio-mt: every `run` waited twice for the shared CPU's time slice); after,
+//! 0.56-0.82 and 1.07-1.22 (two processes; quiet, ochre / tokio-mt 1.1-1.3 and 3.2-3.3).
 
 use ochre::{Color, Config, Runtime, Steal};
 
@@ -206,7 +215,7 @@ pub fn pipeline_tokio(rt: &tokio::runtime::Runtime, stages: u64, items: u64, cos
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
         "steal",
-        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), users' loops on plain colors against tokio and rayon (steps/s), a user's pipeline of plain colors against tokio (items/s), and a user's word count on plain colors against tokio and rayon (lines/s).",
+        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), users' loops on plain colors against tokio and rayon (steps/s), a user's pipeline of plain colors against tokio (items/s), a user's word count on plain colors against tokio and rayon (lines/s), and a user's sum (numbers/s) and short jobs (jobs/s) on plain colors against tokio and rayon, quiet and with the last worker's CPU shared with a busy thread.",
     );
     let length = if opts.quick { 400 } else { 1_500 };
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
@@ -268,6 +277,10 @@ pub fn run(opts: &Options) -> BenchReport {
         loops_case(&mut report, opts, w);
         pipeline_case(&mut report, opts, w);
         wordcount_case(&mut report, opts, w);
+        for busy in [false, true] {
+            sum_case(&mut report, opts, w, busy);
+            jobs_case(&mut report, opts, w, busy);
+        }
     }
     if report.rows.is_empty() {
         report.notes.push("needs at least 2 workers: skipped".into());
@@ -397,6 +410,88 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
              allocator arena: see `ochre::queue`)"
         ));
     }
+}
+
+/// Times `run`, whose result must be `want`, and returns `units` per second of it.
+fn rate_of(units: f64, want: u64, run: &dyn Fn() -> Result<u64, String>) -> Result<f64, String> {
+    let start = std::time::Instant::now();
+    let got = run()?;
+    let rate = units / start.elapsed().as_secs_f64();
+    if got != want {
+        return Err(format!("got {got}, expected {want}"));
+    }
+    Ok(rate)
+}
+
+/// The name of a user's case at `w` workers, beside a busy thread on the last worker's CPU if
+/// `busy` (`usersum`).
+fn shared_cpu_case(w: usize, what: &str, busy: bool) -> String {
+    if busy {
+        format!("{w}w {what}, CPU {} shared", w - 1)
+    } else {
+        format!("{w}w {what}")
+    }
+}
+
+/// A user's sum of squares at `w` workers (`usersum`), quiet or beside a busy thread on the
+/// last worker's CPU.
+fn sum_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
+    use crate::usersum;
+    use std::sync::Arc;
+    let (n, chunk) = if opts.quick { (4_000_000, 1_024) } else { (8_000_000, 1_024) };
+    let data = Arc::new(usersum::numbers(n));
+    let want = usersum::sum_of_squares(&data);
+    let case = shared_cpu_case(w, "sum", busy);
+    let tokio = peers::tokio_multi_thread(w);
+    let rayon = peers::rayon_pool(w);
+    let data = &data;
+    let timed = move |run: &dyn Fn() -> Result<u64, String>| rate_of(n as f64, want, run);
+    let peers = vec![
+        System::new("tokio-mt", || {
+            let rt = tokio.as_ref().map_err(Clone::clone)?;
+            timed(&|| Ok(usersum::sum_on_tokio(rt, data, chunk)))
+        }),
+        System::new("rayon", || {
+            let pool = rayon.as_ref().map_err(Clone::clone)?;
+            timed(&|| Ok(usersum::sum_on_rayon(pool, data, chunk)))
+        }),
+    ];
+    let what = (w, case.as_str(), "numbers/s", "a user's sum on plain colors");
+    crate::actors::with_busy_cpu(busy.then_some(w - 1), || {
+        users_case(
+            report,
+            opts,
+            what,
+            |rt| timed(&|| usersum::sum_on_ochre(rt, data, chunk)),
+            peers,
+        )
+    });
+}
+
+/// A user's short jobs at `w` workers (`usersum`), quiet or beside a busy thread on the last
+/// worker's CPU.
+fn jobs_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
+    use crate::usersum;
+    let jobs = if opts.quick { 200 } else { 1_000 };
+    let case = shared_cpu_case(w, "short jobs", busy);
+    let tokio = peers::tokio_multi_thread(w);
+    let rayon = peers::rayon_pool(w);
+    let want = u64::from(jobs) * usersum::JOB_EVENTS;
+    let timed = move |run: &dyn Fn() -> Result<u64, String>| rate_of(f64::from(jobs), want, run);
+    let peers = vec![
+        System::new("tokio-mt", || {
+            let rt = tokio.as_ref().map_err(Clone::clone)?;
+            timed(&|| Ok(usersum::jobs_on_tokio(rt, jobs)))
+        }),
+        System::new("rayon", || {
+            let pool = rayon.as_ref().map_err(Clone::clone)?;
+            timed(&|| Ok(usersum::jobs_on_rayon(pool, jobs)))
+        }),
+    ];
+    let what = (w, case.as_str(), "jobs/s", "a user's short jobs");
+    crate::actors::with_busy_cpu(busy.then_some(w - 1), || {
+        users_case(report, opts, what, |rt| timed(&|| usersum::jobs_on_ochre(rt, jobs)), peers)
+    });
 }
 
 #[cfg(test)]
