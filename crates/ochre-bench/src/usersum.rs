@@ -43,7 +43,7 @@ pub fn sum_on_ochre(rt: &Runtime, data: &Arc<Vec<u64>>, chunk: usize) -> Result<
                 ochre::post(Color(1 + i as u64), move || {
                     let s = sum_of_squares(&d[i * chunk..((i + 1) * chunk).min(d.len())]);
                     ochre::post(Color::DEFAULT, move || {
-                        let _ = t.with(|v| *v = v.wrapping_add(s));
+                        t.with(|v| *v = v.wrapping_add(s)).expect("the collector's own color");
                     });
                 });
             }

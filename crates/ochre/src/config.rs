@@ -97,8 +97,12 @@ pub enum Steal {
     /// other worker idled), and moves one to a CPU clearly slower than its
     /// victim's only from a victim with 16 colors waiting or more (`steal::DEEP_READY`: there
     /// the backlog would wait longer for its turn; with a busy CPU this took fork-join with 1 µs
-    /// items from 0.65-0.81x tokio to 0.86-0.87x); a stolen color whose home's CPU is clearly
-    /// worse stays with the thief as a resident (`follow::keeps_loan`). **The default**: against
+    /// items from 0.65-0.81x tokio to 0.86-0.87x), and is lent there colors of one event (a job's
+    /// chunks), its part of the line by the two CPUs' shares, before colors fed by posts, of
+    /// which one stays (a collector lent to a worker with a quarter of its CPU ran a user's
+    /// whole stream of results there: `steal::slower_part`, `ColorQueue::lend_backlog`); a
+    /// stolen color whose home's CPU is clearly worse stays with the thief as a resident
+    /// (`follow::keeps_loan`). **The default**: against
     /// stealing off in `bench actors` (2 workers, paired ratios to tokio, medians of 5, three
     /// processes on a quiet machine) it took fork-join with 1 µs items from 0.79-0.80x tokio to
     /// 0.96-0.98x (with a busy CPU 0.70-0.72x to 0.71-0.76x), at an equal geometric mean over

@@ -1491,10 +1491,21 @@ impl ColorQueue {
     /// alone, 138 chunks timed at 1.1-1.5 us each were judged by a first turns' average of 82
     /// ns (a collector's), short of the floor.
     fn light_backlog(&self, floor_ns: u64, look: usize) -> Option<u64> {
+        self.light_backlog_of(floor_ns, look, |q, k| q.lendable(k, 0))
+    }
+
+    /// [`light_backlog`](Self::light_backlog), the estimate taken from the last of the `look`
+    /// last waiting colors that `takes` picks (what the loan will carry).
+    fn light_backlog_of(
+        &self,
+        floor_ns: u64,
+        look: usize,
+        takes: impl Fn(&ColorQueue, usize) -> bool,
+    ) -> Option<u64> {
         if self.ready.len() < LIGHT_BACKLOG_COLORS {
             return None;
         }
-        let lendable = self.ready.iter().rev().take(look).find(|&&k| self.lendable(k, 0))?;
+        let lendable = self.ready.iter().rev().take(look).find(|&&k| takes(self, k))?;
         let own = self.slots[*lendable].event_ns;
         let (larger, smaller) =
             (self.event_ns.max(self.first_ns), self.event_ns.min(self.first_ns));
@@ -1536,24 +1547,66 @@ impl ColorQueue {
         loans
     }
 
+    /// A waiting color that holds one event and may be lent: to a slower thief, a piece of work
+    /// that ends ([`lend_single`](Self::lend_single)).
+    fn single(&self, key: usize) -> bool {
+        self.lendable(key, 0) && self.slots[key].events.len() == 1
+    }
+
     /// Lends `thief` up to `max` waiting colors that hold one event each, from the back of the
-    /// line, at most `part` thousandths of the waiting colors (one at least): what a thief on a
-    /// CPU clearly slower than this worker's is lent first (`steal::lend`,
-    /// `steal::lend_behind_long_turn`; `part` is its share of the two CPUs, `steal::slower_part`).
-    /// Such a color is a piece of work that ends (a chunk of a job); a color with events queued
-    /// is fed by posts (a collector, a consumer, an actor's mailbox), and lent, its posts follow
-    /// it as forwards, so that its whole stream then runs at the slower CPU's pace. `estimate`
-    /// goes with colors not timed yet, as in [`lend_from_back`](Self::lend_from_back).
+    /// line, at most `part` thousandths of the waiting colors (one at least), never the first
+    /// if `keep_first` (a request's answer: it runs soon anyway; behind a long turn it waits
+    /// the whole turn, and may go); a grouped color brings its waiting group along. What a thief
+    /// on a CPU clearly slower than this worker's is lent first (`steal::lend`,
+    /// `steal::lend_behind_long_turn`; `part` is its share of the two CPUs,
+    /// `steal::slower_part`). Such a color is a piece of work that ends (a chunk of a job); a
+    /// color with events queued is fed by posts (a collector, a consumer, an actor's mailbox),
+    /// and lent, its posts follow it as forwards, so that its whole stream then runs at the
+    /// slower CPU's pace. One event is a weak sign: a collector just drained holds one result
+    /// at the back of the line until its next turn, and may go then (not seen in `user_probe`'s
+    /// runs). `estimate` goes with colors not timed yet, as in
+    /// [`lend_from_back`](Self::lend_from_back).
     pub(crate) fn lend_single(
         &mut self,
         thief: usize,
         max: usize,
         estimate: u64,
         part: u32,
+        keep_first: bool,
     ) -> Vec<Loan> {
         let n = part_of(self.ready.len(), part).min(max);
-        let single = |q: &ColorQueue, k: usize| q.lendable(k, 0) && q.slots[k].events.len() == 1;
-        self.lend_from_back(thief, n, single, estimate)
+        let first = usize::from(keep_first);
+        let mut loans = Vec::new();
+        let (mut taken, mut pos) = (0, self.ready.len());
+        while taken < n && pos > first {
+            pos -= 1;
+            if !self.single(self.ready[pos]) {
+                continue;
+            }
+            let Some(mut loan) = self.lend_at(thief, pos) else { continue };
+            if loan.event_ns == 0 {
+                loan.event_ns = estimate;
+            }
+            taken += 1;
+            if let Some(g) = loan.color.group() {
+                loans.extend(self.lend_group_mates(thief, g, 0));
+                // Mates before `pos` moved the colors after them one place down.
+                pos = pos.min(self.ready.len());
+            }
+            loans.push(loan);
+        }
+        loans
+    }
+
+    /// Lends `thief` every waiting member of group `g` that may be lent (groups move whole).
+    fn lend_group_mates(&mut self, thief: usize, g: u32, min_weight_ns: u64) -> Vec<Loan> {
+        let mut loans = Vec::new();
+        while let Some(pos) = self.ready.iter().rposition(|&k| {
+            self.slots[k].color.group() == Some(g) && self.lendable(k, min_weight_ns)
+        }) {
+            loans.extend(self.lend_at(thief, pos));
+        }
+        loans
     }
 
     /// Lends colors with a backlog of at least `floor_ns` to `thief`, the ones that would run
@@ -1566,8 +1619,10 @@ impl ColorQueue {
     ///
     /// To a slower thief (a CPU clearly slower than this worker's: another process shares it;
     /// `slower` is its part of the line, `steal::slower_part`), colors of one event first
-    /// ([`lend_single`](Self::lend_single)), with a light backlog; else backlogged colors as
-    /// above, that part of the line at most, and one of them at least stays here. A backlogged color
+    /// ([`lend_single`](Self::lend_single)), if they are a light backlog or a few heavy ones;
+    /// else backlogged colors, that part of the line at most, and one of them at least stays
+    /// here ([`lend_to_slower`](Self::lend_to_slower)); light colors of several events each
+    /// stay (fed by posts, as below). A backlogged color
     /// is mostly one fed by posts (a collector of results, a consumer), which go on to the
     /// thief as forwards and run at its pace: a user's sum beside a thread spinning on CPU 1
     /// lent its collector, 4,000 results queued, to worker 1 (a quarter of its CPU), which
@@ -1582,15 +1637,7 @@ impl ColorQueue {
         slower: Option<u32>,
     ) -> Vec<Loan> {
         if let Some(part) = slower {
-            if let Some(estimate) = self.light_backlog(floor_ns, usize::MAX) {
-                let loans = self.lend_single(thief, LIGHT_LOAN_MAX, estimate, part);
-                if !loans.is_empty() {
-                    return loans;
-                }
-            }
-            let backlogged = self.ready.iter().filter(|&&k| self.backlogged(k, floor_ns)).count();
-            let n = part_of(self.ready.len(), part).min(max).min(backlogged.saturating_sub(1));
-            return self.lend_backlogged(thief, n, floor_ns);
+            return self.lend_to_slower(thief, max, floor_ns, part);
         }
         let n = (self.ready.len() / 2).min(max);
         let mut loans = self.lend_backlogged(thief, n, floor_ns);
@@ -1604,6 +1651,29 @@ impl ColorQueue {
             }
         }
         loans
+    }
+
+    /// [`lend_backlog`](Self::lend_backlog) to a thief on a clearly slower CPU, lent `part`
+    /// thousandths of the line at most: colors of one event ([`lend_single`](Self::lend_single))
+    /// that are a light backlog together (the estimate from one of them) or a few heavy ones;
+    /// else backlogged colors, one of them at least staying here.
+    fn lend_to_slower(&mut self, thief: usize, max: usize, floor_ns: u64, part: u32) -> Vec<Loan> {
+        let estimate = match self.light_backlog_of(floor_ns, usize::MAX, |q, k| q.single(k)) {
+            Some(estimate) => Some(estimate),
+            // Each timed itself: the estimate goes with none of them.
+            None => self.few_heavy(floor_ns).then_some(0),
+        };
+        if let Some(estimate) = estimate {
+            let loans = self.lend_single(thief, LIGHT_LOAN_MAX, estimate, part, true);
+            if !loans.is_empty() {
+                return loans;
+            }
+        }
+        let n = part_of(self.ready.len(), part).min(max);
+        // Counted up to what changes the answer (a look at a slot is a cache line).
+        let backlogged =
+            self.ready.iter().filter(|&&k| self.backlogged(k, floor_ns)).take(n + 1).count();
+        self.lend_backlogged(thief, n.min(backlogged.saturating_sub(1)), floor_ns)
     }
 
     /// Lends `thief` up to `n` colors with a backlog of `floor_ns`, the last to run here first,
@@ -1698,11 +1768,7 @@ impl ColorQueue {
             let Some(loan) = self.lend_weighing(thief, min_weight_ns) else { break };
             taken += 1;
             if let Some(g) = loan.color.group() {
-                while let Some(pos) = self.ready.iter().rposition(|&k| {
-                    self.slots[k].color.group() == Some(g) && self.lendable(k, min_weight_ns)
-                }) {
-                    loans.extend(self.lend_at(thief, pos));
-                }
+                loans.extend(self.lend_group_mates(thief, g, min_weight_ns));
             }
             loans.push(loan);
         }
@@ -2705,11 +2771,36 @@ mod tests {
         assert_eq!(lent(&mut q, true), vec![other]);
         // Behind a long turn (`steal::lend_behind_long_turn`): single-event colors only.
         let mut q = queue(4, &[collector]);
-        let got: Vec<Color> = q.lend_single(1, 8, 0, 500).iter().map(|l| l.color).collect();
+        let got: Vec<Color> = q.lend_single(1, 8, 0, 500, true).iter().map(|l| l.color).collect();
         assert_eq!(got, vec![chunks[3], chunks[2]], "half of the line, from its back");
         let mut q = queue(4, &[collector]);
-        let got: Vec<Color> = q.lend_single(1, 8, 0, 200).iter().map(|l| l.color).collect();
+        let got: Vec<Color> = q.lend_single(1, 8, 0, 200, true).iter().map(|l| l.color).collect();
         assert_eq!(got, vec![chunks[3]], "a fifth of five: one");
+        // The collector stays queued here after a slower thief's loans.
+        let mut q = queue(chunks.len(), &[collector]);
+        assert!(!lent(&mut q, true).is_empty());
+        assert!(q.ready.iter().any(|&k| q.slots[k].color == collector));
+        // Never the first when asked (`keep_first`): a line of one lends nothing.
+        let mut q = queue(1, &[]);
+        assert!(q.lend_single(1, 8, 0, 1000, true).is_empty());
+        assert_eq!(q.lend_single(1, 8, 0, 1000, false).len(), 1);
+        // A few heavy colors of one event each (10 us, timed): too few for a light backlog,
+        // a backlog together; the slower thief gets its part of them.
+        let mut q = queue(9, &[]);
+        for &c in &chunks[..9] {
+            let _ = q.record_watched_turn(*q.index.get(&c).unwrap(), 10_000, 1);
+        }
+        assert_eq!(lent(&mut q, true).len(), 1, "a fifth of nine, one at least");
+        // A group moves whole: a grouped color of one event brings its waiting mates.
+        let mut q = ColorQueue::new(0, Placement::flat(2));
+        let pad = colors_on(0, 2, 4);
+        let grouped: Vec<Color> = (0..3).map(|i| Color::grouped(6, i)).collect();
+        for &c in pad.iter().chain(&grouped) {
+            let _ = q.post(c, task(&log, 0), false);
+        }
+        let _ = q.post(grouped[0], task(&log, 0), false);
+        let got: Vec<Color> = q.lend_single(1, 8, 0, 200, true).iter().map(|l| l.color).collect();
+        assert!(grouped.iter().all(|c| got.contains(c)), "the group whole: {got:?}");
     }
 
     #[test]

@@ -253,7 +253,8 @@ const EXIT: u64 = u64::MAX;
 /// program that runs short jobs back to back (each `run` a few microseconds of events) then
 /// finds its workers there, where each blocked worker costs the next run a wake-up, tens of
 /// microseconds on a virtual machine. The watch yields its CPU at each look, but on a CPU
-/// shared with another process: there a yield hands the other thread the rest of its time
+/// shared with another process where every worker has a CPU of its own
+/// (`worker::spins_on_shared_cpu`): there a yield hands the other thread the rest of its time
 /// slice, and the next run waited for it. Beside a thread spinning on CPU 1, `Runtime::run` of
 /// eight empty events took 3.9 ms a run (after the end of a run stopped yielding too:
 /// `worker`'s `wait_for_every_flush`), 27 us with the watch spinning there (medians of 300
@@ -325,11 +326,9 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     let mut seen = 0;
     loop {
         // On a CPU shared with another process, a yield gives its thread the rest of its time
-        // slice (milliseconds), and the next run waits for it: the watch spins there instead,
-        // where every worker may spin at once (one CPU each: `idle::max_spinners`; with more
-        // workers than CPUs they share theirs with each other, and yield to each other).
-        let shares_its_cpu = !crate::follow::has_its_cpu(ctx.core.borrow().cpu_share.share());
-        let spins = shares_its_cpu && ctx.shared.max_spinners >= ctx.shared.workers;
+        // slice (milliseconds), and the next run waits for it: the watch spins there instead.
+        let share = ctx.core.borrow().cpu_share.share();
+        let spins = crate::worker::spins_on_shared_cpu(&ctx.shared, share);
         watch_gate(&gate.latest, seen, Instant::now(), !spins);
         // Blocked from here, it waits for nothing; its wake-up starts a run (work).
         ctx.core.borrow_mut().cpu_share.busy_again();

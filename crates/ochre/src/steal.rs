@@ -44,7 +44,8 @@
 //! known to be short (a color's first turn on a worker is timed, so a short color is watched
 //! about once; a chunk of a job is then known for the backlog it is) and, around a long one
 //! ([`long_turn`]), lends half of its waiting colors to an idle worker, or one color to a busy
-//! one with fewer waiting, neither with less than half of its CPU (after such a turn it then
+//! one with fewer waiting, neither with less than half of its CPU (to one clearly slower, its
+//! part of the line by the two shares, colors of one event only: [`slower_part`]; after such a turn it then
 //! takes its inbox and publishes its line: loans and lines a round of long turns late would be
 //! judged), with an unasked `Grant` ([`share_behind_long_turn`]): the loan is an ordinary one
 //! (the same lease, forwards and return), only its trigger differs; the receiver's own request
@@ -152,8 +153,9 @@ pub(crate) const DEEP_LINE: usize = 512;
 
 /// Colors waiting on a victim from which a thief on a clearly slower CPU (shared with another
 /// process) still takes a backlog (`Steal::Backlog`): the victim runs a turn of each before it
-/// comes back to the first, so a loan of [`Config::steal_batch_max`](crate::Config) colors runs
-/// sooner on the thief at half its CPU than in that line. Without it, work that relief had sent
+/// comes back to the first, so a loan of the thief's part of the line ([`slower_part`]: colors
+/// of one event first, and never the victim's last backlogged color) runs sooner on the thief
+/// at half its CPU than in that line. Without it, work that relief had sent
 /// off the shared CPU never came back to it: fork-join with 1 us items and a thread spinning on
 /// worker 1's CPU ran 95% of its events on worker 0, one CPU's worth (`fanout_probe`, BUSY=1).
 pub(crate) const DEEP_READY: usize = 16;
@@ -376,8 +378,9 @@ pub(crate) const LONG_EVENT_NS: u64 = 100_000;
 pub(crate) const LONG_TURN_NS: u64 = 1_000_000;
 
 /// Around a long turn, a worker lends half of its waiting colors (one at least) to an idle
-/// worker, or, none idle, one color to the one with two fewer colors waiting, at least
-/// ([`lend_behind_long_turn`]), at once, unasked (a `Grant` that is no answer, unless that
+/// worker, or, none idle, one color to the one with two fewer colors waiting, at least (to a
+/// worker on a clearly slower CPU its part of the line, colors of one event only:
+/// [`lend_behind_long_turn`]), at once, unasked (a `Grant` that is no answer, unless that
 /// worker's request waits here): colors that wait behind long turns wait for as long as those
 /// turns run, which the other worker does not make them do. Before a turn of a color measured
 /// long ([`LONG_EVENT_NS`]) with `min_waiting` 1 (not right after a share at the last turn's
@@ -477,7 +480,7 @@ pub(crate) fn lend_behind_long_turn(
 ) -> Vec<crate::message::Loan> {
     let most = if idle { config.steal_batch_max } else { 1 };
     if let Some(part) = slower {
-        return queue.lend_single(thief, most, 0, part);
+        return queue.lend_single(thief, most, 0, part, false);
     }
     queue.lend_many(thief, most, true, 0)
 }
@@ -1112,6 +1115,18 @@ mod tests {
         let mut q = lender(40);
         let most = config.steal_batch_max;
         assert_eq!(lend_behind_long_turn(&mut q, 1, true, None, &config).len(), most);
+        // To a slower thief (a third of the two CPUs): its part, colors of one event only, and
+        // the first waiting color too (it waits the whole long turn).
+        let mut q = lender(12);
+        assert_eq!(lend_behind_long_turn(&mut q, 1, true, Some(333), &config).len(), 3);
+        let mut q = lender(1);
+        let lent = lend_behind_long_turn(&mut q, 1, true, Some(333), &config);
+        assert_eq!(lent.iter().map(|l| l.color).collect::<Vec<_>>(), vec![color_on(0, 2, 0)]);
+        let mut q = lender(3);
+        let fed = color_on(0, 2, 2);
+        let _ = q.post(fed, Task::new(|| {}), false);
+        let lent = lend_behind_long_turn(&mut q, 1, true, Some(500), &config);
+        assert!(lent.iter().all(|l| l.color != fed) && lent.len() == 1, "not the fed color");
     }
 
     #[test]

@@ -71,15 +71,12 @@ const FLUSH_WAIT: Duration = Duration::from_millis(50);
 /// worker did, for at most [`FLUSH_WAIT`] (a worker that crashed never comes; the gauges are then
 /// inexact, nothing else). Every worker ends every run, so run `run` has ended everywhere once
 /// `run * workers` ends were counted.
-fn wait_for_every_flush(shared: &Shared, run: u64) {
+fn wait_for_every_flush(shared: &Shared, run: u64, share: u32) {
     let all = run.saturating_mul(shared.workers as u64);
     // AcqRel: the flushes before each count are seen by whoever reads the total after.
     shared.ends_flushed.fetch_add(1, Ordering::AcqRel);
     let start = Instant::now();
-    // Spinning takes nobody's CPU only where every worker may spin at once (one CPU each, or
-    // as configured: `idle::max_spinners`); with more workers than CPUs, those not at the
-    // barrier yet need the CPUs spinners would hold.
-    let spin = if shared.max_spinners >= shared.workers { FLUSH_SPIN } else { Duration::ZERO };
+    let spin = if spins_on_shared_cpu(shared, share) { FLUSH_SPIN } else { Duration::ZERO };
     let mut looks = 0u32;
     while shared.ends_flushed.load(Ordering::Acquire) < all {
         looks = looks.wrapping_add(1);
@@ -97,13 +94,27 @@ fn wait_for_every_flush(shared: &Shared, run: u64) {
     }
 }
 
-/// How long [`wait_for_every_flush`] spins before it yields its CPU at each look: a wake-up of
-/// the other workers (the run's end wakes the sleepers), tens of microseconds on a virtual
-/// machine. A yield on a CPU that another process's thread shares gives that thread the CPU
-/// for the rest of its time slice, milliseconds: `Runtime::run` of eight empty events beside a
-/// thread spinning on CPU 1 took 7.9 ms, the worker there yielding here after it had run the
-/// run's last events and found it quiescent (the first 3.9 ms waited for its first time slice).
+/// How long [`wait_for_every_flush`] spins, on a CPU shared with another process
+/// ([`spins_on_shared_cpu`]), before it yields its CPU at each look: a wake-up of the other
+/// workers (the run's end wakes the sleepers), tens of microseconds on a virtual machine. A
+/// yield there gives the other process's thread the CPU for the rest of its time slice,
+/// milliseconds: `Runtime::run` of eight empty events beside a thread spinning on CPU 1 took
+/// 7.9 ms, the worker there yielding here after it had run the run's last events and found it
+/// quiescent (the first 3.9 ms waited for its first time slice). On a CPU of its own a yield
+/// returns at once: the wait yields, as before.
 const FLUSH_SPIN: Duration = Duration::from_micros(200);
+
+/// Whether a worker getting `share` of its CPU spins, rather than yields, in a short wait
+/// between runs ([`wait_for_every_flush`], the watch for the next run in `runtime`): when
+/// another process shares its CPU (`follow::has_its_cpu`: a yield gives that process's thread
+/// its time slice, which the run then waits for) and every worker may spin at once (one CPU
+/// each, or as configured: `idle::max_spinners`; with more workers than CPUs they share CPUs
+/// with each other, and those not there yet need the CPUs spinners would hold). Not only
+/// `Spin`'s idle spinning: a wait of microseconds at a run's edge, bounded, which the
+/// baseline's runs pay too.
+pub(crate) fn spins_on_shared_cpu(shared: &Shared, share: u32) -> bool {
+    !follow::has_its_cpu(share) && shared.max_spinners >= shared.workers
+}
 
 /// Looks at the count between two clock reads in [`wait_for_every_flush`].
 const FLUSH_LOOKS_PER_CLOCK: u32 = 64;
@@ -1045,7 +1056,8 @@ impl WorkerCtx {
             h.flush_hot();
             h.flush_crumbs();
         });
-        wait_for_every_flush(shared, run);
+        let share = self.core.borrow().cpu_share.share();
+        wait_for_every_flush(shared, run, share);
         crate::alloc::with_heap(|h| h.drain_remote());
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);
