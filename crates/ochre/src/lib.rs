@@ -165,6 +165,7 @@ mod sync;
 pub mod topology;
 pub mod trace;
 mod tune;
+mod turn_clock;
 mod worker;
 
 #[cfg(all(test, loom))]

@@ -1147,8 +1147,8 @@ impl WorkerCtx {
                     steal::share_behind_long_turn(&mut core, shared, 1);
                 }
                 let turn_timer = match (sample, watched) {
-                    (true, _) => Some(TurnTimer::Sampled(Instant::now())),
-                    (false, true) => Some(TurnTimer::Watched(Instant::now())),
+                    (true, _) => Some(TurnTimer::Sampled(crate::turn_clock::now())),
+                    (false, true) => Some(TurnTimer::Watched(crate::turn_clock::now())),
                     (false, false) => None,
                 };
                 (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
@@ -1193,12 +1193,12 @@ impl WorkerCtx {
                 if stealing { core.queue.event_cost(key).saturating_mul(n as u64) } else { 0 };
             let long = match turn_timer.filter(|_| n > 0) {
                 Some(TurnTimer::Sampled(t0)) => {
-                    let ns = elapsed_ns(t0);
+                    let ns = crate::turn_clock::ns_since(t0);
                     core.queue.record_turn(key, ns, n);
                     watched && steal::long_turn(ns, n)
                 }
                 Some(TurnTimer::Watched(t0)) => {
-                    let ns = elapsed_ns(t0);
+                    let ns = crate::turn_clock::ns_since(t0);
                     core.queue.record_watched_turn(key, ns, n);
                     steal::long_turn(ns, n)
                 }
@@ -1398,13 +1398,8 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// be short), its color's own cost only (first turns and long colors would lift the average).
 #[derive(Clone, Copy)]
 enum TurnTimer {
-    Sampled(Instant),
-    Watched(Instant),
-}
-
-/// Nanoseconds since `t0`, saturated.
-fn elapsed_ns(t0: Instant) -> u64 {
-    t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+    Sampled(crate::turn_clock::Stamp),
+    Watched(crate::turn_clock::Stamp),
 }
 
 #[cfg(all(test, not(loom)))]

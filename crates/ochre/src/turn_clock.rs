@@ -1,0 +1,75 @@
+//! The clock of a worker's turn timers: the time-stamp counter where the CPU's is invariant
+//! (`quanta`, calibrated against the OS clock once per process), else the OS clock.
+//!
+//! Why: a color's first turn on a worker is timed (a *watched* turn, `worker`), so a program
+//! that makes a color per task (a divide and conquer, a job's chunks) reads the clock twice a
+//! task. `clock_gettime` took 22 ns a read on this project's virtual machines, `rdtsc` 8.6, and
+//! `perf` found 7-8% of a fork-join's worker time (`fib_probe`, leaves of `seq(10)`) in
+//! `__vdso_clock_gettime`. Readings are raw ticks, scaled only for the difference at a turn's
+//! end. Under Miri and loom, which cannot execute `rdtsc`, the OS clock.
+
+#[cfg(not(any(miri, loom)))]
+mod imp {
+    use std::sync::OnceLock;
+
+    fn clock() -> &'static quanta::Clock {
+        static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+        CLOCK.get_or_init(quanta::Clock::new)
+    }
+
+    /// A reading, in the clock's own ticks.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Stamp(u64);
+
+    /// Now.
+    #[inline]
+    pub(crate) fn now() -> Stamp {
+        Stamp(clock().raw())
+    }
+
+    /// Nanoseconds since `start`.
+    #[inline]
+    pub(crate) fn ns_since(start: Stamp) -> u64 {
+        let c = clock();
+        c.delta_as_nanos(start.0, c.raw())
+    }
+}
+
+#[cfg(any(miri, loom))]
+mod imp {
+    use std::time::Instant;
+
+    /// A reading.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Stamp(Instant);
+
+    /// Now.
+    pub(crate) fn now() -> Stamp {
+        Stamp(Instant::now())
+    }
+
+    /// Nanoseconds since `start`.
+    pub(crate) fn ns_since(start: Stamp) -> u64 {
+        start.0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+    }
+}
+
+pub(crate) use imp::{now, ns_since, Stamp};
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_stamp_measures_what_the_os_clock_measures() {
+        // Ours is read second at the start and first at the end: its interval lies within the
+        // OS clock's, however long the thread waits between two reads (a busy machine), and
+        // covers the sleep; the slack is the calibration's error.
+        let (t0, s0) = (Instant::now(), now());
+        std::thread::sleep(Duration::from_millis(20));
+        let (ours, os) = (ns_since(s0), t0.elapsed().as_nanos() as u64);
+        assert!(ours <= os + os / 50, "{ours} ns against the OS clock's {os}");
+        assert!(ours >= 20_000_000 - 20_000_000 / 50, "{ours} ns for a sleep of 20 ms");
+    }
+}
