@@ -28,6 +28,13 @@
 //! eight while the worker's last first turn was short: 0.77 -> 0.90 at cutoff 10, 0.81 ->
 //! 0.83 at 15; not kept, since colors left untimed are not known cheap to `follow` (the
 //! simulator's 64-token ring ran 8% slower) and cost-aware stealing lends only timed colors.
+//!
+//! Session 39: turn timers read the time-stamp counter (`ochre`'s `turn_clock`, `quanta`) in
+//! place of `clock_gettime`: 3-5% at cutoff 10 (`ONLY=ochre`, 21 repetitions, three processes
+//! alternated, in a slow period of the host: 16.8-17.5 ms -> 15.6-16.9). `perf` of the same
+//! then: `hashbrown`'s `remove_entry` on the queue's color index 5.4% (cache misses: a color
+//! per task spreads over a large table), `_int_free`/`_int_malloc` 8.7% (the program's own
+//! `Arc<Mutex<Join>>` per call).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
