@@ -77,9 +77,10 @@
 //! 0.74-1.06 in most processes. And each `run` waited twice for worker 1's time slice (4 ms
 //! each: a scratch program timing the gate, the quiescence and each worker's end): at its end
 //! worker 1 yielded its CPU while it waited for the others to hand back their memory, and
-//! between runs while it watched for the next; it spins there now when its CPU is shared
-//! (`worker`'s `wait_for_every_flush`, `runtime`'s `GATE_SPIN`). A run of eight empty events
-//! beside the busy thread: 7.9 ms -> 27 us (tokio-mt 65 us).
+//! between runs while it watched for the next; when its CPU is shared it now spins at the end
+//! and blocks at once between runs (`worker`'s `wait_for_every_flush`, `runtime`'s
+//! `GATE_SPIN`). A run of eight empty events beside the busy thread: 7.9 ms -> 28 us
+//! (tokio-mt 65 us).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -252,30 +252,30 @@ const EXIT: u64 = u64::MAX;
 /// How long a worker that ended a run watches for the next before it blocks on the gate: a
 /// program that runs short jobs back to back (each `run` a few microseconds of events) then
 /// finds its workers there, where each blocked worker costs the next run a wake-up, tens of
-/// microseconds on a virtual machine. The watch yields its CPU at each look, but on a CPU
-/// shared with another process where every worker has a CPU of its own
-/// (`worker::spins_on_shared_cpu`): there a yield hands the other thread the rest of its time
-/// slice, and the next run waited for it. Beside a thread spinning on CPU 1, `Runtime::run` of
-/// eight empty events took 3.9 ms a run (after the end of a run stopped yielding too:
-/// `worker`'s `wait_for_every_flush`), 27 us with the watch spinning there (medians of 300
+/// microseconds on a virtual machine. The watch yields its CPU at each look, so a worker on a
+/// CPU shared with another process where every worker has a CPU of its own
+/// (`worker::spins_on_shared_cpu`) does not watch: it blocks at once. There a yield hands the
+/// other thread the rest of its time slice, and the next run waited for it, where a blocked
+/// worker's wake-up takes the CPU back at once. Beside a thread spinning on CPU 1,
+/// `Runtime::run` of eight empty events took 3.9 ms a run (after the end of a run stopped
+/// yielding too: `worker`'s `wait_for_every_flush`), 28-29 us blocking at once (medians of 300
 /// runs, each after a tokio `block_on`; tokio-mt 65 us; a scratch program of session 39).
+/// Spinning without yielding instead did as well there, but where the share was stale (the
+/// other thread gone, the worker's windows too short to measure again) it held the CPU the
+/// caller of `run` needed: 89 us a run against 19 us blocking.
 #[cfg(not(loom))]
 const GATE_SPIN: Duration = Duration::from_micros(50);
 
 /// Watches `count` for up to [`GATE_SPIN`] from `since` while it reads `unchanged`, yielding
-/// the CPU at each look if `yields`, else spinning (before blocking on the gate's condition
-/// variable; not under loom).
-fn watch_gate(count: &AtomicU64, unchanged: u64, since: Instant, yields: bool) {
+/// the CPU at each look, if `watches` (before blocking on the gate's condition variable; not
+/// under loom).
+fn watch_gate(count: &AtomicU64, unchanged: u64, since: Instant, watches: bool) {
     #[cfg(not(loom))]
-    while count.load(Ordering::Acquire) == unchanged && since.elapsed() < GATE_SPIN {
-        if yields {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+    while watches && count.load(Ordering::Acquire) == unchanged && since.elapsed() < GATE_SPIN {
+        std::thread::yield_now();
     }
     #[cfg(loom)]
-    let _ = (count, unchanged, since, yields);
+    let _ = (count, unchanged, since, watches);
 }
 
 struct GateState {
@@ -326,10 +326,10 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     let mut seen = 0;
     loop {
         // On a CPU shared with another process, a yield gives its thread the rest of its time
-        // slice (milliseconds), and the next run waits for it: the watch spins there instead.
+        // slice (milliseconds), and the next run waits for it: no watch there (`GATE_SPIN`).
         let share = ctx.core.borrow().cpu_share.share();
-        let spins = crate::worker::spins_on_shared_cpu(&ctx.shared, share);
-        watch_gate(&gate.latest, seen, Instant::now(), !spins);
+        let shared_cpu = crate::worker::spins_on_shared_cpu(&ctx.shared, share);
+        watch_gate(&gate.latest, seen, Instant::now(), !shared_cpu);
         // Blocked from here, it waits for nothing; its wake-up starts a run (work).
         ctx.core.borrow_mut().cpu_share.busy_again();
         {

@@ -104,8 +104,10 @@ fn wait_for_every_flush(shared: &Shared, run: u64, share: u32) {
 /// returns at once: the wait yields, as before.
 const FLUSH_SPIN: Duration = Duration::from_micros(200);
 
-/// Whether a worker getting `share` of its CPU spins, rather than yields, in a short wait
-/// between runs ([`wait_for_every_flush`], the watch for the next run in `runtime`): when
+/// Whether a worker getting `share` of its CPU spins, rather than yields, in the short wait at
+/// a run's end ([`wait_for_every_flush`], where the caller of `run` waits for it), and blocks
+/// at once rather than watch for the next run (`runtime`'s `GATE_SPIN`: a spin there held the
+/// CPU that caller needed where the share was stale): when
 /// another process shares its CPU (`follow::has_its_cpu`: a yield gives that process's thread
 /// its time slice, which the run then waits for) and every worker may spin at once (one CPU
 /// each, or as configured: `idle::max_spinners`; with more workers than CPUs they share CPUs
