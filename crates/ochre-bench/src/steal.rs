@@ -313,21 +313,29 @@ fn users_case<'a>(
     ochre: impl Fn(&Runtime) -> Result<f64, String> + 'a,
     peers: Vec<System<'a>>,
 ) {
-    users_case_to(report, opts, what, QUIET_GOAL, ochre, peers);
+    users_case_to(report, opts, what, QUIET, ochre, peers);
 }
 
-/// What a user's case checks of ochre / tokio-mt (paired): within 5% quiet, and 0.7 with a
-/// CPU shared with a busy thread, the goal `bench actors` sets its busy half (a worker there
-/// gets a third to a half of its CPU, and its time slices come when the scheduler gives them).
-const QUIET_GOAL: f64 = 0.95;
-const BUSY_GOAL: f64 = 0.7;
+/// What a user's case checks of ochre / tokio-mt (paired), and how its check says it.
+#[derive(Clone, Copy)]
+struct Goal {
+    min: f64,
+    claim: &'static str,
+}
+
+/// Quiet: within 5%.
+const QUIET: Goal = Goal { min: 0.95, claim: "within 5% of tokio-mt" };
+/// With a CPU shared with a busy thread: the goal `bench actors` sets its busy half (a worker
+/// there gets a third to a half of its CPU, and its time slices come when the scheduler gives
+/// them).
+const BUSY: Goal = Goal { min: 0.7, claim: ">= 0.7 of tokio-mt" };
 
 /// [`users_case`], checking ochre / tokio-mt against `goal`.
 fn users_case_to<'a>(
     report: &mut BenchReport,
     opts: &Options,
     (w, case, unit, what): (usize, &str, &str, &str),
-    goal: f64,
+    goal: Goal,
     ochre: impl Fn(&Runtime) -> Result<f64, String> + 'a,
     peers: Vec<System<'a>>,
 ) {
@@ -338,12 +346,8 @@ fn users_case_to<'a>(
     systems.extend(peers);
     measure_case(report, case, w, unit, opts.reps, systems);
     if let Some(ratio) = report.paired_ratio("ochre", "tokio-mt", case) {
-        let claim = if goal == QUIET_GOAL {
-            "within 5% of tokio-mt".to_string()
-        } else {
-            format!(">= {goal} of tokio-mt")
-        };
-        report.check(format!("[{case}] {what} {claim} (paired)"), ratio, ratio >= goal);
+        let Goal { min, claim } = goal;
+        report.check(format!("[{case}] {what} {claim} (paired)"), ratio, ratio >= min);
     }
 }
 
@@ -422,11 +426,9 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
     ];
     measure_case(report, &case, w, "lines/s", opts.reps, systems);
     if let Some(ratio) = report.paired_ratio("ochre", "tokio-mt", &case) {
-        report.check(
-            format!("[{case}] a user's word count on plain colors within 5% of tokio-mt (paired)"),
-            ratio,
-            ratio >= 0.95,
-        );
+        let Goal { min, claim } = QUIET;
+        let what = "a user's word count on plain colors";
+        report.check(format!("[{case}] {what} {claim} (paired)"), ratio, ratio >= min);
     }
     if let Some(ratio) = report.paired_ratio("ochre-backlog", "ochre", &case) {
         report.notes.push(format!(
@@ -458,6 +460,20 @@ fn shared_cpu_case(w: usize, what: &str, busy: bool) -> String {
     }
 }
 
+/// A user's case (`users_case`), with a thread spinning on the last worker's CPU throughout
+/// if `busy` (checked against [`BUSY`] then).
+fn shared_cpu_users_case<'a>(
+    report: &mut BenchReport,
+    opts: &Options,
+    what: (usize, &str, &str, &str),
+    busy: bool,
+    ochre: impl Fn(&Runtime) -> Result<f64, String> + 'a,
+    peers: Vec<System<'a>>,
+) {
+    let (goal, spinner) = if busy { (BUSY, Some(what.0 - 1)) } else { (QUIET, None) };
+    crate::actors::with_busy_cpu(spinner, || users_case_to(report, opts, what, goal, ochre, peers));
+}
+
 /// A user's sum of squares at `w` workers (`usersum`), quiet or beside a busy thread on the
 /// last worker's CPU.
 fn sum_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
@@ -482,11 +498,8 @@ fn sum_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
         }),
     ];
     let what = (w, case.as_str(), "numbers/s", "a user's sum on plain colors");
-    let goal = if busy { BUSY_GOAL } else { QUIET_GOAL };
     let ochre = |rt: &Runtime| timed(&|| usersum::sum_on_ochre(rt, data, chunk));
-    crate::actors::with_busy_cpu(busy.then_some(w - 1), || {
-        users_case_to(report, opts, what, goal, ochre, peers)
-    });
+    shared_cpu_users_case(report, opts, what, busy, ochre, peers);
 }
 
 /// A user's short jobs at `w` workers (`usersum`), quiet or beside a busy thread on the last
@@ -510,11 +523,8 @@ fn jobs_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
         }),
     ];
     let what = (w, case.as_str(), "jobs/s", "a user's short jobs");
-    let goal = if busy { BUSY_GOAL } else { QUIET_GOAL };
     let ochre = |rt: &Runtime| timed(&|| usersum::jobs_on_ochre(rt, jobs));
-    crate::actors::with_busy_cpu(busy.then_some(w - 1), || {
-        users_case_to(report, opts, what, goal, ochre, peers)
-    });
+    shared_cpu_users_case(report, opts, what, busy, ochre, peers);
 }
 
 #[cfg(test)]

@@ -1520,67 +1520,26 @@ impl ColorQueue {
     }
 
     /// Lends `thief` up to `n` of the waiting colors `takes` picks, from the back of the line,
-    /// never the first. A color not timed yet goes with `estimate` (what the backlog was judged
-    /// by): the borrower does not watch its turn (a clock read on each side, and a flush of the
-    /// borrower's batches before it: one message a batch, the return of the color before).
+    /// never the first if `keep_first` (a request's answer: it runs soon anyway); a grouped
+    /// color brings its waiting group along (groups move whole, counted as one). A color not
+    /// timed yet goes with `estimate` (what the backlog was judged by): the borrower does not
+    /// watch its turn (a clock read on each side, and a flush of the borrower's batches before
+    /// it: one message a batch, the return of the color before).
     fn lend_from_back(
         &mut self,
         thief: usize,
         n: usize,
         takes: impl Fn(&ColorQueue, usize) -> bool,
         estimate: u64,
-    ) -> Vec<Loan> {
-        let mut loans = Vec::new();
-        // A removal leaves the positions before it as they were.
-        let mut pos = self.ready.len();
-        while loans.len() < n && pos > 1 {
-            pos -= 1;
-            if takes(self, self.ready[pos]) {
-                loans.extend(self.lend_at(thief, pos).map(|mut loan| {
-                    if loan.event_ns == 0 {
-                        loan.event_ns = estimate;
-                    }
-                    loan
-                }));
-            }
-        }
-        loans
-    }
-
-    /// A waiting color that holds one event and may be lent: to a slower thief, a piece of work
-    /// that ends ([`lend_single`](Self::lend_single)).
-    fn single(&self, key: usize) -> bool {
-        self.lendable(key, 0) && self.slots[key].events.len() == 1
-    }
-
-    /// Lends `thief` up to `max` waiting colors that hold one event each, from the back of the
-    /// line, at most `part` thousandths of the waiting colors (one at least), never the first
-    /// if `keep_first` (a request's answer: it runs soon anyway; behind a long turn it waits
-    /// the whole turn, and may go); a grouped color brings its waiting group along. What a thief
-    /// on a CPU clearly slower than this worker's is lent first (`steal::lend`,
-    /// `steal::lend_behind_long_turn`; `part` is its share of the two CPUs,
-    /// `steal::slower_part`). Such a color is a piece of work that ends (a chunk of a job); a
-    /// color with events queued is fed by posts (a collector, a consumer, an actor's mailbox),
-    /// and lent, its posts follow it as forwards, so that its whole stream then runs at the
-    /// slower CPU's pace. One event is a weak sign: a collector just drained holds one result
-    /// at the back of the line until its next turn, and may go then (not seen in `user_probe`'s
-    /// runs). `estimate` goes with colors not timed yet, as in
-    /// [`lend_from_back`](Self::lend_from_back).
-    pub(crate) fn lend_single(
-        &mut self,
-        thief: usize,
-        max: usize,
-        estimate: u64,
-        part: u32,
         keep_first: bool,
     ) -> Vec<Loan> {
-        let n = part_of(self.ready.len(), part).min(max);
         let first = usize::from(keep_first);
         let mut loans = Vec::new();
         let (mut taken, mut pos) = (0, self.ready.len());
+        // A removal leaves the positions before it as they were.
         while taken < n && pos > first {
             pos -= 1;
-            if !self.single(self.ready[pos]) {
+            if !takes(self, self.ready[pos]) {
                 continue;
             }
             let Some(mut loan) = self.lend_at(thief, pos) else { continue };
@@ -1596,6 +1555,36 @@ impl ColorQueue {
             loans.push(loan);
         }
         loans
+    }
+
+    /// A waiting color that holds one event and may be lent: to a slower thief, a piece of work
+    /// that ends ([`lend_single`](Self::lend_single)).
+    fn single(&self, key: usize) -> bool {
+        self.lendable(key, 0) && self.slots[key].events.len() == 1
+    }
+
+    /// Lends `thief` up to `max` waiting colors that hold one event each, from the back of the
+    /// line, at most `part` thousandths of the waiting colors (one at least), as
+    /// [`lend_from_back`](Self::lend_from_back) does (behind a long turn the first waits the
+    /// whole turn, and may go: `keep_first` false). What a thief
+    /// on a CPU clearly slower than this worker's is lent first (`steal::lend`,
+    /// `steal::lend_behind_long_turn`; `part` is its share of the two CPUs,
+    /// `steal::slower_part`). Such a color is a piece of work that ends (a chunk of a job); a
+    /// color with events queued is fed by posts (a collector, a consumer, an actor's mailbox),
+    /// and lent, its posts follow it as forwards, so that its whole stream then runs at the
+    /// slower CPU's pace. One event is a weak sign: a collector just drained holds one result
+    /// at the back of the line until its next turn, and may go then (not seen in `user_probe`'s
+    /// runs).
+    pub(crate) fn lend_single(
+        &mut self,
+        thief: usize,
+        max: usize,
+        estimate: u64,
+        part: u32,
+        keep_first: bool,
+    ) -> Vec<Loan> {
+        let n = part_of(self.ready.len(), part).min(max);
+        self.lend_from_back(thief, n, |q, k| q.single(k), estimate, keep_first)
     }
 
     /// Lends `thief` every waiting member of group `g` that may be lent (groups move whole).
@@ -1645,9 +1634,10 @@ impl ColorQueue {
             let n = (self.ready.len() / 2).min(LIGHT_LOAN_MAX);
             if self.few_heavy(floor_ns) {
                 // Each timed itself: the estimate goes with none of them.
-                loans = self.lend_from_back(thief, n, |q, k| q.heavy_work(k).is_some(), 0);
+                loans = self.lend_from_back(thief, n, |q, k| q.heavy_work(k).is_some(), 0, true);
             } else if let Some(estimate) = self.light_backlog(floor_ns, usize::MAX) {
-                loans = self.lend_from_back(thief, n, |q, k| q.lendable(k, 0), estimate);
+                let lendable = |q: &ColorQueue, k| q.lendable(k, 0);
+                loans = self.lend_from_back(thief, n, lendable, estimate, true);
             }
         }
         loans

@@ -254,7 +254,7 @@ const EXIT: u64 = u64::MAX;
 /// finds its workers there, where each blocked worker costs the next run a wake-up, tens of
 /// microseconds on a virtual machine. The watch yields its CPU at each look, so a worker on a
 /// CPU shared with another process where every worker has a CPU of its own
-/// (`worker::spins_on_shared_cpu`) does not watch: it blocks at once. There a yield hands the
+/// (`worker::on_shared_cpu`) does not watch: it blocks at once. There a yield hands the
 /// other thread the rest of its time slice, and the next run waited for it, where a blocked
 /// worker's wake-up takes the CPU back at once. Beside a thread spinning on CPU 1,
 /// `Runtime::run` of eight empty events took 3.9 ms a run (after the end of a run stopped
@@ -267,15 +267,14 @@ const EXIT: u64 = u64::MAX;
 const GATE_SPIN: Duration = Duration::from_micros(50);
 
 /// Watches `count` for up to [`GATE_SPIN`] from `since` while it reads `unchanged`, yielding
-/// the CPU at each look, if `watches` (before blocking on the gate's condition variable; not
-/// under loom).
-fn watch_gate(count: &AtomicU64, unchanged: u64, since: Instant, watches: bool) {
+/// the CPU at each look (before blocking on the gate's condition variable; not under loom).
+fn watch_gate(count: &AtomicU64, unchanged: u64, since: Instant) {
     #[cfg(not(loom))]
-    while watches && count.load(Ordering::Acquire) == unchanged && since.elapsed() < GATE_SPIN {
+    while count.load(Ordering::Acquire) == unchanged && since.elapsed() < GATE_SPIN {
         std::thread::yield_now();
     }
     #[cfg(loom)]
-    let _ = (count, unchanged, since, watches);
+    let _ = (count, unchanged, since);
 }
 
 struct GateState {
@@ -328,8 +327,9 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         // On a CPU shared with another process, a yield gives its thread the rest of its time
         // slice (milliseconds), and the next run waits for it: no watch there (`GATE_SPIN`).
         let share = ctx.core.borrow().cpu_share.share();
-        let shared_cpu = crate::worker::spins_on_shared_cpu(&ctx.shared, share);
-        watch_gate(&gate.latest, seen, Instant::now(), !shared_cpu);
+        if !crate::worker::on_shared_cpu(&ctx.shared, share) {
+            watch_gate(&gate.latest, seen, Instant::now());
+        }
         // Blocked from here, it waits for nothing; its wake-up starts a run (work).
         ctx.core.borrow_mut().cpu_share.busy_again();
         {
@@ -582,7 +582,7 @@ impl Runtime {
         // After the lock is released: woken while it was held, every worker blocked on it again
         // at once (a wake-up more per worker and run: `run_probe`).
         self.gate.start.notify_all();
-        watch_gate(&self.gate.ended, last, started, true);
+        watch_gate(&self.gate.ended, last, started);
         let mut g = lock(&self.gate.state);
         while self.gate.ended.load(Ordering::Acquire) == last {
             g = self.gate.done.wait(g).unwrap_or_else(|e| e.into_inner());

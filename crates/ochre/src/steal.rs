@@ -172,6 +172,12 @@ pub(crate) fn slower_part(mine: u32, theirs: u32) -> Option<u32> {
         .then(|| (u64::from(theirs) * 1000 / u64::from(mine + theirs).max(1)) as u32)
 }
 
+/// [`slower_part`] of `thief` for this worker, from its share and the one `thief` publishes.
+fn slower_thief(core: &Core, shared: &Shared, thief: usize) -> Option<u32> {
+    let theirs = shared.remotes[thief].status.cpu_share.load(Ordering::Relaxed) as u32;
+    slower_part(core.cpu_share.share(), theirs)
+}
+
 /// What a victim lends `thief` from `queue` under `config` (the policy: batch or one,
 /// cost-aware floor, backlog), shared by `answer` and the simulator. A slower thief (`slower`:
 /// its part of the line, [`slower_part`]) is lent pieces of work that end before colors fed by
@@ -408,8 +414,7 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     let Some((thief, idle)) = long_turn_thief(waiting, core.cpu_share.share(), peers) else {
         return;
     };
-    let theirs = shared.remotes[thief].status.cpu_share.load(Ordering::Relaxed) as u32;
-    let slower = slower_part(core.cpu_share.share(), theirs);
+    let slower = slower_thief(core, shared, thief);
     let loans = lend_behind_long_turn(&mut core.queue, thief, idle, slower, &shared.config);
     if loans.is_empty() {
         return;
@@ -547,8 +552,7 @@ pub(crate) fn answer_request(core: &mut Core, shared: &Shared) {
         return;
     }
     let thief = thief - 1;
-    let theirs = shared.remotes[thief].status.cpu_share.load(Ordering::Relaxed) as u32;
-    let slower = slower_part(core.cpu_share.share(), theirs);
+    let slower = slower_thief(core, shared, thief);
     let loans = lend(&mut core.queue, thief, slower, &shared.config);
     if loans.is_empty() && defers(&core.queue, &shared.config, core.answer_deferred) {
         // Back in the slot for the next turn's end, unless another thief took it meanwhile:

@@ -76,26 +76,22 @@ fn wait_for_every_flush(shared: &Shared, run: u64, share: u32) {
     // AcqRel: the flushes before each count are seen by whoever reads the total after.
     shared.ends_flushed.fetch_add(1, Ordering::AcqRel);
     let start = Instant::now();
-    let spin = if spins_on_shared_cpu(shared, share) { FLUSH_SPIN } else { Duration::ZERO };
-    let mut looks = 0u32;
+    let spin = if on_shared_cpu(shared, share) { FLUSH_SPIN } else { Duration::ZERO };
     while shared.ends_flushed.load(Ordering::Acquire) < all {
-        looks = looks.wrapping_add(1);
-        if !looks.is_multiple_of(FLUSH_LOOKS_PER_CLOCK) && !spin.is_zero() {
-            std::hint::spin_loop();
-            continue;
-        }
         let waited = start.elapsed();
         if waited >= FLUSH_WAIT {
             break;
         }
-        if waited >= spin {
+        if waited < spin {
+            std::hint::spin_loop();
+        } else {
             std::thread::yield_now();
         }
     }
 }
 
 /// How long [`wait_for_every_flush`] spins, on a CPU shared with another process
-/// ([`spins_on_shared_cpu`]), before it yields its CPU at each look: a wake-up of the other
+/// ([`on_shared_cpu`]), before it yields its CPU at each look: a wake-up of the other
 /// workers (the run's end wakes the sleepers), tens of microseconds on a virtual machine. A
 /// yield there gives the other process's thread the CPU for the rest of its time slice,
 /// milliseconds: `Runtime::run` of eight empty events beside a thread spinning on CPU 1 took
@@ -104,22 +100,19 @@ fn wait_for_every_flush(shared: &Shared, run: u64, share: u32) {
 /// returns at once: the wait yields, as before.
 const FLUSH_SPIN: Duration = Duration::from_micros(200);
 
-/// Whether a worker getting `share` of its CPU spins, rather than yields, in the short wait at
-/// a run's end ([`wait_for_every_flush`], where the caller of `run` waits for it), and blocks
-/// at once rather than watch for the next run (`runtime`'s `GATE_SPIN`: a spin there held the
-/// CPU that caller needed where the share was stale): when
-/// another process shares its CPU (`follow::has_its_cpu`: a yield gives that process's thread
-/// its time slice, which the run then waits for) and every worker may spin at once (one CPU
-/// each, or as configured: `idle::max_spinners`; with more workers than CPUs they share CPUs
-/// with each other, and those not there yet need the CPUs spinners would hold). Not only
-/// `Spin`'s idle spinning: a wait of microseconds at a run's edge, bounded, which the
-/// baseline's runs pay too.
-pub(crate) fn spins_on_shared_cpu(shared: &Shared, share: u32) -> bool {
+/// Whether a worker getting `share` of its CPU shares it with another process
+/// (`follow::has_its_cpu`), where every worker may spin at once (one CPU each, or as
+/// configured: `idle::max_spinners`; with more workers than CPUs they share CPUs with each
+/// other, and those not at a wait's end yet need the CPUs spinners would hold). There a yield
+/// gives the other process's thread its time slice, which a run then waits for: the worker
+/// spins, rather than yields, in the short wait at a run's end ([`wait_for_every_flush`],
+/// where the caller of `run` waits for it), and blocks at once rather than watch for the next
+/// run (`runtime`'s `GATE_SPIN`: a spin there held the CPU that caller needed where the share
+/// was stale). Not `Spin`'s idle spinning: a wait of microseconds at a run's edge, bounded,
+/// which the baseline's runs pay too.
+pub(crate) fn on_shared_cpu(shared: &Shared, share: u32) -> bool {
     !follow::has_its_cpu(share) && shared.max_spinners >= shared.workers
 }
-
-/// Looks at the count between two clock reads in [`wait_for_every_flush`].
-const FLUSH_LOOKS_PER_CLOCK: u32 = 64;
 
 /// What one worker owns. Moved into its thread for a run and back into the runtime after.
 pub(crate) struct Core {

@@ -1970,15 +1970,14 @@ impl<'w> Sim<'w> {
             return;
         }
         let random = self.random();
-        let config = &self.setup.config;
         let now = self.cores[k].now;
         let status = &self.net.status;
         let peers = steal::candidates(&self.tiers[k], random)
             .map(|w| (peer(status, w), status[w].ready.at(now)));
         let mine = status[k].share;
         let Some((thief, idle)) = steal::long_turn_thief(waiting, mine, peers) else { return };
-        let slower = steal::slower_part(mine, status[thief].share);
-        let queue = &mut self.cores[k].queue;
+        let slower = self.slower_thief(k, thief);
+        let (queue, config) = (&mut self.cores[k].queue, &self.setup.config);
         let loans = steal::lend_behind_long_turn(queue, thief, idle, slower, config);
         if loans.is_empty() {
             return;
@@ -2052,6 +2051,12 @@ impl<'w> Sim<'w> {
         }
     }
 
+    /// `steal::slower_thief`: [`steal::slower_part`] of `thief` for core `k`, by the shares both
+    /// published.
+    fn slower_thief(&self, k: usize, thief: usize) -> Option<u32> {
+        steal::slower_part(self.net.status[k].share, self.net.status[thief].share)
+    }
+
     /// `steal::answer_held`: core `k`, about to idle, answers what it kept for a turn's end;
     /// whether it held anything.
     fn answer_held(&mut self, k: usize) -> bool {
@@ -2098,8 +2103,7 @@ impl<'w> Sim<'w> {
     fn lend(&mut self, k: usize) {
         let Some((thief, _)) = self.net.slot[k] else { return };
         self.net.set_slot(k, None);
-        let status = &self.net.status;
-        let slower = steal::slower_part(status[k].share, status[thief].share);
+        let slower = self.slower_thief(k, thief);
         let loans = steal::lend(&mut self.cores[k].queue, thief, slower, &self.setup.config);
         let core = &mut self.cores[k];
         if loans.is_empty() && steal::defers(&core.queue, &self.setup.config, core.answer_deferred)
