@@ -256,6 +256,21 @@ pub struct Config {
     /// (placement, follow or stealing on); off in [`Config::baseline`].
     #[serde(default = "yes")]
     pub unpin_when_shared: bool,
+    /// A worker on a CPU shared with another process, asleep when its run is found quiescent,
+    /// sleeps through the run's end, which the worker that found it ends for it, and through the
+    /// next run's start, which carries it in asleep (`run_end`): `Runtime::run` does not wait
+    /// for it to wake. That wake-up waited for the other process's time slice, and so did every
+    /// run: a user's sum beside a busy thread had done its work at 2.4 ms and returned at 4-7
+    /// ms. Such a worker takes back the memory others freed for it at its next end, so its EMA
+    /// gauges in a run's report may count it live until then. Off in [`Config::baseline`] (its
+    /// workers all end every run).
+    #[serde(default = "yes")]
+    pub sleep_through_ends: bool,
+    /// With `sleep_through_ends`, a worker sleeps through run ends on any CPU, not only on one
+    /// found shared: for tests of the protocol (`run_end`) on a quiet machine.
+    #[doc(hidden)]
+    #[serde(default)]
+    pub sleep_through_any_cpu: bool,
     /// A small closure posted to another worker travels inside the message, and the receiver
     /// stores it (`message::InlineTask`); `false`: the poster stores it, placed for the receiver
     /// (EMA), and the message carries a pointer. A transport choice, kept switchable to measure.
@@ -333,6 +348,8 @@ impl Default for Config {
             anchor_watched: true,
             inline_posts: true,
             unpin_when_shared: true,
+            sleep_through_ends: true,
+            sleep_through_any_cpu: false,
             color_stats: color_stats_default(),
             trace_events: 0,
             stall_threshold: stall_threshold_default(),
@@ -397,6 +414,11 @@ impl Config {
         follow: bool,
         /// Sets [`Config::unpin_when_shared`].
         unpin_when_shared: bool,
+        /// Sets [`Config::sleep_through_ends`].
+        sleep_through_ends: bool,
+        /// Sets `Config::sleep_through_any_cpu` (for tests).
+        #[doc(hidden)]
+        sleep_through_any_cpu: bool,
         /// Sets `Config::anchor_watched` (for tests).
         #[doc(hidden)]
         anchor_watched: bool,
@@ -424,6 +446,7 @@ impl Config {
             .placement(false)
             .follow(false)
             .unpin_when_shared(false)
+            .sleep_through_ends(false)
             .backlog_turns(false)
     }
 
@@ -476,6 +499,7 @@ mod tests {
         assert_eq!(b.steal, Steal::Plain);
         assert!(d.ema && !b.ema);
         assert!(d.unpin_when_shared && !b.unpin_when_shared);
+        assert!(d.sleep_through_ends && !b.sleep_through_ends);
         // Opt-in (its doc says why): off in both.
         assert!(!d.backlog_turns && !b.backlog_turns);
         assert!(d.validate().is_ok() && b.validate().is_ok());

@@ -43,7 +43,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::Spin;
-use crate::shared::{Shared, QUIESCENT};
+use crate::shared::Shared;
 use crate::stats::Counter;
 use crate::steal;
 use crate::sync::Ordering;
@@ -196,7 +196,9 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         }
         sleep(ctx)
     };
-    if parked {
+    // A worker whose run's end was counted while it slept leaves the parked state to the next
+    // run's start, which resets it (`run_end`).
+    if parked && !ctx.claimed.get() {
         leave_parked(ctx);
     }
     // (A spin that ended because the run is stopping says Continue: the run loop checks.)
@@ -211,7 +213,8 @@ fn enter_parked(ctx: &WorkerCtx) -> bool {
     shared.remotes[ctx.id].status.parked.store(true, Ordering::SeqCst);
     let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
     if parked == shared.workers && quiescent(shared) {
-        shared.stop(QUIESCENT);
+        let slept_on = shared.stop_quiescent(ctx.run.get(), ctx.id);
+        ctx.core.borrow_mut().counters.add(Counter::EndsSleptThrough, slept_on as u64);
         return true;
     }
     false
@@ -352,8 +355,21 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     if !remote.poke.inbox.try_sleep(locked) {
         return Flow::Continue; // Messages arrived.
     }
+    // Parked in its parker (not its poller), on a CPU shared with another process, it may sleep
+    // through the run's end (`run_end`): announced before the look at the stop flag.
+    let through = !io && shared.config.sleep_through_ends && {
+        let share = ctx.core.borrow().cpu_share.share();
+        shared.config.sleep_through_any_cpu || crate::worker::on_shared_cpu(shared, share)
+    };
+    if through {
+        publish_before_sleeping_through(ctx);
+        crate::run_end::announce(&remote.poke.sleeper, ctx.run.get());
+    }
     if shared.stopping() {
         remote.poke.inbox.woke(locked);
+        if through {
+            woke_through(ctx);
+        }
         return Flow::Stop;
     }
     if io {
@@ -375,10 +391,43 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
     drop(core);
     remote.poke.inbox.woke(locked);
+    if through && woke_through(ctx) {
+        return Flow::Stop;
+    }
     if shared.stopping() {
         Flow::Stop
     } else {
         Flow::Continue
+    }
+}
+
+/// What a worker that may sleep through its run's end publishes first, since it may not wake
+/// before the run's report is read: its per-color figures and its trace, when they are on (its
+/// counters went out as it idled).
+fn publish_before_sleeping_through(ctx: &WorkerCtx) {
+    let shared = &*ctx.shared;
+    let mut core = ctx.core.borrow_mut();
+    core.colors.flush(shared.color_stats.slot(ctx.id), true);
+    if core.trace.on() {
+        core.trace.publish(shared.trace.slot(ctx.id));
+    }
+}
+
+/// A worker that announced it may sleep through its run's end takes its word back
+/// (`run_end::resolve`): true if the run's end was counted for it while it slept (it leaves for
+/// the gate); else it takes part in the run its word names, its own or a later one that
+/// carried it in.
+fn woke_through(ctx: &WorkerCtx) -> bool {
+    match crate::run_end::resolve(&ctx.shared.remotes[ctx.id].poke.sleeper, ctx.run.get()) {
+        crate::run_end::Woke::InRun(run) => {
+            ctx.run.set(run);
+            false
+        }
+        crate::run_end::Woke::Claimed(run) => {
+            ctx.run.set(run);
+            ctx.claimed.set(true);
+            true
+        }
     }
 }
 

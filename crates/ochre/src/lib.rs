@@ -153,6 +153,7 @@ mod padding;
 mod park;
 mod queue;
 mod reader;
+mod run_end;
 mod runtime;
 mod shared;
 #[cfg(all(any(test, feature = "sim"), not(loom)))]

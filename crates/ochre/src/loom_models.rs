@@ -811,3 +811,72 @@ mod readers {
         });
     }
 }
+
+/// Sleeping through a run's end (`run_end`): a worker announces it may sleep through its run's
+/// end and parks; the worker that found the run quiescent stops it and claims the sleeper's
+/// end or, failing, wakes it; the next run's start (once the run's end is counted) carries a
+/// claimed sleeper in, then a post wakes it. Whatever the interleaving: the run's end is
+/// counted exactly once (by the sleeper or by its claimer), no wake-up is lost (loom reports a
+/// sleeper left parked as a deadlock), a sleeper that counts its own end saw the stop, and a
+/// carried sleeper is counted parked in the new run exactly until it wakes into it.
+#[test]
+fn loom_a_sleeper_through_a_run_end_is_counted_once_and_never_lost() {
+    use crate::run_end::{announce, carry, claim, resolve, Woke};
+    model(|| {
+        let remote = Arc::new(Remote::new(
+            Parker::new(Wakeup::Condvar).unwrap(),
+            PollerHandle::new().unwrap(),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let ends = Arc::new(AtomicUsize::new(0));
+        let parked = Arc::new(AtomicUsize::new(1));
+        let (r, s, e) = (remote.clone(), stop.clone(), ends.clone());
+        let stopper = loom::thread::spawn(move || {
+            s.store(true, Ordering::SeqCst);
+            if claim(&r.poke.sleeper, 1) {
+                e.fetch_add(1, Ordering::SeqCst);
+            } else {
+                r.parker.unpark();
+            }
+        });
+        let (r, s, e, p) = (remote.clone(), stop.clone(), ends.clone(), parked.clone());
+        let sleeper = loom::thread::spawn(move || {
+            announce(&r.poke.sleeper, 1);
+            if !s.load(Ordering::SeqCst) {
+                r.parker.park(None);
+            }
+            let woke = resolve(&r.poke.sleeper, 1);
+            match woke {
+                Woke::InRun(1) => {
+                    assert!(s.load(Ordering::SeqCst), "woken in its run before it stopped");
+                    e.fetch_add(1, Ordering::SeqCst);
+                }
+                Woke::InRun(2) => {
+                    p.fetch_sub(1, Ordering::SeqCst);
+                }
+                Woke::Claimed(run) => assert_eq!(run, 1),
+                Woke::InRun(run) => panic!("woke into run {run}"),
+            }
+            woke
+        });
+        stopper.join().unwrap();
+        // The caller of run 1 returns once its end is counted, and starts run 2.
+        while ends.load(Ordering::SeqCst) == 0 {
+            loom::thread::yield_now();
+        }
+        parked.store(0, Ordering::SeqCst);
+        let (up, down) = (parked.clone(), parked.clone());
+        let carried = carry(
+            &remote.poke.sleeper,
+            2,
+            move || _ = up.fetch_add(1, Ordering::SeqCst),
+            move || _ = down.fetch_sub(1, Ordering::SeqCst),
+        );
+        // A post of run 2 to the sleeper (or the runtime's drop) wakes it.
+        remote.parker.unpark();
+        let woke = sleeper.join().unwrap();
+        assert_eq!(ends.load(Ordering::SeqCst), 1, "run 1's end counted once");
+        assert_eq!(carried, woke == Woke::InRun(2), "carried exactly when it woke into run 2");
+        assert_eq!(parked.load(Ordering::SeqCst), 0, "parked count back to zero");
+    });
+}

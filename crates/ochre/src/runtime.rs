@@ -352,9 +352,16 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         // alternates the two: up to 6 ms a run), and its watch of the gate, are not its CPU
         // share with work (`CpuShare::idle_from_here`).
         ctx.core.borrow_mut().cpu_share.idle_from_here();
+        // The run it ended: a later one than it entered if one carried it in asleep.
+        seen = ctx.run.get();
+        if outcome.is_ok() && ctx.claimed.get() {
+            // Asleep at the run's end, which the worker that stopped it counted (`run_end`).
+            continue;
+        }
         let last = {
             let mut g = lock(&gate.state);
-            g.finished += 1;
+            // With the ends counted for workers asleep through it (`run_end`).
+            g.finished += 1 + ctx.shared.control.claimed_ends.swap(0, Ordering::SeqCst);
             if outcome.is_err() {
                 g.crashed.get_or_insert_with(|| format!("worker {} crashed", ctx.id));
             }
@@ -553,11 +560,22 @@ impl Runtime {
         if let Some(crash) = &lock(&self.gate.state).crashed {
             return Err(Error::os("worker thread", std::io::Error::other(crash.clone())));
         }
-        // Reset the per-run state: every worker waits at the gate, so nothing races with this.
+        // Reset the per-run state: every worker waits at the gate, or sleeps through the last
+        // run's end (`run_end`), so nothing races with this but such a sleeper's wake-up.
+        let run = self.gate.latest.load(Ordering::Relaxed) + 1;
         shared.control.stop.store(RUNNING, Ordering::SeqCst);
         shared.control.parked.store(0, Ordering::SeqCst);
         shared.control.spinners.store(0, Ordering::SeqCst);
+        shared.control.claimed_ends.store(0, Ordering::SeqCst);
+        let parked = &shared.control.parked;
         for r in shared.remotes.iter() {
+            // A sleeper carried into this run stays parked, its inbox's sleep mark kept (a post
+            // to it wakes it); counted parked before the swap that lets it wake into the run.
+            let count = || _ = parked.fetch_add(1, Ordering::SeqCst);
+            let uncount = || _ = parked.fetch_sub(1, Ordering::SeqCst);
+            if crate::run_end::carry(&r.poke.sleeper, run, count, uncount) {
+                continue;
+            }
             r.status.parked.store(false, Ordering::SeqCst);
             r.poke.inbox.woke(!shared.config.batching);
         }
@@ -653,6 +671,8 @@ impl Drop for Runtime {
             self.gate.latest.store(EXIT, Ordering::Release);
         }
         self.gate.start.notify_all();
+        // Workers that slept through the last run's end sleep in their run loops (`run_end`).
+        self.shared.wake_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

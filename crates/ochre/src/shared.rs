@@ -39,6 +39,8 @@ pub(crate) struct Poke {
     /// inbox, which this worker takes at its next turn's end, as it answers a steal request,
     /// not at its round's end (a round of a loop's turns is milliseconds).
     pub(crate) recall: AtomicBool,
+    /// Whether the owner sleeps through its run's end (`run_end`: the run and the state).
+    pub(crate) sleeper: AtomicU64,
 }
 
 /// Written by the owner, read by others.
@@ -128,6 +130,7 @@ impl Remote {
                 inbox: Inbox::new(),
                 steal_request: AtomicUsize::new(0),
                 recall: AtomicBool::new(false),
+                sleeper: AtomicU64::new(0),
             }),
             parker: Padded::new(parker),
             status: Padded::new(Status {
@@ -248,6 +251,9 @@ pub(crate) struct Control {
     pub(crate) next_token: Padded<AtomicU64>,
     /// Live [`Hold`](crate::runtime::Hold)s: while any, a run does not end as quiescent.
     pub(crate) holds: Padded<AtomicUsize>,
+    /// Ends of the current run counted for workers asleep through it (`run_end::claim`), not
+    /// yet added to the gate's count (the next worker to end the run adds them).
+    pub(crate) claimed_ends: Padded<AtomicUsize>,
 }
 
 /// What the runtime shares between its workers and its handles.
@@ -332,6 +338,7 @@ impl Shared {
                 external_events: Padded::new(AtomicU64::new(0)),
                 next_token: Padded::new(AtomicU64::new(0)),
                 holds: Padded::new(AtomicUsize::new(0)),
+                claimed_ends: Padded::new(AtomicUsize::new(0)),
             },
             spin_threshold,
             max_spinners,
@@ -359,6 +366,33 @@ impl Shared {
         // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
         // parker's sticky token wakes it if it parks after our unpark.
         self.wake_all();
+    }
+
+    /// Ends run `run` as quiescent, found so by worker `me`: a worker asleep in it sleeps on,
+    /// its end counted here (`run_end`; with `Config::sleep_through_ends`), the others are woken.
+    /// Returns how many slept on.
+    pub(crate) fn stop_quiescent(&self, run: u64, me: usize) -> usize {
+        let stop = &self.control.stop;
+        if stop.compare_exchange(RUNNING, QUIESCENT, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            // Stopped already (a shutdown): whoever stopped it woke everyone.
+            return 0;
+        }
+        let mut claimed = 0;
+        for (w, r) in self.remotes.iter().enumerate() {
+            let asleep = self.config.sleep_through_ends && w != me;
+            if asleep && crate::run_end::claim(&r.poke.sleeper, run) {
+                claimed += 1;
+                continue;
+            }
+            r.parker.unpark();
+            r.poller.wake();
+        }
+        if claimed > 0 {
+            // Their heaps handed back what they held for others before they slept (`idle`).
+            self.ends_flushed.fetch_add(claimed as u64, Ordering::AcqRel);
+            self.control.claimed_ends.fetch_add(claimed, Ordering::SeqCst);
+        }
+        claimed
     }
 
     /// Wakes every worker, asleep in its parker or its poller (a sticky token: one that parks

@@ -993,18 +993,34 @@ pub(crate) struct WorkerCtx {
     pub(crate) id: usize,
     /// The color of the running event, for `current_color`.
     pub(crate) current: Cell<Option<Color>>,
+    /// The run this worker takes part in: the one it entered, or a later one that carried it
+    /// in asleep (`run_end`).
+    pub(crate) run: Cell<u64>,
+    /// The run's end was counted by the worker that stopped it, this worker asleep
+    /// (`run_end`): it leaves for the gate without counting it.
+    pub(crate) claimed: Cell<bool>,
 }
 
 impl WorkerCtx {
     pub(crate) fn new(shared: Arc<Shared>, core: Core) -> Self {
         let id = core.id;
-        WorkerCtx { shared, core: RefCell::new(core), id, current: Cell::new(None) }
+        WorkerCtx {
+            shared,
+            core: RefCell::new(core),
+            id,
+            current: Cell::new(None),
+            run: Cell::new(0),
+            claimed: Cell::new(false),
+        }
     }
 
-    /// The run loop of the runtime's `run`th run (counted from 1 by its gate, which every
-    /// worker passes for every run); returns when the run stops.
+    /// The run loop of the runtime's `run`th run (counted from 1 by its gate); returns when the
+    /// run stops, or a later one that carried this worker in (`run_end`: then `self.run` says
+    /// which, and `self.claimed` whether its end was counted for it).
     pub(crate) fn run(&self, run: u64) {
         let shared = &*self.shared;
+        self.run.set(run);
+        self.claimed.set(false);
         // Empty answers of a run before tell nothing of this one (`steal::Backoff`).
         self.core.borrow_mut().steal_backoff = steal::Backoff::default();
         loop {
@@ -1051,8 +1067,10 @@ impl WorkerCtx {
             h.flush_hot();
             h.flush_crumbs();
         });
-        let share = self.core.borrow().cpu_share.share();
-        wait_for_every_flush(shared, run, share);
+        if !self.claimed.get() {
+            let share = self.core.borrow().cpu_share.share();
+            wait_for_every_flush(shared, self.run.get(), share);
+        }
         crate::alloc::with_heap(|h| h.drain_remote());
         let mut core = self.core.borrow_mut();
         core.flush_all(shared);

@@ -482,3 +482,16 @@ fn stress_follow_with_tiny_batches_and_turns() {
 fn stress_follow_with_a_shutdown_in_the_middle() {
     stress("follow+shutdown", 16, Config::default().follow(true).steal(Steal::Plain), Some(5_000));
 }
+
+#[test]
+fn stress_workers_sleeping_through_run_ends() {
+    // Every idle worker sleeps at once and through the ends of runs (`run_end`), on any CPU.
+    let config = Config::default().sleep_through_any_cpu(true).spin(Spin::Never);
+    stress("sleep-through", 16, config, None);
+}
+
+#[test]
+fn stress_workers_sleeping_through_run_ends_with_a_shutdown_in_the_middle() {
+    let config = Config::default().sleep_through_any_cpu(true).spin(Spin::Never);
+    stress("sleep-through+shutdown", 16, config, Some(5_000));
+}

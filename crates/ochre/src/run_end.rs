@@ -1,0 +1,146 @@
+//! A worker asleep at a run's quiescent end, on a CPU shared with another process, sleeps
+//! through it: the worker that finds the run quiescent ends the run for it, and the next run
+//! carries it in, still asleep.
+//!
+//! Why: `Runtime::run` returns once every worker has ended the run, and a worker asleep when the
+//! run is found quiescent had to wake for that. On a CPU shared with another process the wake-up
+//! waits for a time slice of that process (the worker, woken often, ran ahead of its due there),
+//! milliseconds: a user's sum on two workers, a thread spinning on CPU 1, had done its work at
+//! 2.4 ms and returned at 4-7 ms, the worker on CPU 1 asleep since the work ran out. A sleeping
+//! worker has nothing to end: it sleeps with an empty queue, its buffers and its heap's crumbs
+//! flushed, its counters published (`idle`), and a quiescent run has no message in flight to it.
+//! What it does not do is take back the memory others freed for it since it slept (its heap
+//! is its thread's): its EMA gauges in the run's report count that memory live, until its next
+//! end. So only a worker on a CPU measured shared (`worker::on_shared_cpu`) sleeps through, where
+//! the wake-up costs a time slice; on a CPU of its own it wakes in microseconds, and its gauges
+//! are exact at every run's end, as before.
+//!
+//! The protocol is one word per worker (`Poke::sleeper`), holding a run number and a state:
+//!
+//! * **Claimable(r)**: the owner, parked in run `r`, is about to sleep or sleeps in its parker.
+//!   Written by the owner ([`announce`]) after its inbox said it may sleep and before it looks
+//!   at the stop flag, both sequentially consistent: a stopper either sees the word, or its stop
+//!   is seen by the owner, who then ends the run itself.
+//! * **Claimed(r)**: the worker that stopped run `r` as quiescent took the sleeper's end
+//!   ([`claim`]): it counts the sleeper's end for the run (the gate's count, the heap flush
+//!   count) and does not wake it.
+//! * **Awake** (0): anything else. Only the owner leaves the other two states for it, by a
+//!   compare-and-swap when it wakes ([`resolve`]).
+//!
+//! And the start of run `r + 1` turns Claimed(r) into Claimable(r + 1) ([`carry`]): the sleeper
+//! takes part in the new run as a parked worker (counted parked, its inbox's sleep mark kept,
+//! so a post to it wakes it), without passing the gate. Every transition out of Claimed is a
+//! compare-and-swap, owner's or starter's: exactly one wins. The owner that wins leaves its run
+//! for the gate without counting its end (already counted) and without touching the run's
+//! parked state (the starter resets that of every worker it did not carry); the starter that
+//! wins counts the worker parked for the new run before the swap, so that the owner, waking
+//! into the new run, leaves the parked state it entered. A run that ends by shutdown or abort
+//! claims nobody: its workers wake and end it themselves, as before.
+//!
+//! Invariants (tested in `loom_models` and the runtime's tests): every run's end is counted once
+//! per worker (by the worker or by its claimer); a carried worker is counted parked exactly
+//! while it sleeps; nothing runs outside a run (a claimed worker woken between runs by a post
+//! or a hold leaves for the gate without taking its inbox).
+
+use crate::sync::{AtomicU64, Ordering};
+
+const CLAIMABLE: u64 = 1;
+const CLAIMED: u64 = 2;
+const TAG: u64 = 3;
+
+fn word(run: u64, tag: u64) -> u64 {
+    run << 2 | tag
+}
+
+/// What a woken worker's word said ([`resolve`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// It takes part in run `run` (its own, or a later one that carried it in).
+    InRun(u64),
+    /// Run `run` ended and its end was counted by its claimer: the worker leaves for the gate.
+    Claimed(u64),
+}
+
+/// The owner, parked in run `run`, is about to sleep in its parker.
+pub(crate) fn announce(sleeper: &AtomicU64, run: u64) {
+    // SeqCst: ordered before the owner's read of the stop flag (module doc).
+    sleeper.store(word(run, CLAIMABLE), Ordering::SeqCst);
+}
+
+/// The owner woke (or saw the stop flag before sleeping): takes its word back.
+pub(crate) fn resolve(sleeper: &AtomicU64, run: u64) -> Woke {
+    let mut w = sleeper.load(Ordering::SeqCst);
+    loop {
+        let to = match w & TAG {
+            CLAIMABLE => Woke::InRun(w >> 2),
+            CLAIMED => Woke::Claimed(w >> 2),
+            _ => return Woke::InRun(run),
+        };
+        match sleeper.compare_exchange(w, 0, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return to,
+            Err(now) => w = now,
+        }
+    }
+}
+
+/// The stopper of run `run` (quiescent) takes the end of a worker asleep in it; false if the
+/// worker is not asleep in that run (it ends the run itself, and must be woken).
+pub(crate) fn claim(sleeper: &AtomicU64, run: u64) -> bool {
+    sleeper
+        .compare_exchange(
+            word(run, CLAIMABLE),
+            word(run, CLAIMED),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+}
+
+/// The start of run `run` carries in a worker claimed asleep at the last run's end; false if it
+/// was not claimed, or woke and left for the gate first. `count` is called before the swap,
+/// `uncount` if it fails (the parked count of the new run, module doc).
+pub(crate) fn carry(
+    sleeper: &AtomicU64,
+    run: u64,
+    count: impl FnOnce(),
+    uncount: impl FnOnce(),
+) -> bool {
+    let w = sleeper.load(Ordering::SeqCst);
+    if w & TAG != CLAIMED {
+        return false;
+    }
+    count();
+    let carried = sleeper
+        .compare_exchange(w, word(run, CLAIMABLE), Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    if !carried {
+        uncount();
+    }
+    carried
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claimed_sleeper_leaves_and_a_carried_one_joins_the_next_run() {
+        let s = AtomicU64::new(0);
+        assert_eq!(resolve(&s, 4), Woke::InRun(4), "awake: its own run");
+        announce(&s, 4);
+        assert!(!claim(&s, 5), "another run's stopper claims nothing");
+        assert!(claim(&s, 4));
+        assert!(!claim(&s, 4), "claimed once");
+        assert_eq!(resolve(&s, 4), Woke::Claimed(4));
+        assert!(!carry(&s, 5, || {}, || panic!("not counted")), "it left: nothing to carry");
+        announce(&s, 5);
+        assert!(claim(&s, 5));
+        let counted = std::cell::Cell::new(0);
+        assert!(carry(&s, 6, || counted.set(counted.get() + 1), || counted.set(counted.get() - 1)));
+        assert_eq!(counted.get(), 1, "counted parked in the new run");
+        assert!(claim(&s, 6), "asleep through run 6 as well");
+        assert!(carry(&s, 7, || {}, || {}));
+        assert_eq!(resolve(&s, 5), Woke::InRun(7), "wakes into the latest run");
+        assert_eq!(s.load(Ordering::SeqCst), 0);
+    }
+}

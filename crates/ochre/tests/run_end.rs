@@ -1,0 +1,257 @@
+//! Workers asleep through a run's end (`Config::sleep_through_ends`, the runtime's `run_end`):
+//! the run ends without waking them, the next run carries them in asleep, and nothing of the
+//! guarantees changes: every event runs once, in its run, none outside a run, and a runtime
+//! whose workers sleep through ends is dropped without waiting for anything.
+//!
+//! `sleep_through_any_cpu` lets every worker do so on a quiet machine (otherwise only one on a
+//! CPU found shared with another process does), and no spinning makes idle workers sleep at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use ochre::{Color, Config, RunEnd, Runtime, Spin};
+
+fn sleeping_through() -> Config {
+    Config::default().sleep_through_any_cpu(true).spin(Spin::Never)
+}
+
+/// Runs `f` on another thread and fails if it does not end within `limit` (a hang otherwise
+/// holds the test suite forever).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).expect("did not end in time (a worker sleeping through a run's end?)")
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[test]
+fn many_short_runs_with_sleepers_carried_through_run_every_event_once_in_its_run() {
+    within(Duration::from_secs(120), || {
+        let workers = 8;
+        let rt = Runtime::builder().workers(workers).config(sleeping_through()).build().unwrap();
+        let colors = 40u64;
+        let busy: Arc<Vec<AtomicBool>> =
+            Arc::new((0..colors).map(|_| AtomicBool::new(false)).collect());
+        let ran = Arc::new(AtomicU64::new(0));
+        let clashes = Arc::new(AtomicU64::new(0));
+        let mut slept_through = 0;
+        let runs = 400u64;
+        for run in 0..runs {
+            // 0 to 11 events a run, on seeded colors, half of them posting one more.
+            let n = splitmix(run) % 12;
+            let (b, r, c) = (busy.clone(), ran.clone(), clashes.clone());
+            let before = ran.load(Ordering::SeqCst);
+            let report = rt
+                .run(Color(0), move || {
+                    for i in 0..n {
+                        let x = splitmix(run * 100 + i);
+                        let color = x % colors;
+                        let (b, r, c) = (b.clone(), r.clone(), c.clone());
+                        ochre::post(Color(color), move || {
+                            let event = |b: &Vec<AtomicBool>, color: u64| {
+                                if b[color as usize].swap(true, Ordering::SeqCst) {
+                                    c.fetch_add(1, Ordering::SeqCst);
+                                }
+                                std::hint::black_box((0..200).sum::<u64>());
+                                b[color as usize].store(false, Ordering::SeqCst);
+                                r.fetch_add(1, Ordering::SeqCst);
+                            };
+                            event(&b, color);
+                            if x & 1 == 1 {
+                                let next = (x >> 8) % colors;
+                                let (b, c2, r2) = (b.clone(), c.clone(), r.clone());
+                                ochre::post(Color(next), move || {
+                                    if b[next as usize].swap(true, Ordering::SeqCst) {
+                                        c2.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                    b[next as usize].store(false, Ordering::SeqCst);
+                                    r2.fetch_add(1, Ordering::SeqCst);
+                                });
+                            }
+                        });
+                    }
+                })
+                .unwrap();
+            assert_eq!(report.end, RunEnd::Quiescent);
+            let want: u64 = (0..n).map(|i| 1 + (splitmix(run * 100 + i) & 1)).sum();
+            // Every event of the run ran in it: none left for a sleeper to run later.
+            assert_eq!(ran.load(Ordering::SeqCst) - before, want, "run {run}");
+            let events: u64 = report.workers.iter().map(|w| w.events_run).sum();
+            assert_eq!(events, want + 1, "run {run}: the report counts every event (and init)");
+            slept_through += report.workers.iter().map(|w| w.ends_slept_through).sum::<u64>();
+        }
+        assert_eq!(clashes.load(Ordering::SeqCst), 0, "two events of one color at once");
+        assert!(
+            slept_through >= runs,
+            "workers slept through run ends ({slept_through} in {runs} runs of {workers} workers)"
+        );
+        drop(rt);
+    });
+}
+
+#[test]
+fn a_post_between_runs_waits_for_the_next_run_though_its_worker_slept_through_the_end() {
+    within(Duration::from_secs(60), || {
+        let rt = Runtime::builder().workers(4).config(sleeping_through()).build().unwrap();
+        let handle = rt.handle();
+        // A color homed on a worker that sleeps through the ends of runs that run on worker 0.
+        let on_3 = (1..).map(Color).find(|&c| rt.home_of(c) == 3).unwrap();
+        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        let mut slept = 0;
+        for _ in 0..5 {
+            let report = rt.run(on_0, || {}).unwrap();
+            slept += report.workers.iter().map(|w| w.ends_slept_through).sum::<u64>();
+        }
+        assert!(slept > 0, "worker 3 slept through run ends");
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        handle.post(on_3, move || r.store(true, Ordering::SeqCst));
+        // The post wakes worker 3, asleep in its last run's loop: it leaves for the gate and
+        // runs nothing until the next run.
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!ran.load(Ordering::SeqCst), "an event ran outside a run");
+        let report = rt.run(on_0, || {}).unwrap();
+        assert!(ran.load(Ordering::SeqCst), "the next run ran it");
+        assert_eq!(report.workers[3].events_run, 1);
+    });
+}
+
+#[test]
+fn a_runtime_whose_workers_slept_through_its_last_run_is_dropped_at_once() {
+    for workers in [2, 6] {
+        within(Duration::from_secs(30), move || {
+            let rt =
+                Runtime::builder().workers(workers).config(sleeping_through()).build().unwrap();
+            let count = Arc::new(AtomicUsize::new(0));
+            for _ in 0..20 {
+                let c = count.clone();
+                rt.run(Color(0), move || {
+                    c.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            }
+            assert_eq!(count.load(Ordering::SeqCst), 20);
+            drop(rt);
+        });
+    }
+}
+
+#[test]
+fn a_shutdown_after_runs_slept_through_ends_every_worker_and_leaves_the_rest_for_later() {
+    within(Duration::from_secs(60), || {
+        let rt = Runtime::builder().workers(4).config(sleeping_through()).build().unwrap();
+        for _ in 0..5 {
+            rt.run(Color(0), || {}).unwrap();
+        }
+        let handle = rt.handle();
+        let ran = Arc::new(AtomicU64::new(0));
+        let r = ran.clone();
+        let report = rt
+            .run(Color(0), move || {
+                for c in 1..=64u64 {
+                    let r = r.clone();
+                    ochre::post(Color(c), move || {
+                        r.fetch_add(1, Ordering::SeqCst);
+                    });
+                }
+                handle.shutdown();
+            })
+            .unwrap();
+        assert_eq!(report.end, RunEnd::Shutdown);
+        let report2 = rt.run(Color(0), || {}).unwrap();
+        assert_eq!(report2.end, RunEnd::Quiescent);
+        assert_eq!(ran.load(Ordering::SeqCst), 64, "what the shutdown left ran in the next run");
+    });
+}
+
+#[test]
+fn posts_from_outside_racing_with_runs_whose_sleepers_sleep_through_run_once_and_only_in_runs() {
+    within(Duration::from_secs(120), || {
+        let rt = Runtime::builder().workers(8).config(sleeping_through()).build().unwrap();
+        let colors = 24u64;
+        let total = 6_000u64;
+        let runs_flag = Arc::new(AtomicBool::new(false));
+        let outside_runs = Arc::new(AtomicU64::new(0));
+        let ran: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+        let busy: Arc<Vec<AtomicBool>> =
+            Arc::new((0..colors).map(|_| AtomicBool::new(false)).collect());
+        let clashes = Arc::new(AtomicU64::new(0));
+        let event = {
+            let (flag, outside, ran, busy, clashes) = (
+                runs_flag.clone(),
+                outside_runs.clone(),
+                ran.clone(),
+                busy.clone(),
+                clashes.clone(),
+            );
+            move |id: u64, color: u64| {
+                let (flag, outside, ran, busy, clashes) =
+                    (flag.clone(), outside.clone(), ran.clone(), busy.clone(), clashes.clone());
+                move || {
+                    if !flag.load(Ordering::SeqCst) {
+                        outside.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if busy[color as usize].swap(true, Ordering::SeqCst) {
+                        clashes.fetch_add(1, Ordering::SeqCst);
+                    }
+                    ran[id as usize].fetch_add(1, Ordering::SeqCst);
+                    busy[color as usize].store(false, Ordering::SeqCst);
+                }
+            }
+        };
+        // An outside thread posts half of the events, racing with the runs and the gaps
+        // between them; the runs post the other half.
+        let handle = rt.handle();
+        let ev = event.clone();
+        let poster = std::thread::spawn(move || {
+            for id in (0..total).step_by(2) {
+                let color = splitmix(id) % colors;
+                handle.post(Color(color), ev(id, color));
+                if id % 64 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        });
+        let mut next = 1u64;
+        while next < total || !poster.is_finished() {
+            let ids: Vec<u64> = (next..total).step_by(2).take(6).collect();
+            next += 12;
+            let ev = event.clone();
+            runs_flag.store(true, Ordering::SeqCst);
+            rt.run(Color(0), move || {
+                for id in ids {
+                    let color = splitmix(id) % colors;
+                    ochre::post(Color(color), ev(id, color));
+                }
+            })
+            .unwrap();
+            runs_flag.store(false, Ordering::SeqCst);
+        }
+        poster.join().unwrap();
+        // What the poster sent after the last run.
+        runs_flag.store(true, Ordering::SeqCst);
+        let last = rt.run(Color(0), || {}).unwrap();
+        assert_eq!((last.end, last.pending), (RunEnd::Quiescent, 0));
+        runs_flag.store(false, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(outside_runs.load(Ordering::SeqCst), 0, "events ran between runs");
+        assert_eq!(clashes.load(Ordering::SeqCst), 0, "two events of one color at once");
+        let wrong: Vec<u64> =
+            (0..total).filter(|&i| ran[i as usize].load(Ordering::SeqCst) != 1).collect();
+        assert!(
+            wrong.is_empty(),
+            "{} events did not run exactly once: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(8)]
+        );
+    });
+}
