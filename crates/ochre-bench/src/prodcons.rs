@@ -812,8 +812,10 @@ mod tests {
     #[test]
     fn payload_rounds_run_and_their_arrays_go_back_to_the_producer() {
         // The thesis's layout: the producer stays on worker 0 (with `follow`, the round's last
-        // consumer may take it to worker 1, whose heap would then place the arrays).
-        let config = ochre::Config::default().follow(false);
+        // consumer may take it to worker 1, whose heap would then place the arrays). Every
+        // worker ends every run: on a CPU a busy test machine shares, worker 0 asleep through
+        // a run's end would take its arrays back at its next end, after the figures are read.
+        let config = ochre::Config::default().follow(false).sleep_through_ends(false);
         let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
         assert!(ochre_prodcons(&rt, Round::leak(&rt, SORT22), 4).unwrap() > 0.0);
         let s = rt.stats();

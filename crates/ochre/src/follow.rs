@@ -201,8 +201,9 @@ impl TurnSample {
     /// `None` if it posted nothing.
     #[inline]
     pub(crate) fn posted_elsewhere(before: PostTotals, now: PostTotals) -> Option<bool> {
-        let elsewhere = now.1 > before.1;
-        (elsewhere || now.0 > before.0).then_some(elsewhere)
+        // Totals that only grew in the turn, in wrapping arithmetic (`worker::post_totals`).
+        let elsewhere = now.1 != before.1;
+        (elsewhere || now.0 != before.0).then_some(elsewhere)
     }
 }
 
@@ -773,6 +774,9 @@ mod tests {
         assert_eq!(TurnSample::posted_elsewhere((5, 2), (5, 2)), None, "posted nothing");
         assert_eq!(TurnSample::posted_elsewhere((5, 2), (7, 2)), Some(false));
         assert_eq!(TurnSample::posted_elsewhere((5, 2), (7, 3)), Some(true), "any elsewhere");
+        // Forwards of received posts take the local total below zero, wrapping.
+        let wrapped = (0u64.wrapping_sub(3), 9);
+        assert_eq!(TurnSample::posted_elsewhere(wrapped, (0, 9)), Some(false), "across zero");
     }
 
     #[test]

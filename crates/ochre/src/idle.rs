@@ -356,7 +356,7 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
         return Flow::Continue; // Messages arrived.
     }
     // Parked in its parker (not its poller), on a CPU shared with another process, it may sleep
-    // through the run's end (`run_end`): announced before the look at the stop flag.
+    // through the run's end (`run_end`).
     let through = !io && shared.config.sleep_through_ends && {
         let share = ctx.core.borrow().cpu_share.share();
         shared.config.sleep_through_any_cpu || crate::worker::on_shared_cpu(shared, share)
@@ -367,10 +367,9 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     }
     if shared.stopping() {
         remote.poke.inbox.woke(locked);
-        if through {
-            woke_through(ctx);
-        }
-        return Flow::Stop;
+        // Its word first: claimed meanwhile and carried into the next run, the stop it saw was
+        // the last run's.
+        return if through { after_word(ctx) } else { Flow::Stop };
     }
     if io {
         return sleep_in_poller(ctx);
@@ -391,8 +390,8 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
     drop(core);
     remote.poke.inbox.woke(locked);
-    if through && woke_through(ctx) {
-        return Flow::Stop;
+    if through {
+        return after_word(ctx);
     }
     if shared.stopping() {
         Flow::Stop
@@ -414,20 +413,22 @@ fn publish_before_sleeping_through(ctx: &WorkerCtx) {
 }
 
 /// A worker that announced it may sleep through its run's end takes its word back
-/// (`run_end::resolve`): true if the run's end was counted for it while it slept (it leaves for
-/// the gate); else it takes part in the run its word names, its own or a later one that
-/// carried it in.
-fn woke_through(ctx: &WorkerCtx) -> bool {
-    match crate::run_end::resolve(&ctx.shared.remotes[ctx.id].poke.sleeper, ctx.run.get()) {
-        crate::run_end::Woke::InRun(run) => {
-            ctx.run.set(run);
-            false
-        }
+/// (`run_end::resolve`) and goes on as it says (`run_end::stops`): in the run it names, its own
+/// or a later one that carried it in, unless that run is stopping; or, its run's end counted
+/// by the worker that stopped it, to the gate without counting it (`WorkerCtx::claimed`).
+fn after_word(ctx: &WorkerCtx) -> Flow {
+    let woke = crate::run_end::resolve(&ctx.shared.remotes[ctx.id].poke.sleeper, ctx.run.get());
+    match woke {
+        crate::run_end::Woke::InRun(run) => ctx.run.set(run),
         crate::run_end::Woke::Claimed(run) => {
             ctx.run.set(run);
             ctx.claimed.set(true);
-            true
         }
+    }
+    if crate::run_end::stops(woke, || ctx.shared.stopping()) {
+        Flow::Stop
+    } else {
+        Flow::Continue
     }
 }
 

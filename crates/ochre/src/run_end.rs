@@ -18,14 +18,17 @@
 //! The protocol is one word per worker (`Poke::sleeper`), holding a run number and a state:
 //!
 //! * **Claimable(r)**: the owner, parked in run `r`, is about to sleep or sleeps in its parker.
-//!   Written by the owner ([`announce`]) after its inbox said it may sleep and before it looks
-//!   at the stop flag, both sequentially consistent: a stopper either sees the word, or its stop
-//!   is seen by the owner, who then ends the run itself.
+//!   Written by the owner ([`announce`]) after its inbox said it may sleep. A stopper that does
+//!   not find the word so (announced later, or taken back) wakes the owner as before (the
+//!   parker's token is sticky), so no order between the word and the stop flag is needed: an
+//!   announcement the stopper misses costs a wake-up, not a lost one.
 //! * **Claimed(r)**: the worker that stopped run `r` as quiescent took the sleeper's end
 //!   ([`claim`]): it counts the sleeper's end for the run (the gate's count, the heap flush
 //!   count) and does not wake it.
 //! * **Awake** (0): anything else. Only the owner leaves the other two states for it, by a
-//!   compare-and-swap when it wakes ([`resolve`]).
+//!   compare-and-swap when it wakes, or when it saw the stop flag before sleeping ([`resolve`]);
+//!   then it stops or goes on as [`stops`] says (a word carried into the next run while the
+//!   owner, preempted, had seen the last run's stop flag goes on in the new run).
 //!
 //! And the start of run `r + 1` turns Claimed(r) into Claimable(r + 1) ([`carry`]): the sleeper
 //! takes part in the new run as a parked worker (counted parked, its inbox's sleep mark kept,
@@ -80,6 +83,16 @@ pub(crate) fn resolve(sleeper: &AtomicU64, run: u64) -> Woke {
             Ok(_) => return to,
             Err(now) => w = now,
         }
+    }
+}
+
+/// Whether a worker that took its word back ([`resolve`]) leaves its run loop: its run's end
+/// was counted for it (`Claimed`), or the run it takes part in is stopping (`stopping`, read
+/// after the word: a run that carried it in stored its flag as running before the carry).
+pub(crate) fn stops(woke: Woke, stopping: impl FnOnce() -> bool) -> bool {
+    match woke {
+        Woke::Claimed(_) => true,
+        Woke::InRun(_) => stopping(),
     }
 }
 

@@ -563,6 +563,12 @@ impl Runtime {
         // Reset the per-run state: every worker waits at the gate, or sleeps through the last
         // run's end (`run_end`), so nothing races with this but such a sleeper's wake-up.
         let run = self.gate.latest.load(Ordering::Relaxed) + 1;
+        // Before any carry: a sleeper carried in may wake at once (a post made between runs)
+        // and run events of this run, its panics and counters this run's.
+        lock(&shared.panics).clear();
+        *lock(&shared.abort) = None;
+        let before = self.handle().stats();
+        let colors_before = (shared.config.color_stats != 0).then(|| self.color_stats());
         shared.control.stop.store(RUNNING, Ordering::SeqCst);
         shared.control.parked.store(0, Ordering::SeqCst);
         shared.control.spinners.store(0, Ordering::SeqCst);
@@ -579,10 +585,6 @@ impl Runtime {
             r.status.parked.store(false, Ordering::SeqCst);
             r.poke.inbox.woke(!shared.config.batching);
         }
-        lock(&shared.panics).clear();
-        *lock(&shared.abort) = None;
-        let before = self.handle().stats();
-        let colors_before = (shared.config.color_stats != 0).then(|| self.color_stats());
         shared.post_external(
             home_of(color, shared.placement),
             Msg::Post { color, task: init, urgent: false, step: false },

@@ -147,7 +147,9 @@ counters! {
     signals = Signals,
     /// Accept errors (descriptor or buffer exhaustion) that made a listener back off.
     accept_errors = AcceptErrors,
-    /// Gauge: bytes of EMA objects this worker's heap has handed out and not got back.
+    /// Gauge: bytes of EMA objects this worker's heap has handed out and not got back. Exact at
+    /// the end of a run the worker ended; one that slept through the run's end on a shared CPU
+    /// (`Config::sleep_through_ends`) takes back what others freed for it at its next end.
     ema_live_bytes = EmaLiveBytes,
     /// Gauge: EMA blocks (16 KiB each) this worker's heap holds.
     ema_blocks = EmaBlocks,

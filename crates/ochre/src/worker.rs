@@ -1376,7 +1376,9 @@ fn moves_to(
 #[inline]
 fn post_totals(counters: &Counters) -> follow::PostTotals {
     let (local, forwards) = (counters.get(Counter::PostsLocal), counters.get(Counter::Forwards));
-    (local - forwards, counters.get(Counter::PostsRemote) + forwards)
+    // Wrapping: forwards of posts received from elsewhere count too, so the difference may pass
+    // below zero; within a turn it only grows (`TurnSample::posted_elsewhere`).
+    (local.wrapping_sub(forwards), counters.get(Counter::PostsRemote).wrapping_add(forwards))
 }
 
 /// What this worker knows of worker `w` for `follow`'s decisions and the shares behind long

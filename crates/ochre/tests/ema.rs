@@ -267,8 +267,11 @@ fn an_event_allocator_holds_what_ema_does_not_and_gets_all_of_it_back() {
 #[test]
 fn byte_buffers_are_placed_for_their_color_and_freed_from_any_worker() {
     // Buffers made by handlers for colors homed on the other worker, filled, read and dropped
-    // there: placed by EMA (up to 1 KiB), and every byte of EMA memory comes back.
-    let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+    // there: placed by EMA (up to 1 KiB), and every byte of EMA memory comes back. Every worker
+    // ends the run: one asleep through its end (on a CPU a busy test machine shares) would take
+    // back what others freed for it at its next end, after the report is read.
+    let config = Config::default().sleep_through_ends(false);
+    let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
     let ok = Arc::new(AtomicU64::new(0));
     let o = ok.clone();
     let report = rt

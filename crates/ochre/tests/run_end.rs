@@ -255,3 +255,37 @@ fn posts_from_outside_racing_with_runs_whose_sleepers_sleep_through_run_once_and
         );
     });
 }
+
+#[test]
+fn a_panic_posted_between_runs_to_a_worker_asleep_through_the_end_is_the_next_runs() {
+    within(Duration::from_secs(60), || {
+        for abort in [false, true] {
+            let config = sleeping_through().abort_on_panic(abort);
+            let rt = Runtime::builder().workers(4).config(config).build().unwrap();
+            let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+            let on_3 = (1..).map(Color).find(|&c| rt.home_of(c) == 3).unwrap();
+            for _ in 0..5 {
+                rt.run(on_0, || {}).unwrap();
+            }
+            // Worker 3 sleeps through those ends; the post wakes it in its last run's loop,
+            // and the panic belongs to the next run, whenever worker 3 runs it.
+            rt.handle().post(on_3, || panic!("between runs"));
+            std::thread::sleep(Duration::from_millis(5));
+            match rt.run(on_0, || {}) {
+                Ok(report) => {
+                    assert!(!abort, "an aborting panic returns an error");
+                    assert_eq!(report.panics.len(), 1, "{report:?}");
+                    assert_eq!(report.panics[0].color, on_3);
+                    assert_eq!(report.workers[3].events_run, 1);
+                }
+                Err(e) => {
+                    assert!(abort, "{e}");
+                    assert!(matches!(e, ochre::Error::HandlerPanicked { .. }), "{e}");
+                }
+            }
+            // The runtime goes on either way.
+            let report = rt.run(on_0, || {}).unwrap();
+            assert!(report.panics.is_empty());
+        }
+    });
+}
