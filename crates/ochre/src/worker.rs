@@ -106,9 +106,10 @@ const FLUSH_SPIN: Duration = Duration::from_micros(200);
 /// other, and those not at a wait's end yet need the CPUs spinners would hold). There a yield
 /// gives the other process's thread its time slice, which a run then waits for: the worker
 /// spins, rather than yields, in the short wait at a run's end ([`wait_for_every_flush`],
-/// where the caller of `run` waits for it), and blocks at once rather than watch for the next
+/// where the caller of `run` waits for it), blocks at once rather than watch for the next
 /// run (`runtime`'s `GATE_SPIN`: a spin there held the CPU that caller needed where the share
-/// was stale). Not `Spin`'s idle spinning: a wait of microseconds at a run's edge, bounded,
+/// was stale), and, asleep when its run is found quiescent, sleeps through the run's end
+/// (`run_end`, `Config::sleep_through_ends`). Not `Spin`'s idle spinning: a wait of microseconds at a run's edge, bounded,
 /// which the baseline's runs pay too.
 pub(crate) fn on_shared_cpu(shared: &Shared, share: u32) -> bool {
     !follow::has_its_cpu(share) && shared.max_spinners >= shared.workers

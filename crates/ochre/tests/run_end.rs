@@ -289,3 +289,76 @@ fn a_panic_posted_between_runs_to_a_worker_asleep_through_the_end_is_the_next_ru
         }
     });
 }
+
+/// With the default configuration: a worker whose CPU a busy thread shares measures it, then,
+/// asleep at the end of a run, sleeps through the ends of the next runs it has no part in (no
+/// wake-up waits for the busy thread's time slice), and every run still runs its events.
+#[test]
+fn a_worker_measured_on_a_cpu_shared_with_a_busy_thread_sleeps_through_run_ends() {
+    let cpus = ochre::topology::allowed_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: one CPU");
+        return;
+    }
+    within(Duration::from_secs(60), move || {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let shared_cpu = cpus[1];
+        let spinner = std::thread::spawn(move || {
+            let _ = ochre::topology::pin_current_thread(shared_cpu);
+            while !s.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        // Worker 1 is pinned to the runtime's second CPU, the busy thread's.
+        let rt = Runtime::builder().workers(2).build().unwrap();
+        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        let on_1: Vec<Color> = (1..).map(Color).filter(|&c| rt.home_of(c) == 1).take(8).collect();
+        // Work on worker 1 until it measured its share (windows of 10 ms with work).
+        let mut measured = 1000;
+        for _ in 0..100 {
+            let colors = on_1.clone();
+            let report = rt
+                .run(on_0, move || {
+                    for c in colors {
+                        ochre::post(c, || {
+                            let t = std::time::Instant::now();
+                            while t.elapsed() < Duration::from_micros(500) {
+                                std::hint::spin_loop();
+                            }
+                        });
+                    }
+                })
+                .unwrap();
+            measured = report.workers[1].cpu_share;
+            if measured < 800 {
+                break;
+            }
+        }
+        // A run long enough on worker 0 for worker 1 to enter it and fall asleep: worker 0 finds
+        // it quiescent, worker 1 asleep.
+        rt.run(on_0, || {
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_millis(20) {
+                std::hint::spin_loop();
+            }
+        })
+        .unwrap();
+        let mut slept = 0;
+        let ran = Arc::new(AtomicU64::new(0));
+        for _ in 0..100 {
+            let r = ran.clone();
+            let report = rt
+                .run(on_0, move || {
+                    r.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            slept += report.workers.iter().map(|w| w.ends_slept_through).sum::<u64>();
+        }
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        assert!(measured < 800, "worker 1 measured its CPU shared: {measured} thousandths");
+        assert_eq!(ran.load(Ordering::SeqCst), 100);
+        assert!(slept >= 50, "worker 1 slept through run ends ({slept} of 100)");
+    });
+}
