@@ -559,6 +559,20 @@ fn case_specs() -> Vec<Measurement> {
 /// measured).
 const REUSED_EARLIER_RUNS: u32 = 3;
 
+/// Messages of an actor program's simulated quiet run: its measured size (`bench actors
+/// --quick`, up to a million) scaled down to about this many, on which the cost model is fitted.
+const ACTOR_SIZE: u64 = 50_000;
+
+/// Messages of an actor program's simulated busy run: ten times [`ACTOR_SIZE`], for many of
+/// the busy thread's time slices. The cost model's count of posts the caches hold
+/// (`CostModel::warm_msgs`) is scaled up as much for it: fitted on runs scaled down to
+/// `ACTOR_SIZE`, where a program whose one event posts the whole run (counting, fork-join's
+/// root, the bank's teller) runs nearly all of it from the caches as measured, it charged
+/// most of the ten times longer queues a line from memory each: quiet at this size, counting
+/// simulated at 12.9M messages/s against 39.5M at `ACTOR_SIZE` (47.2M measured), the same
+/// 12.9M as busy (46.3M measured), the busy thread taking nothing from it (core 1 ran no event).
+const ACTOR_BUSY_SIZE: u64 = 500_000;
+
 /// The simulated figure of case `m` under `cost` (actor messages cost `actor_msg_ns` more).
 fn simulate_case(m: &Measurement, cost: &CostModel, actor_msg_ns: f64) -> f64 {
     simulate_case_report(m, cost, actor_msg_ns).0
@@ -594,15 +608,24 @@ fn simulate_case_report(
             let Some((_, p)) = Program::suite(true).into_iter().find(|(n, _)| *n == program) else {
                 return none;
             };
-            // About 50k messages: rates do not depend on the size beyond start-up. Busy: a
-            // spinning thread takes half of the last core's CPU while the worker wants it.
-            // Busy runs are ten times longer: many of the busy thread's 3 ms time slices.
-            let size = if busy { 500_000 } else { 50_000 };
-            let p = p.scaled((p.messages() / size).max(1));
+            // About 50k messages. Busy: a spinning thread takes half of the last core's CPU
+            // while the worker wants it, and runs are ten times longer: many of the busy
+            // thread's 3 ms time slices.
+            let size = if busy { ACTOR_BUSY_SIZE } else { ACTOR_SIZE };
+            let by = (p.messages() / size).max(1);
+            let quiet_by = (p.messages() / ACTOR_SIZE).max(1);
+            let p = p.scaled(by);
             let mut shares = vec![0.0; cores];
             if busy {
                 shares[cores - 1] = 0.5;
             }
+            // The posts a core's caches hold (`warm_msgs`) are fitted on the quiet runs, each
+            // its program scaled down `quiet_by` times: posts of that scale. A run scaled down
+            // `by` times holds `quiet_by / by` times as many (`ACTOR_BUSY_SIZE`).
+            let cost = &CostModel {
+                warm_msgs: cost.warm_msgs * quiet_by as f64 / by as f64,
+                ..cost.clone()
+            };
             let mut w = Actors::new(p, actor_msg_ns.max(0.0) as u64);
             // A fresh runtime warmed up by one run (`peers::on_fresh_runtime`; of an eighth of
             // the size there, of the whole here: the workload restarts as it was).
