@@ -222,7 +222,7 @@ fn enter_parked(ctx: &WorkerCtx) -> bool {
 
 /// Ends a parked spell, before this worker does anything: epoch first, so that a detector
 /// that saw it parked sees that it woke.
-fn leave_parked(ctx: &WorkerCtx) {
+pub(crate) fn leave_parked(ctx: &WorkerCtx) {
     let shared = &*ctx.shared;
     let status = &shared.remotes[ctx.id].status;
     status.epoch.fetch_add(1, Ordering::SeqCst);
@@ -357,10 +357,7 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     }
     // Parked in its parker (not its poller), on a CPU shared with another process, it may sleep
     // through the run's end (`run_end`).
-    let through = !io && shared.config.sleep_through_ends && {
-        let share = ctx.core.borrow().cpu_share.share();
-        shared.config.sleep_through_any_cpu || crate::worker::on_shared_cpu(shared, share)
-    };
+    let through = !io && sleeps_through(ctx);
     if through {
         publish_before_sleeping_through(ctx);
         crate::run_end::announce(&remote.poke.sleeper, ctx.run.get());
@@ -397,6 +394,16 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
         Flow::Stop
     } else {
         Flow::Continue
+    }
+}
+
+/// Whether this worker sleeps through run ends (`run_end`): on a CPU measured shared with
+/// another process (`worker::on_shared_cpu`), with `Config::sleep_through_ends`.
+pub(crate) fn sleeps_through(ctx: &WorkerCtx) -> bool {
+    let config = &ctx.shared.config;
+    config.sleep_through_ends && {
+        let share = ctx.core.borrow().cpu_share.share();
+        config.sleep_through_any_cpu || crate::worker::on_shared_cpu(&ctx.shared, share)
     }
 }
 

@@ -30,6 +30,13 @@
 //!   then it stops or goes on as [`stops`] says (a word carried into the next run while the
 //!   owner, preempted, had seen the last run's stop flag goes on in the new run).
 //!
+//! A worker on such a CPU that ends a run awake (the last to find nothing to do, it found the run
+//! quiescent) waits for the next one the same way, in its parker rather than at the gate: it
+//! marks itself parked and its word Claimed(r) itself ([`park_between`]), under the gate's lock,
+//! which the start of a run holds while it carries; a run started before that goes through the
+//! gate as before. Woken with nothing carried (a post made between runs, a hold's release, its
+//! share's recheck, the runtime's drop), it parks again or goes to the gate.
+//!
 //! And the start of run `r + 1` turns Claimed(r) into Claimable(r + 1) ([`carry`]): the sleeper
 //! takes part in the new run as a parked worker (counted parked, its inbox's sleep mark kept,
 //! so a post to it wakes it), without passing the gate. Every transition out of Claimed is a
@@ -62,6 +69,14 @@ pub(crate) enum Woke {
     InRun(u64),
     /// Run `run` ended and its end was counted by its claimer: the worker leaves for the gate.
     Claimed(u64),
+}
+
+/// The owner, having ended run `run` awake, sleeps until the next run as if claimed asleep in
+/// it, so that the next run carries it in ([`carry`]) rather than waking it at the gate. Only
+/// under the gate's lock, which the start of a run holds while it carries (a run started since
+/// would miss the word: the owner goes through the gate then).
+pub(crate) fn park_between(sleeper: &AtomicU64, run: u64) {
+    sleeper.store(word(run, CLAIMED), Ordering::SeqCst);
 }
 
 /// The owner, parked in run `run`, is about to sleep in its parker.

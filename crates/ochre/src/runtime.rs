@@ -323,16 +323,23 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         .then(|| crate::alloc::Heap::new(core.id, shared.workers, shared.config.ema_cap));
     let ctx = WorkerCtx::new(shared, core);
     let mut seen = 0;
+    // The run that carried this worker in while it slept between runs (`run_end`).
+    let mut carried = None;
     loop {
-        // On a CPU shared with another process, a yield gives its thread the rest of its time
-        // slice (milliseconds), and the next run waits for it: no watch there (`GATE_SPIN`).
-        let share = ctx.core.borrow().cpu_share.share();
-        if !crate::worker::on_shared_cpu(&ctx.shared, share) {
-            watch_gate(&gate.latest, seen, Instant::now());
-        }
-        // Blocked from here, it waits for nothing; its wake-up starts a run (work).
-        ctx.core.borrow_mut().cpu_share.busy_again();
-        {
+        if let Some(run) = carried.take() {
+            // Counted parked by the carry: it leaves that state as any sleeper woken for work.
+            seen = run;
+            crate::idle::leave_parked(&ctx);
+        } else {
+            // On a CPU shared with another process, a yield gives its thread the rest of its
+            // time slice (milliseconds), and the next run waits for it: no watch there
+            // (`GATE_SPIN`).
+            let share = ctx.core.borrow().cpu_share.share();
+            if !crate::worker::on_shared_cpu(&ctx.shared, share) {
+                watch_gate(&gate.latest, seen, Instant::now());
+            }
+            // Blocked from here, it waits for nothing; its wake-up starts a run (work).
+            ctx.core.borrow_mut().cpu_share.busy_again();
             let mut g = lock(&gate.state);
             while gate.latest.load(Ordering::Acquire) == seen {
                 g = gate.start.wait(g).unwrap_or_else(|e| e.into_inner());
@@ -356,6 +363,7 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         seen = ctx.run.get();
         if outcome.is_ok() && ctx.claimed.get() {
             // Asleep at the run's end, which the worker that stopped it counted (`run_end`).
+            carried = park_between_runs(&ctx, &gate, &mut seen);
             continue;
         }
         let last = {
@@ -377,6 +385,53 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
         }
         if outcome.is_err() {
             break;
+        }
+        carried = park_between_runs(&ctx, &gate, &mut seen);
+    }
+}
+
+/// After run `seen`, a worker that sleeps through run ends (`run_end`; `idle::sleeps_through`)
+/// waits for the next run in its parker, marked parked and its word Claimed, so that the next
+/// run carries it in rather than waking it at the gate, where its wake-up would wait for the
+/// other process's time slice. Returns the run that carried it in, or `None` to go through the
+/// gate (a run started first, messages wait, or it does not sleep through). Claimed asleep in a
+/// run it was carried into, it waits for the next one after that (`seen` moves on).
+fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64> {
+    let shared = &*ctx.shared;
+    let remote = &shared.remotes[ctx.id];
+    let locked = !shared.config.batching;
+    loop {
+        if !crate::idle::sleeps_through(ctx) || ctx.core.borrow().io.active() {
+            return None;
+        }
+        {
+            let _g = lock(&gate.state);
+            if gate.latest.load(Ordering::Acquire) != *seen || !remote.poke.inbox.try_sleep(locked)
+            {
+                return None;
+            }
+            remote.status.parked.store(true, Ordering::SeqCst);
+            crate::run_end::park_between(&remote.poke.sleeper, *seen);
+        }
+        let limit = {
+            let mut core = ctx.core.borrow_mut();
+            core.cpu_share.busy_again();
+            core.cpu_share.sleep_limit()
+        };
+        remote.parker.park(limit);
+        remote.poke.inbox.woke(locked);
+        match crate::run_end::resolve(&remote.poke.sleeper, *seen) {
+            crate::run_end::Woke::InRun(run) => return Some(run),
+            // Not carried (no run started since), or carried into one and claimed asleep at
+            // its end: it waits for the next, once it did what an idle worker does when it
+            // wakes (its share's recheck: a probe of its CPU, and a sample, at which a worker
+            // that left its pin takes it again), or it would sleep on a stale measure for good.
+            crate::run_end::Woke::Claimed(run) => {
+                *seen = run;
+                let mut core = ctx.core.borrow_mut();
+                core.cpu_share.probe();
+                core.publish_idle(shared);
+            }
         }
     }
 }
@@ -561,7 +616,9 @@ impl Runtime {
             return Err(Error::os("worker thread", std::io::Error::other(crash.clone())));
         }
         // Reset the per-run state: every worker waits at the gate, or sleeps through the last
-        // run's end (`run_end`), so nothing races with this but such a sleeper's wake-up.
+        // run's end (`run_end`), so nothing races with this but such a sleeper's wake-up. Under
+        // the gate's lock: a worker parks between runs under it (`park_between_runs`).
+        let mut g = lock(&self.gate.state);
         let run = self.gate.latest.load(Ordering::Relaxed) + 1;
         // Before any carry: a sleeper carried in may wake at once (a post made between runs)
         // and run events of this run, its panics and counters this run's.
@@ -593,10 +650,10 @@ impl Runtime {
 
         let started = Instant::now();
         let last = {
-            let mut g = lock(&self.gate.state);
             g.finished = 0;
             let last = self.gate.latest.load(Ordering::Relaxed);
             self.gate.latest.store(last + 1, Ordering::Release);
+            drop(g);
             last
         };
         // After the lock is released: woken while it was held, every worker blocked on it again

@@ -115,13 +115,13 @@ fn a_post_between_runs_waits_for_the_next_run_though_its_worker_slept_through_th
         let ran = Arc::new(AtomicBool::new(false));
         let r = ran.clone();
         handle.post(on_3, move || r.store(true, Ordering::SeqCst));
-        // The post wakes worker 3, asleep in its last run's loop: it leaves for the gate and
-        // runs nothing until the next run.
+        // The post wakes worker 3, asleep in its last run's loop or between runs: it leaves
+        // for the gate and runs nothing until the next run.
         std::thread::sleep(Duration::from_millis(30));
         assert!(!ran.load(Ordering::SeqCst), "an event ran outside a run");
         let report = rt.run(on_0, || {}).unwrap();
         assert!(ran.load(Ordering::SeqCst), "the next run ran it");
-        assert_eq!(report.workers[3].events_run, 1);
+        assert_eq!(report.total().events_run, 2, "counted in the next run's report");
     });
 }
 
@@ -276,7 +276,9 @@ fn a_panic_posted_between_runs_to_a_worker_asleep_through_the_end_is_the_next_ru
                     assert!(!abort, "an aborting panic returns an error");
                     assert_eq!(report.panics.len(), 1, "{report:?}");
                     assert_eq!(report.panics[0].color, on_3);
-                    assert_eq!(report.workers[3].events_run, 1);
+                    // Its event and the run's own, counted in this run's report (on whichever
+                    // workers: a loaded machine moves colors off a shared CPU).
+                    assert_eq!(report.total().events_run, 2);
                 }
                 Err(e) => {
                     assert!(abort, "{e}");
