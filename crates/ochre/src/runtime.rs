@@ -404,6 +404,9 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
         if !crate::idle::sleeps_through(ctx) || ctx.core.borrow().io.active() {
             return None;
         }
+        // It parks in its parker: a post's wake-up must come there, not to its poller (where a
+        // sleep in a run of timers or descriptors left it announced).
+        remote.status.parks_in_poller.store(false, Ordering::Relaxed);
         {
             let _g = lock(&gate.state);
             if gate.latest.load(Ordering::Acquire) != *seen || !remote.poke.inbox.try_sleep(locked)
@@ -630,6 +633,15 @@ impl Runtime {
         shared.control.parked.store(0, Ordering::SeqCst);
         shared.control.spinners.store(0, Ordering::SeqCst);
         shared.control.claimed_ends.store(0, Ordering::SeqCst);
+        // Before any carry: once every worker is carried in parked, one woken at once (by a
+        // post made between runs) could find the run quiescent before its init was sent; sent,
+        // it is counted in flight until received (`idle::quiescent`). A sleeper it wakes before
+        // its carry leaves for the gate.
+        shared.post_external(
+            home_of(color, shared.placement),
+            Msg::Post { color, task: init, urgent: false, step: false },
+            true,
+        );
         let parked = &shared.control.parked;
         for r in shared.remotes.iter() {
             // A sleeper carried into this run stays parked, its inbox's sleep mark kept (a post
@@ -642,11 +654,6 @@ impl Runtime {
             r.status.parked.store(false, Ordering::SeqCst);
             r.poke.inbox.woke(!shared.config.batching);
         }
-        shared.post_external(
-            home_of(color, shared.placement),
-            Msg::Post { color, task: init, urgent: false, step: false },
-            true,
-        );
 
         let started = Instant::now();
         let last = {

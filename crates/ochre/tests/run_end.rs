@@ -119,8 +119,11 @@ fn a_post_between_runs_waits_for_the_next_run_though_its_worker_slept_through_th
         // for the gate and runs nothing until the next run.
         std::thread::sleep(Duration::from_millis(30));
         assert!(!ran.load(Ordering::SeqCst), "an event ran outside a run");
-        let report = rt.run(on_0, || {}).unwrap();
+        let init = Arc::new(AtomicBool::new(false));
+        let i = init.clone();
+        let report = rt.run(on_0, move || i.store(true, Ordering::SeqCst)).unwrap();
         assert!(ran.load(Ordering::SeqCst), "the next run ran it");
+        assert!(init.load(Ordering::SeqCst), "and its own init");
         assert_eq!(report.total().events_run, 2, "counted in the next run's report");
     });
 }
@@ -362,5 +365,62 @@ fn a_worker_measured_on_a_cpu_shared_with_a_busy_thread_sleeps_through_run_ends(
         assert!(measured < 800, "worker 1 measured its CPU shared: {measured} thousandths");
         assert_eq!(ran.load(Ordering::SeqCst), 100);
         assert!(slept >= 50, "worker 1 slept through run ends ({slept} of 100)");
+    });
+}
+
+/// Every worker ends its runs parked (no spinning, any CPU): the next run carries them all in,
+/// and a post made between runs wakes one at once. Each run runs its init (none is found
+/// quiescent before its init was sent) and leaves nothing pending.
+#[test]
+fn runs_whose_every_worker_was_carried_in_run_their_init_with_posts_between_them() {
+    within(Duration::from_secs(120), || {
+        let rt = Runtime::builder().workers(2).config(sleeping_through()).build().unwrap();
+        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        let on_1 = (1..).map(Color).find(|&c| rt.home_of(c) == 1).unwrap();
+        let handle = rt.handle();
+        let posted = Arc::new(AtomicU64::new(0));
+        let between = Arc::new(AtomicU64::new(0));
+        for run in 0..300u64 {
+            if run % 3 == 0 {
+                let b = between.clone();
+                handle.post(if run % 2 == 0 { on_1 } else { on_0 }, move || {
+                    b.fetch_add(1, Ordering::SeqCst);
+                });
+                posted.fetch_add(1, Ordering::SeqCst);
+            }
+            let init = Arc::new(AtomicBool::new(false));
+            let i = init.clone();
+            let report = rt.run(on_0, move || i.store(true, Ordering::SeqCst)).unwrap();
+            assert!(init.load(Ordering::SeqCst), "run {run} ended before its init ran");
+            assert_eq!((report.end, report.pending), (RunEnd::Quiescent, 0), "run {run}");
+            assert_eq!(between.load(Ordering::SeqCst), posted.load(Ordering::SeqCst), "run {run}");
+        }
+    });
+}
+
+/// A worker that slept in its poller in a run (a timer of its own), then found the run
+/// quiescent and parked between runs, is woken in its parker by the next run's posts.
+#[test]
+fn a_worker_parked_between_runs_after_a_sleep_in_its_poller_wakes_for_the_next_runs_posts() {
+    within(Duration::from_secs(30), || {
+        let rt = Runtime::builder().workers(2).config(sleeping_through()).build().unwrap();
+        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        for _ in 0..5 {
+            let fired = Arc::new(AtomicBool::new(false));
+            let f = fired.clone();
+            rt.run(on_0, move || {
+                ochre::io::post_after(Duration::from_millis(5), on_0, move || {
+                    f.store(true, Ordering::SeqCst);
+                })
+                .unwrap();
+            })
+            .unwrap();
+            assert!(fired.load(Ordering::SeqCst));
+            std::thread::sleep(Duration::from_millis(10));
+            let ran = Arc::new(AtomicBool::new(false));
+            let r = ran.clone();
+            rt.run(on_0, move || r.store(true, Ordering::SeqCst)).unwrap();
+            assert!(ran.load(Ordering::SeqCst));
+        }
     });
 }
