@@ -259,8 +259,9 @@ pub struct Config {
     /// A worker on a CPU shared with another process, asleep when its run is found quiescent,
     /// sleeps through the run's end, which the worker that found it ends for it, and through the
     /// next run's start, which carries it in asleep (`run_end`): `Runtime::run` does not wait
-    /// for it to wake. That wake-up waited for the other process's time slice, and so did every
-    /// run: a user's sum beside a busy thread had done its work at 2.4 ms and returned at 4-7
+    /// for it to wake; one that ended a run awake waits for the next in its parker, carried in
+    /// likewise, not at the gate. That wake-up waited for the other process's time slice, and
+    /// so did every run: a user's sum beside a busy thread had done its work at 2.4 ms and returned at 4-7
     /// ms. Such a worker takes back the memory others freed for it at its next end, so its EMA
     /// gauges in a run's report may count it live until then. Off in [`Config::baseline`] (its
     /// workers all end every run).
