@@ -261,10 +261,10 @@ pub struct Config {
     /// next run's start, which carries it in asleep (`run_end`): `Runtime::run` does not wait
     /// for it to wake; one that ended a run awake waits for the next in its parker, carried in
     /// likewise, not at the gate. That wake-up waited for the other process's time slice, and
-    /// so did every run: a user's sum beside a busy thread had done its work at 2.4 ms and returned at 4-7
-    /// ms. Such a worker takes back the memory others freed for it at its next end, so its EMA
-    /// gauges in a run's report may count it live until then. Off in [`Config::baseline`] (its
-    /// workers all end every run).
+    /// so did every run: a user's sum beside a busy thread had done its work at 2.4 ms and
+    /// returned at 4-7 ms. Such a worker takes back the memory others freed for it at its next
+    /// end, so its EMA gauges in a run's report may count it live until then. Off in
+    /// [`Config::baseline`] (its workers all end every run).
     #[serde(default = "yes")]
     pub sleep_through_ends: bool,
     /// With `sleep_through_ends`, a worker sleeps through run ends on any CPU, not only on one

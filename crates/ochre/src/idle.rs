@@ -143,9 +143,7 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
     let (budget, try_steal, watches) = {
         let mut core = ctx.core.borrow_mut();
-        // Idle with its CPU found shared: is it still? (`cpu_share`; published just below.)
-        core.cpu_share.probe();
-        core.publish_idle(shared);
+        core.recheck_idle(shared);
         steal::request(&mut core, shared);
         let paused = core.no_spin_until.is_some_and(|t| Instant::now() < t);
         if !paused {

@@ -865,13 +865,7 @@ fn loom_a_sleeper_through_a_run_end_is_counted_once_and_never_lost() {
         }
         stop.store(false, Ordering::SeqCst);
         parked.store(0, Ordering::SeqCst);
-        let (up, down) = (parked.clone(), parked.clone());
-        let carried = carry(
-            &remote.poke.sleeper,
-            2,
-            move || _ = up.fetch_add(1, Ordering::SeqCst),
-            move || _ = down.fetch_sub(1, Ordering::SeqCst),
-        );
+        let carried = carry(&remote.poke.sleeper, 2, &parked);
         // A post of run 2 to the sleeper (or the runtime's drop) wakes it.
         remote.parker.unpark();
         let woke = sleeper.join().unwrap();

@@ -627,7 +627,6 @@ impl ColorQueue {
     }
 
     /// Events queued on this worker (not counting one that is running).
-    #[cfg(all(test, not(loom)))]
     pub(crate) fn pending(&self) -> usize {
         self.pending
     }

@@ -52,7 +52,7 @@
 //! while it sleeps; nothing runs outside a run (a claimed worker woken between runs by a post
 //! or a hold leaves for the gate without taking its inbox).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 const CLAIMABLE: u64 = 1;
 const CLAIMED: u64 = 2;
@@ -124,25 +124,20 @@ pub(crate) fn claim(sleeper: &AtomicU64, run: u64) -> bool {
         .is_ok()
 }
 
-/// The start of run `run` carries in a worker claimed asleep at the last run's end; false if it
-/// was not claimed, or woke and left for the gate first. `count` is called before the swap,
-/// `uncount` if it fails (the parked count of the new run, module doc).
-pub(crate) fn carry(
-    sleeper: &AtomicU64,
-    run: u64,
-    count: impl FnOnce(),
-    uncount: impl FnOnce(),
-) -> bool {
+/// The start of run `run` carries in a worker claimed asleep at the last run's end, counting it
+/// in the new run's `parked` workers before the swap that lets it wake into the run (module
+/// doc); false if it was not claimed, or woke and left for the gate first (then not counted).
+pub(crate) fn carry(sleeper: &AtomicU64, run: u64, parked: &AtomicUsize) -> bool {
     let w = sleeper.load(Ordering::SeqCst);
     if w & TAG != CLAIMED {
         return false;
     }
-    count();
+    parked.fetch_add(1, Ordering::SeqCst);
     let carried = sleeper
         .compare_exchange(w, word(run, CLAIMABLE), Ordering::SeqCst, Ordering::SeqCst)
         .is_ok();
     if !carried {
-        uncount();
+        parked.fetch_sub(1, Ordering::SeqCst);
     }
     carried
 }
@@ -160,14 +155,15 @@ mod tests {
         assert!(claim(&s, 4));
         assert!(!claim(&s, 4), "claimed once");
         assert_eq!(resolve(&s, 4), Woke::Claimed(4));
-        assert!(!carry(&s, 5, || {}, || panic!("not counted")), "it left: nothing to carry");
+        let parked = AtomicUsize::new(0);
+        assert!(!carry(&s, 5, &parked), "it left: nothing to carry");
+        assert_eq!(parked.load(Ordering::SeqCst), 0, "not counted");
         announce(&s, 5);
         assert!(claim(&s, 5));
-        let counted = std::cell::Cell::new(0);
-        assert!(carry(&s, 6, || counted.set(counted.get() + 1), || counted.set(counted.get() - 1)));
-        assert_eq!(counted.get(), 1, "counted parked in the new run");
+        assert!(carry(&s, 6, &parked));
+        assert_eq!(parked.load(Ordering::SeqCst), 1, "counted parked in the new run");
         assert!(claim(&s, 6), "asleep through run 6 as well");
-        assert!(carry(&s, 7, || {}, || {}));
+        assert!(carry(&s, 7, &parked));
         assert_eq!(resolve(&s, 5), Woke::InRun(7), "wakes into the latest run");
         assert_eq!(s.load(Ordering::SeqCst), 0);
     }

@@ -401,7 +401,14 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
     let remote = &shared.remotes[ctx.id];
     let locked = !shared.config.batching;
     loop {
-        if !crate::idle::sleeps_through(ctx) || ctx.core.borrow().io.active() {
+        // Only with nothing to do, as any sleeper a run may carry (`idle`): a run that ended by
+        // a shutdown leaves its events queued, and carried asleep, the worker would hold them
+        // through the next run, which would then end quiescent without them.
+        let idle = {
+            let core = ctx.core.borrow();
+            core.queue.pending() == 0 && !core.has_outgoing() && !core.io.active()
+        };
+        if !idle || !crate::idle::sleeps_through(ctx) {
             return None;
         }
         // It parks in its parker: a post's wake-up must come there, not to its poller (where a
@@ -427,13 +434,11 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
             crate::run_end::Woke::InRun(run) => return Some(run),
             // Not carried (no run started since), or carried into one and claimed asleep at
             // its end: it waits for the next, once it did what an idle worker does when it
-            // wakes (its share's recheck: a probe of its CPU, and a sample, at which a worker
-            // that left its pin takes it again), or it would sleep on a stale measure for good.
+            // wakes (`Core::recheck_idle`: a worker that left its pin takes it again there), or
+            // it would sleep on a stale measure for good.
             crate::run_end::Woke::Claimed(run) => {
                 *seen = run;
-                let mut core = ctx.core.borrow_mut();
-                core.cpu_share.probe();
-                core.publish_idle(shared);
+                ctx.core.borrow_mut().recheck_idle(shared);
             }
         }
     }
@@ -642,13 +647,10 @@ impl Runtime {
             Msg::Post { color, task: init, urgent: false, step: false },
             true,
         );
-        let parked = &shared.control.parked;
         for r in shared.remotes.iter() {
             // A sleeper carried into this run stays parked, its inbox's sleep mark kept (a post
-            // to it wakes it); counted parked before the swap that lets it wake into the run.
-            let count = || _ = parked.fetch_add(1, Ordering::SeqCst);
-            let uncount = || _ = parked.fetch_sub(1, Ordering::SeqCst);
-            if crate::run_end::carry(&r.poke.sleeper, run, count, uncount) {
+            // to it wakes it).
+            if crate::run_end::carry(&r.poke.sleeper, run, &shared.control.parked) {
                 continue;
             }
             r.status.parked.store(false, Ordering::SeqCst);

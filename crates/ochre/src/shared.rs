@@ -365,28 +365,21 @@ impl Shared {
             self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
         // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
         // parker's sticky token wakes it if it parks after our unpark.
-        self.wake_all();
+        self.wake_all_but(|_, _| false);
     }
 
-    /// Ends run `run` as quiescent, found so by worker `me`: a worker asleep in it sleeps on,
-    /// its end counted here (`run_end`; with `Config::sleep_through_ends`), the others are woken.
-    /// Returns how many slept on.
+    /// Ends run `run` as quiescent, found so by worker `me`, and wakes the workers, but those
+    /// asleep in it (with `Config::sleep_through_ends`): they sleep on, their ends counted here
+    /// (`run_end::claim`). Returns how many slept on.
     pub(crate) fn stop_quiescent(&self, run: u64, me: usize) -> usize {
         let stop = &self.control.stop;
         if stop.compare_exchange(RUNNING, QUIESCENT, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             // Stopped already (a shutdown): whoever stopped it woke everyone.
             return 0;
         }
-        let mut claimed = 0;
-        for (w, r) in self.remotes.iter().enumerate() {
-            let asleep = self.config.sleep_through_ends && w != me;
-            if asleep && crate::run_end::claim(&r.poke.sleeper, run) {
-                claimed += 1;
-                continue;
-            }
-            r.parker.unpark();
-            r.poller.wake();
-        }
+        let through = self.config.sleep_through_ends;
+        let claimed = self
+            .wake_all_but(|w, r| through && w != me && crate::run_end::claim(&r.poke.sleeper, run));
         if claimed > 0 {
             // Their heaps handed back what they held for others before they slept (`idle`).
             self.ends_flushed.fetch_add(claimed as u64, Ordering::AcqRel);
@@ -398,10 +391,22 @@ impl Shared {
     /// Wakes every worker, asleep in its parker or its poller (a sticky token: one that parks
     /// after this wakes at once).
     pub(crate) fn wake_all(&self) {
-        for r in self.remotes.iter() {
+        self.wake_all_but(|_, _| false);
+    }
+
+    /// [`wake_all`](Self::wake_all), but the workers `skip` says (by index); returns how many
+    /// it skipped.
+    fn wake_all_but(&self, mut skip: impl FnMut(usize, &Remote) -> bool) -> usize {
+        let mut skipped = 0;
+        for (w, r) in self.remotes.iter().enumerate() {
+            if skip(w, r) {
+                skipped += 1;
+                continue;
+            }
             r.parker.unpark();
             r.poller.wake();
         }
+        skipped
     }
 
     pub(crate) fn record_panic(&self, record: PanicRecord) {

@@ -109,8 +109,8 @@ const FLUSH_SPIN: Duration = Duration::from_micros(200);
 /// where the caller of `run` waits for it), blocks at once rather than watch for the next
 /// run (`runtime`'s `GATE_SPIN`: a spin there held the CPU that caller needed where the share
 /// was stale), and, asleep when its run is found quiescent, sleeps through the run's end
-/// (`run_end`, `Config::sleep_through_ends`). Not `Spin`'s idle spinning: a wait of microseconds at a run's edge, bounded,
-/// which the baseline's runs pay too.
+/// (`run_end`, `Config::sleep_through_ends`). Not `Spin`'s idle spinning: a wait of
+/// microseconds at a run's edge, bounded, which the baseline's runs pay too.
 pub(crate) fn on_shared_cpu(shared: &Shared, share: u32) -> bool {
     !follow::has_its_cpu(share) && shared.max_spinners >= shared.workers
 }
@@ -799,6 +799,14 @@ impl Core {
                 to.filter(|_| !io.anchors(shared, color))
             },
         )
+    }
+
+    /// What a worker does first when it finds itself idle (an idle spell, or a wake-up between
+    /// runs): with its CPU found shared, is it still (`CpuShare::probe`)? Then it publishes its
+    /// counters, its share and its load ([`publish_idle`](Self::publish_idle)).
+    pub(crate) fn recheck_idle(&mut self, shared: &Shared) {
+        self.cpu_share.probe();
+        self.publish_idle(shared);
     }
 
     /// Publishes counters and load for other threads, at the end of a round: the heap's gauges
