@@ -5,8 +5,9 @@
 //!
 //! `fib_probe [N] [CUTOFF] [REPS]` (defaults 30, 10, 7); `ONLY=ochre|tokio|rayon` runs one
 //! system, `W=n` gives ochre n workers, `FOLLOW=0`, `STEAL=off`, `TURN=n` change its
-//! configuration (`harness::probe_config`), `FIBSTATS=1` prints each ochre run's per-worker
-//! counters.
+//! configuration (`harness::probe_config`), `PIN=0` leaves its workers unpinned, `BUSY=1` spins
+//! a thread on CPU 1 throughout, `FIBSTATS=1` prints each ochre run's per-worker counters. The
+//! program itself is `ochre_bench::divide` (`bench steal`'s divide and conquer).
 //!
 //! Found (session 31, 2 workers, quiet, medians of 7-9): `fib(30)` with leaves of `seq(10)`
 //! ran in 37-42 ms on two workers, 25 ms on one, 21-23 ms in tokio-mt. Every color's first
@@ -35,103 +36,11 @@
 //! then: `hashbrown`'s `remove_entry` on the queue's color index 5.4% (cache misses: a color
 //! per task spreads over a large table), `_int_free`/`_int_malloc` 8.7% (the program's own
 //! `Arc<Mutex<Join>>` per call).
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ochre::{Color, Runtime};
+use ochre::Runtime;
+use ochre_bench::divide;
 use ochre_bench::harness::{median, probe_config};
-
-fn seq(n: u64) -> u64 {
-    if n < 2 {
-        n
-    } else {
-        seq(n - 1) + seq(n - 2)
-    }
-}
-
-static NEXT: AtomicU64 = AtomicU64::new(1);
-
-/// A call waiting for its two halves: the sum so far and how many answered.
-struct Join {
-    sum: u64,
-    answered: u32,
-    parent: Option<(Color, Arc<Mutex<Join>>)>,
-    done: Option<std::sync::mpsc::Sender<u64>>,
-}
-
-fn answer(j: Arc<Mutex<Join>>, v: u64) {
-    let mut g = j.lock().unwrap();
-    g.sum += v;
-    g.answered += 1;
-    if g.answered == 2 {
-        let sum = g.sum;
-        if let Some(tx) = g.done.take() {
-            let _ = tx.send(sum);
-        } else if let Some((pc, pj)) = g.parent.take() {
-            ochre::post(pc, move || answer(pj, sum));
-        }
-    }
-}
-
-fn call(n: u64, cutoff: u64, me: Color, join: Arc<Mutex<Join>>) {
-    if n <= cutoff {
-        let v = seq(n);
-        let (pc, pj) = join.lock().unwrap().parent.clone().unwrap();
-        drop(join);
-        ochre::post(pc, move || answer(pj, v));
-        return;
-    }
-    for k in [1, 2] {
-        let c = Color(NEXT.fetch_add(1, Ordering::Relaxed));
-        let j = Arc::new(Mutex::new(Join {
-            sum: 0,
-            answered: 0,
-            parent: Some((me, join.clone())),
-            done: None,
-        }));
-        ochre::post(c, move || call(n - k, cutoff, c, j));
-    }
-}
-
-fn fib_ochre(rt: &Runtime, n: u64, cutoff: u64) -> u64 {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let root = Arc::new(Mutex::new(Join { sum: 0, answered: 0, parent: None, done: Some(tx) }));
-    let c = Color(NEXT.fetch_add(1, Ordering::Relaxed));
-    let report = rt.run(c, move || call(n, cutoff, c, root)).unwrap();
-    if std::env::var("FIBSTATS").is_ok() {
-        for (w, s) in report.workers.iter().enumerate() {
-            eprintln!(
-                "  {} ({:.2} ms)",
-                ochre_bench::harness::worker_line(w, s),
-                report.elapsed.as_secs_f64() * 1e3
-            );
-        }
-    }
-    rx.recv().unwrap()
-}
-
-fn fib_tokio(
-    n: u64,
-    cutoff: u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send>> {
-    Box::pin(async move {
-        if n <= cutoff {
-            return seq(n);
-        }
-        let a = tokio::spawn(fib_tokio(n - 1, cutoff));
-        let b = tokio::spawn(fib_tokio(n - 2, cutoff));
-        a.await.unwrap() + b.await.unwrap()
-    })
-}
-
-fn fib_rayon(n: u64, cutoff: u64) -> u64 {
-    if n <= cutoff {
-        return seq(n);
-    }
-    let (a, b) = rayon::join(|| fib_rayon(n - 1, cutoff), || fib_rayon(n - 2, cutoff));
-    a + b
-}
 
 fn main() {
     let a: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
@@ -139,27 +48,43 @@ fn main() {
     let cutoff = *a.get(1).unwrap_or(&10);
     let reps = *a.get(2).unwrap_or(&7) as usize;
     let w = std::env::var("W").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
-    let rt = Runtime::builder().workers(w).config(probe_config()).build().unwrap();
+    let pin = std::env::var("PIN").as_deref() != Ok("0");
+    let rt = Runtime::builder().workers(w).pin(pin).config(probe_config()).build().unwrap();
     let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-    let want = seq(n);
+    let want = divide::seq(n);
     let mut t: [Vec<f64>; 3] = Default::default();
-    for rep in 0..reps {
-        let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
-        for s in order {
-            if std::env::var("ONLY").is_ok_and(|o| o != ["ochre", "tokio", "rayon"][s]) {
-                continue;
+    let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
+    ochre_bench::actors::with_busy_cpu(busy, || {
+        for rep in 0..reps {
+            let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
+            for s in order {
+                if std::env::var("ONLY").is_ok_and(|o| o != ["ochre", "tokio", "rayon"][s]) {
+                    continue;
+                }
+                let t0 = Instant::now();
+                let got = match s {
+                    0 => {
+                        let (got, report) = divide::on_ochre(&rt, n, cutoff).unwrap();
+                        if std::env::var("FIBSTATS").is_ok() {
+                            for (w, s) in report.workers.iter().enumerate() {
+                                eprintln!(
+                                    "  {} ({:.2} ms)",
+                                    ochre_bench::harness::worker_line(w, s),
+                                    report.elapsed.as_secs_f64() * 1e3
+                                );
+                            }
+                        }
+                        got
+                    }
+                    1 => divide::on_tokio(&tokio, n, cutoff).unwrap(),
+                    _ => divide::on_rayon(&pool, n, cutoff),
+                };
+                assert_eq!(got, want);
+                t[s].push(t0.elapsed().as_secs_f64() * 1e3);
             }
-            let t0 = Instant::now();
-            let got = match s {
-                0 => fib_ochre(&rt, n, cutoff),
-                1 => tokio.block_on(fib_tokio(n, cutoff)),
-                _ => pool.install(|| fib_rayon(n, cutoff)),
-            };
-            assert_eq!(got, want);
-            t[s].push(t0.elapsed().as_secs_f64() * 1e3);
         }
-    }
+    });
     let m: Vec<f64> = t.iter().map(|v| if v.is_empty() { f64::NAN } else { median(v) }).collect();
     println!(
         "fib({n}) cutoff {cutoff}: ochre {:.2} ms, tokio {:.2} ms, rayon {:.2} ms; ochre/tokio speed {:.2}, ochre/rayon {:.2}",

@@ -17,6 +17,7 @@ pub mod actors;
 pub mod alloc;
 pub mod color_stats;
 pub mod costs;
+pub mod divide;
 pub mod harness;
 pub mod loadgen;
 pub mod mr;

@@ -47,6 +47,17 @@
 //! 0.56-0.82 and 1.07-1.22 (two processes; quiet, ochre / tokio-mt 1.1-1.3 and 3.2-3.3). The
 //! shared-CPU cases run after every quiet one (a CPU's measured share is remembered for the
 //! process) and check 0.7 of tokio-mt, the goal of `bench actors`' busy half.
+//!
+//! A user's divide and conquer (`divide`): `fib(27)` (`--quick`) or `fib(30)` with leaves at 12
+//! or 15, a fresh plain color per call, each half answering its parent's color; against
+//! tokio-mt (a task per call) and rayon (`join`), quiet and beside the busy thread, checked as
+//! the sum is. Every call's color is new, so this is the runtime's cost per fresh color
+//! (hashed to a home, its slot made and dropped, its first turn watched) and its placement of
+//! a tree whose halves hash anywhere. First figures (session 41, `--quick`, three processes):
+//! quiet 0.84-0.96 of tokio-mt, busy 0.99-1.25; `examples/fib_probe` with a busy thread (or
+//! a busy process) on CPU 1 ranged 0.26-1.04 over processes: one run in four or five took a
+//! time slice of the other thread (3-5 ms against 0.8) waiting for the worker on the shared
+//! CPU, the home of half the tree's colors, whose posts and answers only it can route.
 
 use ochre::{Color, Config, Runtime, Steal};
 
@@ -217,7 +228,7 @@ pub fn pipeline_tokio(rt: &tokio::runtime::Runtime, stages: u64, items: u64, cos
 pub fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(
         "steal",
-        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), users' loops on plain colors against tokio and rayon (steps/s), a user's pipeline of plain colors against tokio (items/s), a user's word count on plain colors against tokio and rayon (lines/s), and a user's sum (numbers/s) and short jobs (jobs/s) on plain colors against tokio and rayon, quiet and with the last worker's CPU shared with a busy thread.",
+        "Stealing policies: imbalanced colors (events/s, higher is better), ping-pong (ev/s/worker, stealing must cost <= 2%), users' loops on plain colors against tokio and rayon (steps/s), a user's pipeline of plain colors against tokio (items/s), a user's word count on plain colors against tokio and rayon (lines/s), and a user's sum (numbers/s), short jobs (jobs/s) and divide and conquer (calls/s) on plain colors against tokio and rayon, quiet and with the last worker's CPU shared with a busy thread.",
     );
     let length = if opts.quick { 400 } else { 1_500 };
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
@@ -281,12 +292,14 @@ pub fn run(opts: &Options) -> BenchReport {
         wordcount_case(&mut report, opts, w);
         sum_case(&mut report, opts, w, false);
         jobs_case(&mut report, opts, w, false);
+        divide_case(&mut report, opts, w, false);
     }
     // Last: a worker's CPU measured shared is remembered for the process (`ochre::cpu_share`),
     // and the quiet cases would start from it.
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
         sum_case(&mut report, opts, w, true);
         jobs_case(&mut report, opts, w, true);
+        divide_case(&mut report, opts, w, true);
     }
     if report.rows.is_empty() {
         report.notes.push("needs at least 2 workers: skipped".into());
@@ -524,6 +537,31 @@ fn jobs_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
     ];
     let what = (w, case.as_str(), "jobs/s", "a user's short jobs");
     let ochre = |rt: &Runtime| timed(&|| usersum::jobs_on_ochre(rt, jobs));
+    shared_cpu_users_case(report, opts, what, busy, ochre, peers);
+}
+
+/// A user's divide and conquer at `w` workers (`divide`: `fib` with a fresh color per call),
+/// quiet or beside a busy thread on the last worker's CPU.
+fn divide_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
+    use crate::divide;
+    let (n, cutoff) = if opts.quick { (27, 12) } else { (30, 15) };
+    let (want, calls) = (divide::seq(n), divide::calls(n, cutoff) as f64);
+    let case = shared_cpu_case(w, "divide and conquer", busy);
+    let tokio = peers::tokio_multi_thread(w);
+    let rayon = peers::rayon_pool(w);
+    let timed = move |run: &dyn Fn() -> Result<u64, String>| rate_of(calls, want, run);
+    let peers = vec![
+        System::new("tokio-mt", || {
+            let rt = tokio.as_ref().map_err(Clone::clone)?;
+            timed(&|| divide::on_tokio(rt, n, cutoff))
+        }),
+        System::new("rayon", || {
+            let pool = rayon.as_ref().map_err(Clone::clone)?;
+            timed(&|| Ok(divide::on_rayon(pool, n, cutoff)))
+        }),
+    ];
+    let what = (w, case.as_str(), "calls/s", "a user's divide and conquer on fresh colors");
+    let ochre = |rt: &Runtime| timed(&|| divide::on_ochre(rt, n, cutoff).map(|(v, _)| v));
     shared_cpu_users_case(report, opts, what, busy, ochre, peers);
 }
 
