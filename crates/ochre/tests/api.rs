@@ -872,15 +872,26 @@ fn a_fork_tree_of_fresh_colors_batches_its_posts_between_workers() {
     let _cpus = cpu_timing();
     let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
     let next = Arc::new(AtomicU64::new(1_000));
-    let report = rt.run(Color(1), move || call(14, Color(1), next)).unwrap();
-    let t = report.total();
-    assert_eq!(t.events_run, 1 + (2 << 14) - 2 + (1 << 14));
-    if report.workers.iter().any(|w| w.cpu_share < 950 || w.unpinned > 0) {
-        eprintln!("not judged: a CPU was shared ({:?})", report.workers);
-        return;
+    // Up to three trees, one of which must batch so: without the rule every tree's batches
+    // held 1.2-2.3 messages, and a tree on a machine busy with other tests once held 3.15 (a
+    // CI run) with it.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let next = next.clone();
+        let report = rt.run(Color(1), move || call(14, Color(1), next)).unwrap();
+        let t = report.total();
+        assert_eq!(t.events_run, 1 + (2 << 14) - 2 + (1 << 14));
+        if report.workers.iter().any(|w| w.cpu_share < 950 || w.unpinned > 0) {
+            eprintln!("not judged: a CPU was shared ({:?})", report.workers);
+            continue;
+        }
+        let mean = t.batched_msgs as f64 / t.batches_sent.max(1) as f64;
+        if mean >= 4.0 {
+            return;
+        }
+        seen.push(format!("{} messages in {} batches", t.batched_msgs, t.batches_sent));
     }
-    let mean = t.batched_msgs as f64 / t.batches_sent.max(1) as f64;
-    assert!(mean >= 4.0, "{} messages in {} batches: {t:?}", t.batched_msgs, t.batches_sent);
+    assert!(seen.is_empty(), "no tree batched 4 messages a batch: {seen:?}");
 }
 
 /// Spins for `d` of wall-clock time (a long handler that a busy machine cannot make look
