@@ -299,9 +299,9 @@ pub struct Config {
     pub trace_events: usize,
     /// Stall detection ([`stall`](crate::stall)): a handler running longer than this is
     /// reported while it runs (a log warning with its color and worker, and
-    /// [`Handle::stalls`](crate::Handle::stalls)), by a watchdog thread that looks every
-    /// quarter of it; a turn (up to `turn_budget` events of one color) that long is reported
-    /// too. `None`: no watchdog. Default 100 ms: a handler is meant to take microseconds, and
+    /// [`Handle::stalls`](crate::Handle::stalls)), by the process's watchdog thread (one for
+    /// every runtime), which looks every quarter of it; a turn (up to `turn_budget` events of
+    /// one color) that long is reported too. `None`: not watched. Default 100 ms: a handler is meant to take microseconds, and
     /// 100 ms is what a person notices; it costs three stores a turn.
     #[serde(default = "stall_threshold_default")]
     pub stall_threshold: Option<Duration>,

@@ -21,7 +21,8 @@
 //!   the color is stored before the number with release ordering, the watchdog reads the number
 //!   with acquire ordering, then the color, then the number again after an acquire fence): if
 //!   the number did not change, the color is the running event's.
-//! * **Lifetime.** The watchdog holds the runtime weakly and ends when the runtime is dropped.
+//! * **Lifetime.** One watchdog thread serves every runtime of the process (started with the
+//!   first); it holds each runtime weakly and forgets it once it is dropped.
 //!
 //! * **Waiting for a CPU is not running.** A worker thread that the system does not run for a
 //!   while (a machine busier than its CPUs, a `nice`d process) is not in a stalled handler. Each
@@ -221,59 +222,117 @@ struct Seen {
     delay: Option<u64>,
 }
 
-/// Starts the watchdog of `shared` if its configuration has a threshold.
-pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<()> {
-    let Some(threshold) = shared.config.stall_threshold else { return Ok(()) };
-    let weak = Arc::downgrade(shared);
-    let tick = (threshold / 4).max(Duration::from_millis(1));
-    std::thread::Builder::new()
-        .name("ochre-watchdog".into())
-        .spawn(move || watch(weak, threshold, tick))
-        .map(drop)
+/// A runtime the watchdog watches.
+struct Watched {
+    shared: Weak<Shared>,
+    threshold: Duration,
+    /// How often it is looked at: a quarter of the threshold, a millisecond at least.
+    tick: Duration,
+    next: Instant,
+    seen: Vec<Seen>,
 }
 
-fn watch(shared: Weak<Shared>, threshold: Duration, tick: Duration) {
-    let mut seen: Vec<Seen> = Vec::new();
+/// The process's watchdog: the runtimes it watches, and whether its thread runs.
+struct Watchdog {
+    watched: Vec<Watched>,
+    started: bool,
+}
+
+/// One watchdog thread for every runtime of the process, started with the first one that has
+/// a threshold. One per runtime, its spawn was a tenth of a `build` (and a thread that outlived
+/// its runtime by up to a tick): programs that make a runtime per job paid it each time.
+static WATCHDOG: Mutex<Watchdog> = Mutex::new(Watchdog { watched: Vec::new(), started: false });
+
+/// How long the watchdog sleeps while it watches no runtime: it still lets the process's pool
+/// of event memory decay (`alloc::decay_pool`).
+const IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// Has the process's watchdog watch `shared` if its configuration has a threshold (starting
+/// the watchdog's thread with the first such runtime).
+pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<()> {
+    let Some(threshold) = shared.config.stall_threshold else { return Ok(()) };
+    let tick = (threshold / 4).max(Duration::from_millis(1));
+    let mut dog = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
+    if !dog.started {
+        std::thread::Builder::new().name("ochre-watchdog".into()).spawn(watch)?;
+        dog.started = true;
+    }
+    let next = Instant::now() + tick;
+    dog.watched.push(Watched {
+        shared: Arc::downgrade(shared),
+        threshold,
+        tick,
+        next,
+        seen: Vec::new(),
+    });
+    Ok(())
+}
+
+/// The watchdog's thread: looks at each runtime every tick of its own, forgets the dropped ones.
+fn watch() {
+    // The runtimes looked at, held until the lock is released: the last hold of one being
+    // dropped meanwhile drops it here, and its events' closures with it, which may do anything
+    // (build a runtime, and so lock the watchdog).
+    let mut held = Vec::new();
     loop {
-        std::thread::sleep(tick);
+        let wake = {
+            let mut dog = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            dog.watched.retain_mut(|w| {
+                if w.next > now {
+                    return true;
+                }
+                w.next = now + w.tick;
+                let Some(shared) = w.shared.upgrade() else { return false };
+                if shared.control.closed.load(Ordering::Relaxed) {
+                    return false;
+                }
+                look(&shared, w.threshold, &mut w.seen, now);
+                held.push(shared);
+                true
+            });
+            dog.watched.iter().map(|w| w.next).min().unwrap_or(now + IDLE_TICK)
+        };
+        held.clear();
         // The process's pool of empty event memory gives back what waited unused (`alloc`),
         // even while nothing allocates.
         crate::alloc::decay_pool();
-        let Some(shared) = shared.upgrade() else { return };
-        if shared.control.closed.load(Ordering::Relaxed) {
-            return;
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// One look of the watchdog at a runtime's workers at `now` (`seen`: what it saw of each at
+/// its last look).
+fn look(shared: &Shared, threshold: Duration, seen: &mut Vec<Seen>, now: Instant) {
+    if seen.is_empty() {
+        *seen = vec![Seen { seq: 0, since: now, reported: false, delay: None }; shared.workers];
+    }
+    for (worker, (w, s)) in shared.stalls.words.iter().zip(seen.iter_mut()).enumerate() {
+        // Acquire: pairs with the worker's release store (the color stored before it).
+        let seq = w.seq.load(Ordering::Acquire);
+        if seq != s.seq {
+            // A turn's baseline delay; between turns none is needed (a read a tick for each
+            // worker in a turn: a pread per worker every quarter threshold).
+            let delay = if seq % 2 == 1 { w.delay_ns() } else { None };
+            *s = Seen { seq, since: now, reported: false, delay };
+            continue;
         }
-        let now = Instant::now();
-        if seen.is_empty() {
-            seen = vec![Seen { seq: 0, since: now, reported: false, delay: None }; shared.workers];
+        let running_for = now.duration_since(s.since);
+        if seq % 2 == 0 || s.reported || running_for < threshold {
+            continue;
         }
-        for (worker, (w, s)) in shared.stalls.words.iter().zip(seen.iter_mut()).enumerate() {
-            // Acquire: pairs with the worker's release store (the color stored before it).
-            let seq = w.seq.load(Ordering::Acquire);
-            if seq != s.seq {
-                // A turn's baseline delay; between turns none is needed (a read a tick for
-                // each worker in a turn: a pread per worker every quarter threshold).
-                let delay = if seq % 2 == 1 { w.delay_ns() } else { None };
-                *s = Seen { seq, since: now, reported: false, delay };
-                continue;
-            }
-            let running_for = now.duration_since(s.since);
-            if seq % 2 == 0 || s.reported || running_for < threshold {
-                continue;
-            }
-            let (held, waited) = held(running_for, s.delay, w.delay_ns());
-            if held < threshold {
-                continue; // Preempted, not stalled (yet).
-            }
-            let color = Color(w.color.load(Ordering::Relaxed));
-            // The color load stays before the second read of the number.
-            std::sync::atomic::fence(Ordering::Acquire);
-            if w.seq.load(Ordering::Relaxed) != seq {
-                continue; // The event ended meanwhile.
-            }
-            s.reported = true;
-            shared.stalls.report(Stall { worker, color, running_for, waited });
+        let (held, waited) = held(running_for, s.delay, w.delay_ns());
+        if held < threshold {
+            continue; // Preempted, not stalled (yet).
         }
+        let color = Color(w.color.load(Ordering::Relaxed));
+        // The color load stays before the second read of the number.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if w.seq.load(Ordering::Relaxed) != seq {
+            continue; // The event ended meanwhile.
+        }
+        s.reported = true;
+        shared.stalls.report(Stall { worker, color, running_for, waited });
     }
 }
 

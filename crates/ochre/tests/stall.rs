@@ -74,3 +74,53 @@ fn a_zero_threshold_is_refused() {
     let config = Config::default().stall_threshold(Some(Duration::ZERO));
     assert!(Runtime::builder().config(config).build().is_err());
 }
+
+/// The threads of this process named `name`.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// One watchdog serves every runtime of the process: three runtimes alive at once, one thread
+/// named for it (one each before: a spawn per build), and each runtime's stall reported to that
+/// runtime alone, with different thresholds.
+#[test]
+fn one_watchdog_watches_every_runtime_and_reports_each_its_own_stalls() {
+    let rts: Vec<Runtime> =
+        [40, 60, 80].iter().map(|&ms| rt(Some(Duration::from_millis(ms)))).collect();
+    assert_eq!(threads_named("ochre-watchdog"), 1, "watchdog threads with three runtimes");
+    std::thread::scope(|s| {
+        for (k, rt) in rts.iter().enumerate() {
+            let handle = rt.handle();
+            s.spawn(move || {
+                rt.run(Color(1), move || {
+                    ochre::post(Color(100 + k as u64), move || {
+                        // Until this runtime's own stall is reported (5 s at most).
+                        let t = Instant::now();
+                        while handle.stall_count() == 0 && t.elapsed() < Duration::from_secs(5) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    });
+                })
+                .unwrap();
+            });
+        }
+    });
+    for (k, rt) in rts.iter().enumerate() {
+        let stalls = rt.stalls();
+        assert_eq!(stalls.len(), 1, "runtime {k}: {stalls:?}");
+        assert_eq!(stalls[0].color, Color(100 + k as u64), "runtime {k}: {stalls:?}");
+    }
+    drop(rts);
+    // Dropped runtimes are forgotten; the thread stays for the next.
+    let rt = rt(Some(Duration::from_millis(40)));
+    assert_eq!(threads_named("ochre-watchdog"), 1);
+    drop(rt);
+}
