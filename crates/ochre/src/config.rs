@@ -301,8 +301,9 @@ pub struct Config {
     /// reported while it runs (a log warning with its color and worker, and
     /// [`Handle::stalls`](crate::Handle::stalls)), by the process's watchdog thread (one for
     /// every runtime), which looks every quarter of it; a turn (up to `turn_budget` events of
-    /// one color) that long is reported too. `None`: not watched. Default 100 ms: a handler is meant to take microseconds, and
-    /// 100 ms is what a person notices; it costs three stores a turn.
+    /// one color) that long is reported too. `None`: not watched. Default 100 ms: a handler
+    /// is meant to take microseconds, and 100 ms is what a person notices; it costs three
+    /// stores a turn.
     #[serde(default = "stall_threshold_default")]
     pub stall_threshold: Option<Duration>,
 }

@@ -554,7 +554,7 @@ impl Runtime {
                 return Err(Error::os("starting a worker thread", e));
             }
             // A timeout, not a bare wait: a worker that dies before counting itself never
-            // notifies.
+            // notifies. (Under loom a timed wait is a plain wait; no model builds a runtime.)
             g = self
                 .gate
                 .done
@@ -643,7 +643,8 @@ impl Runtime {
     ///
     /// Errors: [`Error::AlreadyRunning`] if a run is going on (or from inside a handler),
     /// [`Error::HandlerPanicked`] if a handler panicked with `abort_on_panic` set (the events
-    /// still queued stay for the next run), [`Error::Os`] if a worker thread cannot be started.
+    /// still queued stay for the next run), [`Error::Os`] if a worker thread crashed (a runtime
+    /// bug: the runtime is unusable).
     pub fn run<F>(&self, color: Color, init: F) -> Result<RunReport, Error>
     where
         F: FnOnce() + Send + 'static,

@@ -36,7 +36,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::padding::Padded;
@@ -243,21 +243,37 @@ struct Watchdog {
 /// its runtime by up to a tick): programs that make a runtime per job paid it each time.
 static WATCHDOG: Mutex<Watchdog> = Mutex::new(Watchdog { watched: Vec::new(), started: false });
 
+/// Wakes the watchdog when a runtime is added (its first look may be due before the watchdog's
+/// planned wake-up: a runtime watched every 15 s made a new one with a 100 ms threshold wait
+/// for it).
+static ADDED: Condvar = Condvar::new();
+
 /// How long the watchdog sleeps while it watches no runtime: it still lets the process's pool
-/// of event memory decay (`alloc::decay_pool`).
+/// of event memory decay (`alloc::decay_pool`). The thread lives as long as the process.
 const IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// `d` after `now`, or a year after it where that overflows (a threshold of `Duration::MAX`).
+fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
+fn watchdog() -> MutexGuard<'static, Watchdog> {
+    WATCHDOG.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Has the process's watchdog watch `shared` if its configuration has a threshold (starting
 /// the watchdog's thread with the first such runtime).
 pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<()> {
     let Some(threshold) = shared.config.stall_threshold else { return Ok(()) };
     let tick = (threshold / 4).max(Duration::from_millis(1));
-    let mut dog = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
+    let mut dog = watchdog();
     if !dog.started {
         std::thread::Builder::new().name("ochre-watchdog".into()).spawn(watch)?;
         dog.started = true;
     }
-    let next = Instant::now() + tick;
+    let next = after(Instant::now(), tick);
     dog.watched.push(Watched {
         shared: Arc::downgrade(shared),
         threshold,
@@ -265,45 +281,71 @@ pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<()> {
         next,
         seen: Vec::new(),
     });
+    ADDED.notify_one();
     Ok(())
 }
 
-/// The watchdog's thread: looks at each runtime every tick of its own, forgets the dropped ones.
+/// The watchdog's thread: looks at each runtime every tick of its own, forgets the dropped
+/// ones, and reports stalls with its lock released.
 fn watch() {
+    // Should the thread end (a panic: a logger's), the next runtime built starts another.
+    struct Ended;
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            watchdog().started = false;
+        }
+    }
+    let _ended = Ended;
     // The runtimes looked at, held until the lock is released: the last hold of one being
     // dropped meanwhile drops it here, and its events' closures with it, which may do anything
-    // (build a runtime, and so lock the watchdog).
-    let mut held = Vec::new();
+    // (build a runtime, and so lock the watchdog). With the stalls found (an index in `held`).
+    let (mut held, mut found) = (Vec::new(), Vec::new());
     loop {
-        let wake = {
-            let mut dog = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut dog = watchdog();
             let now = Instant::now();
             dog.watched.retain_mut(|w| {
                 if w.next > now {
                     return true;
                 }
-                w.next = now + w.tick;
+                w.next = after(now, w.tick);
                 let Some(shared) = w.shared.upgrade() else { return false };
-                if shared.control.closed.load(Ordering::Relaxed) {
-                    return false;
+                let open = !shared.control.closed.load(Ordering::Relaxed);
+                if open {
+                    let k = held.len();
+                    look(&shared, w.threshold, &mut w.seen, now, |s| found.push((k, s)));
                 }
-                look(&shared, w.threshold, &mut w.seen, now);
                 held.push(shared);
-                true
+                open
             });
-            dog.watched.iter().map(|w| w.next).min().unwrap_or(now + IDLE_TICK)
-        };
+        }
+        // Logged here, not under the lock every `build` takes.
+        for (k, stall) in found.drain(..) {
+            let shared: &Arc<Shared> = &held[k];
+            shared.stalls.report(stall);
+        }
         held.clear();
         // The process's pool of empty event memory gives back what waited unused (`alloc`),
         // even while nothing allocates.
         crate::alloc::decay_pool();
-        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        let dog = watchdog();
+        let now = Instant::now();
+        let wake = dog.watched.iter().map(|w| w.next).min().unwrap_or(after(now, IDLE_TICK));
+        // Woken early by a runtime added meanwhile (or spuriously): the loop looks at what is
+        // due only.
+        drop(ADDED.wait_timeout(dog, wake.saturating_duration_since(now)));
     }
 }
 
 /// One look of the watchdog at a runtime's workers at `now` (`seen`: what it saw of each at
-/// its last look).
-fn look(shared: &Shared, threshold: Duration, seen: &mut Vec<Seen>, now: Instant) {
+/// its last look), handing each stall found to `stalled`.
+fn look(
+    shared: &Shared,
+    threshold: Duration,
+    seen: &mut Vec<Seen>,
+    now: Instant,
+    mut stalled: impl FnMut(Stall),
+) {
     if seen.is_empty() {
         *seen = vec![Seen { seq: 0, since: now, reported: false, delay: None }; shared.workers];
     }
@@ -332,7 +374,7 @@ fn look(shared: &Shared, threshold: Duration, seen: &mut Vec<Seen>, now: Instant
             continue; // The event ended meanwhile.
         }
         s.reported = true;
-        shared.stalls.report(Stall { worker, color, running_for, waited });
+        stalled(Stall { worker, color, running_for, waited });
     }
 }
 

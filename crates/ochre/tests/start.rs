@@ -35,12 +35,15 @@ fn build_returns_with_every_worker_pinned_and_waiting() {
     }
     // Many lives: a worker still in its start when `build` returned shows its unpinned mask
     // (the process's) in most of them.
+    // Workers that may leave their pins start unpinned where a worker of this process found
+    // the machine shared (`cpu_share::machine_shared`): on a busy host that is not this rule.
+    let config = ochre::Config::default().unpin_when_shared(false);
     for life in 0..50 {
-        let rt = Runtime::builder().workers(2).build().unwrap();
+        let rt = Runtime::builder().workers(2).config(config.clone()).build().unwrap();
         let threads = worker_threads();
         assert_eq!(threads.len(), 2, "life {life}: worker threads {threads:?}");
         for tid in &threads {
-            let allowed = allowed_cpus_of(tid).expect("a worker's status");
+            let Some(allowed) = allowed_cpus_of(tid) else { continue }; // Gone meanwhile.
             assert!(
                 !allowed.contains(',') && !allowed.contains('-'),
                 "life {life}: worker thread {tid} may run on {allowed} when build returned"
@@ -48,5 +51,10 @@ fn build_returns_with_every_worker_pinned_and_waiting() {
         }
         rt.run(ochre::Color(0), || {}).unwrap();
         drop(rt);
+        // A joined thread leaves `/proc/self/task` a moment after `join` returns.
+        let gone = std::time::Instant::now();
+        while !worker_threads().is_empty() && gone.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::yield_now();
+        }
     }
 }

@@ -114,8 +114,8 @@ pub(super) fn put(b: *mut u8) -> bool {
 
 /// Ends the pool's decay period if it is over, giving back to the global allocator the blocks
 /// beyond [`POOL_KEEP`] that waited unused through all of it. Called when blocks come back to
-/// the pool and by each runtime's watchdog (`stall`), so that an idle runtime returns its memory
-/// too.
+/// the pool and by the process's stall watchdog at each of its wake-ups (`stall`), so that idle
+/// runtimes return their memory too.
 pub(crate) fn decay() {
     let pool = empty_blocks();
     for _ in 0..POOL_DECAY_STATE.tick(process_ms(), pool.len()) {
