@@ -110,10 +110,12 @@ pub fn run(opts: &Options) -> BenchReport {
     report
 }
 
-/// The goals, on paired ratios. "Best fixed" is the fixed setting with the highest median on
-/// the case: on a noisy machine the best of eight noisy medians is biased upwards (each
-/// setting's median may be high by chance), so a tuned runtime equal to every fixed setting
-/// can miss the 3% margin; the notes give the ratio to the default (`ochre`) too.
+/// The goals, on paired ratios. "Best fixed" is chosen for each repetition among the fixed
+/// settings by their medians over the other repetitions (`BenchReport::paired_ratio_to_best`):
+/// the best of a dozen noisy medians is high by chance, and compared on the samples that chose
+/// it, a tuned runtime equal to every fixed setting measured 0.91-0.97 of it (the goals missed
+/// moved from row to row between studies: ring, bank, chameneos, fork-join). The notes give the
+/// ratio to the default (`ochre`) too.
 fn checks(report: &mut BenchReport, configs: &[(String, Config)]) {
     let mut cases: Vec<String> = Vec::new();
     for r in &report.rows {
@@ -129,9 +131,11 @@ fn checks(report: &mut BenchReport, configs: &[(String, Config)]) {
     let mut to_default = Vec::new();
     let mut best_gain: Option<(String, f64)> = None;
     for case in &cases {
-        let Some((best, _)) = report.best_of(&fixed, case) else { continue };
-        if let Some(r) = report.paired_ratio(TUNED, best, case) {
-            let goal = format!("[{case}] tuned / best fixed ({best}) >= 0.97 (paired)");
+        if let Some((best, r)) = report.paired_ratio_to_best(TUNED, &fixed, case) {
+            let goal = format!(
+                "[{case}] tuned / best fixed ({best}, chosen on the other repetitions) >= 0.97 \
+                 (paired)"
+            );
             report.check(goal, r, r >= 0.97);
         }
         if let Some(r) = report.paired_ratio(TUNED, FIXED, case) {
