@@ -49,14 +49,24 @@ fn fresh_color() -> Color {
 struct Join {
     sum: u64,
     answered: u32,
-    /// Where the result goes: the parent's color and join, or the caller's channel (the root).
-    to: Upward,
+    /// Where the result goes (`None` once sent).
+    to: Option<Upward>,
 }
 
+/// Where a call's result goes: its parent's color and join, or the caller's channel (the root).
 enum Upward {
     Parent(Color, Arc<Mutex<Join>>),
     Caller(mpsc::Sender<u64>),
-    Sent,
+}
+
+impl Upward {
+    fn send(self, v: u64) {
+        match self {
+            Upward::Parent(color, join) => ochre::post(color, move || answer(join, v)),
+            // The caller waits on the other end for as long as the run lasts.
+            Upward::Caller(tx) => _ = tx.send(v),
+        }
+    }
 }
 
 /// Adds a half's result `v` to `join` (in the join's own color); the second answer sends the
@@ -65,32 +75,21 @@ fn answer(join: Arc<Mutex<Join>>, v: u64) {
     let mut j = join.lock().expect("no answer panicked");
     j.sum += v;
     j.answered += 1;
-    if j.answered < 2 {
-        return;
-    }
-    let sum = j.sum;
-    match std::mem::replace(&mut j.to, Upward::Sent) {
-        Upward::Parent(color, parent) => ochre::post(color, move || answer(parent, sum)),
-        Upward::Caller(tx) => {
-            // The caller waits on the other end for as long as the run lasts.
-            let _ = tx.send(sum);
-        }
-        Upward::Sent => {}
+    if j.answered == 2 {
+        let sum = j.sum;
+        j.to.take().expect("a join answers once").send(sum);
     }
 }
 
-/// The call `fib(n)` in color `me`, answering `parent` (its color and join).
-fn call(n: u64, cutoff: u64, me: Color, parent: (Color, Arc<Mutex<Join>>)) {
+/// The call `fib(n)` in color `me`, its result going `to`.
+fn call(n: u64, cutoff: u64, me: Color, to: Upward) {
     if n <= cutoff {
-        let v = seq(n);
-        let (color, join) = parent;
-        ochre::post(color, move || answer(join, v));
+        to.send(seq(n));
         return;
     }
-    let join =
-        Arc::new(Mutex::new(Join { sum: 0, answered: 0, to: Upward::Parent(parent.0, parent.1) }));
+    let join = Arc::new(Mutex::new(Join { sum: 0, answered: 0, to: Some(to) }));
     for k in [1, 2] {
-        let (c, up) = (fresh_color(), (me, join.clone()));
+        let (c, up) = (fresh_color(), Upward::Parent(me, join.clone()));
         ochre::post(c, move || call(n - k, cutoff, c, up));
     }
 }
@@ -100,18 +99,7 @@ pub fn on_ochre(rt: &Runtime, n: u64, cutoff: u64) -> Result<(u64, RunReport), S
     let (tx, rx) = mpsc::channel();
     let root = fresh_color();
     let report = rt
-        .run(root, move || {
-            if n <= cutoff {
-                // Nothing to split: the caller's answer directly.
-                let _ = tx.send(seq(n));
-                return;
-            }
-            let top = Arc::new(Mutex::new(Join { sum: 0, answered: 0, to: Upward::Caller(tx) }));
-            for k in [1, 2] {
-                let (c, up) = (fresh_color(), (root, top.clone()));
-                ochre::post(c, move || call(n - k, cutoff, c, up));
-            }
-        })
+        .run(root, move || call(n, cutoff, root, Upward::Caller(tx)))
         .map_err(|e| e.to_string())?;
     let report = report.check().map_err(|e| e.to_string())?;
     let got = rx.try_recv().map_err(|_| "the run ended without the root's answer".to_string())?;

@@ -364,20 +364,29 @@ fn users_case_to<'a>(
     }
 }
 
+/// The peers of a user's case at `w` workers: tokio-mt and rayon, each built once for the case
+/// (one that cannot be built is an error in its rows), running `on_tokio` and `on_rayon`.
+fn tokio_and_rayon<'a>(
+    w: usize,
+    on_tokio: impl Fn(&tokio::runtime::Runtime) -> Result<f64, String> + 'a,
+    on_rayon: impl Fn(&rayon::ThreadPool) -> Result<f64, String> + 'a,
+) -> Vec<System<'a>> {
+    let (tokio, rayon) = (peers::tokio_multi_thread(w), peers::rayon_pool(w));
+    vec![
+        System::new("tokio-mt", move || on_tokio(tokio.as_ref().map_err(Clone::clone)?)),
+        System::new("rayon", move || on_rayon(rayon.as_ref().map_err(Clone::clone)?)),
+    ]
+}
+
 /// The users' loops case at `w` workers (module doc).
 fn loops_case(report: &mut BenchReport, opts: &Options, w: usize) {
     let (loops, steps, cost) = (2 * w as u64, if opts.quick { 400 } else { 1_500 }, 10_000);
     let case = format!("{w}w loops");
-    let tokio = peers::tokio_multi_thread(w);
-    let rayon = peers::rayon_pool(w);
-    let peers = vec![
-        System::new("tokio-mt", || {
-            tokio.as_ref().map_err(Clone::clone).map(|rt| loops_tokio(rt, loops, steps, cost))
-        }),
-        System::new("rayon", || {
-            rayon.as_ref().map_err(Clone::clone).map(|p| loops_rayon(p, loops, steps, cost))
-        }),
-    ];
+    let peers = tokio_and_rayon(
+        w,
+        move |rt| Ok(loops_tokio(rt, loops, steps, cost)),
+        move |pool| Ok(loops_rayon(pool, loops, steps, cost)),
+    );
     let what = (w, case.as_str(), "steps/s", "users' loops on plain colors");
     users_case(report, opts, what, |rt| loops_ochre(rt, loops, steps, cost), peers);
 }
@@ -409,8 +418,6 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
     };
     let (default, backlog) =
         (build(Config::default()), build(Config::default().backlog_turns(true)));
-    let tokio = peers::tokio_multi_thread(w);
-    let rayon = peers::rayon_pool(w);
     let (text, want) = (&text, &want);
     let timed = move |run: &dyn Fn() -> Result<std::collections::HashMap<String, u64>, String>| {
         let start = std::time::Instant::now();
@@ -425,18 +432,13 @@ fn wordcount_case(report: &mut BenchReport, opts: &Options, w: usize) {
         let rt = rt.as_ref().map_err(Clone::clone)?;
         timed(&|| wordcount::on_ochre(rt, text, chunk))
     };
-    let systems = vec![
-        System::new("ochre", || on(&default)),
-        System::new("ochre-backlog", || on(&backlog)),
-        System::new("tokio-mt", || {
-            let rt = tokio.as_ref().map_err(Clone::clone)?;
-            timed(&|| wordcount::on_tokio(rt, text, chunk))
-        }),
-        System::new("rayon", || {
-            let pool = rayon.as_ref().map_err(Clone::clone)?;
-            timed(&|| Ok(wordcount::on_rayon(pool, text, chunk)))
-        }),
-    ];
+    let mut systems =
+        vec![System::new("ochre", || on(&default)), System::new("ochre-backlog", || on(&backlog))];
+    systems.extend(tokio_and_rayon(
+        w,
+        move |rt| timed(&|| wordcount::on_tokio(rt, text, chunk)),
+        move |pool| timed(&|| Ok(wordcount::on_rayon(pool, text, chunk))),
+    ));
     measure_case(report, &case, w, "lines/s", opts.reps, systems);
     if let Some(ratio) = report.paired_ratio("ochre", "tokio-mt", &case) {
         let Goal { min, claim } = QUIET;
@@ -496,20 +498,13 @@ fn sum_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
     let data = Arc::new(usersum::numbers(n));
     let want = usersum::sum_of_squares(&data);
     let case = shared_cpu_case(w, "sum", busy);
-    let tokio = peers::tokio_multi_thread(w);
-    let rayon = peers::rayon_pool(w);
     let data = &data;
     let timed = move |run: &dyn Fn() -> Result<u64, String>| rate_of(n as f64, want, run);
-    let peers = vec![
-        System::new("tokio-mt", || {
-            let rt = tokio.as_ref().map_err(Clone::clone)?;
-            timed(&|| Ok(usersum::sum_on_tokio(rt, data, chunk)))
-        }),
-        System::new("rayon", || {
-            let pool = rayon.as_ref().map_err(Clone::clone)?;
-            timed(&|| Ok(usersum::sum_on_rayon(pool, data, chunk)))
-        }),
-    ];
+    let peers = tokio_and_rayon(
+        w,
+        move |rt| timed(&|| Ok(usersum::sum_on_tokio(rt, data, chunk))),
+        move |pool| timed(&|| Ok(usersum::sum_on_rayon(pool, data, chunk))),
+    );
     let what = (w, case.as_str(), "numbers/s", "a user's sum on plain colors");
     let ochre = |rt: &Runtime| timed(&|| usersum::sum_on_ochre(rt, data, chunk));
     shared_cpu_users_case(report, opts, what, busy, ochre, peers);
@@ -521,20 +516,13 @@ fn jobs_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
     use crate::usersum;
     let jobs = if opts.quick { 200 } else { 1_000 };
     let case = shared_cpu_case(w, "short jobs", busy);
-    let tokio = peers::tokio_multi_thread(w);
-    let rayon = peers::rayon_pool(w);
     let want = u64::from(jobs) * usersum::JOB_EVENTS;
     let timed = move |run: &dyn Fn() -> Result<u64, String>| rate_of(f64::from(jobs), want, run);
-    let peers = vec![
-        System::new("tokio-mt", || {
-            let rt = tokio.as_ref().map_err(Clone::clone)?;
-            timed(&|| Ok(usersum::jobs_on_tokio(rt, jobs)))
-        }),
-        System::new("rayon", || {
-            let pool = rayon.as_ref().map_err(Clone::clone)?;
-            timed(&|| Ok(usersum::jobs_on_rayon(pool, jobs)))
-        }),
-    ];
+    let peers = tokio_and_rayon(
+        w,
+        move |rt| timed(&|| Ok(usersum::jobs_on_tokio(rt, jobs))),
+        move |pool| timed(&|| Ok(usersum::jobs_on_rayon(pool, jobs))),
+    );
     let what = (w, case.as_str(), "jobs/s", "a user's short jobs");
     let ochre = |rt: &Runtime| timed(&|| usersum::jobs_on_ochre(rt, jobs));
     shared_cpu_users_case(report, opts, what, busy, ochre, peers);
@@ -547,19 +535,12 @@ fn divide_case(report: &mut BenchReport, opts: &Options, w: usize, busy: bool) {
     let (n, cutoff) = if opts.quick { (27, 12) } else { (30, 15) };
     let (want, calls) = (divide::seq(n), divide::calls(n, cutoff) as f64);
     let case = shared_cpu_case(w, "divide and conquer", busy);
-    let tokio = peers::tokio_multi_thread(w);
-    let rayon = peers::rayon_pool(w);
     let timed = move |run: &dyn Fn() -> Result<u64, String>| rate_of(calls, want, run);
-    let peers = vec![
-        System::new("tokio-mt", || {
-            let rt = tokio.as_ref().map_err(Clone::clone)?;
-            timed(&|| divide::on_tokio(rt, n, cutoff))
-        }),
-        System::new("rayon", || {
-            let pool = rayon.as_ref().map_err(Clone::clone)?;
-            timed(&|| Ok(divide::on_rayon(pool, n, cutoff)))
-        }),
-    ];
+    let peers = tokio_and_rayon(
+        w,
+        move |rt| timed(&|| divide::on_tokio(rt, n, cutoff)),
+        move |pool| timed(&|| Ok(divide::on_rayon(pool, n, cutoff))),
+    );
     let what = (w, case.as_str(), "calls/s", "a user's divide and conquer on fresh colors");
     let ochre = |rt: &Runtime| timed(&|| divide::on_ochre(rt, n, cutoff).map(|(v, _)| v));
     shared_cpu_users_case(report, opts, what, busy, ochre, peers);

@@ -64,7 +64,6 @@ pub fn relay(rt: &Runtime, hops: u32, gap: Duration) -> Result<f64, String> {
     Ok(v[v.len() / 2])
 }
 
-/// CPU seconds this process used.
 /// The process's CPU time (all threads), seconds: `CLOCK_PROCESS_CPUTIME_ID`, to the
 /// nanosecond. `/proc/self/stat` counts it in ticks of 10 ms: over the 200 ms of a sample one
 /// tick was 5% of a CPU, and a study's idle runtime measured 0 / 4.99 / 4.99%, a miss of the

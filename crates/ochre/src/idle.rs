@@ -369,22 +369,12 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     if io {
         return sleep_in_poller(ctx);
     }
-    let limit = {
-        let mut core = ctx.core.borrow_mut();
-        core.counters.add(Counter::Sleeps, 1);
-        // What it waited in its spin's yields is left out of its CPU share; what it waits to
-        // run once woken counts (it is woken for work, or to measure).
-        core.cpu_share.busy_again();
-        // A worker whose CPU was found shared wakes now and then to measure it again.
-        core.cpu_share.sleep_limit()
-    };
-    let t = Instant::now();
-    remote.parker.park(limit);
+    ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
+    let t = park(ctx);
     let mut core = ctx.core.borrow_mut();
     core.last_sleep = Some(t.elapsed());
     core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
     drop(core);
-    remote.poke.inbox.woke(locked);
     if through {
         return after_word(ctx);
     }
@@ -393,6 +383,24 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     } else {
         Flow::Continue
     }
+}
+
+/// Parks in its parker until woken (or until a worker whose CPU was found shared is due to
+/// measure it again: `CpuShare::sleep_limit`), then marks its inbox awake; returns when it
+/// began. What it waited in an idle spin's yields is left out of its CPU share; what it waits
+/// to run once woken counts (it is woken for work, or to measure). An idle spell's sleep and a
+/// wait between runs (`runtime`'s `park_between_runs`) alike.
+pub(crate) fn park(ctx: &WorkerCtx) -> Instant {
+    let remote = &ctx.shared.remotes[ctx.id];
+    let limit = {
+        let mut core = ctx.core.borrow_mut();
+        core.cpu_share.busy_again();
+        core.cpu_share.sleep_limit()
+    };
+    let t = Instant::now();
+    remote.parker.park(limit);
+    remote.poke.inbox.woke(!ctx.shared.config.batching);
+    t
 }
 
 /// Whether this worker sleeps through run ends (`run_end`): on a CPU measured shared with

@@ -365,7 +365,7 @@ impl Shared {
             self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
         // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
         // parker's sticky token wakes it if it parks after our unpark.
-        self.wake_all_but(|_, _| false);
+        self.wake_all();
     }
 
     /// Ends run `run` as quiescent, found so by worker `me`, and wakes the workers, but those

@@ -26,6 +26,11 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
     rx.recv_timeout(limit).expect("did not end in time (a worker sleeping through a run's end?)")
 }
 
+/// The first plain color homed on worker `w` of `rt`.
+fn color_on(rt: &Runtime, w: usize) -> Color {
+    (1..).map(Color).find(|&c| rt.home_of(c) == w).expect("every worker homes colors")
+}
+
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -104,8 +109,8 @@ fn a_post_between_runs_waits_for_the_next_run_though_its_worker_slept_through_th
         let rt = Runtime::builder().workers(4).config(sleeping_through()).build().unwrap();
         let handle = rt.handle();
         // A color homed on a worker that sleeps through the ends of runs that run on worker 0.
-        let on_3 = (1..).map(Color).find(|&c| rt.home_of(c) == 3).unwrap();
-        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        let on_3 = color_on(&rt, 3);
+        let on_0 = color_on(&rt, 0);
         let mut slept = 0;
         for _ in 0..5 {
             let report = rt.run(on_0, || {}).unwrap();
@@ -274,8 +279,8 @@ fn a_panic_posted_between_runs_to_a_worker_asleep_through_the_end_is_the_next_ru
         for abort in [false, true] {
             let config = sleeping_through().abort_on_panic(abort);
             let rt = Runtime::builder().workers(4).config(config).build().unwrap();
-            let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
-            let on_3 = (1..).map(Color).find(|&c| rt.home_of(c) == 3).unwrap();
+            let on_0 = color_on(&rt, 0);
+            let on_3 = color_on(&rt, 3);
             for _ in 0..5 {
                 rt.run(on_0, || {}).unwrap();
             }
@@ -326,7 +331,7 @@ fn a_worker_measured_on_a_cpu_shared_with_a_busy_thread_sleeps_through_run_ends(
         });
         // Worker 1 is pinned to the runtime's second CPU, the busy thread's.
         let rt = Runtime::builder().workers(2).build().unwrap();
-        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        let on_0 = color_on(&rt, 0);
         let on_1: Vec<Color> = (1..).map(Color).filter(|&c| rt.home_of(c) == 1).take(8).collect();
         // Work on worker 1 until it measured its share (windows of 10 ms with work).
         let mut measured = 1000;
@@ -384,8 +389,8 @@ fn a_worker_measured_on_a_cpu_shared_with_a_busy_thread_sleeps_through_run_ends(
 fn runs_whose_every_worker_was_carried_in_run_their_init_with_posts_between_them() {
     within(Duration::from_secs(120), || {
         let rt = Runtime::builder().workers(2).config(sleeping_through()).build().unwrap();
-        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
-        let on_1 = (1..).map(Color).find(|&c| rt.home_of(c) == 1).unwrap();
+        let on_0 = color_on(&rt, 0);
+        let on_1 = color_on(&rt, 1);
         let handle = rt.handle();
         let posted = Arc::new(AtomicU64::new(0));
         let between = Arc::new(AtomicU64::new(0));
@@ -413,7 +418,7 @@ fn runs_whose_every_worker_was_carried_in_run_their_init_with_posts_between_them
 fn a_worker_parked_between_runs_after_a_sleep_in_its_poller_wakes_for_the_next_runs_posts() {
     within(Duration::from_secs(30), || {
         let rt = Runtime::builder().workers(2).config(sleeping_through()).build().unwrap();
-        let on_0 = (1..).map(Color).find(|&c| rt.home_of(c) == 0).unwrap();
+        let on_0 = color_on(&rt, 0);
         for _ in 0..5 {
             let fired = Arc::new(AtomicBool::new(false));
             let f = fired.clone();
