@@ -425,7 +425,7 @@ pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
     format!(
         "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} sleeps {} \
          spins {} hits {} moves out {} in {} steals {} lent {} recalls {} inbox {} steal asks {} \
-         failed {} waited {} us share {}{}",
+         failed {} waited {} us share {} stood in for {} (waits {}){}",
         s.events_run,
         s.posts_local,
         s.posts_remote,
@@ -445,6 +445,8 @@ pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
         s.steal_failures,
         s.steal_wait_us,
         s.cpu_share,
+        s.stood_in_for,
+        s.stand_in_waits,
         if s.unpinned > 0 { " unpinned" } else { "" },
     )
 }

@@ -666,7 +666,7 @@ fn record_wait(posted: Instant) {
     crate::context::with_current(|ctx| {
         let Some(color) = ctx.current.get() else { return };
         // The core is free while a handler runs; `try_`: never panic in a nested borrow.
-        if let Ok(mut core) = ctx.core.try_borrow_mut() {
+        if let Some(mut core) = ctx.core.try_borrow_mut() {
             core.colors.waited(color, ns);
         }
     });

@@ -267,6 +267,14 @@ pub struct Config {
     /// [`Config::baseline`] (its workers all end every run).
     #[serde(default = "yes")]
     pub sleep_through_ends: bool,
+    /// An idle worker stands in for a worker stuck in one handler (its thread descheduled, or
+    /// the handler long) with work waiting there: it routes that worker's inbox and lends
+    /// itself half of its waiting colors, as the stuck worker would between two events
+    /// (`stand_in` module). Without it, the colors homed on a worker whose CPU another process
+    /// holds wait for that CPU's next time slice. Needs `batching` and stealing, and a kernel
+    /// with `membarrier` (4.14 or later); off in the baseline.
+    #[serde(default = "yes")]
+    pub stand_in: bool,
     /// With `sleep_through_ends`, a worker sleeps through run ends on any CPU, not only on one
     /// found shared: for tests of the protocol (`run_end`) on a quiet machine.
     #[doc(hidden)]
@@ -351,6 +359,7 @@ impl Default for Config {
             inline_posts: true,
             unpin_when_shared: true,
             sleep_through_ends: true,
+            stand_in: true,
             sleep_through_any_cpu: false,
             color_stats: color_stats_default(),
             trace_events: 0,
@@ -418,6 +427,8 @@ impl Config {
         unpin_when_shared: bool,
         /// Sets [`Config::sleep_through_ends`].
         sleep_through_ends: bool,
+        /// Sets [`Config::stand_in`].
+        stand_in: bool,
         /// Sets `Config::sleep_through_any_cpu` (for tests).
         #[doc(hidden)]
         sleep_through_any_cpu: bool,
@@ -449,6 +460,7 @@ impl Config {
             .follow(false)
             .unpin_when_shared(false)
             .sleep_through_ends(false)
+            .stand_in(false)
             .backlog_turns(false)
     }
 
@@ -502,6 +514,7 @@ mod tests {
         assert!(d.ema && !b.ema);
         assert!(d.unpin_when_shared && !b.unpin_when_shared);
         assert!(d.sleep_through_ends && !b.sleep_through_ends);
+        assert!(d.stand_in && !b.stand_in);
         // Opt-in (its doc says why): off in both.
         assert!(!d.backlog_turns && !b.backlog_turns);
         assert!(d.validate().is_ok() && b.validate().is_ok());

@@ -1,7 +1,8 @@
 //! The worker a thread is, and the functions handlers call.
 //!
 //! A worker thread points a thread-local at its `WorkerCtx` for the duration of a run. Handlers
-//! reach their worker through it: `post` costs a thread-local read and a `RefCell` borrow, then a
+//! reach their worker through it: `post` costs a thread-local read and a borrow of its core
+//! (`stand_in::CoreCell`: a `RefCell`'s, which also closes the core to stand-ins), then a
 //! push on the worker's own queue (or its outgoing buffer).
 
 use std::cell::Cell;
@@ -90,7 +91,7 @@ pub(crate) fn post_in<F: FnOnce() + Send + 'static>(
 #[inline(never)]
 fn post_timed<F: FnOnce() + Send + 'static>(
     ctx: &WorkerCtx,
-    mut core: std::cell::RefMut<'_, crate::worker::Core>,
+    mut core: crate::stand_in::CoreMut<'_>,
     color: Color,
     f: F,
     urgent: bool,

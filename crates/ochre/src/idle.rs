@@ -141,6 +141,11 @@ pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
 
 fn idle_spell(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
+    // A peer watched in an earlier spell may be due for a stand-in now (its sleep was cut
+    // short for it).
+    if stand_in_if_due(ctx, false, &mut false) {
+        return Flow::Continue;
+    }
     let (budget, try_steal, watches) = {
         let mut core = ctx.core.borrow_mut();
         core.recheck_idle(shared);
@@ -185,6 +190,11 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         // worker that sleeps in its parker, not its poller, must be counted parked, or the
         // run never ends (the detector waits for it, and nothing wakes it).
         let quiet = quiet || !ctx.core.borrow().io.active();
+        // Before a sleep: a peer stuck in a handler with work waiting behind it is watched (the
+        // sleep then lasts the watch's wait at most), or stood in for if it was already.
+        if stand_in_if_due(ctx, true, &mut parked) {
+            return Flow::Continue;
+        }
         if quiet && !parked {
             parked = true;
             if enter_parked(ctx) {
@@ -195,8 +205,10 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         sleep(ctx)
     };
     // A worker whose run's end was counted while it slept leaves the parked state to the next
-    // run's start, which resets it (`run_end`).
-    if parked && !ctx.claimed.get() {
+    // run's start, which resets it (`run_end`); one a stand-in took out of it while it slept
+    // has left it (`Core::stand_in`).
+    let unparked = std::mem::take(&mut ctx.core.borrow_mut().unparked);
+    if parked && !ctx.claimed.get() && !unparked {
         leave_parked(ctx);
     }
     // (A spin that ended because the run is stopping says Continue: the run loop checks.)
@@ -221,8 +233,13 @@ fn enter_parked(ctx: &WorkerCtx) -> bool {
 /// Ends a parked spell, before this worker does anything: epoch first, so that a detector
 /// that saw it parked sees that it woke.
 pub(crate) fn leave_parked(ctx: &WorkerCtx) {
-    let shared = &*ctx.shared;
-    let status = &shared.remotes[ctx.id].status;
+    unpark_worker(&ctx.shared, ctx.id);
+}
+
+/// Takes worker `w` out of the parked state: the worker itself, or a stand-in for it
+/// (`Core::stand_in`).
+pub(crate) fn unpark_worker(shared: &Shared, w: usize) {
+    let status = &shared.remotes[w].status;
     status.epoch.fetch_add(1, Ordering::SeqCst);
     status.parked.store(false, Ordering::SeqCst);
     shared.control.parked.fetch_sub(1, Ordering::SeqCst);
@@ -279,6 +296,10 @@ fn spin(
             }
             if try_steal && round.is_multiple_of(1024) {
                 steal::request(&mut ctx.core.borrow_mut(), shared);
+                if stand_in_if_due(ctx, true, parked) {
+                    found = true;
+                    break;
+                }
             }
             if round.is_multiple_of(YIELD_EVERY) {
                 // Give the CPU to whatever else is runnable on it (another process, another
@@ -335,6 +356,35 @@ fn poll_while_spinning(ctx: &WorkerCtx) -> bool {
     true
 }
 
+/// Stands in for a peer stuck in a handler or woken and waiting for its CPU, if one is due
+/// (`stand_in`); with `look`, also watches one anew if none is watched. True if it lent this
+/// worker work (a round then). A stand-in leaves the parked state first, if `parked` (and says
+/// so there): while it routes into a peer, no detector may find the run quiescent.
+fn stand_in_if_due(ctx: &WorkerCtx, look: bool, parked: &mut bool) -> bool {
+    let shared = &*ctx.shared;
+    if !ctx.core.stand_ins() {
+        return false;
+    }
+    let due = {
+        let mut core = ctx.core.borrow_mut();
+        if !look && !core.watcher.watching() {
+            return false;
+        }
+        crate::stand_in::look(&mut core.watcher, shared, ctx.id)
+    };
+    let Some((peer, window)) = due else {
+        return false;
+    };
+    if std::mem::take(parked) {
+        leave_parked(ctx);
+    }
+    let Some(lent) = crate::stand_in::stand_in(shared, ctx.id, peer, window, ctx.run.get()) else {
+        return false;
+    };
+    ctx.core.borrow_mut().watcher.entered(lent);
+    lent
+}
+
 /// Sleeps until woken (counted parked by the caller unless it watches descriptors or timers).
 fn sleep(ctx: &WorkerCtx) -> Flow {
     let shared = &*ctx.shared;
@@ -369,8 +419,12 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     if io {
         return sleep_in_poller(ctx);
     }
-    ctx.core.borrow_mut().counters.add(Counter::Sleeps, 1);
-    let t = park(ctx);
+    let watch = {
+        let mut core = ctx.core.borrow_mut();
+        core.counters.add(Counter::Sleeps, 1);
+        core.watcher.sleep_limit(Instant::now())
+    };
+    let t = park(ctx, watch, true);
     let mut core = ctx.core.borrow_mut();
     core.last_sleep = Some(t.elapsed());
     core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
@@ -386,19 +440,34 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
 }
 
 /// Parks in its parker until woken (or until a worker whose CPU was found shared is due to
-/// measure it again: `CpuShare::sleep_limit`), then marks its inbox awake; returns when it
+/// measure it again: `CpuShare::sleep_limit`; or until `watch`, a peer it watches for a
+/// stand-in), then marks its inbox awake; returns when it
 /// began. What it waited in an idle spin's yields is left out of its CPU share; what it waits
 /// to run once woken counts (it is woken for work, or to measure). An idle spell's sleep and a
 /// wait between runs (`runtime`'s `park_between_runs`) alike.
-pub(crate) fn park(ctx: &WorkerCtx) -> Instant {
+pub(crate) fn park(ctx: &WorkerCtx, watch: Option<Duration>, stand_ins: bool) -> Instant {
     let remote = &ctx.shared.remotes[ctx.id];
     let limit = {
         let mut core = ctx.core.borrow_mut();
         core.cpu_share.busy_again();
-        core.cpu_share.sleep_limit()
+        core.asleep = stand_ins;
+        core.asleep_in = ctx.run.get();
+        match (core.cpu_share.sleep_limit(), watch) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     };
     let t = Instant::now();
+    if stand_ins {
+        // Woken, its thread may wait for its CPU (another process's time slice) while posts
+        // to its colors wait in its inbox: a stand-in routes and lends them meanwhile.
+        ctx.core.open(false);
+    }
     remote.parker.park(limit);
+    if stand_ins {
+        ctx.core.close();
+        ctx.core.borrow_mut().asleep = false;
+    }
     remote.poke.inbox.woke(!ctx.shared.config.batching);
     t
 }

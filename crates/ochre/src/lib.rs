@@ -160,6 +160,7 @@ mod shared;
 #[doc(hidden)]
 pub mod sim;
 pub mod stall;
+mod stand_in;
 mod stats;
 mod steal;
 mod sync;
@@ -171,6 +172,12 @@ mod worker;
 
 #[cfg(all(test, loom))]
 mod loom_models;
+
+/// Whether this process's workers may stand in for each other ([`Config::stand_in`]): it takes
+/// the kernel's `membarrier` command (Linux 4.14 and later), which a sandbox may refuse.
+pub fn stand_ins_available() -> bool {
+    stand_in::available()
+}
 
 pub use actor::{actor, Addr};
 pub use cell::ColorCell;

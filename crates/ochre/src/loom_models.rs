@@ -874,3 +874,48 @@ fn loom_a_sleeper_through_a_run_end_is_counted_once_and_never_lost() {
         assert_eq!(parked.load(Ordering::SeqCst), 0, "parked count back to zero");
     });
 }
+
+/// The stand-in gate (`stand_in`): an owner that opens and closes its core around two handlers
+/// and a stand-in that watches the first window and enters it are never both in the core (a
+/// loom cell: concurrent access fails the model), and what either wrote there the other sees.
+#[test]
+fn loom_the_stand_in_gate_excludes_the_owner_and_passes_its_writes() {
+    use crate::stand_in::{is_open, Gate};
+    use loom::cell::UnsafeCell;
+    model(|| {
+        let gate = Arc::new(Gate::default());
+        // The core: the owner's count of its own writes, and the stand-in's.
+        let core = Arc::new(UnsafeCell::new((0u32, 0u32)));
+        let (g, c) = (gate.clone(), core.clone());
+        let stand_in = loom::thread::spawn(move || {
+            let seen = g.look();
+            if !is_open(seen) {
+                return None;
+            }
+            let entered = g.enter(seen)?;
+            // SAFETY (of the model): the gate says no one else is in.
+            let owner_wrote = c.with_mut(|p| unsafe {
+                (*p).1 += 1;
+                (*p).0
+            });
+            drop(entered);
+            Some(owner_wrote)
+        });
+        let mut word = gate.look();
+        for _ in 0..2 {
+            core.with_mut(|p| unsafe { (*p).0 += 1 });
+            let open = gate.open(word, true);
+            // (A handler runs: the owner touches nothing.)
+            gate.close(open);
+            word = open | 1;
+            core.with(|p| unsafe { assert!((*p).1 <= 1) });
+        }
+        let stood = stand_in.join().unwrap();
+        let (owner, stand_ins) = core.with(|p| unsafe { *p });
+        assert_eq!(owner, 2);
+        assert_eq!(stand_ins, u32::from(stood.is_some()));
+        if let Some(wrote) = stood {
+            assert!(wrote >= 1, "the stand-in saw the core as the owner left it when it opened");
+        }
+    });
+}

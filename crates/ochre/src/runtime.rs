@@ -436,7 +436,7 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
             remote.status.parked.store(true, Ordering::SeqCst);
             crate::run_end::park_between(&remote.poke.sleeper, *seen);
         }
-        crate::idle::park(ctx);
+        crate::idle::park(ctx, None, false);
         match crate::run_end::resolve(&remote.poke.sleeper, *seen) {
             crate::run_end::Woke::InRun(run) => return Some(run),
             // Not carried (no run started since), or carried into one and claimed asleep at

@@ -10,7 +10,8 @@
 //!   requests);
 //! * `parker`: written by the owner and its wakers, only around sleeps;
 //! * `status`: written by the owner (quiescence counters, load), read by others;
-//! * `stats`: written by the owner once per round, read by snapshots.
+//! * `stats`: written by the owner once per round, read by snapshots;
+//! * `stand_in`: written by the owner at every handler, read by idle workers (`stand_in`).
 
 use std::time::Duration;
 
@@ -95,6 +96,9 @@ pub(crate) struct Remote {
     /// Messages from threads outside the runtime, behind the one that announced them
     /// ([`Shared::post_external`]).
     pub(crate) outside: Padded<Mutex<Outside>>,
+    /// The gate a stand-in enters while the worker runs a handler (`stand_in`): written by the
+    /// owner at every handler, alone on its lines.
+    pub(crate) stand_in: Padded<crate::stand_in::StandIn>,
 }
 
 /// Messages of room a worker's spare outside buffer keeps ([`Remote::take_outside`]): a burst
@@ -148,6 +152,7 @@ impl Remote {
             stats: Padded::new(Published::new()),
             returns: Padded::new(crate::outbox::returns()),
             outside: Padded::new(Mutex::new(Outside::default())),
+            stand_in: Padded::new(crate::stand_in::StandIn::default()),
         }
     }
 

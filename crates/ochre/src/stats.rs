@@ -114,6 +114,14 @@ counters! {
     /// worker or one color to a busier one (`steal::share_behind_long_turn`).
     #[serde(default)]
     long_turn_shares = LongTurnShares,
+    /// Times this worker, idle, stood in for a worker stuck in a handler (descheduled, or in a
+    /// long one) with work waiting: it routed that worker's inbox and lent itself its waiting
+    /// colors (`stand_in`). Counted by the worker stood in for.
+    #[serde(default)]
+    stood_in_for = StoodInFor,
+    /// Handlers after which this worker waited for a stand-in to leave its core (`stand_in`).
+    #[serde(default)]
+    stand_in_waits = StandInWaits,
     /// Colors this worker, their home, took back with their events from the thief they were
     /// lent to, idle itself while colors waited there (`steal::recall`).
     #[serde(default)]

@@ -430,6 +430,28 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     grant(core, shared, thief, loans, asked);
 }
 
+/// What a stand-in (`stand_in`) lends itself, `thief`, of the line of the worker it stands in
+/// for: half of the colors that may be lent, as behind a long turn to an idle worker
+/// ([`lend_behind_long_turn`]), but not [`Config::steal_batch_max`](crate::Config) at most: the
+/// worker it stands in for is stuck (a time slice of another process, milliseconds), and a
+/// user's sum left 2,000 chunks there, of which eight at a time kept the stand-in idle most of
+/// each wait. A request of the thief's in the slot is answered by the loan.
+pub(crate) fn lend_to_stand_in(core: &mut Core, shared: &Shared, thief: usize) {
+    let slower = slower_thief(core, shared, thief);
+    let loans = match slower {
+        Some(part) => core.queue.lend_single(thief, usize::MAX, 0, part, false),
+        None => core.queue.lend_many(thief, usize::MAX, true, 0),
+    };
+    let slot = &shared.remotes[core.id].poke.steal_request;
+    let asked = slot.compare_exchange(thief + 1, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    if asked {
+        core.answer_deferred = false;
+    } else if loans.is_empty() {
+        return;
+    }
+    grant(core, shared, thief, loans, asked);
+}
+
 /// Whether a worker with `waiting` colors waiting shares them around a long turn
 /// ([`share_behind_long_turn`]; `min_waiting`: 1 before the turn, 2 after it).
 pub(crate) fn shares_behind_long_turn(

@@ -9,6 +9,8 @@ pub(crate) use loom::sync::atomic::{
 };
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex};
+#[cfg(loom)]
+pub(crate) use loom::thread::yield_now;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
@@ -16,6 +18,8 @@ pub(crate) use std::sync::atomic::{
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::AtomicU32;

@@ -16,12 +16,14 @@
 //! Nothing a handler does touches another worker's memory except through `send` (buffered) and
 //! wake-ups; a post to a color held here is a push on an unsynchronized queue.
 //!
-//! Handlers run with no borrow of the `Core` held: the core is in a `RefCell` and every runtime
-//! step borrows it briefly, so a handler's `post` can borrow it in turn. A panicking handler is
+//! Handlers run with no borrow of the `Core` held: the core is in a `RefCell` (within
+//! `stand_in::CoreCell`) and every runtime step borrows it briefly, so a handler's `post` can
+//! borrow it in turn; while a handler runs, the core is open to a stand-in (an idle worker that
+//! routes and lends for this one when its thread is stuck: `stand_in`). A panicking handler is
 //! caught around the call, counted and recorded, and the loop goes on (or the run is aborted, by
 //! configuration).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -192,6 +194,15 @@ pub(crate) struct Core {
     pub(crate) trace: crate::trace::Recorder,
     /// This worker's heartbeat for the stall watchdog (`stall`).
     pub(crate) beat: crate::stall::Beat,
+    /// Idle, this worker's watch over peers stuck in a handler (`stand_in`).
+    pub(crate) watcher: crate::stand_in::Watcher,
+    /// Open to stand-ins while asleep (not in a handler: `Core::stand_in`), in run number
+    /// `asleep_in`.
+    pub(crate) asleep: bool,
+    pub(crate) asleep_in: u64,
+    /// A stand-in took this worker, asleep, out of the parked state (`Core::stand_in`): it
+    /// does not leave it again when it wakes.
+    pub(crate) unparked: bool,
 }
 
 impl Core {
@@ -244,6 +255,10 @@ impl Core {
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
             beat: crate::stall::Beat::new(id, config),
+            watcher: Default::default(),
+            asleep: false,
+            asleep_in: 0,
+            unparked: false,
         }
     }
 
@@ -983,6 +998,47 @@ impl Core {
         }
     }
 
+    /// What an idle worker does in this core while its own thread is stuck in a handler
+    /// (`stand_in`), as that thread does between two events of a turn and before a long one:
+    /// routes the inbox (`file_mid_turn`), lends half of the waiting colors to the stand-in,
+    /// `thief` (`steal::lend_to_stand_in`, which also answers its request if it waits in the
+    /// slot), flushes every buffer (the loans, the forwards and answers routing made,
+    /// and whatever the handler posted so far) and publishes the line. Returns whether it lent.
+    ///
+    ///
+    /// Into a worker asleep (woken, its thread waiting for its CPU), only in the stand-in's own
+    /// run `run` (a worker asleep through its run's end may be in none: `run_end`); and if what
+    /// was routed there is not all lent, it then takes the worker out of the parked state as the
+    /// worker does when it wakes (`idle::leave_parked`), and marks that it did: a worker counted
+    /// parked has nothing queued (quiescence, `idle`). No detector can find the run quiescent
+    /// meanwhile: the stand-in left the parked state before it entered (`idle`).
+    pub(crate) fn stand_in(&mut self, shared: &Shared, run: u64, thief: usize) -> bool {
+        debug_assert!(
+            self.queue.is_running() || self.asleep,
+            "a stand-in enters only while a handler runs or the worker sleeps"
+        );
+        if self.asleep && self.asleep_in != run {
+            return false;
+        }
+        self.counters.add(Counter::StoodInFor, 1);
+        let lent = self.counters.get(Counter::StealsOut);
+        if !self.filing {
+            self.filing = true;
+            self.take_inbox(shared);
+            self.filing = false;
+        }
+        steal::lend_to_stand_in(self, shared, thief);
+        self.flush_all(shared);
+        self.publish_ready(shared);
+        let status = &shared.remotes[self.id].status;
+        let left = self.queue.pending() > 0 || self.queue.ready_len() > 0;
+        if self.asleep && left && !self.unparked && status.parked.load(Ordering::SeqCst) {
+            idle::unpark_worker(shared, self.id);
+            self.unparked = true;
+        }
+        self.counters.get(Counter::StealsOut) > lent
+    }
+
     /// A cheap pseudo-random number (xorshift64*), for victim selection.
     pub(crate) fn next_random(&mut self) -> u64 {
         let mut x = self.rng;
@@ -998,7 +1054,7 @@ impl Core {
 /// the worker's stack for the duration of a run; `context` points the thread-local at it.
 pub(crate) struct WorkerCtx {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) core: RefCell<Core>,
+    pub(crate) core: crate::stand_in::CoreCell,
     pub(crate) id: usize,
     /// The color of the running event, for `current_color`.
     pub(crate) current: Cell<Option<Color>>,
@@ -1014,8 +1070,8 @@ impl WorkerCtx {
     pub(crate) fn new(shared: Arc<Shared>, core: Core) -> Self {
         let id = core.id;
         WorkerCtx {
+            core: crate::stand_in::CoreCell::new(core, Arc::clone(&shared)),
             shared,
-            core: RefCell::new(core),
             id,
             current: Cell::new(None),
             run: Cell::new(0),
@@ -1032,6 +1088,7 @@ impl WorkerCtx {
         self.claimed.set(false);
         // Empty answers of a run before tell nothing of this one (`steal::Backoff`).
         self.core.borrow_mut().steal_backoff = steal::Backoff::default();
+        self.core.publish();
         loop {
             if shared.stopping() {
                 break;
@@ -1101,7 +1158,18 @@ impl WorkerCtx {
         // The last turn was long and shared what waited behind it.
         let mut shared_before_next = false;
         while ran < shared.config.round_budget {
-            let (key, color, mut next, turn_timer, sampled, timed_events, writes, watched, posts) = {
+            let (
+                key,
+                color,
+                mut next,
+                turn_timer,
+                sampled,
+                timed_events,
+                writes,
+                watched,
+                posts,
+                ready,
+            ) = {
                 let mut core = self.core.borrow_mut();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
@@ -1173,16 +1241,35 @@ impl WorkerCtx {
                     (false, true) => Some(TurnTimer::Watched(crate::turn_clock::now())),
                     (false, false) => None,
                 };
-                (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
+                let ready = core.queue.ready_len() > 0;
+                (
+                    key,
+                    color,
+                    first,
+                    turn_timer,
+                    sampled,
+                    timed,
+                    writes,
+                    watched,
+                    posts_before,
+                    ready,
+                )
             };
             let looks = steal::looks_in_turn(stealing, || self.core.borrow().queue.event_cost(key));
             self.current.set(Some(color));
             let mut n = 0;
+            let mut waiting = ready;
             while let Some(task) = next {
                 let started = timed_events.then(Instant::now);
+                // Stand-ins may route and lend here while the handler runs (`stand_in`).
+                self.core.open(waiting);
                 self.run_task(color, task);
+                let waited = self.core.close();
                 n += 1;
                 let mut core = self.core.borrow_mut();
+                if waited {
+                    core.counters.add(Counter::StandInWaits, 1);
+                }
                 if let Some(t) = started {
                     core.ran_timed(color, t, sampled);
                 }
@@ -1196,6 +1283,7 @@ impl WorkerCtx {
                 let cut = looks && steal::cuts_turn(n, asked);
                 next = if n < turn_budget && !cut { core.queue.pop(key) } else { None };
                 core.after_event(shared, key, next.is_some());
+                waiting = core.queue.ready_len() > 0;
             }
             self.current.set(None);
             ran += n;

@@ -41,6 +41,9 @@ struct Oracle {
     violations: Mutex<Vec<String>>,
     shutdown_after: Option<u64>,
     ran: AtomicU64,
+    /// One event in this many (if any) blocks its worker for a while: a handler that sleeps, or
+    /// a thread the kernel deschedules (stand-ins then route and lend for it).
+    stall_every: Option<u64>,
 }
 
 impl Oracle {
@@ -58,6 +61,7 @@ impl Oracle {
             violations: Mutex::new(Vec::new()),
             shutdown_after,
             ran: AtomicU64::new(0),
+            stall_every: None,
         })
     }
 
@@ -187,6 +191,9 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
     if rng.is_multiple_of(64) {
         std::thread::yield_now();
     }
+    if o.stall_every.is_some_and(|k| (rng >> 16).is_multiple_of(k)) {
+        std::thread::sleep(Duration::from_micros(300));
+    }
     let n = o.ran.fetch_add(1, Ordering::Relaxed) + 1;
     if o.shutdown_after == Some(n) {
         ochre::shutdown();
@@ -248,21 +255,27 @@ fn stress_on(
 ) {
     for (i, colors) in [3000u64, 48, 3000].into_iter().enumerate() {
         let seed = seed().wrapping_add(i as u64);
-        stress_once(name, workers, config.clone(), topology, shutdown_after, colors, seed);
+        let (topology, stall) = (topology, None);
+        stress_once(name, workers, config.clone(), topology, shutdown_after, stall, colors, seed);
     }
 }
 
+/// One run of the workload (and the runs that drain it); returns how many times workers stood
+/// in for others (`Config::stand_in`).
+#[allow(clippy::too_many_arguments)]
 fn stress_once(
     name: &str,
     workers: usize,
     config: Config,
     topology: Option<&str>,
     shutdown_after: Option<u64>,
+    stall_every: Option<u64>,
     colors: u64,
     seed: u64,
-) {
+) -> u64 {
     let budget = events_budget();
-    let o = Oracle::new(seed, colors, budget, shutdown_after);
+    let mut o = Oracle::new(seed, colors, budget, shutdown_after);
+    Arc::get_mut(&mut o).expect("not shared yet").stall_every = stall_every;
     let mut builder = Runtime::builder().workers(workers).config(config);
     if let Some(t) = topology {
         builder = builder.topology(ochre::topology::Topology::synthetic(t).unwrap());
@@ -341,15 +354,41 @@ fn stress_once(
     let t = rt.stats().iter().fold(ochre::WorkerStats::default(), |a, s| a.add(s));
     eprintln!(
         "{ctx}: {posted} events over {workers} workers in {runs} runs: ok (remote posts {}, \
-         steals {}, forwards {}, urgent {}, sleeps {}, moved {}, given back {})",
+         steals {}, forwards {}, urgent {}, sleeps {}, moved {}, given back {}, stood in {})",
         t.posts_remote,
         t.steals_in,
         t.forwards,
         t.posts_urgent,
         t.sleeps,
         t.colors_moved_in,
-        t.colors_given_back
+        t.colors_given_back,
+        t.stood_in_for
     );
+    t.stood_in_for
+}
+
+// Stand-ins (`Config::stand_in`): events that sleep 300 us keep their workers in a handler
+// while posts to their colors and colors waiting there wait; idle workers stand in for them,
+// route their inboxes and lend themselves their colors, on many more workers than cores (whose
+// threads the kernel deschedules, in handlers and asleep, as a busy process would). The oracle
+// checks exclusion, order and exactly-once across those loans, with and without a shutdown.
+#[test]
+fn stress_stand_ins_for_blocked_and_descheduled_workers() {
+    let config = Config::default().steal(Steal::Backlog);
+    let tiny = config.clone().batch_size(2).batch_sizing(BatchSize::Fixed).turn_budget(1);
+    let mut stood = 0;
+    for (i, (config, shutdown)) in
+        [(config, None), (tiny.clone(), None), (tiny, Some(5_000))].into_iter().enumerate()
+    {
+        let seed = seed().wrapping_add(i as u64);
+        let colors = [3000, 48, 3000][i];
+        stood += stress_once("stand-ins", 12, config, None, shutdown, Some(48), colors, seed);
+    }
+    if !ochre::stand_ins_available() {
+        eprintln!("no membarrier here: stand-ins are off, only the invariants were checked");
+        return;
+    }
+    assert!(stood > 0, "no worker stood in for another in three runs of blocked handlers");
 }
 
 #[test]

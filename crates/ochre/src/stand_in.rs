@@ -1,0 +1,677 @@
+//! Standing in for a worker stuck in a handler: an idle worker routes its inbox and lends its
+//! waiting colors, while the stuck worker's thread is descheduled or runs a long handler.
+//!
+//! A worker's run queue, its inbox and the directory role for the colors homed on it belong to
+//! its own thread (`queue`, `worker`): only that thread routes what others send it, and lends
+//! what waits in its line (a steal is *requested*: `steal`). When that thread does not run (the
+//! kernel gave its CPU to another process for a time slice: 3-5 ms here), or runs one handler
+//! for long, everything homed there waits: the posts to its colors in its inbox, the colors in
+//! its line, the answers to steal requests. Beside a busy process on one CPU, a user's sum ran at
+//! 0.37-0.45 of tokio-mt (whose idle worker takes the tasks of a descheduled one from its queue)
+//! and a divide and conquer of fresh colors at 0.3-1.3 of it, varying with where the other
+//! process's time slices fell (`bench steal`, `fib_probe`).
+//!
+//! So a worker *opens* its core while it runs a handler (it touches none of it then, `worker`),
+//! and while it sleeps in its parker (woken, its thread may wait for its CPU as long): an idle
+//! worker that sees a peer in the same window for [`Watcher`]'s wait, with messages in its
+//! inbox or colors waiting, may *enter* the peer's core and do what the peer does between
+//! two events of a turn (`Core::file_mid_turn`) and before a long one
+//! (`steal::share_behind_long_turn`): route the inbox, lend itself half of the waiting colors
+//! (`steal::lend_to_stand_in`), flush, publish ([`Core::stand_in`](crate::worker::Core::stand_in)). The
+//! loans are ordinary loans of the peer's (the same lease, forwards and return): only the thread
+//! that made them differs. Every state the stand-in leaves is one the peer's own thread reaches
+//! mid-turn, so the protocol's invariants (`queue`) hold as they are.
+//!
+//! ## The gate
+//!
+//! [`Gate`] is a lock the owner takes for free: the owner's word says whether its core is open
+//! (even: open, in the window it names; odd: closed), the stand-in's flag whether a stand-in is
+//! in. The owner opens with a store; it closes with a store, then reads the flag (and waits for
+//! the stand-in to leave if it is set). A stand-in sets the flag (one at a time, by a
+//! compare-and-swap), then reads the word, and enters only if it still names the window it
+//! watched. This is Dekker's mutual exclusion: each party writes its own variable, then reads
+//! the other's; with a full fence between on both sides, at least one of them sees the other,
+//! so they are never both in. The owner's side is the hot one (every handler opens and closes),
+//! so its fence is a compiler fence and the stand-in's is a process-wide one, `membarrier`
+//! (`MEMBARRIER_CMD_PRIVATE_EXPEDITED`): it makes every thread of the process that is running
+//! at that moment execute a full fence; one that is not running passed a full fence when it was
+//! switched out. The owner's window therefore costs two plain stores and a load a handler; a
+//! stand-in's entry costs a system call, and it enters rarely. Where `membarrier` is missing,
+//! no window opens (stand-ins are off). Under loom and Miri, both fences are `SeqCst` fences,
+//! which `membarrier` stands for.
+//!
+//! Invariants: (1) the stand-in touches the core only between its entry and its exit, and the
+//! owner only while its word is odd, so never both (Dekker); (2) the stand-in's entry sees every
+//! write the owner made before it opened (the open word is stored with release, read with
+//! acquire), and the owner, leaving its wait, every write of the stand-in (the flag is cleared
+//! with release, read with acquire); (3) a window is opened only inside a handler of a turn
+//! (`WorkerCtx::run_round`) or around an idle sleep in the parker (`idle::park`), the worker's
+//! context alive and its core unborrowed, and a handler's own borrows of the core (a post)
+//! close it first and open it again after ([`CoreCell`]); so a stand-in finds a core mid-turn,
+//! its running color out of the line (never lent), or a core asleep with nothing queued;
+//! (4) no run is found quiescent with events a stand-in routed: the stand-in is out of the
+//! parked state while it is in, and a worker asleep that it leaves with events queued is taken
+//! out of the parked state before the stand-in leaves (`Core::stand_in`; one asleep in another
+//! run than the stand-in's, through a run's end, is left alone: `run_end`).
+
+use std::cell::{Cell, RefCell};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::shared::Shared;
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use crate::worker::Core;
+
+/// How long an idle worker watches a peer in one handler, with work waiting behind it, before it
+/// stands in: well above a handler of a short turn (a steal's answer waits for one), well
+/// under a time slice of the scheduler (3-5 ms), and the system call of an entry (about a
+/// microsecond here) is small beside it.
+pub(crate) const WAIT_FIRST: Duration = Duration::from_micros(50);
+
+/// The longest wait between two stand-ins for the same stuck peer after entries that lent
+/// nothing (the wait doubles after each): a peer in a long handler whose waiting colors may not
+/// be lent (borrowed, pinned) is not interrupted every 50 us for nothing.
+pub(crate) const WAIT_MOST: Duration = Duration::from_millis(2);
+
+/// How long an idle worker sleeps at most while a peer is busy, though none is stuck with work
+/// waiting when it looks: it looks again then. A peer can get stuck after the look (its next
+/// handler, or its CPU taken), and nothing it does can wake the sleeper then; a look a
+/// millisecond is a wake-up of a few microseconds (0.5% of a CPU), only while a peer works.
+pub(crate) const RECHECK: Duration = Duration::from_millis(1);
+
+/// The word of a gate whose owner has not opened yet (window 0, closed).
+const CLOSED_AT_START: u64 = 1;
+
+/// Whether `word` is an open window.
+#[inline]
+pub(crate) fn is_open(word: u64) -> bool {
+    word & 1 == 0
+}
+
+/// Whether colors waited in the line of the worker when it opened window `word` (its published
+/// ready count is a round old: `Steal::Backlog` publishes it at rounds' ends).
+#[inline]
+pub(crate) fn colors_wait(word: u64) -> bool {
+    word & 2 != 0
+}
+
+/// The owner's side of the fence pair (see the module doc).
+#[inline]
+fn light_fence() {
+    #[cfg(any(loom, miri))]
+    crate::sync::fence(Ordering::SeqCst);
+    #[cfg(not(any(loom, miri)))]
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
+/// The stand-in's side of the fence pair: false if it could not be made (then it must not
+/// enter).
+fn heavy_fence() -> bool {
+    #[cfg(any(loom, miri))]
+    {
+        crate::sync::fence(Ordering::SeqCst);
+        true
+    }
+    #[cfg(not(any(loom, miri)))]
+    {
+        use rustix::thread::{membarrier, MembarrierCommand};
+        membarrier(MembarrierCommand::PrivateExpedited).is_ok()
+    }
+}
+
+/// Whether this process may use the heavy fence: registered once for the process, on first
+/// use. False on kernels without `membarrier`'s private expedited command (before 4.14) or
+/// where a sandbox refuses it: then no gate opens.
+pub(crate) fn available() -> bool {
+    #[cfg(any(loom, miri))]
+    {
+        true
+    }
+    #[cfg(not(any(loom, miri)))]
+    {
+        use rustix::thread::{membarrier, MembarrierCommand};
+        static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *REGISTERED.get_or_init(|| membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok())
+    }
+}
+
+/// The lock between a worker and its stand-ins (module doc).
+pub(crate) struct Gate {
+    /// The owner's: odd while its core is closed, even while open, the next bit whether colors
+    /// waited ([`colors_wait`]), the rest the window's number (a window's value is never
+    /// reused).
+    word: AtomicU64,
+    /// A stand-in is in, or entering.
+    entered: AtomicBool,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate { word: AtomicU64::new(CLOSED_AT_START), entered: AtomicBool::new(false) }
+    }
+}
+
+impl Gate {
+    /// The owner opens a new window after `closed` (its word now), saying whether colors
+    /// wait in its line, and returns its word.
+    #[inline]
+    pub(crate) fn open(&self, closed: u64, waiting: bool) -> u64 {
+        debug_assert!(!is_open(closed));
+        let open = ((closed >> 2) + 1) << 2 | u64::from(waiting) << 1;
+        // Release: a stand-in that reads this word sees the core as the owner left it.
+        self.word.store(open, Ordering::Release);
+        open
+    }
+
+    /// The owner opens window `open` again (after a borrow inside the window closed it).
+    #[inline]
+    pub(crate) fn reopen(&self, open: u64) {
+        self.word.store(open, Ordering::Release);
+    }
+
+    /// The owner closes window `open`: once this returns, no stand-in is in, nor will enter
+    /// before the next open. Returns whether it had to wait for one to leave.
+    #[inline]
+    pub(crate) fn close(&self, open: u64) -> bool {
+        self.word.store(open | 1, Ordering::Relaxed);
+        light_fence();
+        // Acquire: a stand-in that left published its writes to the core with its release.
+        if !self.entered.load(Ordering::Acquire) {
+            return false;
+        }
+        self.wait_for_exit();
+        true
+    }
+
+    #[cold]
+    fn wait_for_exit(&self) {
+        let mut spins = 0u32;
+        while self.entered.load(Ordering::Acquire) {
+            spins += 1;
+            if spins < 256 && !cfg!(loom) {
+                std::hint::spin_loop();
+            } else {
+                // The stand-in may itself be descheduled: give it the CPU.
+                crate::sync::yield_now();
+            }
+        }
+    }
+
+    /// What a would-be stand-in sees: the owner's word (a hint: it decides nothing alone).
+    #[inline]
+    pub(crate) fn look(&self) -> u64 {
+        self.word.load(Ordering::Relaxed)
+    }
+
+    /// A stand-in enters window `seen` (an open word it looked at), if the owner is still in it
+    /// and no other stand-in is in.
+    pub(crate) fn enter(&self, seen: u64) -> Option<Entered<'_>> {
+        debug_assert!(is_open(seen));
+        if self.entered.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return None;
+        }
+        let entered = Entered { gate: self };
+        // Acquire: pairs with the owner's open (module doc, invariant 2).
+        if !heavy_fence() || self.word.load(Ordering::Acquire) != seen {
+            return None; // `entered` drops: the flag is cleared.
+        }
+        Some(entered)
+    }
+}
+
+/// A stand-in's stay in a gate; leaving clears the flag.
+pub(crate) struct Entered<'a> {
+    gate: &'a Gate,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        // Release: the owner, closing, sees every write made to its core meanwhile.
+        self.gate.entered.store(false, Ordering::Release);
+    }
+}
+
+// A stand-in works on another thread's core (`stand_in`).
+const _: fn() = || {
+    fn moves<T: Send>() {}
+    moves::<Core>();
+};
+
+/// A worker's gate and where a stand-in finds its core (in the worker's `Remote`).
+pub(crate) struct StandIn {
+    pub(crate) gate: Gate,
+    /// The core of the worker's current run (set at the run's start, valid while a window of
+    /// the run is open: the context lives on the worker's stack for the run).
+    core: AtomicPtr<Core>,
+}
+
+impl Default for StandIn {
+    fn default() -> Self {
+        StandIn { gate: Gate::default(), core: AtomicPtr::new(std::ptr::null_mut()) }
+    }
+}
+
+impl StandIn {
+    /// The owner, at its run's start: where its core is.
+    pub(crate) fn publish_core(&self, core: *mut Core) {
+        // Release, and before any window of the run opens (the open's release carries it).
+        self.core.store(core, Ordering::Release);
+    }
+}
+
+/// A worker's core as its own thread borrows it (a `RefCell`'s checks), and as it opens it to
+/// stand-ins while a handler runs (module doc, invariant 3): a borrow made inside the window
+/// closes it for the borrow's length.
+pub(crate) struct CoreCell {
+    cell: RefCell<Core>,
+    shared: Arc<Shared>,
+    id: usize,
+    /// Windows open: the gate is usable here (`Config::stand_in`, and `membarrier` works).
+    enabled: bool,
+    /// The gate's word as the owner left it (odd: closed).
+    word: Cell<u64>,
+    /// Borrows alive inside the open window (the window is closed while any is).
+    inside: Cell<u32>,
+}
+
+impl CoreCell {
+    pub(crate) fn new(core: Core, shared: Arc<Shared>) -> CoreCell {
+        let id = core.id;
+        let enabled = shared.config.stand_in
+            && shared.config.batching
+            && shared.config.steal != crate::Steal::Off
+            && shared.workers > 1
+            && available();
+        let word = shared.remotes[id].stand_in.gate.look();
+        CoreCell {
+            cell: RefCell::new(core),
+            shared,
+            id,
+            enabled,
+            word: Cell::new(word),
+            inside: Cell::new(0),
+        }
+    }
+
+    /// Whether this runtime's workers open their cores (and so stand in for each other).
+    pub(crate) fn stand_ins(&self) -> bool {
+        self.enabled
+    }
+
+    fn gate(&self) -> &Gate {
+        &self.shared.remotes[self.id].stand_in.gate
+    }
+
+    /// Publishes where the core is, for this run's windows.
+    pub(crate) fn publish(&self) {
+        self.shared.remotes[self.id].stand_in.publish_core(self.cell.as_ptr());
+    }
+
+    /// Opens the core to stand-ins: a handler is about to run, or the worker to sleep, and no
+    /// borrow is alive; `waiting`: colors wait in the line.
+    #[inline]
+    pub(crate) fn open(&self, waiting: bool) {
+        if self.enabled {
+            debug_assert!(self.inside.get() == 0 && !is_open(self.word.get()));
+            self.word.set(self.gate().open(self.word.get(), waiting));
+        }
+    }
+
+    /// Closes the core after a handler; returns whether a stand-in was in (the caller counts).
+    #[inline]
+    pub(crate) fn close(&self) -> bool {
+        let word = self.word.get();
+        if !self.enabled || !is_open(word) {
+            return false;
+        }
+        self.word.set(word | 1);
+        self.gate().close(word)
+    }
+
+    /// Closes the window for a borrow made inside it; returns whether it did.
+    #[inline]
+    fn enter_borrow(&self) -> bool {
+        if !is_open(self.word.get()) {
+            return false;
+        }
+        let inside = self.inside.get();
+        if inside == 0 {
+            self.gate().close(self.word.get());
+        }
+        self.inside.set(inside + 1);
+        true
+    }
+
+    #[inline]
+    fn leave_borrow(&self) {
+        let inside = self.inside.get() - 1;
+        self.inside.set(inside);
+        if inside == 0 {
+            self.gate().reopen(self.word.get());
+        }
+    }
+
+    #[inline]
+    pub(crate) fn borrow_mut(&self) -> CoreMut<'_> {
+        let reopen = self.enter_borrow();
+        CoreMut { inner: std::mem::ManuallyDrop::new(self.cell.borrow_mut()), cell: self, reopen }
+    }
+
+    #[inline]
+    pub(crate) fn borrow(&self) -> CoreRef<'_> {
+        let reopen = self.enter_borrow();
+        CoreRef { inner: std::mem::ManuallyDrop::new(self.cell.borrow()), cell: self, reopen }
+    }
+
+    /// A mutable borrow unless one is alive already.
+    pub(crate) fn try_borrow_mut(&self) -> Option<CoreMut<'_>> {
+        let reopen = self.enter_borrow();
+        match self.cell.try_borrow_mut() {
+            Ok(inner) => {
+                Some(CoreMut { inner: std::mem::ManuallyDrop::new(inner), cell: self, reopen })
+            }
+            Err(_) => {
+                if reopen {
+                    self.leave_borrow();
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A mutable borrow of a [`CoreCell`].
+pub(crate) struct CoreMut<'a> {
+    inner: std::mem::ManuallyDrop<std::cell::RefMut<'a, Core>>,
+    cell: &'a CoreCell,
+    reopen: bool,
+}
+
+impl Deref for CoreMut<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.inner
+    }
+}
+
+impl DerefMut for CoreMut<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.inner
+    }
+}
+
+impl Drop for CoreMut<'_> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, and never used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        if self.reopen {
+            self.cell.leave_borrow();
+        }
+    }
+}
+
+/// A shared borrow of a [`CoreCell`].
+pub(crate) struct CoreRef<'a> {
+    inner: std::mem::ManuallyDrop<std::cell::Ref<'a, Core>>,
+    cell: &'a CoreCell,
+    reopen: bool,
+}
+
+impl Deref for CoreRef<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.inner
+    }
+}
+
+impl Drop for CoreRef<'_> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, and never used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        if self.reopen {
+            self.cell.leave_borrow();
+        }
+    }
+}
+
+/// What an idle worker watches: a peer seen in one window, work waiting behind it, since when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Watch {
+    peer: usize,
+    word: u64,
+    since: Instant,
+}
+
+/// An idle worker's watch over its peers' gates (in its `Core`): the policy of when to stand
+/// in ([`Watcher::due`]), apart from the mechanism ([`stand_in`]).
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    watch: Option<Watch>,
+    /// No peer was stuck at the last look, but one was busy ([`RECHECK`]).
+    recheck: bool,
+    /// The wait before standing in, [`WAIT_FIRST`] and doubling after entries that lent
+    /// nothing, up to [`WAIT_MOST`].
+    wait: Duration,
+}
+
+impl Default for Watcher {
+    fn default() -> Self {
+        Watcher { watch: None, recheck: false, wait: WAIT_FIRST }
+    }
+}
+
+/// What a watcher sees of a peer: its gate's word, and whether work waits there (messages in
+/// its inbox, colors in its line).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    pub(crate) word: u64,
+    pub(crate) waiting: bool,
+    /// The peer is not idle.
+    pub(crate) busy: bool,
+}
+
+impl Watcher {
+    /// Whether a peer is watched, or busy at the last look: an idle worker looks again when it
+    /// wakes.
+    pub(crate) fn watching(&self) -> bool {
+        self.watch.is_some() || self.recheck
+    }
+
+    /// The policy, given what the peers look like now (`see`, by peer id, `peers` in the order
+    /// to look): the peer and window to stand in for, if the watched peer stayed in its window
+    /// for the wait with work waiting; else it watches (again, or anew) the first peer in a
+    /// window with work waiting.
+    pub(crate) fn due(
+        &mut self,
+        now: Instant,
+        peers: impl IntoIterator<Item = usize>,
+        mut see: impl FnMut(usize) -> Seen,
+    ) -> Option<(usize, u64)> {
+        if let Some(w) = self.watch {
+            let seen = see(w.peer);
+            if seen.word == w.word && seen.waiting {
+                if now.saturating_duration_since(w.since) >= self.wait {
+                    // Watched anew from the entry: another one at most a wait later.
+                    self.watch = Some(Watch { since: now, ..w });
+                    return Some((w.peer, w.word));
+                }
+                return None;
+            }
+            // Out of that window (or nothing waits): a new stay starts at the first wait.
+            self.watch = None;
+            self.wait = WAIT_FIRST;
+        }
+        self.recheck = false;
+        for peer in peers {
+            let seen = see(peer);
+            if is_open(seen.word) && seen.waiting {
+                self.watch = Some(Watch { peer, word: seen.word, since: now });
+                self.recheck = false;
+                break;
+            }
+            self.recheck |= seen.busy;
+        }
+        None
+    }
+
+    /// How long the watcher may sleep before it looks again (`None`: it watches no one).
+    pub(crate) fn sleep_limit(&self, now: Instant) -> Option<Duration> {
+        let Some(w) = self.watch else {
+            return self.recheck.then_some(RECHECK);
+        };
+        Some((w.since + self.wait).saturating_duration_since(now).max(Duration::from_micros(1)))
+    }
+
+    /// What an entry gave: colors lent (the wait starts over) or none (it doubles).
+    pub(crate) fn entered(&mut self, lent: bool) {
+        self.wait = if lent { WAIT_FIRST } else { (self.wait * 2).min(WAIT_MOST) };
+    }
+}
+
+/// What worker `peer` looks like to a watcher.
+fn see(shared: &Shared, peer: usize) -> Seen {
+    let remote = &shared.remotes[peer];
+    let word = remote.stand_in.gate.look();
+    let waiting = colors_wait(word) || !remote.poke.inbox.is_empty(false);
+    // Relaxed: a hint (`shared::Status`).
+    let busy = !remote.status.idle.load(Ordering::Relaxed);
+    Seen { word, waiting, busy }
+}
+
+/// Worker `me` (idle) looks at its peers with `watcher` (its own); returns the peer and window
+/// due for a stand-in, if any.
+pub(crate) fn look(watcher: &mut Watcher, shared: &Shared, me: usize) -> Option<(usize, u64)> {
+    if shared.workers < 2 {
+        return None;
+    }
+    let peers = (1..shared.workers).map(|i| (me + i) % shared.workers);
+    watcher.due(Instant::now(), peers, |p| see(shared, p))
+}
+
+/// Worker `me` stands in for worker `peer` in window `seen`, if it can enter, in run `run` (its
+/// own): routes the peer's inbox and lends itself half of its waiting colors
+/// (`Core::stand_in`). `None` if it could not enter, else whether it
+/// lent anything.
+pub(crate) fn stand_in(
+    shared: &Shared,
+    me: usize,
+    peer: usize,
+    seen: u64,
+    run: u64,
+) -> Option<bool> {
+    let remote = &shared.remotes[peer];
+    let entered = remote.stand_in.gate.enter(seen)?;
+    // Acquire (after the gate's acquire): the core of the run whose window is open.
+    let core = remote.stand_in.core.load(Ordering::Acquire);
+    if core.is_null() {
+        return None;
+    }
+    // SAFETY: the gate is entered in an open window of the owner's run: the owner's context,
+    // which holds this core, lives on its stack until the run ends, and its thread neither
+    // borrows the core nor touches it until it closed the window, which waits for `entered`
+    // to drop (module doc, invariants 1-3). A `Core` moves between threads (it is `Send`).
+    let core = unsafe { &mut *core };
+    let lent = core.stand_in(shared, run, me);
+    drop(entered);
+    Some(lent)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn peers(n: usize) -> std::ops::Range<usize> {
+        0..n
+    }
+
+    #[test]
+    fn a_peer_is_stood_in_for_only_after_staying_in_one_window_with_work_waiting() {
+        let t0 = Instant::now();
+        let mut w = Watcher::default();
+        let open = Seen { word: 4, waiting: true, busy: true };
+        assert_eq!(w.due(t0, peers(1), |_| open), None, "first seen: watched, not due");
+        assert!(w.watching());
+        let early = t0 + WAIT_FIRST / 2;
+        assert_eq!(w.due(early, peers(1), |_| open), None, "not yet");
+        let late = t0 + WAIT_FIRST;
+        assert_eq!(w.due(late, peers(1), |_| open), Some((0, 4)));
+        assert_eq!(w.due(late, peers(1), |_| open), None, "a wait again after an entry");
+        // A new window: the handler ended and another began, the peer is not stuck.
+        let next = Seen { word: 6, waiting: true, busy: true };
+        assert_eq!(w.due(late + WAIT_FIRST * 3, peers(1), |_| next), None);
+        assert_eq!(w.due(late + WAIT_FIRST * 3, peers(1), |_| next), None);
+        assert_eq!(w.due(late + WAIT_FIRST * 4, peers(1), |_| next), Some((0, 6)));
+    }
+
+    #[test]
+    fn no_watch_on_a_closed_core_nor_on_one_with_nothing_waiting() {
+        let t0 = Instant::now();
+        let mut w = Watcher::default();
+        let closed = Seen { word: 5, waiting: true, busy: true };
+        let idle = Seen { word: 4, waiting: false, busy: false };
+        assert_eq!(w.due(t0, peers(2), |p| if p == 0 { closed } else { idle }), None);
+        assert!(w.watching(), "not stuck, but busy: a look again after a sleep of at most");
+        assert_eq!(w.sleep_limit(t0), Some(RECHECK));
+        let idle_too = Seen { busy: false, ..closed };
+        assert_eq!(w.due(t0, peers(2), |p| if p == 0 { idle_too } else { idle }), None);
+        assert!(!w.watching(), "every peer idle: no look before something wakes it");
+        assert_eq!(w.sleep_limit(t0), None);
+        let open = Seen { word: 8, waiting: true, busy: true };
+        assert_eq!(w.due(t0, peers(2), |p| if p == 0 { closed } else { open }), None);
+        assert!(w.watching(), "the second peer is");
+        // Its work was taken meanwhile (by its own thread): no entry.
+        let later = t0 + WAIT_MOST;
+        assert_eq!(w.due(later, peers(2), |p| if p == 0 { idle_too } else { idle }), None);
+        assert!(!w.watching());
+    }
+
+    #[test]
+    fn entries_that_lend_nothing_wait_longer_each_time_up_to_a_bound() {
+        let mut w = Watcher::default();
+        w.entered(false);
+        assert_eq!(w.wait, WAIT_FIRST * 2);
+        for _ in 0..20 {
+            w.entered(false);
+        }
+        assert_eq!(w.wait, WAIT_MOST);
+        w.entered(true);
+        assert_eq!(w.wait, WAIT_FIRST);
+        let t0 = Instant::now();
+        w.due(t0, peers(1), |_| Seen { word: 2, waiting: true, busy: true });
+        assert_eq!(w.sleep_limit(t0), Some(WAIT_FIRST));
+    }
+
+    #[test]
+    fn the_gate_lets_a_stand_in_in_only_in_the_window_it_saw_and_the_owner_waits_for_it() {
+        if !available() {
+            eprintln!("membarrier unavailable: no stand-ins on this kernel");
+            return;
+        }
+        let gate = Gate::default();
+        assert!(!is_open(gate.look()));
+        let open = gate.open(gate.look(), true);
+        assert!(is_open(open) && colors_wait(open));
+        let e = gate.enter(open).expect("the window it saw, no one in");
+        assert!(gate.enter(open).is_none(), "one stand-in at a time");
+        drop(e);
+        assert!(!gate.close(open), "no one in: no wait");
+        assert!(gate.enter(open).is_none(), "closed: that window is gone");
+        let again = gate.open(gate.look(), true);
+        assert_ne!(again, open, "a window's word is never reused");
+        assert!(gate.enter(open).is_none(), "an old window is not this one");
+        // The owner closing while a stand-in is in waits for it to leave.
+        let e = gate.enter(again).expect("in");
+        let left = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                left.store(true, Ordering::SeqCst);
+                drop(e);
+            });
+            assert!(gate.close(again), "it waited");
+            assert!(left.load(Ordering::SeqCst), "not before the stand-in left");
+        });
+    }
+}

@@ -1,0 +1,66 @@
+//! Stand-ins (`Config::stand_in`): a worker blocked in a handler does not hold up the colors
+//! homed on it. Its thread blocked (as the kernel blocks one whose CPU another process holds),
+//! an idle worker routes its inbox and lends itself its waiting colors.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ochre::{Color, Config, Runtime};
+
+/// Colors homed on worker `w` of `rt`, `n` of them, from `from` on.
+fn colors_on(rt: &Runtime, w: usize, from: u64, n: usize) -> Vec<Color> {
+    (from..).map(Color).filter(|&c| rt.home_of(c) == w).take(n).collect()
+}
+
+/// A handler on worker 1 blocks (sleeps) until the 64 events posted to other colors homed there
+/// ran, or `limit`; returns how many had run when it stopped blocking, and the run's report.
+fn blocked_home(config: Config, limit: Duration) -> (usize, ochre::RunReport) {
+    let rt = Runtime::builder().workers(2).config(config).build().unwrap();
+    let blocker = colors_on(&rt, 1, 1, 1)[0];
+    let others = colors_on(&rt, 1, 1000, 64);
+    let root = colors_on(&rt, 0, 1, 1)[0];
+    let done = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(usize::MAX));
+    let (d, s) = (done.clone(), seen.clone());
+    let report = rt
+        .run(root, move || {
+            let (d2, s2) = (d.clone(), s.clone());
+            ochre::post(blocker, move || {
+                let t = Instant::now();
+                while d2.load(Ordering::SeqCst) < 64 && t.elapsed() < limit {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                s2.store(d2.load(Ordering::SeqCst), Ordering::SeqCst);
+            });
+            for c in others {
+                let d = d.clone();
+                ochre::post(c, move || {
+                    d.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        })
+        .unwrap();
+    assert_eq!(done.load(Ordering::SeqCst), 64, "every event ran in the end");
+    (seen.load(Ordering::SeqCst), report)
+}
+
+#[test]
+fn colors_homed_on_a_worker_blocked_in_a_handler_run_elsewhere_meanwhile() {
+    if !ochre::stand_ins_available() {
+        eprintln!("no membarrier here: stand-ins are off");
+        return;
+    }
+    let (seen, report) = blocked_home(Config::default(), Duration::from_secs(5));
+    assert_eq!(seen, 64, "all of them ran while their home was blocked: {:?}", report.workers);
+    assert!(report.workers[1].stood_in_for > 0, "{:?}", report.workers[1]);
+    assert!(report.workers[0].steals_in > 0, "they ran on the other worker");
+}
+
+#[test]
+fn without_stand_ins_they_wait_for_the_blocked_worker() {
+    let (seen, report) =
+        blocked_home(Config::default().stand_in(false), Duration::from_millis(200));
+    assert_eq!(seen, 0, "their home holds them until its handler returns");
+    assert_eq!(report.workers[1].stood_in_for, 0);
+}
