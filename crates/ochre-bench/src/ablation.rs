@@ -8,8 +8,9 @@
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
 //! stealing off; then colors that follow their messages (`Config::follow`); then stealing only
 //! colors with a measured backlog (`Steal::Backlog`); then pinned workers that leave their pin
-//! when another process shares their CPU (`Config::unpin_when_shared`), and sleep through the
-//! ends of runs there (`Config::sleep_through_ends`); then online tuning of
+//! when another process shares their CPU (`Config::unpin_when_shared`), sleep through the
+//! ends of runs there (`Config::sleep_through_ends`), and stand in for a worker stuck in a
+//! handler or waiting for its CPU (`Config::stand_in`); then online tuning of
 //! the spin threshold and the batch size (`Spin::Adaptive`, `BatchSize::Adaptive`: the default
 //! configuration); then, instead of backlog stealing, from the follow step: stealing only from
 //! workers whose CPU is shared (`Steal::FromSharedCpus`); and plain stealing with every
@@ -38,7 +39,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true);
     let backlog = follow.clone().steal(Steal::Backlog);
-    let unpin = backlog.clone().unpin_when_shared(true).sleep_through_ends(true);
+    let unpin = backlog.clone().unpin_when_shared(true).sleep_through_ends(true).stand_in(true);
     let tuned = unpin.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
     let relief = follow.clone().steal(Steal::FromSharedCpus);
     let heuristics = follow.clone().stealing_heuristics();
@@ -52,7 +53,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("7 steal off", no_steal),
         ("8 +follow", follow),
         ("9 +steal backlogs", backlog),
-        ("10 +shared CPUs: leave the pin, sleep through ends", unpin),
+        ("10 +shared CPUs: leave the pin, sleep through ends, stand in", unpin),
         (DEFAULT_STEP, tuned.clone()),
         ("12 follow, steal from shared CPUs", relief),
         ("13 follow, plain stealing +heuristics", heuristics),
@@ -225,6 +226,9 @@ mod tests {
         let before = steps.iter().position(|(n, _)| *n == DEFAULT_STEP).unwrap() - 1;
         let spin = Spin::Reasoned { threshold: None };
         let fixed = Config::default().spin(spin).batch_sizing(BatchSize::Fixed);
-        assert_eq!(steps[before], ("10 +shared CPUs: leave the pin, sleep through ends", fixed));
+        assert_eq!(
+            steps[before],
+            ("10 +shared CPUs: leave the pin, sleep through ends, stand in", fixed)
+        );
     }
 }

@@ -425,7 +425,7 @@ pub fn worker_line(w: usize, s: &ochre::WorkerStats) -> String {
     format!(
         "worker {w}: events {} local {} remote {} batches {} (mean {:.1}) wakeups {} sleeps {} \
          spins {} hits {} moves out {} in {} steals {} lent {} recalls {} inbox {} steal asks {} \
-         failed {} waited {} us share {} stood in for {} (waits {}){}",
+         failed {} waited {} us share {} stood in for {} times (waits {}){}",
         s.events_run,
         s.posts_local,
         s.posts_remote,

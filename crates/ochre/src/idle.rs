@@ -129,7 +129,9 @@ pub(crate) fn idle(ctx: &WorkerCtx) -> Flow {
     let started = tuned.then(Instant::now);
     let flow = idle_spell(ctx);
     let mut core = ctx.core.borrow_mut();
-    if let (Some(started), Flow::Continue) = (started, &flow) {
+    // A sleep cut short to look at a peer (`stand_in`) that found nothing is no idle gap.
+    let looked = std::mem::take(&mut core.woke_to_look);
+    if let (Some(started), Flow::Continue, false) = (started, &flow, looked) {
         core.spin_tuner.record(started.elapsed());
     }
     core.cpu_share.busy_again();
@@ -378,10 +380,15 @@ fn stand_in_if_due(ctx: &WorkerCtx, look: bool, parked: &mut bool) -> bool {
     if std::mem::take(parked) {
         leave_parked(ctx);
     }
-    let Some(lent) = crate::stand_in::stand_in(shared, ctx.id, peer, window, ctx.run.get()) else {
+    if shared.stopping() {
+        return false;
+    }
+    let mut core = ctx.core.borrow_mut();
+    let Some(lent) = crate::stand_in::stand_in(shared, &mut core, peer, window, ctx.run.get())
+    else {
         return false;
     };
-    ctx.core.borrow_mut().watcher.entered(lent);
+    core.watcher.entered(lent);
     lent
 }
 
@@ -425,7 +432,9 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
         core.watcher.sleep_limit(Instant::now())
     };
     let t = park(ctx, watch, true);
+    let woke_to_look = watch.is_some_and(|w| t.elapsed() >= w) && !has_work(ctx);
     let mut core = ctx.core.borrow_mut();
+    core.woke_to_look = woke_to_look;
     core.last_sleep = Some(t.elapsed());
     core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
     drop(core);

@@ -1051,10 +1051,41 @@ impl ColorQueue {
     /// `None`: it keeps the color (running, fenced, alone here: the home's look at this
     /// worker's line was stale), or holds it no longer (its `Return` is ahead of the answer).
     pub(crate) fn give_back(&mut self, color: Color, floor_ns: u64) -> Option<(u64, Loan)> {
+        self.give_back_if(color, floor_ns, 2)
+    }
+
+    /// At a borrower whose thread is stuck, stood in for by `home` (`stand_in`): every color
+    /// lent by `home` that waits here and may go back as [`give_back`](Self::give_back) says,
+    /// alone in the line or not (it would wait for the stuck thread), residents with
+    /// `floor_ns` of work. The caller made the counts agree as a recall's channel does (every
+    /// forward from the home received here, every return from here routed there).
+    pub(crate) fn give_back_waiting(&mut self, home: usize, floor_ns: u64) -> Vec<(u64, Loan)> {
+        let lent_by_home = |s: &Slot| matches!(s.lease, Lease::Guest { home: h, .. } if h == home);
+        let colors: Vec<Color> = self
+            .ready
+            .iter()
+            .map(|&k| &self.slots[k])
+            .filter(|s| lent_by_home(s))
+            .map(|s| s.color)
+            .collect();
+        colors.into_iter().filter_map(|c| self.give_back_if(c, floor_ns, 1)).collect()
+    }
+
+    /// Whether a color lent by `home` waits in the line (`give_back_waiting` has work).
+    pub(crate) fn waits_lent_by(&self, home: usize) -> bool {
+        !self.guests.is_empty()
+            && self
+                .ready
+                .iter()
+                .any(|&k| matches!(self.slots[k].lease, Lease::Guest { home: h, .. } if h == home))
+    }
+
+    /// [`give_back`](Self::give_back) with at least `line` colors waiting here.
+    fn give_back_if(&mut self, color: Color, floor_ns: u64, line: usize) -> Option<(u64, Loan)> {
         let &key = self.index.get(&color)?;
         let slot = &self.slots[key];
         let Lease::Guest { received, resident, .. } = slot.lease else { return None };
-        let waits = slot.queued && self.running != Some(key) && self.ready.len() >= 2;
+        let waits = slot.queued && self.running != Some(key) && self.ready.len() >= line;
         if !waits || !slot.fence.held.is_empty() || slot.holding > 0 {
             return None;
         }

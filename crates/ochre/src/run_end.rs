@@ -25,7 +25,10 @@
 //! * **Claimed(r)**: the worker that stopped run `r` as quiescent took the sleeper's end
 //!   ([`claim`]): it counts the sleeper's end for the run (the gate's count, the heap flush
 //!   count) and does not wake it.
-//! * **Awake** (0): anything else. Only the owner leaves the other two states for it, by a
+//! * **Held(r)**: a stand-in (`stand_in`) routes into the sleeper, Claimable(r), and holds its
+//!   word meanwhile ([`hold`], [`release`]): a stopper cannot claim it and wakes it instead, so
+//!   no run's end is counted for a worker while events are routed into its queue.
+//! * **Awake** (0): anything else. Only the owner leaves Claimable and Claimed for it, by a
 //!   compare-and-swap when it wakes, or when it saw the stop flag before sleeping ([`resolve`]);
 //!   then it stops or goes on as [`stops`] says (a word carried into the next run while the
 //!   owner, preempted, had seen the last run's stop flag goes on in the new run).
@@ -56,6 +59,7 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 const CLAIMABLE: u64 = 1;
 const CLAIMED: u64 = 2;
+const HELD: u64 = 3;
 const TAG: u64 = 3;
 
 fn word(run: u64, tag: u64) -> u64 {
@@ -89,6 +93,7 @@ pub(crate) fn announce(sleeper: &AtomicU64, run: u64) {
 pub(crate) fn resolve(sleeper: &AtomicU64, run: u64) -> Woke {
     let mut w = sleeper.load(Ordering::SeqCst);
     loop {
+        debug_assert_ne!(w & TAG, HELD, "a stand-in holds the word of a worker awake");
         let to = match w & TAG {
             CLAIMABLE => Woke::InRun(w >> 2),
             CLAIMED => Woke::Claimed(w >> 2),
@@ -99,6 +104,29 @@ pub(crate) fn resolve(sleeper: &AtomicU64, run: u64) -> Woke {
             Err(now) => w = now,
         }
     }
+}
+
+/// A stand-in (`stand_in`) about to route into the owner, asleep and Claimable in run `run`
+/// (the stand-in's), holds its word for the length of its stay: Claimable(r) becomes Held(r),
+/// which the stopper cannot claim (it wakes the owner instead, which ends the run itself), so
+/// that no run ends counting the owner's end while a stand-in leaves events in its queue.
+/// False if the word was not Claimable(run). Only the stand-in leaves Held ([`release`]), before
+/// the owner can see it: the owner takes its word back after the stand-in left its core.
+pub(crate) fn hold(sleeper: &AtomicU64, run: u64) -> bool {
+    sleeper
+        .compare_exchange(word(run, CLAIMABLE), word(run, HELD), Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// The stand-in leaves the word it held ([`hold`]) Claimable again.
+pub(crate) fn release(sleeper: &AtomicU64, run: u64) {
+    debug_assert_eq!(sleeper.load(Ordering::SeqCst), word(run, HELD));
+    sleeper.store(word(run, CLAIMABLE), Ordering::SeqCst);
+}
+
+/// The owner is not asleep through a run's end (its word is Awake).
+pub(crate) fn is_awake(sleeper: &AtomicU64) -> bool {
+    sleeper.load(Ordering::SeqCst) == 0
 }
 
 /// Whether a worker that took its word back ([`resolve`]) leaves its run loop: its run's end

@@ -114,11 +114,16 @@ counters! {
     /// worker or one color to a busier one (`steal::share_behind_long_turn`).
     #[serde(default)]
     long_turn_shares = LongTurnShares,
-    /// Times this worker, idle, stood in for a worker stuck in a handler (descheduled, or in a
-    /// long one) with work waiting: it routed that worker's inbox and lent itself its waiting
-    /// colors (`stand_in`). Counted by the worker stood in for.
+    /// Times an idle worker stood in for this one while this one was stuck in a handler
+    /// (descheduled, or in a long one) or asleep and waiting for its CPU, with work waiting:
+    /// the stand-in routed this worker's inbox and lent itself its waiting colors
+    /// (`stand_in`).
     #[serde(default)]
     stood_in_for = StoodInFor,
+    /// Colors lent to this worker that a stand-in took back to their home (itself) while this
+    /// worker's thread was stuck (`Core::stand_in`).
+    #[serde(default)]
+    stood_in_give_backs = StoodInGiveBacks,
     /// Handlers after which this worker waited for a stand-in to leave its core (`stand_in`).
     #[serde(default)]
     stand_in_waits = StandInWaits,

@@ -436,11 +436,15 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
 /// worker it stands in for is stuck (a time slice of another process, milliseconds), and a
 /// user's sum left 2,000 chunks there, of which eight at a time kept the stand-in idle most of
 /// each wait. A request of the thief's in the slot is answered by the loan.
+///
+/// From a worker asleep (woken, its thread waiting for its CPU: `stand_in`), every color that
+/// may be lent: what stays waits for that thread, and keeps the run from ending until it runs
+/// (`Core::stand_in` takes it out of the parked state).
 pub(crate) fn lend_to_stand_in(core: &mut Core, shared: &Shared, thief: usize) {
-    let slower = slower_thief(core, shared, thief);
+    let slower = slower_thief(core, shared, thief).filter(|_| !core.asleep);
     let loans = match slower {
         Some(part) => core.queue.lend_single(thief, usize::MAX, 0, part, false),
-        None => core.queue.lend_many(thief, usize::MAX, true, 0),
+        None => core.queue.lend_many(thief, usize::MAX, !core.asleep, 0),
     };
     let slot = &shared.remotes[core.id].poke.steal_request;
     let asked = slot.compare_exchange(thief + 1, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok();
@@ -576,7 +580,10 @@ pub(crate) fn answer_request(core: &mut Core, shared: &Shared) {
     let thief = thief - 1;
     let slower = slower_thief(core, shared, thief);
     let loans = lend(&mut core.queue, thief, slower, &shared.config);
-    if loans.is_empty() && defers(&core.queue, &shared.config, core.answer_deferred) {
+    // A stand-in answers for good (`Core::standing_in`): the turn's end would be the stuck
+    // thread's.
+    let deferred = core.answer_deferred || core.standing_in;
+    if loans.is_empty() && defers(&core.queue, &shared.config, deferred) {
         // Back in the slot for the next turn's end, unless another thief took it meanwhile:
         // that one waits for an answer too, and this one is told no now.
         if slot.compare_exchange(0, thief + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {

@@ -203,6 +203,11 @@ pub(crate) struct Core {
     /// A stand-in took this worker, asleep, out of the parked state (`Core::stand_in`): it
     /// does not leave it again when it wakes.
     pub(crate) unparked: bool,
+    /// The last sleep ended to look at a peer it watched (`stand_in`), with nothing to do.
+    pub(crate) woke_to_look: bool,
+    /// A stand-in works in this core (`Core::stand_in`): requests and recalls routed here are
+    /// answered at once, not kept for the end of a turn of the stuck thread.
+    pub(crate) standing_in: bool,
 }
 
 impl Core {
@@ -259,6 +264,8 @@ impl Core {
             asleep: false,
             asleep_in: 0,
             unparked: false,
+            woke_to_look: false,
+            standing_in: false,
         }
     }
 
@@ -699,7 +706,8 @@ impl Core {
                 self.answer_syncs(shared, color);
             }
             Msg::Recall { color, from } => {
-                self.answer_recall(shared, color, from as usize, true);
+                // Not kept for a turn's end by a stand-in: the turn is the stuck thread's.
+                self.answer_recall(shared, color, from as usize, !self.standing_in);
             }
             Msg::GiveBack { ran, loan } => {
                 self.settle_steal(true);
@@ -1003,7 +1011,8 @@ impl Core {
     /// routes the inbox (`file_mid_turn`), lends half of the waiting colors to the stand-in,
     /// `thief` (`steal::lend_to_stand_in`, which also answers its request if it waits in the
     /// slot), flushes every buffer (the loans, the forwards and answers routing made,
-    /// and whatever the handler posted so far) and publishes the line. Returns whether it lent.
+    /// and whatever the handler posted so far) and publishes the line. Returns whether it sent
+    /// anything or took colors back (`give_back_to`).
     ///
     ///
     /// Into a worker asleep (woken, its thread waiting for its CPU), only in the stand-in's own
@@ -1012,31 +1021,86 @@ impl Core {
     /// worker does when it wakes (`idle::leave_parked`), and marks that it did: a worker counted
     /// parked has nothing queued (quiescence, `idle`). No detector can find the run quiescent
     /// meanwhile: the stand-in left the parked state before it entered (`idle`).
-    pub(crate) fn stand_in(&mut self, shared: &Shared, run: u64, thief: usize) -> bool {
+    pub(crate) fn stand_in(&mut self, shared: &Shared, run: u64, thief: &mut Core) -> bool {
         debug_assert!(
             self.queue.is_running() || self.asleep,
             "a stand-in enters only while a handler runs or the worker sleeps"
         );
-        if self.asleep && self.asleep_in != run {
+        // Asleep: in the stand-in's run, whether it slept in it (Awake) or was carried in asleep
+        // through the last one's end (Claimable in it, held meanwhile: `run_end::hold`).
+        let sleeper = &shared.remotes[self.id].poke.sleeper;
+        let held = self.asleep && crate::run_end::hold(sleeper, run);
+        let in_run = held || (self.asleep_in == run && crate::run_end::is_awake(sleeper));
+        if self.asleep && (!in_run || shared.stopping()) {
+            // A run that is ending (found quiescent, a stopper claiming its sleepers) takes
+            // nothing more into a sleeper: it would hold it past the end.
+            if held {
+                crate::run_end::release(sleeper, run);
+            }
             return false;
         }
         self.counters.add(Counter::StoodInFor, 1);
-        let lent = self.counters.get(Counter::StealsOut);
+        self.standing_in = true;
+        // Whatever it routes or lends goes out as messages (loans, colors moved to the posters
+        // that follow them, forwards): sent any, it was of use, and another may be soon.
+        let sent = self.sent;
         if !self.filing {
             self.filing = true;
             self.take_inbox(shared);
             self.filing = false;
         }
-        steal::lend_to_stand_in(self, shared, thief);
+        steal::lend_to_stand_in(self, shared, thief.id);
         self.flush_all(shared);
+        let taken = self.give_back_to(thief, shared);
         self.publish_ready(shared);
         let status = &shared.remotes[self.id].status;
-        let left = self.queue.pending() > 0 || self.queue.ready_len() > 0;
+        // What makes a worker not quiet (`idle`): events, descriptors or timers (a `Watch` or a
+        // timer routed here), buffered messages.
+        let left = self.queue.pending() > 0
+            || !self.queue.is_quiet()
+            || self.io.active()
+            || self.has_outgoing();
         if self.asleep && left && !self.unparked && status.parked.load(Ordering::SeqCst) {
             idle::unpark_worker(shared, self.id);
             self.unparked = true;
         }
-        self.counters.get(Counter::StealsOut) > lent
+        if held {
+            crate::run_end::release(sleeper, run);
+        }
+        self.standing_in = false;
+        self.sent > sent || taken
+    }
+
+    /// A stand-in's take-back (`Core::stand_in`): the colors `home` (the stand-in) lent this
+    /// worker, waiting here for this worker's stuck thread, go back to it with their events.
+    /// A borrowed color is never lent on, so the stand-in's loan cannot take them; a user's
+    /// sum beside a busy process lent 512 of its chunks to the worker on the shared CPU, which
+    /// then waited 3-5 ms for its CPU while the lender idled. This is a recall (`queue`,
+    /// "Recalls") whose messages the one thread that holds both cores carries at once, after
+    /// making the counts agree as the recall's channel does: every forward the home sent here
+    /// is received (its buffers flushed, this inbox routed after), and every return from here
+    /// is routed there (these buffers flushed, its inbox routed after). Both ends of the
+    /// channel are this thread's meanwhile: the home sends nothing here, and this worker,
+    /// stuck, sends nothing there. The hand-over comes after everything this worker buffered
+    /// (flushed first), as any hand-over's. Returns whether any came back.
+    fn give_back_to(&mut self, home: &mut Core, shared: &Shared) -> bool {
+        if !self.queue.waits_lent_by(home.id) {
+            return false;
+        }
+        home.take_inbox(shared);
+        home.flush_all(shared);
+        self.filing = true;
+        self.take_inbox(shared);
+        self.filing = false;
+        self.flush_all(shared);
+        let back = self.queue.give_back_waiting(home.id, steal::BACKLOG_FLOOR);
+        let n = back.len() as u64;
+        for (ran, loan) in back {
+            home.queue.given_back(ran, loan);
+        }
+        home.counters.add(Counter::Recalls, n);
+        self.counters.add(Counter::StoodInGiveBacks, n);
+        n > 0
     }
 
     /// A cheap pseudo-random number (xorshift64*), for victim selection.

@@ -354,7 +354,7 @@ fn stress_once(
     let t = rt.stats().iter().fold(ochre::WorkerStats::default(), |a, s| a.add(s));
     eprintln!(
         "{ctx}: {posted} events over {workers} workers in {runs} runs: ok (remote posts {}, \
-         steals {}, forwards {}, urgent {}, sleeps {}, moved {}, given back {}, stood in {})",
+         steals {}, forwards {}, urgent {}, sleeps {}, moved {}, given back {}, stood in {}, taken back by stand-ins {})",
         t.posts_remote,
         t.steals_in,
         t.forwards,
@@ -362,7 +362,8 @@ fn stress_once(
         t.sleeps,
         t.colors_moved_in,
         t.colors_given_back,
-        t.stood_in_for
+        t.stood_in_for,
+        t.stood_in_give_backs
     );
     t.stood_in_for
 }

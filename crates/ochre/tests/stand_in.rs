@@ -64,3 +64,59 @@ fn without_stand_ins_they_wait_for_the_blocked_worker() {
     assert_eq!(seen, 0, "their home holds them until its handler returns");
     assert_eq!(report.workers[1].stood_in_for, 0);
 }
+
+/// 64 chunks of 1 ms on colors homed on worker 0; the first chunk worker 1 runs (lent to it)
+/// blocks until the 63 others ran, or `limit`; returns how many had run when it stopped.
+fn blocked_borrower(config: Config, limit: Duration) -> (usize, ochre::RunReport) {
+    let rt = Runtime::builder().workers(2).config(config).build().unwrap();
+    let chunks = colors_on(&rt, 0, 1000, 64);
+    let root = colors_on(&rt, 0, 1, 1)[0];
+    let done = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(usize::MAX));
+    let blocked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, s, b) = (done.clone(), seen.clone(), blocked.clone());
+    let report = rt
+        .run(root, move || {
+            for c in chunks {
+                let (d, s, b) = (d.clone(), s.clone(), b.clone());
+                ochre::post(c, move || {
+                    if ochre::current_worker() == Some(1) && !b.swap(true, Ordering::SeqCst) {
+                        let t = Instant::now();
+                        while d.load(Ordering::SeqCst) < 63 && t.elapsed() < limit {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        s.store(d.load(Ordering::SeqCst), Ordering::SeqCst);
+                    } else {
+                        let t = Instant::now();
+                        while t.elapsed() < Duration::from_millis(1) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    d.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        })
+        .unwrap();
+    assert_eq!(done.load(Ordering::SeqCst), 64, "every chunk ran in the end");
+    assert!(blocked.load(Ordering::SeqCst), "worker 1 ran a chunk: {:?}", report.workers);
+    (seen.load(Ordering::SeqCst), report)
+}
+
+#[test]
+fn colors_lent_to_a_worker_blocked_in_a_handler_go_back_to_their_home_meanwhile() {
+    if !ochre::stand_ins_available() {
+        eprintln!("no membarrier here: stand-ins are off");
+        return;
+    }
+    let (seen, report) = blocked_borrower(Config::default(), Duration::from_secs(5));
+    assert_eq!(seen, 63, "the others ran while the borrower was blocked: {:?}", report.workers);
+    assert!(report.workers[1].stood_in_give_backs > 0, "{:?}", report.workers[1]);
+}
+
+#[test]
+fn without_stand_ins_colors_lent_wait_for_their_blocked_borrower() {
+    let (seen, report) =
+        blocked_borrower(Config::default().stand_in(false), Duration::from_millis(300));
+    assert!(seen < 63, "some wait behind the blocked chunk: {:?}", report.workers);
+    assert_eq!(report.workers[1].stood_in_give_backs, 0);
+}
