@@ -435,7 +435,10 @@ fn sleep(ctx: &WorkerCtx) -> Flow {
     let woke_to_look = watch.is_some_and(|w| t.elapsed() >= w) && !has_work(ctx);
     let mut core = ctx.core.borrow_mut();
     core.woke_to_look = woke_to_look;
-    core.last_sleep = Some(t.elapsed());
+    // A sleep cut short to look (`stand_in`) says nothing of the wake-up's cost.
+    if !woke_to_look {
+        core.last_sleep = Some(t.elapsed());
+    }
     core.trace.span_since(crate::trace::Kind::Sleep, Some(t));
     drop(core);
     if through {

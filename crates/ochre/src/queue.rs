@@ -2612,6 +2612,60 @@ mod tests {
     }
 
     #[test]
+    fn a_stand_in_takes_back_what_its_home_lent_waiting_alone_or_not_but_not_running() {
+        let log = Log::default();
+        let (mut home, mut guest) =
+            (ColorQueue::new(0, Placement::flat(3)), ColorQueue::new(1, Placement::flat(3)));
+        let lent = colors_on(0, 3, 3);
+        for (i, &c) in lent.iter().enumerate() {
+            let _ = home.post(c, task(&log, i as u64), false);
+            let _ = home.post(c, task(&log, 10 + i as u64), false);
+        }
+        for loan in home.lend_many(1, 8, false, 0) {
+            guest.adopt(0, loan);
+        }
+        // Another home's loan waits there too, and one of the home's colors runs.
+        let mut third = ColorQueue::new(2, Placement::flat(3));
+        let elsewhere = color_on(2, 3, 0);
+        let _ = third.post(elsewhere, task(&log, 99), false);
+        for loan in third.lend_many(1, 8, false, 0) {
+            guest.adopt(2, loan);
+        }
+        let (key, running) = guest.start_turn().unwrap();
+        assert!(lent.contains(&running));
+        let first = guest.pop(key).unwrap();
+        let back = guest.give_back_waiting(0, 0);
+        assert_eq!(back.len(), 2, "the two waiting, not the running one, not another home's");
+        for (ran, loan) in back {
+            assert_eq!((ran, loan.events.len()), (2, 2), "received two, gives both back");
+            home.given_back(ran, loan);
+        }
+        assert!(guest.waits_lent_by(2) && !guest.waits_lent_by(0));
+        first.run();
+        while let Some(t) = guest.pop(key) {
+            t.run();
+        }
+        let returned = guest.end_turn(key).expect("the running loan goes home, emptied");
+        home.returned(returned.color, returned.ran);
+        run_all(&mut guest);
+        run_all(&mut home);
+        let ran = log.lock().unwrap().clone();
+        for i in 0..3u64 {
+            let (a, b) = (ran.iter().position(|&v| v == i), ran.iter().position(|&v| v == 10 + i));
+            assert!(a.is_some() && a < b, "each color's two events once, in order: {ran:?}");
+        }
+        assert_eq!(ran.len(), 7);
+        // Alone in the line, a loan goes back too (a recall's `give_back` would keep it).
+        let c = lent[0];
+        let _ = home.post(c, task(&log, 20), false);
+        for loan in home.lend_many(1, 8, false, 0) {
+            guest.adopt(0, loan);
+        }
+        assert!(guest.give_back(c, 0).is_none(), "a recall leaves it: alone, it runs next");
+        assert_eq!(guest.give_back_waiting(0, 0).len(), 1, "a stand-in takes it: stuck there");
+    }
+
+    #[test]
     fn a_loan_the_borrower_kept_may_be_recalled_again() {
         let log = Log::default();
         let (mut home, mut guest) =

@@ -26,8 +26,10 @@
 //!   ([`claim`]): it counts the sleeper's end for the run (the gate's count, the heap flush
 //!   count) and does not wake it.
 //! * **Held(r)**: a stand-in (`stand_in`) routes into the sleeper, Claimable(r), and holds its
-//!   word meanwhile ([`hold`], [`release`]): a stopper cannot claim it and wakes it instead, so
-//!   no run's end is counted for a worker while events are routed into its queue.
+//!   word ([`hold`]): a stopper cannot claim it and wakes it instead. The stand-in gives the
+//!   word back Claimable ([`release`]) if it left the sleeper parked with nothing to do; else
+//!   (it took it out of the parked state) the word stays Held, and the owner, waking, takes it
+//!   back as Claimable: the run goes on with it.
 //! * **Awake** (0): anything else. Only the owner leaves Claimable and Claimed for it, by a
 //!   compare-and-swap when it wakes, or when it saw the stop flag before sleeping ([`resolve`]);
 //!   then it stops or goes on as [`stops`] says (a word carried into the next run while the
@@ -93,9 +95,10 @@ pub(crate) fn announce(sleeper: &AtomicU64, run: u64) {
 pub(crate) fn resolve(sleeper: &AtomicU64, run: u64) -> Woke {
     let mut w = sleeper.load(Ordering::SeqCst);
     loop {
-        debug_assert_ne!(w & TAG, HELD, "a stand-in holds the word of a worker awake");
         let to = match w & TAG {
-            CLAIMABLE => Woke::InRun(w >> 2),
+            // Held and left so by a stand-in that took it out of the parked state: the run
+            // goes on with it (no stopper claims a Held word).
+            CLAIMABLE | HELD => Woke::InRun(w >> 2),
             CLAIMED => Woke::Claimed(w >> 2),
             _ => return Woke::InRun(run),
         };
@@ -107,11 +110,12 @@ pub(crate) fn resolve(sleeper: &AtomicU64, run: u64) -> Woke {
 }
 
 /// A stand-in (`stand_in`) about to route into the owner, asleep and Claimable in run `run`
-/// (the stand-in's), holds its word for the length of its stay: Claimable(r) becomes Held(r),
-/// which the stopper cannot claim (it wakes the owner instead, which ends the run itself), so
-/// that no run ends counting the owner's end while a stand-in leaves events in its queue.
-/// False if the word was not Claimable(run). Only the stand-in leaves Held ([`release`]), before
-/// the owner can see it: the owner takes its word back after the stand-in left its core.
+/// (the stand-in's), holds its word: Claimable(r) becomes Held(r), which the stopper cannot
+/// claim (it wakes the owner instead, which ends the run itself). The stand-in gives it back
+/// ([`release`]) if it left the owner parked with nothing to do; if it took the owner out of
+/// the parked state, the word stays Held until the owner takes it back ([`resolve`]: the run
+/// goes on with it), so that no stopper counts the end of a worker that has work. False if the
+/// word was not Claimable(run).
 pub(crate) fn hold(sleeper: &AtomicU64, run: u64) -> bool {
     sleeper
         .compare_exchange(word(run, CLAIMABLE), word(run, HELD), Ordering::SeqCst, Ordering::SeqCst)
@@ -194,5 +198,26 @@ mod tests {
         assert!(carry(&s, 7, &parked));
         assert_eq!(resolve(&s, 5), Woke::InRun(7), "wakes into the latest run");
         assert_eq!(s.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_sleeper_a_stand_in_holds_is_not_claimed_and_wakes_in_the_run() {
+        let s = AtomicU64::new(0);
+        assert!(!hold(&s, 3), "awake: nothing to hold");
+        assert!(is_awake(&s));
+        announce(&s, 3);
+        assert!(!hold(&s, 4), "only in its own run");
+        assert!(hold(&s, 3));
+        assert!(!claim(&s, 3), "the stopper cannot claim it (it wakes it instead)");
+        release(&s, 3);
+        assert!(claim(&s, 3), "given back: claimable again");
+        assert!(!hold(&s, 3), "claimed: the stand-in leaves it alone");
+        let parked = AtomicUsize::new(0);
+        assert!(carry(&s, 4, &parked));
+        assert!(hold(&s, 4), "carried into the stand-in's run");
+        // Left held (the stand-in took it out of the parked state): it wakes in that run.
+        assert!(!carry(&s, 5, &parked), "not carried on");
+        assert_eq!(resolve(&s, 3), Woke::InRun(4));
+        assert!(is_awake(&s));
     }
 }

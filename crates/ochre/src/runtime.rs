@@ -340,9 +340,12 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
     let mut carried = None;
     loop {
         if let Some(run) = carried.take() {
-            // Counted parked by the carry: it leaves that state as any sleeper woken for work.
+            // Counted parked by the carry: it leaves that state as any sleeper woken for work,
+            // unless a stand-in took it out of it while it slept (`Core::stand_in`).
             seen = run;
-            crate::idle::leave_parked(&ctx);
+            if !std::mem::take(&mut ctx.core.borrow_mut().unparked) {
+                crate::idle::leave_parked(&ctx);
+            }
         } else {
             // On a CPU shared with another process, a yield gives its thread the rest of its
             // time slice (milliseconds), and the next run waits for it: no watch there
@@ -436,7 +439,9 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
             remote.status.parked.store(true, Ordering::SeqCst);
             crate::run_end::park_between(&remote.poke.sleeper, *seen);
         }
-        crate::idle::park(ctx, None, false);
+        // Open to stand-ins: carried into a run asleep, a post to it waits for its CPU (a time
+        // slice of the other process) like any sleeper's (`stand_in`, `run_end::hold`).
+        crate::idle::park(ctx, None, true);
         match crate::run_end::resolve(&remote.poke.sleeper, *seen) {
             crate::run_end::Woke::InRun(run) => return Some(run),
             // Not carried (no run started since), or carried into one and claimed asleep at

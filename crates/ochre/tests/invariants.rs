@@ -44,6 +44,10 @@ struct Oracle {
     /// One event in this many (if any) blocks its worker for a while: a handler that sleeps, or
     /// a thread the kernel deschedules (stand-ins then route and lend for it).
     stall_every: Option<u64>,
+    /// Events posted by events (the init event's roots included), and those of them that ran:
+    /// a run that ends quiescent has run every one (outside posts may wait for the next run).
+    posted_by_events: AtomicU64,
+    ran_posted_by_events: AtomicU64,
 }
 
 impl Oracle {
@@ -62,6 +66,8 @@ impl Oracle {
             shutdown_after,
             ran: AtomicU64::new(0),
             stall_every: None,
+            posted_by_events: AtomicU64::new(0),
+            ran_posted_by_events: AtomicU64::new(0),
         })
     }
 
@@ -112,6 +118,9 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
             ochre::current_color(),
             ev.color
         ));
+    }
+    if ev.poster <= u64::MAX / 2 {
+        o.ran_posted_by_events.fetch_add(1, Ordering::Relaxed);
     }
     let prev = o.runs[ev.id as usize].fetch_add(1, Ordering::Relaxed);
     if prev != 0 {
@@ -171,6 +180,7 @@ fn run_event(o: &Arc<Oracle>, ev: Ev) {
             *n += 1;
             *n
         };
+        o.posted_by_events.fetch_add(1, Ordering::Relaxed);
         let child = Ev {
             id: o.new_id(),
             color,
@@ -297,6 +307,7 @@ fn stress_once(
         .run(Color(0), move || {
             // The init event is not tracked: it fans out tracked roots.
             for r in 0..roots {
+                o2.posted_by_events.fetch_add(1, Ordering::Relaxed);
                 let ev = Ev {
                     id: o2.new_id(),
                     color: (r * 37) % o2.colors,
@@ -315,6 +326,13 @@ fn stress_once(
     }
     if shutdown_after.is_some() {
         assert_eq!(first.end, RunEnd::Shutdown, "{ctx}");
+    } else {
+        // Ended quiescent: every event an event posted ran in it (a run that ended with one
+        // queued, held by a sleeper or in flight would be caught here, not by the drain below).
+        assert_eq!(first.end, RunEnd::Quiescent, "{ctx}");
+        let (posted, ran) = (&o.posted_by_events, &o.ran_posted_by_events);
+        let (posted, ran) = (posted.load(Ordering::SeqCst), ran.load(Ordering::SeqCst));
+        assert_eq!(ran, posted, "{ctx}: the first run ended with events posted by events left");
     }
     // Drain: whatever the first run left (shutdown) or outside threads posted after it ended.
     let mut runs = 1;

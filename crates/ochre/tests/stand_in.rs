@@ -117,6 +117,10 @@ fn colors_lent_to_a_worker_blocked_in_a_handler_go_back_to_their_home_meanwhile(
 fn without_stand_ins_colors_lent_wait_for_their_blocked_borrower() {
     let (seen, report) =
         blocked_borrower(Config::default().stand_in(false), Duration::from_millis(300));
-    assert!(seen < 63, "some wait behind the blocked chunk: {:?}", report.workers);
     assert_eq!(report.workers[1].stood_in_give_backs, 0);
+    // Judged only if worker 1 borrowed more than the chunk that blocked it (on a loaded host
+    // it may have borrowed that one alone).
+    if report.workers[1].steals_in > 1 {
+        assert!(seen < 63, "some wait behind the blocked chunk: {:?}", report.workers);
+    }
 }

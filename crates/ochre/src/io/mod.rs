@@ -491,8 +491,14 @@ impl Core {
                 }
             }
             IoMsg::Handback { token, handler } => {
-                let Some(reg) = self.io.regs.get_mut(&token) else { return };
+                // A handler dropped here is buried: its destructor may post, and the core (of
+                // this worker, or of a stand-in's, `stand_in`) is borrowed.
+                let Some(reg) = self.io.regs.get_mut(&token) else {
+                    self.bury(Box::new(handler));
+                    return;
+                };
                 if reg.state.cancelled.load(Ordering::Acquire) {
+                    self.bury(Box::new(handler));
                     let reg = self.io.remove_reg(token).expect("present");
                     self.unwatch_reg(shared, reg);
                     return;
