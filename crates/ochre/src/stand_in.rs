@@ -54,7 +54,7 @@
 //! out of the parked state before the stand-in leaves (`Core::stand_in`; one asleep in another
 //! run than the stand-in's, through a run's end, is left alone: `run_end`).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,6 +79,25 @@ pub(crate) const WAIT_MOST: Duration = Duration::from_millis(2);
 /// handler, or its CPU taken), and nothing it does can wake the sleeper then; a look a
 /// millisecond is a wake-up of a few microseconds (0.5% of a CPU), only while a peer works.
 pub(crate) const RECHECK: Duration = Duration::from_millis(1);
+
+/// The least cost of an event (ns, as measured: `ColorQueue::event_cost`; 0, not known yet,
+/// opens too) of a color whose handlers open the core ([`opens_for`]).
+pub(crate) const WINDOW_FROM_NS: u64 = 200;
+
+/// Whether handlers of a color whose events cost `event_ns` open their worker's core: not the
+/// shortest ones, whose window (two stores and a load, and a close and an open again around each
+/// post) cost a local ping-pong of 30 ns events 13% (`bench steal`'s ping-pong, stealing on
+/// against off: 0.85-0.88, 0.98-1.00 before), and whose worker, descheduled, is as likely caught
+/// between them as in one; its sleeps still open it.
+#[inline]
+pub(crate) fn opens_for(event_ns: u64) -> bool {
+    event_ns == 0 || event_ns >= WINDOW_FROM_NS
+}
+
+/// [`RECHECK`] for a peer busy outside any window, on a CPU of its own: it may enter a long
+/// handler after the look (a blocked one), but rarely; the timed sleeps of a look again each
+/// millisecond cost a cross-worker ping-pong of actors, whose workers sleep between messages.
+pub(crate) const RECHECK_LATER: Duration = Duration::from_millis(10);
 
 /// The word of a gate whose owner has not opened yet (window 0, closed).
 const CLOSED_AT_START: u64 = 1;
@@ -261,19 +280,31 @@ impl StandIn {
     }
 }
 
-/// A worker's core as its own thread borrows it (a `RefCell`'s checks), and as it opens it to
-/// stand-ins while a handler runs (module doc, invariant 3): a borrow made inside the window
-/// closes it for the borrow's length.
+/// The borrow state of a [`CoreCell`] whose core is free and open to stand-ins.
+const OPEN: isize = isize::MIN;
+
+/// Added to the borrow state by a shared borrow that closed an open window: the last shared
+/// borrow to end finds the state at this value and opens the window again (a mutable borrow
+/// that closed one says so in its guard).
+const REOPEN: isize = 1 << 40;
+
+/// A worker's core as its own thread borrows it (a `RefCell`'s checks, on a flag of its own),
+/// and as it opens it to stand-ins while a handler runs or it sleeps (module doc, invariant 3):
+/// a borrow made inside the window closes it for the borrow's length. The flag says both at
+/// once, so that a borrow outside a window (every post of a handler that opened none, every
+/// step of the run loop) costs what a `RefCell`'s does: 0 free, above 0 that many shared
+/// borrows, -1 one mutable borrow, [`OPEN`] free and open; [`REOPEN`] added while the shared
+/// borrows alive closed a window. A wrapper around a `RefCell` with the window's state beside it cost
+/// a local ping-pong of 15 ns events ten instructions a post (callgrind), 4% of its rate.
 pub(crate) struct CoreCell {
-    cell: RefCell<Core>,
+    core: std::cell::UnsafeCell<Core>,
+    flag: Cell<isize>,
     shared: Arc<Shared>,
     id: usize,
     /// Windows open: the gate is usable here (`Config::stand_in`, and `membarrier` works).
     enabled: bool,
     /// The gate's word as the owner left it (odd: closed).
     word: Cell<u64>,
-    /// Borrows alive inside the open window (the window is closed while any is).
-    inside: Cell<u32>,
 }
 
 impl CoreCell {
@@ -286,12 +317,12 @@ impl CoreCell {
             && available();
         let word = shared.remotes[id].stand_in.gate.look();
         CoreCell {
-            cell: RefCell::new(core),
+            core: std::cell::UnsafeCell::new(core),
+            flag: Cell::new(0),
             shared,
             id,
             enabled,
             word: Cell::new(word),
-            inside: Cell::new(0),
         }
     }
 
@@ -306,7 +337,7 @@ impl CoreCell {
 
     /// Publishes where the core is, for this run's windows.
     pub(crate) fn publish(&self) {
-        self.shared.remotes[self.id].stand_in.publish_core(self.cell.as_ptr());
+        self.shared.remotes[self.id].stand_in.publish_core(self.core.get());
     }
 
     /// Opens the core to stand-ins: a handler is about to run, or the worker to sleep, and no
@@ -314,8 +345,9 @@ impl CoreCell {
     #[inline]
     pub(crate) fn open(&self, waiting: bool) {
         if self.enabled {
-            debug_assert!(self.inside.get() == 0 && !is_open(self.word.get()));
+            debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
             self.word.set(self.gate().open(self.word.get(), waiting));
+            self.flag.set(OPEN);
         }
     }
 
@@ -326,113 +358,156 @@ impl CoreCell {
         if !self.enabled || !is_open(word) {
             return false;
         }
+        debug_assert_eq!(self.flag.get(), OPEN, "closed with a borrow alive");
+        self.flag.set(0);
         self.word.set(word | 1);
         self.gate().close(word)
     }
 
-    /// Closes the window for a borrow made inside it; returns whether it did.
-    #[inline]
-    fn enter_borrow(&self) -> bool {
-        if !is_open(self.word.get()) {
-            return false;
-        }
-        let inside = self.inside.get();
-        if inside == 0 {
-            self.gate().close(self.word.get());
-        }
-        self.inside.set(inside + 1);
-        true
+    /// A borrow found the core open: closes the window for it (a shared borrow's state then
+    /// counts from [`REOPEN`]; the last borrow reopens it).
+    #[cold]
+    #[inline(never)]
+    fn close_for_borrow(&self) -> isize {
+        self.gate().close(self.word.get());
+        REOPEN
     }
 
+    /// The last borrow inside a window ended: opens it again.
+    #[cold]
+    #[inline(never)]
+    fn reopen_after_borrow(&self) {
+        self.flag.set(OPEN);
+        self.gate().reopen(self.word.get());
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn already_borrowed() -> ! {
+        panic!("the worker's core is already borrowed")
+    }
+
+    /// The end of a borrow that left the flag at `left`.
     #[inline]
-    fn leave_borrow(&self) {
-        let inside = self.inside.get() - 1;
-        self.inside.set(inside);
-        if inside == 0 {
-            self.gate().reopen(self.word.get());
+    fn release(&self, left: isize) {
+        if left == REOPEN {
+            self.reopen_after_borrow();
+        } else {
+            self.flag.set(left);
         }
     }
 
+    /// Borrows the core mutably (a `RefCell`'s `borrow_mut`), closing an open window for the
+    /// borrow's length.
     #[inline]
     pub(crate) fn borrow_mut(&self) -> CoreMut<'_> {
-        let reopen = self.enter_borrow();
-        CoreMut { inner: std::mem::ManuallyDrop::new(self.cell.borrow_mut()), cell: self, reopen }
-    }
-
-    #[inline]
-    pub(crate) fn borrow(&self) -> CoreRef<'_> {
-        let reopen = self.enter_borrow();
-        CoreRef { inner: std::mem::ManuallyDrop::new(self.cell.borrow()), cell: self, reopen }
+        match self.try_borrow_mut() {
+            Some(b) => b,
+            None => Self::already_borrowed(),
+        }
     }
 
     /// A mutable borrow unless one is alive already.
+    #[inline]
     pub(crate) fn try_borrow_mut(&self) -> Option<CoreMut<'_>> {
-        let reopen = self.enter_borrow();
-        match self.cell.try_borrow_mut() {
-            Ok(inner) => {
-                Some(CoreMut { inner: std::mem::ManuallyDrop::new(inner), cell: self, reopen })
+        let opened = match self.flag.get() {
+            0 => false,
+            OPEN => {
+                self.close_for_borrow();
+                true
             }
-            Err(_) => {
-                if reopen {
-                    self.leave_borrow();
-                }
-                None
-            }
-        }
+            _ => return None,
+        };
+        self.flag.set(-1);
+        Some(CoreMut { cell: self, opened })
+    }
+
+    /// Borrows the core shared (a `RefCell`'s `borrow`), closing an open window for the
+    /// borrow's length.
+    #[inline]
+    pub(crate) fn borrow(&self) -> CoreRef<'_> {
+        let f = match self.flag.get() {
+            OPEN => self.close_for_borrow(),
+            // Shared borrows alive (from 0, or from REOPEN), or none.
+            f if f >= 0 => f,
+            _ => Self::already_borrowed(),
+        };
+        self.flag.set(f + 1);
+        CoreRef { cell: self }
+    }
+
+    /// The run loop's borrows between handlers, where no window is open (the same as
+    /// [`borrow_mut`](Self::borrow_mut), which finds the flag free).
+    #[inline]
+    pub(crate) fn borrow_mut_closed(&self) -> CoreMut<'_> {
+        debug_assert!(!is_open(self.word.get()), "a window is open");
+        self.borrow_mut()
+    }
+
+    /// [`borrow_mut_closed`](Self::borrow_mut_closed), shared.
+    #[inline]
+    pub(crate) fn borrow_closed(&self) -> CoreRef<'_> {
+        debug_assert!(!is_open(self.word.get()), "a window is open");
+        self.borrow()
     }
 }
 
-/// A mutable borrow of a [`CoreCell`].
+/// A mutable borrow of a [`CoreCell`]; `opened`: it closed an open window, which its end
+/// opens again (in the guard, not the flag: the common end is then one store, as a
+/// `RefCell`'s).
 pub(crate) struct CoreMut<'a> {
-    inner: std::mem::ManuallyDrop<std::cell::RefMut<'a, Core>>,
     cell: &'a CoreCell,
-    reopen: bool,
+    opened: bool,
 }
 
 impl Deref for CoreMut<'_> {
     type Target = Core;
+    #[inline]
     fn deref(&self) -> &Core {
-        &self.inner
+        // SAFETY: the flag says this is the only borrow, and no stand-in is in (a borrow closes
+        // the window first: `CoreCell::try_borrow_mut`).
+        unsafe { &*self.cell.core.get() }
     }
 }
 
 impl DerefMut for CoreMut<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut Core {
-        &mut self.inner
+        // SAFETY: as for `deref`.
+        unsafe { &mut *self.cell.core.get() }
     }
 }
 
 impl Drop for CoreMut<'_> {
+    #[inline]
     fn drop(&mut self) {
-        // SAFETY: dropped once, here, and never used after.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
-        if self.reopen {
-            self.cell.leave_borrow();
+        if self.opened {
+            self.cell.reopen_after_borrow();
+        } else {
+            self.cell.flag.set(0);
         }
     }
 }
 
 /// A shared borrow of a [`CoreCell`].
 pub(crate) struct CoreRef<'a> {
-    inner: std::mem::ManuallyDrop<std::cell::Ref<'a, Core>>,
     cell: &'a CoreCell,
-    reopen: bool,
 }
 
 impl Deref for CoreRef<'_> {
     type Target = Core;
+    #[inline]
     fn deref(&self) -> &Core {
-        &self.inner
+        // SAFETY: the flag says no mutable borrow is alive, and no stand-in is in (a borrow
+        // closes the window first: `CoreCell::borrow`).
+        unsafe { &*self.cell.core.get() }
     }
 }
 
 impl Drop for CoreRef<'_> {
+    #[inline]
     fn drop(&mut self) {
-        // SAFETY: dropped once, here, and never used after.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
-        if self.reopen {
-            self.cell.leave_borrow();
-        }
+        self.cell.release(self.cell.flag.get() - 1);
     }
 }
 
@@ -450,7 +525,7 @@ struct Watch {
 pub(crate) struct Watcher {
     watch: Option<Watch>,
     /// No peer was stuck at the last look, but one was busy ([`RECHECK`]).
-    recheck: bool,
+    recheck: Option<Duration>,
     /// The wait before standing in, [`WAIT_FIRST`] and doubling after entries that lent
     /// nothing, up to [`WAIT_MOST`].
     wait: Duration,
@@ -458,7 +533,7 @@ pub(crate) struct Watcher {
 
 impl Default for Watcher {
     fn default() -> Self {
-        Watcher { watch: None, recheck: false, wait: WAIT_FIRST }
+        Watcher { watch: None, recheck: None, wait: WAIT_FIRST }
     }
 }
 
@@ -468,15 +543,15 @@ impl Default for Watcher {
 pub(crate) struct Seen {
     pub(crate) word: u64,
     pub(crate) waiting: bool,
-    /// The peer is not idle.
-    pub(crate) busy: bool,
+    /// The peer is busy: a look again after this long ([`RECHECK`], or [`RECHECK_LATER`]).
+    pub(crate) busy: Option<Duration>,
 }
 
 impl Watcher {
     /// Whether a peer is watched, or busy at the last look: an idle worker looks again when it
     /// wakes.
     pub(crate) fn watching(&self) -> bool {
-        self.watch.is_some() || self.recheck
+        self.watch.is_some() || self.recheck.is_some()
     }
 
     /// The policy, given what the peers look like now (`see`, by peer id, `peers` in the order
@@ -502,16 +577,18 @@ impl Watcher {
             // Out of that window (or nothing waits): a new stay starts at the first wait.
             self.watch = None;
         }
-        self.recheck = false;
+        self.recheck = None;
         for peer in peers {
             let seen = see(peer);
             if is_open(seen.word) && seen.waiting {
                 self.watch = Some(Watch { peer, word: seen.word, since: now });
                 self.wait = WAIT_FIRST;
-                self.recheck = false;
+                self.recheck = None;
                 break;
             }
-            self.recheck |= seen.busy;
+            if let Some(after) = seen.busy {
+                self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
+            }
         }
         None
     }
@@ -519,7 +596,7 @@ impl Watcher {
     /// How long the watcher may sleep before it looks again (`None`: it watches no one).
     pub(crate) fn sleep_limit(&self, now: Instant) -> Option<Duration> {
         let Some(w) = self.watch else {
-            return self.recheck.then_some(RECHECK);
+            return self.recheck;
         };
         Some((w.since + self.wait).saturating_duration_since(now).max(Duration::from_micros(1)))
     }
@@ -547,10 +624,17 @@ fn see(shared: &Shared, peer: usize) -> Seen {
     // it clears its idle mark before it takes its inbox, so one that took what this worker
     // posted it is seen busy, and one that did not yet is seen with messages. One counted
     // parked is not busy (a worker parked between runs and carried into this one asleep
-    // never set its idle mark).
+    // never set its idle mark). A busy one is looked at again soon if it can get stuck with
+    // work waiting (in a handler that opened its core, not one of the shortest, or on a CPU
+    // another process shares), later otherwise.
     let status = &remote.status;
-    let busy =
-        posted || !(status.idle.load(Ordering::Relaxed) || status.parked.load(Ordering::Relaxed));
+    let working = !(status.idle.load(Ordering::Relaxed) || status.parked.load(Ordering::Relaxed));
+    let share = status.cpu_share.load(Ordering::Relaxed) as u32;
+    let busy = if posted || working && (is_open(word) || share < crate::cpu_share::FULL * 9 / 10) {
+        Some(RECHECK)
+    } else {
+        working.then_some(RECHECK_LATER)
+    };
     Seen { word, waiting, busy }
 }
 
@@ -604,7 +688,7 @@ mod tests {
     fn a_peer_is_stood_in_for_only_after_staying_in_one_window_with_work_waiting() {
         let t0 = Instant::now();
         let mut w = Watcher::default();
-        let open = Seen { word: 4, waiting: true, busy: true };
+        let open = Seen { word: 4, waiting: true, busy: Some(RECHECK) };
         assert_eq!(w.due(t0, peers(1), |_| open), None, "first seen: watched, not due");
         assert!(w.watching());
         let early = t0 + WAIT_FIRST / 2;
@@ -613,7 +697,7 @@ mod tests {
         assert_eq!(w.due(late, peers(1), |_| open), Some((0, 4)));
         assert_eq!(w.due(late, peers(1), |_| open), None, "a wait again after an entry");
         // A new window: the handler ended and another began, the peer is not stuck.
-        let next = Seen { word: 6, waiting: true, busy: true };
+        let next = Seen { word: 6, waiting: true, busy: Some(RECHECK) };
         assert_eq!(w.due(late + WAIT_FIRST * 3, peers(1), |_| next), None);
         assert_eq!(w.due(late + WAIT_FIRST * 3, peers(1), |_| next), None);
         assert_eq!(w.due(late + WAIT_FIRST * 4, peers(1), |_| next), Some((0, 6)));
@@ -623,16 +707,16 @@ mod tests {
     fn no_watch_on_a_closed_core_nor_on_one_with_nothing_waiting() {
         let t0 = Instant::now();
         let mut w = Watcher::default();
-        let closed = Seen { word: 5, waiting: true, busy: true };
-        let idle = Seen { word: 4, waiting: false, busy: false };
+        let closed = Seen { word: 5, waiting: true, busy: Some(RECHECK) };
+        let idle = Seen { word: 4, waiting: false, busy: None };
         assert_eq!(w.due(t0, peers(2), |p| if p == 0 { closed } else { idle }), None);
         assert!(w.watching(), "not stuck, but busy: a look again after a sleep of at most");
         assert_eq!(w.sleep_limit(t0), Some(RECHECK));
-        let idle_too = Seen { busy: false, ..closed };
+        let idle_too = Seen { busy: None, ..closed };
         assert_eq!(w.due(t0, peers(2), |p| if p == 0 { idle_too } else { idle }), None);
         assert!(!w.watching(), "every peer idle: no look before something wakes it");
         assert_eq!(w.sleep_limit(t0), None);
-        let open = Seen { word: 8, waiting: true, busy: true };
+        let open = Seen { word: 8, waiting: true, busy: Some(RECHECK) };
         assert_eq!(w.due(t0, peers(2), |p| if p == 0 { closed } else { open }), None);
         assert!(w.watching(), "the second peer is");
         // Its work was taken meanwhile (by its own thread): no entry.
@@ -651,7 +735,7 @@ mod tests {
         }
         assert_eq!(w.wait, WAIT_MOST);
         let t0 = Instant::now();
-        let stuck = Seen { word: 2, waiting: true, busy: true };
+        let stuck = Seen { word: 2, waiting: true, busy: Some(RECHECK) };
         w.due(t0, peers(1), |_| stuck);
         assert_eq!(w.sleep_limit(t0), Some(WAIT_FIRST), "a new window: the first wait");
         assert_eq!(w.due(t0 + WAIT_FIRST, peers(1), |_| stuck), Some((0, 2)));
@@ -659,6 +743,81 @@ mod tests {
         assert_eq!(w.due(t0 + WAIT_FIRST, peers(1), |_| stuck), Some((0, 2)), "again at once");
         w.entered(false);
         assert_eq!(w.wait, WAIT_FIRST, "nothing lent: a wait again");
+    }
+
+    /// A worker's cell for worker 0 of two (stand-ins on where `membarrier` works).
+    fn cell() -> CoreCell {
+        let config = crate::Config::default();
+        let topology = crate::topology::Topology::flat(vec![0, 1]);
+        let shared = Shared::new(config.clone(), 2, Duration::ZERO, 1, &topology).unwrap();
+        let core = Core::new(0, crate::color::Placement::flat(2), &config);
+        CoreCell::new(core, Arc::new(shared))
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "a worker's core makes a timerfd, which Miri cannot")]
+    fn a_borrow_inside_a_window_closes_it_for_its_length_and_the_last_reopens_it() {
+        let cell = cell();
+        if !cell.stand_ins() {
+            eprintln!("membarrier unavailable: no windows on this kernel");
+            return;
+        }
+        let gate = &cell.shared.remotes[0].stand_in.gate;
+        cell.open(false);
+        let open = gate.look();
+        assert!(is_open(open));
+        {
+            let a = cell.borrow();
+            assert!(!is_open(gate.look()), "closed by the borrow");
+            let b = cell.borrow();
+            assert!(cell.try_borrow_mut().is_none(), "shared borrows alive");
+            drop(a);
+            assert!(!is_open(gate.look()), "one borrow still alive");
+            drop(b);
+        }
+        assert_eq!(gate.look(), open, "the same window again");
+        {
+            let mut m = cell.borrow_mut();
+            m.counters.add(crate::stats::Counter::Spins, 1);
+            assert!(!is_open(gate.look()));
+            assert!(cell.try_borrow_mut().is_none(), "one at a time");
+        }
+        assert_eq!(gate.look(), open);
+        assert!(!cell.close(), "no stand-in came");
+        assert!(!is_open(gate.look()));
+        let m = cell.borrow_mut();
+        assert!(cell.try_borrow_mut().is_none());
+        drop(m);
+        assert!(cell.try_borrow_mut().is_some(), "free again, outside any window");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "a worker's core makes a timerfd, which Miri cannot")]
+    fn a_stand_in_finds_the_core_as_the_owner_left_it_and_the_owner_finds_its_writes() {
+        let cell = cell();
+        if !cell.stand_ins() {
+            return;
+        }
+        cell.publish();
+        cell.borrow_mut().counters.add(crate::stats::Counter::Spins, 1);
+        cell.open(true);
+        let seen = cell.shared.remotes[0].stand_in.gate.look();
+        let shared = cell.shared.clone();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let remote = &shared.remotes[0];
+                let entered = remote.stand_in.gate.enter(seen).expect("the window it saw");
+                let core = remote.stand_in.core.load(Ordering::Acquire);
+                // SAFETY: the gate is entered in the owner's open window (the test's).
+                let core = unsafe { &mut *core };
+                assert_eq!(core.counters.get(crate::stats::Counter::Spins), 1);
+                core.counters.add(crate::stats::Counter::Spins, 1);
+                drop(entered);
+            });
+        });
+        // The owner closes (the stand-in left already, or it waits), then sees its write.
+        cell.close();
+        assert_eq!(cell.borrow().counters.get(crate::stats::Counter::Spins), 2);
     }
 
     #[test]

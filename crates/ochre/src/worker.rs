@@ -1126,6 +1126,19 @@ impl Core {
     }
 }
 
+/// A turn's events to run (`WorkerCtx::run_turn`): the color's slot, the color, its first event,
+/// the most it runs, whether it looks for thieves, whether its events are timed (and the turn
+/// sampled).
+struct Turn {
+    key: usize,
+    color: Color,
+    first: Option<Task>,
+    budget: usize,
+    looks: bool,
+    timed_events: bool,
+    sampled: bool,
+}
+
 /// A worker thread's view of the runtime while it runs: its core and the shared state. Lives on
 /// the worker's stack for the duration of a run; `context` points the thread-local at it.
 pub(crate) struct WorkerCtx {
@@ -1224,7 +1237,6 @@ impl WorkerCtx {
     /// Runs ready colors, a turn each, up to the round budget. Returns the events run.
     fn run_round(&self) -> usize {
         let shared = &*self.shared;
-        let turn_budget = shared.config.turn_budget;
         // Alone, a worker has no thief to wake nor backlog to advertise: the look every few
         // turns cost a one-worker producer-consumer over 100 colors 6% (`bench prodcons`).
         let stealing = shared.config.steal != crate::Steal::Off && shared.workers > 1;
@@ -1234,19 +1246,8 @@ impl WorkerCtx {
         // The last turn was long and shared what waited behind it.
         let mut shared_before_next = false;
         while ran < shared.config.round_budget {
-            let (
-                key,
-                color,
-                mut next,
-                turn_timer,
-                sampled,
-                timed_events,
-                writes,
-                watched,
-                posts,
-                ready,
-            ) = {
-                let mut core = self.core.borrow_mut();
+            let (key, color, mut next, turn_timer, sampled, timed_events, writes, watched, posts) = {
+                let mut core = self.core.borrow_mut_closed();
                 let Some((key, color)) = core.queue.start_turn() else {
                     break;
                 };
@@ -1317,53 +1318,24 @@ impl WorkerCtx {
                     (false, true) => Some(TurnTimer::Watched(crate::turn_clock::now())),
                     (false, false) => None,
                 };
-                let ready = core.queue.ready_len() > 0;
-                (
-                    key,
-                    color,
-                    first,
-                    turn_timer,
-                    sampled,
-                    timed,
-                    writes,
-                    watched,
-                    posts_before,
-                    ready,
-                )
+                (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
             };
-            let looks = steal::looks_in_turn(stealing, || self.core.borrow().queue.event_cost(key));
+            let cost = (stealing || self.core.stand_ins())
+                .then(|| self.core.borrow_closed().queue.event_cost(key));
+            let looks = steal::looks_in_turn(stealing, || cost.unwrap_or(0));
+            let windows = self.core.stand_ins() && cost.is_some_and(crate::stand_in::opens_for);
             self.current.set(Some(color));
-            let mut n = 0;
-            let mut waiting = ready;
-            while let Some(task) = next {
-                let started = timed_events.then(Instant::now);
-                // Stand-ins may route and lend here while the handler runs (`stand_in`).
-                self.core.open(waiting);
-                self.run_task(color, task);
-                let waited = self.core.close();
-                n += 1;
-                let mut core = self.core.borrow_mut();
-                if waited {
-                    core.counters.add(Counter::StandInWaits, 1);
-                }
-                if let Some(t) = started {
-                    core.ran_timed(color, t, sampled);
-                }
-                let me = core.id;
-                let asked = || {
-                    // Relaxed: a look; the answer takes the request with a swap.
-                    let poke = &shared.remotes[me].poke;
-                    poke.steal_request.load(Ordering::Relaxed) != 0
-                        || poke.recall.load(Ordering::Relaxed)
-                };
-                let cut = looks && steal::cuts_turn(n, asked);
-                next = if n < turn_budget && !cut { core.queue.pop(key) } else { None };
-                core.after_event(shared, key, next.is_some());
-                waiting = core.queue.ready_len() > 0;
-            }
+            let first = next.take();
+            let budget = shared.config.turn_budget;
+            let turn = Turn { key, color, first, budget, looks, timed_events, sampled };
+            // Stand-ins may route and lend while the handlers run (`stand_in`): a loop of its
+            // own, not a branch an event, for colors that open nothing (a local ping-pong's
+            // events are 15 ns, and its loop's every instruction is 1% of it).
+            let n =
+                if windows { self.run_turn::<true>(turn) } else { self.run_turn::<false>(turn) };
             self.current.set(None);
             ran += n;
-            let mut core = self.core.borrow_mut();
+            let mut core = self.core.borrow_mut_closed();
             core.beat.end_turn(shared);
             core.counters.add(Counter::EventsRun, n as u64);
             if let Some(before) = posts {
@@ -1476,6 +1448,48 @@ impl WorkerCtx {
             }
         }
         ran
+    }
+
+    /// Runs the events of a turn (up to the turn's budget, cut short for a thief's request
+    /// when `turn.looks`); with `OPEN`, each with the core open to stand-ins (`stand_in`).
+    /// Returns how many ran.
+    #[inline(always)]
+    fn run_turn<const OPEN: bool>(&self, turn: Turn) -> usize {
+        let shared = &*self.shared;
+        let Turn { key, color, first, budget, looks, timed_events, sampled } = turn;
+        let mut next = first;
+        let mut n = 0;
+        while let Some(task) = next {
+            let started = timed_events.then(Instant::now);
+            let waited = if OPEN {
+                let waiting = self.core.borrow_closed().queue.ready_len() > 0;
+                self.core.open(waiting);
+                self.run_task(color, task);
+                self.core.close()
+            } else {
+                self.run_task(color, task);
+                false
+            };
+            n += 1;
+            let mut core = self.core.borrow_mut_closed();
+            if waited {
+                core.counters.add(Counter::StandInWaits, 1);
+            }
+            if let Some(t) = started {
+                core.ran_timed(color, t, sampled);
+            }
+            let me = core.id;
+            let asked = || {
+                // Relaxed: a look; the answer takes the request with a swap.
+                let poke = &shared.remotes[me].poke;
+                poke.steal_request.load(Ordering::Relaxed) != 0
+                    || poke.recall.load(Ordering::Relaxed)
+            };
+            let cut = looks && steal::cuts_turn(n, asked);
+            next = if n < budget && !cut { core.queue.pop(key) } else { None };
+            core.after_event(shared, key, next.is_some());
+        }
+        n
     }
 
     fn run_task(&self, color: Color, task: Task) {
