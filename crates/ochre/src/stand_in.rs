@@ -435,21 +435,6 @@ impl CoreCell {
         self.flag.set(f + 1);
         CoreRef { cell: self }
     }
-
-    /// The run loop's borrows between handlers, where no window is open (the same as
-    /// [`borrow_mut`](Self::borrow_mut), which finds the flag free).
-    #[inline]
-    pub(crate) fn borrow_mut_closed(&self) -> CoreMut<'_> {
-        debug_assert!(!is_open(self.word.get()), "a window is open");
-        self.borrow_mut()
-    }
-
-    /// [`borrow_mut_closed`](Self::borrow_mut_closed), shared.
-    #[inline]
-    pub(crate) fn borrow_closed(&self) -> CoreRef<'_> {
-        debug_assert!(!is_open(self.word.get()), "a window is open");
-        self.borrow()
-    }
 }
 
 /// A mutable borrow of a [`CoreCell`]; `opened`: it closed an open window, which its end

@@ -111,8 +111,13 @@ impl crate::worker::Core {
 
     /// An event of `color` timed from `started` (sampled for `color_stats`, or traced) ended.
     #[cold]
-    pub(crate) fn ran_timed(&mut self, color: Color, started: Instant, sampled: bool) {
-        let ended = Instant::now();
+    pub(crate) fn ran_timed(
+        &mut self,
+        color: Color,
+        started: Instant,
+        ended: Instant,
+        sampled: bool,
+    ) {
         if sampled {
             self.colors.ran(color, started, ended);
         }

@@ -8,6 +8,15 @@ use std::time::{Duration, Instant};
 
 use ochre::{Color, Config, Runtime};
 
+/// A handler that blocks (sleeps) until `done` counts `n`, or `limit`; returns the count then.
+fn block_until(done: &AtomicUsize, n: usize, limit: Duration) -> usize {
+    let t = Instant::now();
+    while done.load(Ordering::SeqCst) < n && t.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done.load(Ordering::SeqCst)
+}
+
 /// Colors homed on worker `w` of `rt`, `n` of them, from `from` on.
 fn colors_on(rt: &Runtime, w: usize, from: u64, n: usize) -> Vec<Color> {
     (from..).map(Color).filter(|&c| rt.home_of(c) == w).take(n).collect()
@@ -27,11 +36,7 @@ fn blocked_home(config: Config, limit: Duration) -> (usize, ochre::RunReport) {
         .run(root, move || {
             let (d2, s2) = (d.clone(), s.clone());
             ochre::post(blocker, move || {
-                let t = Instant::now();
-                while d2.load(Ordering::SeqCst) < 64 && t.elapsed() < limit {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                s2.store(d2.load(Ordering::SeqCst), Ordering::SeqCst);
+                s2.store(block_until(&d2, 64, limit), Ordering::SeqCst);
             });
             for c in others {
                 let d = d.clone();
@@ -81,11 +86,7 @@ fn blocked_borrower(config: Config, limit: Duration) -> (usize, ochre::RunReport
                 let (d, s, b) = (d.clone(), s.clone(), b.clone());
                 ochre::post(c, move || {
                     if ochre::current_worker() == Some(1) && !b.swap(true, Ordering::SeqCst) {
-                        let t = Instant::now();
-                        while d.load(Ordering::SeqCst) < 63 && t.elapsed() < limit {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                        s.store(d.load(Ordering::SeqCst), Ordering::SeqCst);
+                        s.store(block_until(&d, 63, limit), Ordering::SeqCst);
                     } else {
                         let t = Instant::now();
                         while t.elapsed() < Duration::from_millis(1) {
