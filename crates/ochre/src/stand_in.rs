@@ -80,18 +80,60 @@ pub(crate) const WAIT_MOST: Duration = Duration::from_millis(2);
 /// millisecond is a wake-up of a few microseconds (0.5% of a CPU), only while a peer works.
 pub(crate) const RECHECK: Duration = Duration::from_millis(1);
 
-/// The least cost of an event (ns, as measured: `ColorQueue::event_cost`; 0, not known yet,
-/// opens too) of a color whose handlers open the core ([`opens_for`]).
-pub(crate) const WINDOW_FROM_NS: u64 = 200;
+/// The least cost of an event (ns, as measured: `ColorQueue::event_cost`) of a color whose
+/// handlers open the core ([`open_events`]) on a worker whose CPU is its own.
+pub(crate) const WINDOW_FROM_NS: u64 = 1_000;
 
-/// Whether handlers of a color whose events cost `event_ns` open their worker's core: not the
-/// shortest ones, whose window (two stores and a load, and a close and an open again around each
-/// post) cost a local ping-pong of 30 ns events 13% (`bench steal`'s ping-pong, stealing on
-/// against off: 0.85-0.88, 0.98-1.00 before), and whose worker, descheduled, is as likely caught
-/// between them as in one; its sleeps still open it.
+/// [`WINDOW_FROM_NS`] on a worker that measures its CPU shared with another process: there its
+/// thread is descheduled for time slices (3-5 ms), in a handler as often as the handlers fill
+/// its time, and a stand-in is worth their windows.
+pub(crate) const WINDOW_FROM_NS_SHARED: u64 = 200;
+
+/// How many events of a turn open the core when the color's cost is not known yet (0): a
+/// handler that blocks is most often a color's first (its turn, timed, then tells its cost),
+/// and a turn of a million short events behind it pays for no window.
+pub(crate) const UNKNOWN_OPENS: usize = 4;
+
+/// The least cost of an event (ns) that opens the core on a worker getting `share` of its CPU
+/// (thousandths, `CpuShare::share`).
 #[inline]
-pub(crate) fn opens_for(event_ns: u64) -> bool {
-    event_ns == 0 || event_ns >= WINDOW_FROM_NS
+pub(crate) fn window_from(share: u32) -> u64 {
+    if share < crate::cpu_share::FULL * 9 / 10 {
+        WINDOW_FROM_NS_SHARED
+    } else {
+        WINDOW_FROM_NS
+    }
+}
+
+/// How many events of a turn of a color whose events cost `event_ns` open their worker's core
+/// (0: none), from events of `from` ns ([`window_from`]). Not the short ones: a window is two
+/// stores and a load, and each post inside it a close and an open again: a local ping-pong of
+/// 30 ns events lost 13% to them (`bench steal`'s ping-pong, stealing on against off:
+/// 0.85-0.88, 0.98-1.00 before), the actor programs 3-5% with windows from 200 ns on CPUs of
+/// their own (`bench actors`, stand-ins on against off in one process, 6 processes: counting
+/// 0.86-0.96, the 1-token ring 0.94-0.96, whose one-event turns measure 100-500 ns an event
+/// with the turn's own cost in it; 0.99-1.01 with no handler's window). A worker descheduled
+/// in short events is caught between them about as often as in one, and its sleeps still
+/// open its core. Of a color not measured yet, the first [`UNKNOWN_OPENS`].
+#[inline]
+pub(crate) fn open_events(event_ns: u64, from: u64) -> usize {
+    match event_ns {
+        0 => UNKNOWN_OPENS,
+        ns if ns >= from => usize::MAX,
+        _ => 0,
+    }
+}
+
+/// How many events of a turn open the core, all of whose events would by their color's cost
+/// ([`open_events`]), now that its first one's handler took `first`: all of them if it took
+/// `from` ns at least, else that first one alone.
+#[inline]
+pub(crate) fn open_after_first(first: Duration, from: u64) -> usize {
+    if first >= Duration::from_nanos(from) {
+        usize::MAX
+    } else {
+        1
+    }
 }
 
 /// [`RECHECK`] for a peer busy outside any window, on a CPU of its own: it may enter a long
@@ -365,17 +407,18 @@ impl CoreCell {
     }
 
     /// A borrow found the core open: closes the window for it (a shared borrow's state then
-    /// counts from [`REOPEN`]; the last borrow reopens it).
-    #[cold]
-    #[inline(never)]
+    /// counts from [`REOPEN`]; the last borrow reopens it). Inlined, as its reopening: a
+    /// handler's every post in a window takes both (a user's producer posting a million
+    /// increments from one handler ran 0.86-0.92 of its rate without stand-ins with two calls
+    /// a post, 0.96-0.99 without them).
+    #[inline]
     fn close_for_borrow(&self) -> isize {
         self.gate().close(self.word.get());
         REOPEN
     }
 
     /// The last borrow inside a window ended: opens it again.
-    #[cold]
-    #[inline(never)]
+    #[inline]
     fn reopen_after_borrow(&self) {
         self.flag.set(OPEN);
         self.gate().reopen(self.word.get());
@@ -667,6 +710,29 @@ mod tests {
 
     fn peers(n: usize) -> std::ops::Range<usize> {
         0..n
+    }
+
+    #[test]
+    fn short_handlers_open_nothing_on_a_cpu_of_their_own_and_do_on_a_shared_one() {
+        let own = window_from(crate::cpu_share::FULL);
+        let shared = window_from(crate::cpu_share::FULL / 2);
+        assert!(shared < own, "a shared CPU opens for shorter events");
+        // A one-event turn of an actor measures its turn's cost: hundreds of ns.
+        assert_eq!(open_events(400, own), 0);
+        assert_eq!(open_events(400, shared), usize::MAX);
+        assert_eq!(open_events(own, own), usize::MAX, "a long handler's every event opens");
+        // Not measured yet: its first events only (a blocked handler is most often the first).
+        assert_eq!(open_events(0, own), UNKNOWN_OPENS);
+        assert!((1..64).contains(&UNKNOWN_OPENS));
+    }
+
+    #[test]
+    fn a_turn_whose_first_handler_was_short_opens_no_more() {
+        let from = WINDOW_FROM_NS;
+        // A collector's turns measure the inbox routed between its events, not its handlers.
+        assert_eq!(open_after_first(Duration::from_nanos(40), from), 1);
+        assert_eq!(open_after_first(Duration::from_nanos(from), from), usize::MAX);
+        assert_eq!(open_after_first(Duration::from_millis(5), from), usize::MAX);
     }
 
     #[test]

@@ -1139,6 +1139,11 @@ struct Turn {
     looks: bool,
     timed_events: bool,
     sampled: bool,
+    /// With windows (`run_turn::<true>`), how many of the turn's events open one
+    /// (`stand_in::open_events`).
+    opens: usize,
+    /// The least cost of an event that opens, ns (`stand_in::window_from`).
+    window_from: u64,
 }
 
 /// A worker thread's view of the runtime while it runs: its core and the shared state. Lives on
@@ -1322,14 +1327,34 @@ impl WorkerCtx {
                 };
                 (key, color, first, turn_timer, sampled, timed, writes, watched, posts_before)
             };
-            let cost = (stealing || self.core.stand_ins())
-                .then(|| self.core.borrow().queue.event_cost(key));
+            let (cost, share) = match stealing || self.core.stand_ins() {
+                true => {
+                    let core = self.core.borrow();
+                    (Some(core.queue.event_cost(key)), core.cpu_share.share())
+                }
+                false => (None, crate::cpu_share::FULL),
+            };
             let looks = steal::looks_in_turn(stealing, || cost.unwrap_or(0));
-            let windows = self.core.stand_ins() && cost.is_some_and(crate::stand_in::opens_for);
+            let from = crate::stand_in::window_from(share);
+            let opens = match cost {
+                Some(ns) if self.core.stand_ins() => crate::stand_in::open_events(ns, from),
+                _ => 0,
+            };
+            let windows = opens > 0;
             self.current.set(Some(color));
             let first = next.take();
             let budget = shared.config.turn_budget;
-            let turn = Turn { key, color, first, budget, looks, timed_events, sampled };
+            let turn = Turn {
+                key,
+                color,
+                first,
+                budget,
+                looks,
+                timed_events,
+                sampled,
+                opens,
+                window_from: from,
+            };
             // Stand-ins may route and lend while the handlers run (`stand_in`): a loop of its
             // own, not a branch an event, for colors that open nothing (a local ping-pong's
             // events are 15 ns, and its loop's every instruction is 1% of it).
@@ -1458,19 +1483,40 @@ impl WorkerCtx {
     #[inline(always)]
     fn run_turn<const OPEN: bool>(&self, turn: Turn) -> usize {
         let shared = &*self.shared;
-        let Turn { key, color, first, budget, looks, timed_events, sampled } = turn;
+        let Turn {
+            key,
+            color,
+            first,
+            budget,
+            looks,
+            timed_events,
+            sampled,
+            mut opens,
+            window_from,
+        } = turn;
         let mut next = first;
         let mut n = 0;
         while let Some(task) = next {
             let started = timed_events.then(Instant::now);
             // The handler's time ends with it, not after a wait for a stand-in to leave (a
             // stand-in descheduled there made an empty event of a busy test's measure 2.4 ms).
-            let (waited, ended) = if OPEN {
+            let (waited, ended) = if OPEN && n < opens {
                 let waiting = self.core.borrow().queue.ready_len() > 0;
+                // A turn's first event is timed when all of them would open: the color's cost
+                // is its turns', and a turn's time holds what the worker did between its
+                // events (the inbox it routed), which a collector's turns of 40 ns events,
+                // routing a fan-in's messages, measured at 1-60 us an event.
+                let probe =
+                    (n == 0 && opens == usize::MAX).then(|| started.unwrap_or_else(Instant::now));
                 self.core.open(waiting);
                 self.run_task(color, task);
-                let ended = started.map(|_| Instant::now());
-                (self.core.close(), ended)
+                let ended = (started.is_some() || probe.is_some()).then(Instant::now);
+                let waited = self.core.close();
+                if let (Some(t0), Some(t1)) = (probe, ended) {
+                    let took = t1.saturating_duration_since(t0);
+                    opens = crate::stand_in::open_after_first(took, window_from);
+                }
+                (waited, ended.filter(|_| started.is_some()))
             } else {
                 self.run_task(color, task);
                 (false, started.map(|_| Instant::now()))
