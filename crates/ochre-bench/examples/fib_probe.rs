@@ -3,8 +3,8 @@
 //! and adds their results in its own color when both answered; against tokio (a spawned task
 //! per call, awaiting both handles) and rayon (`join`), alternated in one process.
 //!
-//! `fib_probe [N] [CUTOFF] [REPS]` (defaults 30, 10, 7); `ONLY=ochre|tokio|rayon` runs one
-//! system, `W=n` gives ochre n workers, `FOLLOW=0`, `STEAL=off`, `TURN=n` change its
+//! `fib_probe [N] [CUTOFF] [REPS]` (defaults 30, 10, 7); `ONLY=ochre,tokio,rayon,ochre-line`
+//! runs those systems (`ochre-line`: ochre with `Config::newest_first` off), `W=n` gives ochre n workers, `TW=n` tokio, `FOLLOW=0`, `STEAL=off`, `TURN=n` change its
 //! configuration (`harness::probe_config`), `PIN=0` leaves its workers unpinned, `BUSY=1` spins
 //! a thread on CPU 1 throughout, `FIBSTATS=1` prints each ochre run's per-worker counters. The
 //! program itself is `ochre_bench::divide` (`bench steal`'s divide and conquer).
@@ -36,6 +36,16 @@
 //! then: `hashbrown`'s `remove_entry` on the queue's color index 5.4% (cache misses: a color
 //! per task spreads over a large table), `_int_free`/`_int_malloc` 8.7% (the program's own
 //! `Arc<Mutex<Join>>` per call).
+//!
+//! Session 44: `fib(30)` cutoff 10 on one worker took 34-60 ms (tokio-mt on two: 16-23), and
+//! two workers beside a busy thread no better than one. `perf`: 37% of the run loop's time on
+//! the load of the next closure from a color's queue, 32% on its slot, 12% in the index's
+//! removals: in line order the tree ran a level at a time and kept ~11,000 calls live. Running
+//! new colors newest first (`Config::newest_first`, `queue`'s "Turns: newest first"; the
+//! `ochre-line` system here is the runtime without it): one worker 12-17 ms; two workers
+//! 1.40-1.55x `ochre-line` (medians of 9, one process each); beside a busy thread
+//! (`BUSY=1`) 1.1-1.3x, still 0.4-0.6 of tokio-mt: half of the new colors are homed on the
+//! worker whose CPU is shared, and wait for its time slices.
 use std::time::Instant;
 
 use ochre::Runtime;
@@ -50,22 +60,27 @@ fn main() {
     let w = std::env::var("W").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
     let pin = std::env::var("PIN").as_deref() != Ok("0");
     let rt = Runtime::builder().workers(w).pin(pin).config(probe_config()).build().unwrap();
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let line_config = probe_config().newest_first(false);
+    let rt_line = Runtime::builder().workers(w).pin(pin).config(line_config).build().unwrap();
+    let tw = std::env::var("TW").ok().and_then(|w| w.parse().ok()).unwrap_or(2);
+    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(tw).build().unwrap();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let want = divide::seq(n);
-    let mut t: [Vec<f64>; 3] = Default::default();
+    let mut t: [Vec<f64>; 4] = Default::default();
     let busy = std::env::var("BUSY").is_ok_and(|v| v == "1").then_some(1);
     ochre_bench::actors::with_busy_cpu(busy, || {
         for rep in 0..reps {
-            let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
+            let order: Vec<usize> = if rep % 2 == 0 { vec![0, 1, 2, 3] } else { vec![3, 2, 1, 0] };
             for s in order {
-                if std::env::var("ONLY").is_ok_and(|o| o != ["ochre", "tokio", "rayon"][s]) {
+                let name = ["ochre", "tokio", "rayon", "ochre-line"][s];
+                if std::env::var("ONLY").is_ok_and(|o| !o.split(',').any(|o| o == name)) {
                     continue;
                 }
                 let t0 = Instant::now();
                 let got = match s {
-                    0 => {
-                        let (got, report) = divide::on_ochre(&rt, n, cutoff).unwrap();
+                    0 | 3 => {
+                        let rt = if s == 0 { &rt } else { &rt_line };
+                        let (got, report) = divide::on_ochre(rt, n, cutoff).unwrap();
                         if std::env::var("FIBSTATS").is_ok() {
                             for (w, s) in report.workers.iter().enumerate() {
                                 eprintln!(
@@ -87,7 +102,7 @@ fn main() {
     });
     let m: Vec<f64> = t.iter().map(|v| if v.is_empty() { f64::NAN } else { median(v) }).collect();
     println!(
-        "fib({n}) cutoff {cutoff}: ochre {:.2} ms, tokio {:.2} ms, rayon {:.2} ms; ochre/tokio speed {:.2}, ochre/rayon {:.2}",
-        m[0], m[1], m[2], m[1] / m[0], m[2] / m[0]
+        "fib({n}) cutoff {cutoff}: ochre {:.2} ms, tokio {:.2} ms, rayon {:.2} ms, ochre-line {:.2} ms; ochre/tokio speed {:.2}, ochre/rayon {:.2}, ochre/ochre-line {:.2}",
+        m[0], m[1], m[2], m[3], m[1] / m[0], m[2] / m[0], m[3] / m[0]
     );
 }

@@ -6,7 +6,8 @@
 //! Steps: the baseline (one lock per posted event, pipe wake-ups, no spinning, plain stealing);
 //! then futex wake-ups; then reasoned spinning; then batched posting; then EMA for events; then
 //! load-aware placement of new colors (`ochre::place`: the web server's connections); then
-//! stealing off; then colors that follow their messages (`Config::follow`); then stealing only
+//! stealing off; then colors that follow their messages (`Config::follow`) and fresh colors
+//! taking their turns newest first (`Config::newest_first`); then stealing only
 //! colors with a measured backlog (`Steal::Backlog`); then pinned workers that leave their pin
 //! when another process shares their CPU (`Config::unpin_when_shared`), sleep through the
 //! ends of runs there (`Config::sleep_through_ends`), and stand in for a worker stuck in a
@@ -37,7 +38,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let ema = batch.clone().ema(true);
     let placed = ema.clone().placement(true);
     let no_steal = placed.clone().steal(Steal::Off);
-    let follow = no_steal.clone().follow(true);
+    let follow = no_steal.clone().follow(true).newest_first(true);
     let backlog = follow.clone().steal(Steal::Backlog);
     let unpin = backlog.clone().unpin_when_shared(true).sleep_through_ends(true).stand_in(true);
     let tuned = unpin.clone().spin(Spin::Adaptive).batch_sizing(BatchSize::Adaptive);
@@ -51,7 +52,7 @@ pub fn steps() -> Vec<(&'static str, Config)> {
         ("5 +EMA", ema),
         ("6 +placement", placed),
         ("7 steal off", no_steal),
-        ("8 +follow", follow),
+        ("8 +follow, newest first", follow),
         ("9 +steal backlogs", backlog),
         ("10 +shared CPUs: leave the pin, sleep through ends, stand in", unpin),
         (DEFAULT_STEP, tuned.clone()),

@@ -98,7 +98,8 @@
 //!
 //! ## Turns: the line, and backlogs
 //!
-//! Colors take turns in the order they became ready (the *line*, a FIFO of colors), each turn
+//! Colors take turns in the order they became ready (the *line*, a FIFO of colors; but see
+//! "Turns: newest first" for colors a handler's post made ready), each turn
 //! up to `Config::turn_budget` events of one color. With `backlog_turns`
 //! ([`with_backlog_turns`](ColorQueue::with_backlog_turns), `Config::backlog_turns`) a color with
 //! a *backlog of long events* ([`BACKLOG_TURN_EVENTS`] queued or more, and
@@ -126,6 +127,38 @@
 //! without, its merges, now beside the other worker's counting, freeing that worker's strings
 //! into its glibc arena while it allocated there (the counting took 3x as long); with integer
 //! keys (28-30 ms against 35) or jemalloc (64-66 against 66-72) it gained in every period.
+//!
+//! ## Turns: newest first
+//!
+//! With `Config::newest_first` ([`with_newest_first`](ColorQueue::with_newest_first), on by
+//! default), a color that a handler's post (here, or on another worker and received here) made
+//! ready, and that never took a turn here since its slot was made, is *fresh*: a new color, as
+//! a spawned task is new. Fresh colors take their turns newest first, ahead of the line, as a
+//! work-stealing worker runs what it just spawned (rayon's and Cilk's deques, tokio's and Go's
+//! LIFO slot). Why: a divide and conquer written with a color per call (each call posts its
+//! halves, each half answers its parent's color) ran its tree a level at a time in line order,
+//! every call of a level posted before the first of the next ran, and kept a whole level live:
+//! a slot, an event queue, a join and an index entry per call, 11,000 of them for `fib(30)` with
+//! leaves of `seq(10)`, past the caches (`perf`: 37% of the run loop's time on the load of the
+//! next closure from a color's queue, 32% on its slot, 12% on the index's removals). Newest
+//! first, it runs depth first, and keeps a call's ancestors' halves live (`fib_probe`, medians
+//! of 9, in one process with the line's order: one worker 12-17 ms against 34-60; two workers
+//! 1.40-1.55x). Colors that already ran (an actor, a collector, a mall) keep the line's order:
+//! a collector's results wait in its queue and are taken a turn's budget at a time, where each
+//! would otherwise be a turn of its own (Savina's chameneos ran 0.65-0.88x with every color a
+//! handler posted to taken newest first).
+//!
+//! The ready list is in three parts, front to back ([`Line`]): colors with an urgent post
+//! (first, as before), fresh colors newest first, and the line, which keeps its order: colors
+//! that became ready otherwise (posted from outside the runtime, lent, given back, held posts
+//! let in, or colors that already ran), and a color whose turn ended with events left. The
+//! front is what runs next and the back what runs last, so lending from the back
+//! (`lend_from_back`) still gives what this worker would run last. Fairness: after
+//! [`NEWEST_STREAK_MAX`] turns taken by fresh colors, the line's front (or the oldest
+//! fresh color if the line is empty) takes one ([`newest_takes_turn`]): a stream of new colors
+//! does not keep the line waiting, and a color waits at most its place in line times 257 turns.
+//! At most [`FRESH_MAX`] colors are fresh at once: past it the oldest goes to the back of the
+//! line (a fan-out of thousands of new colors gains nothing from their order).
 
 use std::collections::VecDeque;
 
@@ -239,6 +272,9 @@ struct Slot {
     holding: u32,
     /// Listed in [`ColorQueue::ahead`] (cleared when taken off it).
     listed_ahead: bool,
+    /// Took a turn here since its slot was made: a post to it no longer makes it fresh (see
+    /// "Turns: newest first").
+    ran: bool,
 }
 
 /// The fence of a guest slot: which posters' posts may join its queue directly, and the posts
@@ -482,6 +518,60 @@ const LIGHT_LOOK: usize = 16;
 /// microseconds pays for; the thief asks again when it has run them.
 const LIGHT_LOAN_MAX: usize = 256;
 
+/// Most turns fresh colors take before the line's front takes one (see "Turns: newest
+/// first").
+pub(crate) const NEWEST_STREAK_MAX: u32 = 256;
+
+/// Whether the newest fresh color takes the next turn rather than the line's front, after
+/// `streak` turns of fresh colors since the front last took one for them: the policy of
+/// "Turns: newest first".
+#[inline]
+pub(crate) fn newest_takes_turn(streak: u32) -> bool {
+    streak < NEWEST_STREAK_MAX
+}
+
+/// Most fresh colors at once: past it, the oldest goes to the back of the line (a fan-out of
+/// thousands of colors gains nothing from their order, and the move costs at most this many
+/// places).
+const FRESH_MAX: usize = 64;
+
+/// The ready list's three parts, front to back: colors with urgent posts (`urgent`), fresh
+/// colors newest first (`fresh`), and the line (see "Turns: newest first"). Split from the queue
+/// so that [`ColorQueue::schedule_slot`] can use it beside a slot it holds.
+struct Line<'a> {
+    ready: &'a mut VecDeque<usize>,
+    /// Urgent colors at the front.
+    urgent: &'a mut usize,
+    /// Fresh colors behind them.
+    fresh: &'a mut usize,
+}
+
+impl Line<'_> {
+    /// Puts `key`, an urgent color if `urgent`, else a fresh one, at the front of its part: a
+    /// call, apart from the run loop's one inlined `push_back` (a color joining the line).
+    #[inline(never)]
+    fn join_front(self, key: usize, urgent: bool) {
+        if urgent {
+            self.ready.push_front(key);
+            *self.urgent += 1;
+            return;
+        }
+        if self.ready.is_empty() {
+            self.ready.push_back(key);
+            *self.fresh += 1;
+            return;
+        }
+        if *self.fresh == FRESH_MAX {
+            // The oldest fresh color, last of them, joins the line.
+            let oldest = self.ready.remove(*self.urgent + FRESH_MAX - 1);
+            self.ready.extend(oldest);
+            *self.fresh -= 1;
+        }
+        self.ready.insert(*self.urgent, key);
+        *self.fresh += 1;
+    }
+}
+
 /// The run queue of one worker.
 pub(crate) struct ColorQueue {
     me: usize,
@@ -493,6 +583,14 @@ pub(crate) struct ColorQueue {
     /// `home_of` cost a local post half its routing (96 instructions a post in a fan-out).
     recent: [u32; RECENT],
     ready: VecDeque<usize>,
+    /// How many colors at the front of `ready` hold urgent posts, and how many fresh ones
+    /// follow them (see "Turns: newest first", [`Line`]): together never more than `ready`.
+    urgent: usize,
+    fresh: usize,
+    /// Turns taken by fresh colors since the line's front last took one for them.
+    newest_streak: u32,
+    /// Fresh colors run newest first (`Config::newest_first`).
+    newest_first: bool,
     running: Option<usize>,
     /// When the running color arrived here (its slot's `arrived`, stored once a turn for
     /// `route`, which would otherwise look its slot up at every post); `u64::MAX` between turns,
@@ -602,6 +700,10 @@ impl ColorQueue {
             slots: Slab::new(),
             recent: [u32::MAX; RECENT],
             ready: VecDeque::new(),
+            urgent: 0,
+            fresh: 0,
+            newest_streak: 0,
+            newest_first: false,
             running: None,
             running_arrived: u64::MAX,
             pending: 0,
@@ -623,6 +725,13 @@ impl ColorQueue {
     /// (`Config::backlog_turns`; off in a new queue, as in the libasync-smp baseline).
     pub(crate) fn with_backlog_turns(mut self, on: bool) -> Self {
         self.backlog_turns = on;
+        self
+    }
+
+    /// This queue, running fresh colors newest first if `on` (`Config::newest_first`; off in
+    /// a new queue: the line's order, as in the libasync-smp baseline).
+    pub(crate) fn with_newest_first(mut self, on: bool) -> Self {
+        self.newest_first = on;
         self
     }
 
@@ -758,7 +867,9 @@ impl ColorQueue {
                     }
                 }
             }
-            self.enqueue(key, task, urgent);
+            // A handler's post (from a worker) may make its color fresh (`enqueue`); one from
+            // outside does not.
+            self.enqueue(key, task, urgent, from.is_some());
             return Route::Queued;
         }
         self.post_to_counted(dest, task, urgent, false)
@@ -783,11 +894,13 @@ impl ColorQueue {
     fn post_to_counted(&mut self, dest: Dest, task: Task, urgent: bool, local: bool) -> Route {
         match dest {
             Dest::Here { key, .. } => {
+                // A handler's post here: its color is fresh if it never ran here (`enqueue`).
+                let fresh = local && self.running.is_some();
                 if local {
                     let own = self.running == Some(key);
                     self.slots[key].traffic.local_post(own);
                 }
-                self.enqueue(key, task, urgent);
+                self.enqueue(key, task, urgent, fresh);
                 Route::Queued
             }
             Dest::Forward { key, to } => {
@@ -870,7 +983,7 @@ impl ColorQueue {
                     self.schedule(p, false);
                 }
             }
-            self.enqueue(key, h.task, h.urgent);
+            self.enqueue(key, h.task, h.urgent, false);
         }
         ask
     }
@@ -889,7 +1002,7 @@ impl ColorQueue {
             *received += 1;
         }
         slot.traffic.forwarded();
-        self.enqueue(key, task, urgent);
+        self.enqueue(key, task, urgent, false);
     }
 
     /// Takes a color that its home moved here for good (`follow`), with its first event if any.
@@ -913,7 +1026,7 @@ impl ColorQueue {
         slot.traffic.reset();
         self.arrive(key);
         if let Some(task) = task {
-            self.enqueue(key, task, urgent);
+            self.enqueue(key, task, urgent, false);
         }
     }
 
@@ -1096,7 +1209,7 @@ impl ColorQueue {
             return None;
         }
         let pos = self.ready.iter().position(|&k| k == key)?;
-        self.ready.remove(pos);
+        self.remove_from_line(pos);
         let slot = &mut self.slots[key];
         slot.queued = false;
         let events = std::mem::take(&mut slot.events);
@@ -1204,13 +1317,58 @@ impl ColorQueue {
         let jump = if self.ahead.is_empty() { None } else { self.take_ahead() };
         let key = match jump {
             Some(key) => key,
-            None => self.ready.pop_front()?,
+            None => self.next_in_line()?,
         };
         let slot = &mut self.slots[key];
         slot.queued = false;
+        slot.ran = true;
         self.running = Some(key);
         self.running_arrived = slot.arrived;
         Some((key, slot.color))
+    }
+
+    /// The color whose turn is next: an urgent one, else the newest fresh one, else the
+    /// line's front; but after [`NEWEST_STREAK_MAX`] turns of fresh colors, the line's
+    /// front, or the oldest fresh color if the line is empty (see "Turns: newest first").
+    #[inline]
+    fn next_in_line(&mut self) -> Option<usize> {
+        debug_assert!(self.urgent + self.fresh <= self.ready.len(), "parts miscounted");
+        if (self.urgent | self.fresh) == 0 {
+            return self.ready.pop_front();
+        }
+        self.next_at_front()
+    }
+
+    /// [`next_in_line`](Self::next_in_line) with urgent or fresh colors waiting.
+    #[inline(never)]
+    fn next_at_front(&mut self) -> Option<usize> {
+        if self.urgent > 0 {
+            self.urgent -= 1;
+            return self.ready.pop_front();
+        }
+        // Fresh colors wait.
+        if newest_takes_turn(self.newest_streak) {
+            self.newest_streak += 1;
+            self.fresh -= 1;
+            return self.ready.pop_front();
+        }
+        // Counted from here, not from the line's own turns: a store a turn saved, and the
+        // line's front waits no longer.
+        self.newest_streak = 0;
+        let line_front = self.fresh.min(self.ready.len().saturating_sub(1));
+        self.remove_from_line(line_front)
+    }
+
+    /// Takes the color at `pos` out of the ready list (to lend it, or for a turn ahead of the
+    /// line), keeping the count of each part.
+    fn remove_from_line(&mut self, pos: usize) -> Option<usize> {
+        let key = self.ready.remove(pos)?;
+        if pos < self.urgent {
+            self.urgent -= 1;
+        } else if pos < self.urgent + self.fresh {
+            self.fresh -= 1;
+        }
+        Some(key)
     }
 
     /// The event whose closure the last [`pop`](Self::pop) of `key` prefetched, if any (the
@@ -1748,7 +1906,7 @@ impl ColorQueue {
 
     /// Lends the ready color at position `pos` of the ready list.
     fn lend_at(&mut self, thief: usize, pos: usize) -> Option<Loan> {
-        let key = self.ready.remove(pos)?;
+        let key = self.remove_from_line(pos)?;
         let slot = &mut self.slots[key];
         slot.queued = false;
         let events = std::mem::take(&mut slot.events);
@@ -1841,20 +1999,25 @@ impl ColorQueue {
             fence: if lease == Lease::Local { Fence::open() } else { Fence::default() },
             holding: 0,
             listed_ahead: false,
+            ran: !self.newest_first,
         });
         self.index.insert(color, key);
         key
     }
 
     #[inline]
-    fn enqueue(&mut self, key: usize, task: Task, urgent: bool) {
+    fn enqueue(&mut self, key: usize, task: Task, urgent: bool, fresh: bool) {
         let running = self.running == Some(key);
         let slot = &mut self.slots[key];
+        // (`ran` starts true without `newest_first`: no color is ever fresh.)
+        let fresh = fresh & !slot.ran;
         Self::push_event(slot, task, urgent);
         self.pending += 1;
         // `schedule` on the slot at hand: a second look-up of it in the slab was a bounds and
         // a vacancy check per post.
-        Self::schedule_slot(&mut self.ready, slot, key, running, urgent);
+        let line =
+            Line { ready: &mut self.ready, urgent: &mut self.urgent, fresh: &mut self.fresh };
+        Self::schedule_slot(line, slot, key, running, urgent, fresh);
         // Looked at every few posts, not only as the backlog forms: a color that came here
         // (moved, lent) is not timed here yet, and its cost is estimated until it is.
         if self.backlog_turns
@@ -1924,7 +2087,7 @@ impl ColorQueue {
             let pos = self.ready.iter().rposition(|&k| k == key);
             debug_assert!(pos.is_some(), "a queued color waits in the line");
             let Some(pos) = pos else { continue };
-            self.ready.remove(pos);
+            self.remove_from_line(pos);
             self.after_ahead_turn = true;
             return Some(key);
         }
@@ -1945,24 +2108,28 @@ impl ColorQueue {
     #[inline]
     fn schedule(&mut self, key: usize, urgent: bool) {
         let running = self.running == Some(key);
-        Self::schedule_slot(&mut self.ready, &mut self.slots[key], key, running, urgent);
+        let line =
+            Line { ready: &mut self.ready, urgent: &mut self.urgent, fresh: &mut self.fresh };
+        Self::schedule_slot(line, &mut self.slots[key], key, running, urgent, false);
     }
 
-    /// Puts `slot` (of `key`; `running`: its turn is on) in the ready list if it is not there.
+    /// Puts `slot` (of `key`; `running`: its turn is on) in the ready list if it is not there,
+    /// as a fresh color if `fresh` (see "Turns: newest first").
     #[inline]
     fn schedule_slot(
-        ready: &mut VecDeque<usize>,
+        line: Line<'_>,
         slot: &mut Slot,
         key: usize,
         running: bool,
         urgent: bool,
+        fresh: bool,
     ) {
         if !slot.queued && !running {
             slot.queued = true;
-            if urgent {
-                ready.push_front(key);
+            if urgent | fresh {
+                line.join_front(key, urgent);
             } else {
-                ready.push_back(key);
+                line.ready.push_back(key);
             }
         }
     }
@@ -2311,6 +2478,216 @@ mod tests {
         let _ = q.post(Color(2), task(&log, 2), true);
         run_all(&mut q);
         assert_eq!(*log.lock().unwrap(), vec![2, 1]);
+    }
+
+    /// Runs turns until none is left; the colors in turn order (a turn's events all run).
+    fn turn_order(q: &mut ColorQueue) -> Vec<Color> {
+        let mut order = vec![];
+        while let Some((k, c)) = q.start_turn() {
+            while let Some(t) = q.pop(k) {
+                t.run();
+            }
+            order.push(c);
+            let _ = q.end_turn(k);
+        }
+        order
+    }
+
+    /// Starts the turn of `color` (it must be next) and posts to each of `to` from its handler.
+    fn turn_posting(q: &mut ColorQueue, color: Color, to: &[Color], log: &Log) -> usize {
+        let (k, c) = q.start_turn().expect("a turn");
+        assert_eq!(c, color, "next turn");
+        q.pop(k).expect("an event").run();
+        for &d in to {
+            let _ = q.post(d, task(log, d.0), false);
+        }
+        k
+    }
+
+    /// Colors a handler's post made ready run newest first; a color posted from outside keeps
+    /// its place in line, in front of them. With the rule off, all run in line order.
+    #[test]
+    fn fresh_colors_run_newest_first_and_the_line_keeps_its_order() {
+        for on in [true, false] {
+            let log = Log::default();
+            let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(on);
+            let _ = q.post(Color(1), task(&log, 1), false);
+            let k = turn_posting(&mut q, Color(1), &[Color(2), Color(3), Color(4)], &log);
+            let _ = q.end_turn(k);
+            // From outside the runtime: not fresh.
+            let outside = q.receive_post(Color(5), task(&log, 5), false, None, |_, _, _| None);
+            assert!(matches!(outside, Route::Queued));
+            let want: Vec<Color> =
+                if on { [4, 3, 2, 5].map(Color).into() } else { [2, 3, 4, 5].map(Color).into() };
+            assert_eq!(turn_order(&mut q), want, "newest first {on}");
+            assert_eq!((q.urgent, q.fresh), (0, 0));
+        }
+    }
+
+    /// A color whose turn ends with events left goes in front of the fresh colors it posted:
+    /// they run first (a producer's consumers), and it does not take the next turn again.
+    #[test]
+    fn a_turn_that_ends_with_events_left_lets_its_fresh_colors_run_first() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(true);
+        for _ in 0..2 {
+            let _ = q.post(Color(1), task(&log, 1), false);
+        }
+        let k = turn_posting(&mut q, Color(1), &[Color(2), Color(3)], &log);
+        // One of its two events ran: the turn ends with one left.
+        assert!(q.end_turn(k).is_none());
+        assert_eq!(turn_order(&mut q), [3, 2, 1].map(Color));
+    }
+
+    /// A chain of new colors, each posting to the next, takes turns newest first, but after
+    /// `NEWEST_STREAK_MAX` of them in a row the line's front takes one.
+    #[test]
+    fn the_line_front_takes_a_turn_after_the_newest_streak() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(true);
+        let waiting = Color(1_000_000);
+        let _ = q.post(Color(1), task(&log, 1), false);
+        let _ = q.post(waiting, task(&log, 0), false);
+        let mut turn = 0;
+        let ran_at = loop {
+            turn += 1;
+            assert!(turn < 4 * NEWEST_STREAK_MAX as usize, "the waiting color never ran");
+            let (k, c) = q.start_turn().expect("a turn");
+            q.pop(k).expect("an event").run();
+            if c == waiting {
+                break turn;
+            }
+            let _ = q.post(Color(c.0 + 1), task(&log, c.0 + 1), false);
+            let _ = q.end_turn(k);
+        };
+        // Color(1)'s turn from the front, then the streak, then the front's.
+        assert_eq!(ran_at, NEWEST_STREAK_MAX as usize + 2);
+    }
+
+    /// A handler's post to a color that already took a turn here puts it in line: only new
+    /// colors run newest first (two colors posting to each other keep the line's order).
+    #[test]
+    fn a_color_that_ran_here_keeps_the_line_order() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(true);
+        let (old, new, waiting) = (Color(1), Color(2), Color(3));
+        let _ = q.post(old, task(&log, 1), false);
+        let _ = turn_order(&mut q);
+        let _ = q.post(Color(9), task(&log, 9), false);
+        let _ = q.post(waiting, task(&log, 3), false);
+        let k = turn_posting(&mut q, Color(9), &[old, new], &log);
+        let _ = q.end_turn(k);
+        assert_eq!(turn_order(&mut q), vec![new, waiting, old]);
+    }
+
+    /// An urgent post still puts its color first, ahead of the fresh ones.
+    #[test]
+    fn an_urgent_post_runs_before_fresh_colors() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(true);
+        let _ = q.post(Color(1), task(&log, 1), false);
+        let k = turn_posting(&mut q, Color(1), &[Color(2), Color(3)], &log);
+        let _ = q.end_turn(k);
+        let _ = q.receive_post(Color(9), task(&log, 9), true, None, |_, _, _| None);
+        assert_eq!(turn_order(&mut q), [9, 3, 2].map(Color));
+    }
+
+    /// Past `FRESH_MAX` fresh colors, the oldest go to the back of the line: a fan-out's last
+    /// `FRESH_MAX` colors run newest first, then its first ones in posting order.
+    #[test]
+    fn past_fresh_max_the_older_fresh_colors_join_the_line() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(true);
+        let _ = q.post(Color(0), task(&log, 0), false);
+        let n = FRESH_MAX as u64 + 10;
+        let to: Vec<Color> = (1..=n).map(Color).collect();
+        let k = turn_posting(&mut q, Color(0), &to, &log);
+        let _ = q.end_turn(k);
+        assert_eq!(q.fresh, FRESH_MAX);
+        let want: Vec<Color> = (11..=n).rev().chain(1..=10).map(Color).collect();
+        assert_eq!(turn_order(&mut q), want);
+    }
+
+    /// A lender gives what would run last here, the line's back, and keeps its fresh colors.
+    #[test]
+    fn lending_from_a_line_with_fresh_colors_keeps_its_count() {
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(2)).with_newest_first(true);
+        let c = colors_on(0, 2, 6);
+        let _ = q.post(c[0], task(&log, 0), false);
+        let _ = q.post(c[1], task(&log, 1), false);
+        let k = turn_posting(&mut q, c[0], &c[2..5], &log);
+        let _ = q.end_turn(k);
+        assert_eq!((q.ready.len(), q.fresh), (4, 3));
+        let loan = q.lend(1).expect("a loan");
+        assert_eq!(loan.color, c[1]);
+        assert_eq!((q.ready.len(), q.fresh), (3, 3));
+        assert_eq!(turn_order(&mut q), vec![c[4], c[3], c[2]]);
+    }
+
+    /// Random posts (from outside, from handlers, urgent), turns that end with events left,
+    /// and takes from anywhere in the ready list: its parts' counts stay within it, and every
+    /// event runs once.
+    #[test]
+    fn random_turns_keep_the_fresh_count_within_the_line() {
+        let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut q = ColorQueue::new(0, Placement::flat(1)).with_newest_first(true);
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let counted = |ran: &Arc<std::sync::atomic::AtomicU64>| {
+            let ran = ran.clone();
+            Task::new(move || _ = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        };
+        let mut posted = 0;
+        // Under Miri (CI runs this module's tests there), fewer.
+        for _ in 0..if cfg!(miri) { 500 } else { 20_000 } {
+            match next(4) {
+                0 => {
+                    let c = Color(next(40));
+                    let urgent = next(10) == 0;
+                    let _ = q.receive_post(c, counted(&ran), urgent, None, |_, _, _| None);
+                    posted += 1;
+                }
+                1 if q.ready.len() > 2 => {
+                    let pos = next(q.ready.len() as u64) as usize;
+                    let key = q.remove_from_line(pos).expect("in line");
+                    q.slots[key].queued = false;
+                    let line =
+                        Line { ready: &mut q.ready, urgent: &mut q.urgent, fresh: &mut q.fresh };
+                    ColorQueue::schedule_slot(
+                        line,
+                        &mut q.slots[key],
+                        key,
+                        false,
+                        false,
+                        next(2) == 0,
+                    );
+                }
+                _ => {
+                    let Some((k, _)) = q.start_turn() else { continue };
+                    for _ in 0..=next(3) {
+                        let Some(t) = q.pop(k) else { break };
+                        t.run();
+                        for _ in 0..next(3) {
+                            let _ = q.post(Color(next(40)), counted(&ran), next(20) == 0);
+                            posted += 1;
+                        }
+                    }
+                    let _ = q.end_turn(k);
+                }
+            }
+            assert!(q.urgent + q.fresh <= q.ready.len());
+            assert!(q.fresh <= FRESH_MAX);
+            let urgent_front = q.ready.iter().take(q.urgent).all(|&k| q.slots[k].urgent > 0);
+            assert!(urgent_front, "an urgent color in front holds urgent posts");
+        }
+        let _ = turn_order(&mut q);
+        assert_eq!(ran.load(std::sync::atomic::Ordering::Relaxed), posted);
     }
 
     #[test]

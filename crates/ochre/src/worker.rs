@@ -220,7 +220,9 @@ impl Core {
         let turn_period = crate::steal::turn_sample(config).unwrap_or(0);
         Core {
             id,
-            queue: ColorQueue::new(id, placement).with_backlog_turns(config.backlog_turns),
+            queue: ColorQueue::new(id, placement)
+                .with_backlog_turns(config.backlog_turns)
+                .with_newest_first(config.newest_first),
             outbox: Outbox::new(shared_workers, config.batch_size, config.safety_flush_factor)
                 .sized(config.batch_sizing),
             counters: Counters::new(),

@@ -22,8 +22,10 @@ fn colors_on(rt: &Runtime, w: usize, from: u64, n: usize) -> Vec<Color> {
     (from..).map(Color).filter(|&c| rt.home_of(c) == w).take(n).collect()
 }
 
-/// A handler on worker 1 blocks (sleeps) until the 64 events posted to other colors homed there
+/// A handler on worker 1 blocks (sleeps) until 64 events posted to other colors homed there
 /// ran, or `limit`; returns how many had run when it stopped blocking, and the run's report.
+/// A thread outside posts them once it blocks (posted with it, they would run first: fresh
+/// colors run newest first).
 fn blocked_home(config: Config, limit: Duration) -> (usize, ochre::RunReport) {
     let rt = Runtime::builder().workers(2).config(config).build().unwrap();
     let blocker = colors_on(&rt, 1, 1, 1)[0];
@@ -31,21 +33,34 @@ fn blocked_home(config: Config, limit: Duration) -> (usize, ochre::RunReport) {
     let root = colors_on(&rt, 0, 1, 1)[0];
     let done = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(AtomicUsize::new(usize::MAX));
-    let (d, s) = (done.clone(), seen.clone());
+    let blocking = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, s, b) = (done.clone(), seen.clone(), blocking.clone());
+    let (handle, d2, b2) = (rt.handle(), done.clone(), blocking.clone());
+    let poster = std::thread::spawn(move || {
+        let t = Instant::now();
+        while !b2.load(Ordering::SeqCst) && t.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for c in others {
+            let d = d2.clone();
+            handle.post(c, move || {
+                d.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
     let report = rt
         .run(root, move || {
-            let (d2, s2) = (d.clone(), s.clone());
             ochre::post(blocker, move || {
-                s2.store(block_until(&d2, 64, limit), Ordering::SeqCst);
+                b.store(true, Ordering::SeqCst);
+                s.store(block_until(&d, 64, limit), Ordering::SeqCst);
             });
-            for c in others {
-                let d = d.clone();
-                ochre::post(c, move || {
-                    d.fetch_add(1, Ordering::SeqCst);
-                });
-            }
         })
         .unwrap();
+    poster.join().unwrap();
+    if done.load(Ordering::SeqCst) < 64 {
+        // Posted after the run's end (the handler stopped blocking first): the next run's.
+        rt.run(root, || {}).unwrap();
+    }
     assert_eq!(done.load(Ordering::SeqCst), 64, "every event ran in the end");
     (seen.load(Ordering::SeqCst), report)
 }

@@ -881,7 +881,9 @@ impl<'w> Sim<'w> {
         }
         let cores = (0..n)
             .map(|w| Core {
-                queue: ColorQueue::new(w, placement).with_backlog_turns(setup.config.backlog_turns),
+                queue: ColorQueue::new(w, placement)
+                    .with_backlog_turns(setup.config.backlog_turns)
+                    .with_newest_first(setup.config.newest_first),
                 outbox: Outbox::new(n, setup.config.batch_size, setup.config.safety_flush_factor)
                     .sized(setup.config.batch_sizing),
                 now: 0,
