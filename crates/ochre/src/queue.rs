@@ -557,11 +557,6 @@ impl Line<'_> {
             *self.urgent += 1;
             return;
         }
-        if self.ready.is_empty() {
-            self.ready.push_back(key);
-            *self.fresh += 1;
-            return;
-        }
         if *self.fresh == FRESH_MAX {
             // The oldest fresh color, last of them, joins the line.
             let oldest = self.ready.remove(*self.urgent + FRESH_MAX - 1);
