@@ -31,7 +31,7 @@
 //! EMA serves objects up to 1 KiB only, and `HashMap` takes another allocator only with the
 //! unstable `allocator_api`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,10 @@ pub struct Phases {
     pub lanes: usize,
     /// Lanes whose state EMA placed for their worker (0 with EMA off: the global allocator).
     pub lanes_placed: usize,
+    /// Lanes retired before they started (summed over a flow's jobs): their worker did not run
+    /// them before every map task was claimed (its CPU another process's, or its thread in a
+    /// long handler), and the job did not wait for them.
+    pub lanes_retired: usize,
     /// Reduce partitions.
     pub reduce_tasks: usize,
     /// Pairs emitted by map.
@@ -115,6 +119,7 @@ impl Phases {
         self.busiest_lane_tasks += other.busiest_lane_tasks;
         self.lanes = self.lanes.max(other.lanes);
         self.lanes_placed = self.lanes_placed.max(other.lanes_placed);
+        self.lanes_retired += other.lanes_retired;
         self.reduce_tasks = self.reduce_tasks.max(other.reduce_tasks);
         self.emitted += other.emitted;
         self.intermediate += other.intermediate;
@@ -126,7 +131,7 @@ impl Phases {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
         format!(
             "split {}, map {}, reduce {}, merge {} (total {}); {} job(s), {} map tasks on {} \
-             lanes ({} placed by EMA; the busiest mapped {}), {} reduce tasks, {} pairs \
+             lanes ({} placed by EMA, {} retired; the busiest mapped {}), {} reduce tasks, {} pairs \
              emitted, {} after combining ({} in buffers placed by EMA)",
             ms(self.split),
             ms(self.map),
@@ -137,6 +142,7 @@ impl Phases {
             self.map_tasks,
             self.lanes,
             self.lanes_placed,
+            self.lanes_retired,
             self.busiest_lane_tasks,
             self.reduce_tasks,
             self.emitted,
@@ -592,6 +598,14 @@ fn spread_colors(rt: &ochre::Handle, base: u64, n: usize) -> Vec<Color> {
         .collect()
 }
 
+/// `State::lane_state`: the lane's first event has not run yet.
+const LANE_WAITING: u8 = 0;
+/// `State::lane_state`: the lane's first event ran; the lane ends in its own `finish_lane`.
+const LANE_STARTED: u8 = 1;
+/// `State::lane_state`: another lane found every task claimed before this one started, and
+/// counted it finished, with nothing mapped; its events, when they run, do nothing.
+const LANE_RETIRED: u8 = 2;
+
 /// Indices of `State::marks`: when each phase ended, in nanoseconds from the job's start.
 const SPLIT: usize = 0;
 const MAP: usize = 1;
@@ -651,10 +665,16 @@ struct State<P: MapReduce> {
     lanes: Vec<ColorCell<Option<LaneBox<P>>>>,
     /// What every job of the run shares: cancellation and the first failure.
     flow: Arc<FlowShared>,
+    /// Per lane, [`LANE_WAITING`] until its first event starts it ([`LANE_STARTED`]), or
+    /// [`LANE_RETIRED`] by a lane that found no task left first (`finish_lane`).
+    lane_state: Vec<AtomicU8>,
     lanes_left: AtomicUsize,
     lanes_placed: AtomicUsize,
+    lanes_retired: AtomicUsize,
     /// Per reduce partition, the runs the lanes handed it.
     runs: Vec<Mutex<Vec<Handed<P>>>>,
+    /// Per reduce partition, whether an event took it (`reduce`).
+    reduce_taken: Vec<AtomicBool>,
     reduce_left: AtomicUsize,
     /// Merge tree: `widths[l]` nodes at level `l` (level 0: the partitions); `slots[l][i]`
     /// holds the first child run to reach node `i` of level `l + 1`.
@@ -706,9 +726,12 @@ impl<P: MapReduce> State<P> {
             start: Instant::now(),
             lanes: lane_colors.iter().map(|&c| ColorCell::new(c, None)).collect(),
             flow,
+            lane_state: lane_colors.iter().map(|_| AtomicU8::new(LANE_WAITING)).collect(),
             lanes_left: AtomicUsize::new(lane_colors.len()),
             lanes_placed: AtomicUsize::new(0),
+            lanes_retired: AtomicUsize::new(0),
             runs: reduce_colors.iter().map(|_| Mutex::new(Vec::new())).collect(),
+            reduce_taken: reduce_colors.iter().map(|_| AtomicBool::new(false)).collect(),
             reduce_left: AtomicUsize::new(reduce_colors.len()),
             lane_colors,
             reduce_colors,
@@ -748,6 +771,7 @@ impl<P: MapReduce> State<P> {
             map_tasks: self.splits.get().map_or(0, Vec::len),
             lanes: self.lane_colors.len(),
             lanes_placed: self.lanes_placed.load(Ordering::Relaxed),
+            lanes_retired: self.lanes_retired.load(Ordering::Relaxed),
             reduce_tasks: self.reduce_colors.len(),
             jobs: 1,
             busiest_lane_tasks: self.busiest.load(Ordering::Relaxed) as usize,
@@ -788,6 +812,16 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     if s.flow.cancelled.load(Ordering::Acquire) {
         return;
     }
+    // A lane whose worker could not run it before the tasks ran out (its CPU given to another
+    // process for a time slice, milliseconds) was retired: the job did not wait for it.
+    let state = &s.lane_state[lane];
+    if state.load(Ordering::Relaxed) != LANE_STARTED
+        && state
+            .compare_exchange(LANE_WAITING, LANE_STARTED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
     let Some(splits) = s.splits.get() else {
         return s.fail("a lane ran before the split".into());
     };
@@ -822,8 +856,9 @@ fn lane_step<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     }
 }
 
-/// Phase 3, a lane's last event: cut its container into the partitions' runs; the last lane
-/// posts the reduce events.
+/// Phase 3, a lane's last event: cut its container into the partitions' runs, retire the lanes
+/// that have not started (every task is claimed: they would map nothing); the last lane to
+/// finish posts the reduce events.
 fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     let taken = s.lanes[lane]
         .with(|l| l.as_mut().map_or((None, 0, 0), |l| (l.store.take(), l.emitted, l.tasks)));
@@ -847,8 +882,28 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
             lock(&s.runs[p]).push(run);
         }
     }
+    // A lane not started yet waits for its worker, whose CPU may be another process's for
+    // a time slice (3-5 ms here): a job of a millisecond, with one CPU shared, waited for it
+    // in most runs (`bench mr --quick` beside a busy thread: matrix multiply 258 jobs/s at
+    // two workers against 6.8K at one). Retired, it counts as finished with nothing to hand.
+    let retired = (0..s.lane_state.len())
+        .filter(|&l| {
+            l != lane
+                && s.lane_state[l]
+                    .compare_exchange(
+                        LANE_WAITING,
+                        LANE_RETIRED,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+        })
+        .count();
+    if retired > 0 {
+        s.lanes_retired.fetch_add(retired, Ordering::Relaxed);
+    }
     // AcqRel: the last lane sees every other lane's runs (also published under the locks).
-    if s.lanes_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+    if s.lanes_left.fetch_sub(1 + retired, Ordering::AcqRel) == 1 + retired {
         s.mark(MAP);
         if s.intermediate.load(Ordering::Relaxed) <= INLINE_REDUCE_PAIRS {
             // Few pairs (K-means' sums, a histogram): reducing them all here costs less than
@@ -865,12 +920,30 @@ fn finish_lane<P: MapReduce>(s: Arc<State<P>>, lane: usize) {
     }
 }
 
-/// Phase 4, one event per partition: combine the lanes' runs, reduce each key, sort, and send
-/// the run up the merge tree.
+/// Phase 4, one event per partition, homed round robin over the workers: takes its partition
+/// unless an event took it already, then the partitions no event took yet, those homed on its
+/// worker first. A worker whose CPU another process holds for a time slice does not keep the
+/// job waiting for its partitions: the other workers take them, and its events, when they
+/// run, find nothing left.
 fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
     if s.flow.cancelled.load(Ordering::Acquire) {
         return;
     }
+    let (parts, workers) = (s.reduce_colors.len(), s.lane_colors.len().max(1));
+    let mine =
+        (part..parts).step_by(workers).chain((0..part).skip(part % workers).step_by(workers));
+    for p in mine.chain(0..parts) {
+        if !s.reduce_taken[p].load(Ordering::Relaxed)
+            && !s.reduce_taken[p].swap(true, Ordering::Relaxed)
+        {
+            reduce_partition(&s, p);
+        }
+    }
+}
+
+/// Combines the lanes' runs of partition `part`, reduces each key, sorts, and sends the run up
+/// the merge tree.
+fn reduce_partition<P: MapReduce>(s: &State<P>, part: usize) {
     let mut runs = std::mem::take(&mut *lock(&s.runs[part]));
     let app = &*s.app;
     // Each lane's run holds a key at most once (a store's invariant), so one run is already
@@ -908,7 +981,7 @@ fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
     if s.reduce_left.fetch_sub(1, Ordering::AcqRel) == 1 {
         s.mark(REDUCE);
     }
-    merge_up(&s, part, run);
+    merge_up(s, part, run);
 }
 
 /// The pairs of `pairs` with the values of equal keys combined, in no particular order

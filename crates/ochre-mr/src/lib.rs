@@ -53,7 +53,10 @@
 //!    so that neither stealing nor following moves two lanes onto one worker): a lane event
 //!    claims the next map task with one atomic increment, maps it into the lane's container, and
 //!    posts itself again; a worker that is slowed (its CPU shared with another process) claims
-//!    fewer tasks, so the lanes finish together without stealing. The container ([`Container`]:
+//!    fewer tasks, so the lanes finish together without stealing, and a lane whose worker did
+//!    not get to start it before every task was claimed is *retired* by the lane that found
+//!    none left: the job does not wait for a worker the kernel keeps from its CPU for a time
+//!    slice (its late events do nothing). The container ([`Container`]:
 //!    hash, dense array, fixed slots) lives in a [`ochre::ColorCell`] of the lane's color: the
 //!    lane's events are serialized, so it needs no lock; the lane's state is an
 //!    [`ochre::ColorBox`] that EMA places for the lane's worker (the thesis kept Phoenix's
@@ -63,12 +66,13 @@
 //!    partitions (by key index for a dense container, else by FxHash) and hands each partition
 //!    its run, in 1 KiB slabs that EMA places for the partition's worker (Phoenix's
 //!    intermediate buffers); the last lane posts the reduce events.
-//! 4. **Reduce** (one color per partition, homed round robin over the workers): gathers its
-//!    runs from every lane, combines the values of equal keys (in a hash table when several
-//!    lanes handed it runs), applies [`MapReduce::reduce`] once per key, and sorts its pairs
-//!    by key. When the lanes hand over only a few thousand
-//!    pairs in all, the last lane reduces every partition in its own event instead: cheaper
-//!    than waking other workers for them.
+//! 4. **Reduce** (one color per partition, homed round robin over the workers; an event takes
+//!    its own partition, then those no event took yet, so that partitions homed on a worker
+//!    that cannot run do not keep the job waiting): gathers its runs from every lane, combines
+//!    the values of equal keys (in a hash table when several lanes handed it runs), applies
+//!    [`MapReduce::reduce`] once per key, and sorts its pairs by key. When the lanes hand over
+//!    only a few thousand pairs in all, the last lane reduces every partition in its own event
+//!    instead: cheaper than waking other workers for them.
 //! 5. **Merge**: sorted runs meet in a binary tree; the second run to reach a node merges the
 //!    two in its event and goes on up, so merging starts while other partitions still reduce,
 //!    and the event that merges the root publishes the output, or starts the next job of a

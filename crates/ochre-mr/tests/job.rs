@@ -119,7 +119,10 @@ fn one_worker_and_many_workers_agree() {
 fn lane_state_is_placed_by_ema_when_the_runtime_has_it() {
     for (config, placed) in [(ochre::Config::default(), 2), (ochre::Config::baseline(), 0)] {
         let out = Job::new(app(5_000, 10)).workers(2).pin(false).config(config).run().unwrap();
-        assert_eq!(out.phases.lanes_placed, placed, "{}", out.phases.line());
+        // A lane retired before it started (its worker still waking when the other had claimed
+        // every task) made no state.
+        let p = &out.phases;
+        assert_eq!(p.lanes_placed, placed - placed.min(p.lanes_retired), "{}", p.line());
         assert_eq!(out.pairs, expected(&app(5_000, 10)));
     }
 }
@@ -230,5 +233,32 @@ fn a_panic_in_a_later_job_of_a_flow_is_an_error_and_the_runtime_stays_usable() {
         let good = app(5000, 10);
         let want = expected(&good);
         assert_eq!(Job::new(good).chunk_bytes(800).run_on(&rt).unwrap().pairs, want);
+    }
+}
+
+/// A worker held in one handler for the whole job (its thread descheduled for time slices
+/// beside another process is the case met; a long handler is the one a test can make): its
+/// lane never starts, and its reduce partitions wait in its inbox. The job does not wait for it:
+/// the other lane, once every task is claimed, retires the lane that never started, and the
+/// other worker's reduce events take the partitions no event took. Without either rule the job's
+/// map or reduce phase would end after the handler (half a second). Without stand-ins, which
+/// would lend the stuck worker's reduce colors (not its lane's: lanes are pinned), and
+/// which a kernel without `membarrier` does not have.
+#[test]
+fn a_job_does_not_wait_for_a_worker_stuck_in_another_handler() {
+    let config = ochre::Config::default().stand_in(false);
+    let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
+    let on_1 = (1..).map(ochre::Color).find(|&c| rt.home_of(c) == 1).unwrap();
+    let held = std::time::Duration::from_millis(500);
+    for _ in 0..3 {
+        // Posted from outside between runs: the job's run runs it first on worker 1.
+        rt.handle().post(on_1, move || std::thread::sleep(held));
+        let a = app(100_000, 5_000);
+        let want = expected(&a);
+        let out = Job::new(a).chunk_bytes(16 << 10).run_on(&rt).unwrap();
+        assert_eq!(out.pairs, want);
+        let p = &out.phases;
+        let job = p.split + p.map + p.reduce;
+        assert!(job < held / 2, "the job waited for the held worker: {p:?}");
     }
 }

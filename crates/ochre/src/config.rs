@@ -267,8 +267,9 @@ pub struct Config {
     /// (placement, follow or stealing on); off in [`Config::baseline`].
     #[serde(default = "yes")]
     pub unpin_when_shared: bool,
-    /// A worker on a CPU shared with another process, asleep when its run is found quiescent,
-    /// sleeps through the run's end, which the worker that found it ends for it, and through the
+    /// A worker on a CPU shared with another process (measured so, or late to a run's end
+    /// lately), asleep when its run is found quiescent or a handler shuts it down, sleeps
+    /// through the run's end, which the worker that stopped it ends for it, and through the
     /// next run's start, which carries it in asleep (`run_end`): `Runtime::run` does not wait
     /// for it to wake; one that ended a run awake waits for the next in its parker, carried in
     /// likewise, not at the gate. That wake-up waited for the other process's time slice, and

@@ -206,6 +206,20 @@ pub fn current_workers() -> Option<usize> {
 /// [`Runtime::run`](crate::Runtime::run) returns. Events not run stay queued and run at the next
 /// `run` (the run report counts them as `pending`). Does nothing outside a handler; from other
 /// threads use [`Handle::shutdown`](crate::Handle::shutdown).
+///
+/// A worker asleep on a CPU shared with another process sleeps through the end, as through a
+/// quiescent one (`Config::sleep_through_ends`): `run` does not wait for it to wake.
 pub fn shutdown() {
-    with_current(|ctx| ctx.shared.stop(crate::shared::SHUTDOWN));
+    with_current(shutdown_from);
+}
+
+/// Ends the current run from a handler running on `ctx` (`shutdown`).
+pub(crate) fn shutdown_from(ctx: &WorkerCtx) {
+    let slept_on = ctx.shared.stop_from_worker(crate::shared::SHUTDOWN, ctx.run.get(), ctx.id);
+    if slept_on > 0 {
+        ctx.core
+            .borrow_mut()
+            .counters
+            .add(crate::stats::Counter::EndsSleptThrough, slept_on as u64);
+    }
 }

@@ -225,7 +225,7 @@ fn enter_parked(ctx: &WorkerCtx) -> bool {
     shared.remotes[ctx.id].status.parked.store(true, Ordering::SeqCst);
     let parked = shared.control.parked.fetch_add(1, Ordering::SeqCst) + 1;
     if parked == shared.workers && quiescent(shared) {
-        let slept_on = shared.stop_quiescent(ctx.run.get(), ctx.id);
+        let slept_on = shared.stop_from_worker(crate::shared::QUIESCENT, ctx.run.get(), ctx.id);
         ctx.core.borrow_mut().counters.add(Counter::EndsSleptThrough, slept_on as u64);
         return true;
     }
@@ -485,12 +485,15 @@ pub(crate) fn park(ctx: &WorkerCtx, watch: Option<Duration>, stand_ins: bool) ->
 }
 
 /// Whether this worker sleeps through run ends (`run_end`): on a CPU measured shared with
-/// another process (`worker::on_shared_cpu`), with `Config::sleep_through_ends`.
+/// another process (`worker::on_shared_cpu`), or after a late end (`run_end::Late`), with
+/// `Config::sleep_through_ends`.
 pub(crate) fn sleeps_through(ctx: &WorkerCtx) -> bool {
     let config = &ctx.shared.config;
     config.sleep_through_ends && {
-        let share = ctx.core.borrow().cpu_share.share();
-        config.sleep_through_any_cpu || crate::worker::on_shared_cpu(&ctx.shared, share)
+        let core = ctx.core.borrow();
+        config.sleep_through_any_cpu
+            || crate::worker::on_shared_cpu(&ctx.shared, core.cpu_share.share())
+            || core.late.sleeps_through(Instant::now())
     }
 }
 

@@ -52,12 +52,74 @@
 //! into the new run, leaves the parked state it entered. A run that ends by shutdown or abort
 //! claims nobody: its workers wake and end it themselves, as before.
 //!
+//! A run a handler shuts down (`ochre::shutdown`) claims its sleepers the same way: a flow of
+//! jobs that ends its run when its last job is merged (`ochre-mr`) would otherwise wait for
+//! the wake-up of every sleeper (`bench mr --quick` beside a busy thread: jobs of 60-100 us
+//! returned after 4 ms). What differs from a quiescent end is that messages may still reach a
+//! sleeper after the claim (posted by turns that end after the stop, or before it and not
+//! routed yet): each push that finds the sleeper asleep unparks it (`inbox`), and the messages
+//! stay in its inbox until it takes part in a run, carried in asleep (woken by them, it runs
+//! them in that run) or through the gate; the quiescence of that run counts them in flight
+//! (`idle::quiescent`: messages sent and received are counted over the runtime's life). A
+//! shutdown from outside the runtime and an abort claim nobody.
+//!
+//! **Who sleeps through.** A worker on a CPU measured shared (`worker::on_shared_cpu`), and one
+//! whose run end came [`LATE_END`] or more after the run was stopped ([`Late`]), for
+//! [`LATE_KEEP`] after that end: a worker that another process keeps from its CPU but that has
+//! no work to measure its share with (its lane retired by a job that did not wait for it, an
+//! idle worker of a small run) is woken for every run's start and end and measures only the
+//! waits of its idle spells, which its share leaves out (`cpu_share`): runs of 60 us took 4 ms,
+//! every one, in some processes, its share at 1.
+//!
 //! Invariants (tested in `loom_models` and the runtime's tests): every run's end is counted once
 //! per worker (by the worker or by its claimer); a carried worker is counted parked exactly
 //! while it sleeps; nothing runs outside a run (a claimed worker woken between runs by a post
 //! or a hold leaves for the gate without taking its inbox).
 
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// A run end this long after the run was stopped (the stop wakes every worker; a wake-up takes
+/// tens of microseconds on a CPU of its own) means the worker waited for its CPU: a time slice
+/// of another process (3-5 ms here), or a long handler's end.
+pub(crate) const LATE_END: Duration = Duration::from_millis(1);
+
+/// How long a late end makes its worker sleep through ends ([`Late`]). Long beside the runs
+/// it spares a wait (a flow of small jobs, a run per job) and short beside a change of the
+/// machine's load: once the other process is gone, the next late-free end after this is the
+/// worker's own again.
+pub(crate) const LATE_KEEP: Duration = Duration::from_millis(500);
+
+/// Microseconds since the process's first stamp, plus one (0 is "never"): when a run stopped
+/// (`Control::stopped_at`).
+pub(crate) fn stamp() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1
+}
+
+/// A worker's late run ends (in its `Core`): one makes it sleep through the next ends for
+/// [`LATE_KEEP`] (module doc, "Who sleeps through").
+#[derive(Debug, Default)]
+pub(crate) struct Late {
+    until: Option<Instant>,
+}
+
+impl Late {
+    /// The worker ends, at `now` (a [`stamp`]; `at`: the same moment), a run stopped at
+    /// `stopped` (0: not known).
+    pub(crate) fn ended(&mut self, stopped: u64, now: u64, at: Instant) {
+        if stopped != 0 && now.saturating_sub(stopped) >= LATE_END.as_micros() as u64 {
+            self.until = Some(at + LATE_KEEP);
+        }
+    }
+
+    /// Whether a late end at most [`LATE_KEEP`] before `now` makes the worker sleep through.
+    pub(crate) fn sleeps_through(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| now < until)
+    }
+}
 
 const CLAIMABLE: u64 = 1;
 const CLAIMED: u64 = 2;
@@ -198,6 +260,21 @@ mod tests {
         assert!(carry(&s, 7, &parked));
         assert_eq!(resolve(&s, 5), Woke::InRun(7), "wakes into the latest run");
         assert_eq!(s.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_late_end_makes_its_worker_sleep_through_ends_for_a_while() {
+        let t0 = Instant::now();
+        let mut late = Late::default();
+        let (stopped, ms) = (1_000, LATE_END.as_micros() as u64);
+        late.ended(stopped, stopped + ms / 2, t0);
+        assert!(!late.sleeps_through(t0), "an end within the bound is not late");
+        late.ended(0, stopped + 100 * ms, t0);
+        assert!(!late.sleeps_through(t0), "nor one of a run whose stop is not known");
+        late.ended(stopped, stopped + ms, t0);
+        assert!(late.sleeps_through(t0 + LATE_KEEP / 2));
+        assert!(!late.sleeps_through(t0 + LATE_KEEP), "for a while only");
+        assert!(stamp() > 0 && stamp() <= stamp(), "stamps are never 0 and never go back");
     }
 
     #[test]

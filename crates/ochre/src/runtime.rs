@@ -410,8 +410,16 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
 /// waits for the next run in its parker, marked parked and its word Claimed, so that the next
 /// run carries it in rather than waking it at the gate, where its wake-up would wait for the
 /// other process's time slice. Returns the run that carried it in, or `None` to go through the
-/// gate (a run started first, messages wait, or it does not sleep through). Claimed asleep in a
-/// run it was carried into, it waits for the next one after that (`seen` moves on).
+/// gate (a run started first, events wait in its queue, or it does not sleep through). Claimed
+/// asleep in a run it was carried into, it waits for the next one after that (`seen` moves on).
+///
+/// Messages waiting in its inbox do not keep it from parking: a run that a handler shut down
+/// before this worker got its CPU (each of a flow's small jobs ends its run so, `ochre-mr`)
+/// left them there, and at the gate every later run would wait for its wake-up again (runs of
+/// 100 us took 4 ms, every one). It parks without its inbox's sleep mark then, and the next
+/// run's start, which finds messages there as it carries it in, wakes it for them
+/// (`Runtime::run`); until it takes them they are counted in flight, so no run ends quiescent
+/// without them (`idle::quiescent`), and a run shut down meanwhile claims it asleep.
 fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64> {
     let shared = &*ctx.shared;
     let remote = &shared.remotes[ctx.id];
@@ -432,10 +440,11 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
         remote.status.parks_in_poller.store(false, Ordering::Relaxed);
         {
             let _g = lock(&gate.state);
-            if gate.latest.load(Ordering::Acquire) != *seen || !remote.poke.inbox.try_sleep(locked)
-            {
+            if gate.latest.load(Ordering::Acquire) != *seen {
                 return None;
             }
+            // Fails with messages waiting: those stay in the inbox, without the mark (above).
+            let _ = remote.poke.inbox.try_sleep(locked);
             remote.status.parked.store(true, Ordering::SeqCst);
             crate::run_end::park_between(&remote.poke.sleeper, *seen);
         }
@@ -685,14 +694,25 @@ impl Runtime {
             Msg::Post { color, task: init, urgent: false, step: false },
             true,
         );
-        for r in shared.remotes.iter() {
+        let mut carried = vec![false; shared.workers];
+        for (w, r) in shared.remotes.iter().enumerate() {
             // A sleeper carried into this run stays parked, its inbox's sleep mark kept (a post
             // to it wakes it).
             if crate::run_end::carry(&r.poke.sleeper, run, &shared.control.parked) {
+                carried[w] = true;
                 continue;
             }
             r.status.parked.store(false, Ordering::SeqCst);
             r.poke.inbox.woke(!shared.config.batching);
+        }
+        // One that parked with messages waiting (no mark: a run that a shutdown ended left
+        // them, `park_between_runs`) is woken for them, once every sleeper is carried: woken
+        // before a later one's carry, it could run them and park as the last worker not
+        // parked, with that one not counted yet, and nobody would find the run quiescent.
+        for (r, _) in shared.remotes.iter().zip(&carried).filter(|(_, &c)| c) {
+            if !r.poke.inbox.is_empty(!shared.config.batching) {
+                r.parker.unpark();
+            }
         }
 
         let started = Instant::now();
@@ -1090,9 +1110,19 @@ impl Handle {
         Ok(())
     }
 
-    /// Ends the current run, as [`shutdown`](crate::shutdown) does from a handler.
+    /// Ends the current run, as [`shutdown`](crate::shutdown) does from a handler (from a
+    /// handler of this runtime, it is that).
     pub fn shutdown(&self) {
-        self.shared.stop(SHUTDOWN);
+        let on_worker = with_current(|ctx| {
+            let ours = Arc::ptr_eq(&ctx.shared, &self.shared);
+            if ours {
+                crate::context::shutdown_from(ctx);
+            }
+            ours
+        });
+        if on_worker != Some(true) {
+            self.shared.stop(SHUTDOWN);
+        }
     }
 
     /// Counters of each worker since the runtime was built (at most one round old while running).

@@ -259,6 +259,9 @@ pub(crate) struct Control {
     /// Ends of the current run counted for workers asleep through it (`run_end::claim`), not
     /// yet added to the gate's count (the next worker to end the run adds them).
     pub(crate) claimed_ends: Padded<AtomicUsize>,
+    /// When the current run was stopped (`run_end::stamp`): a worker that ends it much later
+    /// sleeps through the next ends (`run_end::Late`).
+    pub(crate) stopped_at: Padded<AtomicU64>,
 }
 
 /// What the runtime shares between its workers and its handles.
@@ -344,6 +347,7 @@ impl Shared {
                 next_token: Padded::new(AtomicU64::new(0)),
                 holds: Padded::new(AtomicUsize::new(0)),
                 claimed_ends: Padded::new(AtomicUsize::new(0)),
+                stopped_at: Padded::new(AtomicU64::new(0)),
             },
             spin_threshold,
             max_spinners,
@@ -366,6 +370,7 @@ impl Shared {
 
     /// Ends the current run for `reason` (the first reason wins) and wakes every worker.
     pub(crate) fn stop(&self, reason: usize) {
+        self.stamp_stop();
         let _ =
             self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
         // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
@@ -373,13 +378,15 @@ impl Shared {
         self.wake_all();
     }
 
-    /// Ends run `run` as quiescent, found so by worker `me`, and wakes the workers, but those
-    /// asleep in it (with `Config::sleep_through_ends`): they sleep on, their ends counted here
+    /// Ends run `run` for `reason` (quiescent, found so by worker `me`; or a shutdown by a
+    /// handler on worker `me`) and wakes the workers, but those asleep in it (with
+    /// `Config::sleep_through_ends`): they sleep on, their ends counted here
     /// (`run_end::claim`). Returns how many slept on.
-    pub(crate) fn stop_quiescent(&self, run: u64, me: usize) -> usize {
+    pub(crate) fn stop_from_worker(&self, reason: usize, run: u64, me: usize) -> usize {
         let stop = &self.control.stop;
-        if stop.compare_exchange(RUNNING, QUIESCENT, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-            // Stopped already (a shutdown): whoever stopped it woke everyone.
+        self.stamp_stop();
+        if stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            // Stopped already: whoever stopped it woke everyone, or claimed them.
             return 0;
         }
         let through = self.config.sleep_through_ends;
@@ -391,6 +398,12 @@ impl Shared {
             self.control.claimed_ends.fetch_add(claimed, Ordering::SeqCst);
         }
         claimed
+    }
+
+    /// Records when the run stops, before the stop flag (whose store publishes it): a worker
+    /// that reads the flag reads this run's stamp, or a later stopper's.
+    fn stamp_stop(&self) {
+        self.control.stopped_at.store(crate::run_end::stamp(), Ordering::Relaxed);
     }
 
     /// Wakes every worker, asleep in its parker or its poller (a sticky token: one that parks

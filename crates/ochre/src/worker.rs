@@ -208,6 +208,8 @@ pub(crate) struct Core {
     /// A stand-in works in this core (`Core::stand_in`): requests and recalls routed here are
     /// answered at once, not kept for the end of a turn of the stuck thread.
     pub(crate) standing_in: bool,
+    /// Its late run ends: one makes it sleep through the next ones (`run_end::Late`).
+    pub(crate) late: crate::run_end::Late,
 }
 
 impl Core {
@@ -268,6 +270,7 @@ impl Core {
             unparked: false,
             woke_to_look: false,
             standing_in: false,
+            late: crate::run_end::Late::default(),
         }
     }
 
@@ -1232,6 +1235,12 @@ impl WorkerCtx {
             h.flush_crumbs();
         });
         if !self.claimed.get() {
+            let stopped = shared.control.stopped_at.load(Ordering::Relaxed);
+            self.core.borrow_mut().late.ended(
+                stopped,
+                crate::run_end::stamp(),
+                std::time::Instant::now(),
+            );
             let share = self.core.borrow().cpu_share.share();
             wait_for_every_flush(shared, self.run.get(), share);
         }

@@ -438,3 +438,44 @@ fn a_worker_parked_between_runs_after_a_sleep_in_its_poller_wakes_for_the_next_r
         }
     });
 }
+
+/// A handler's shutdown ends its run without waking the workers asleep through it, as a
+/// quiescent end does; what a run that a shutdown ends posts to such a sleeper (in the same
+/// handler, before the shutdown: it leaves at the end of that turn) waits in its inbox, and a
+/// later run runs it, once: the sleeper parks between runs with it waiting, and the start of
+/// the next run wakes it for it; a run whose end is quiescent ends only after it ran.
+#[test]
+fn shutdowns_by_handlers_leave_sleepers_asleep_and_what_was_posted_to_them_for_later_runs() {
+    within(Duration::from_secs(60), || {
+        let workers = 4;
+        let rt = Runtime::builder().workers(workers).config(sleeping_through()).build().unwrap();
+        let on_0 = color_on(&rt, 0);
+        let others: Arc<Vec<Color>> = Arc::new((1..workers).map(|w| color_on(&rt, w)).collect());
+        let runs = 300u64;
+        let ran: Arc<Vec<AtomicU64>> = Arc::new((0..runs).map(|_| AtomicU64::new(0)).collect());
+        let mut slept = 0;
+        for run in 0..runs {
+            let (others, ran) = (others.clone(), ran.clone());
+            let report = rt
+                .run(on_0, move || {
+                    if run % 3 == 0 {
+                        let c = others[(run / 3) as usize % others.len()];
+                        ochre::post(c, move || {
+                            ran[run as usize].fetch_add(1, Ordering::SeqCst);
+                        });
+                    }
+                    ochre::shutdown();
+                })
+                .unwrap();
+            assert_eq!(report.end, RunEnd::Shutdown);
+            slept += report.workers.iter().map(|w| w.ends_slept_through).sum::<u64>();
+        }
+        assert!(slept > 0, "no worker slept through a shutdown in {runs} runs");
+        let report = rt.run(on_0, || {}).unwrap();
+        assert_eq!(report.end, RunEnd::Quiescent);
+        for (run, n) in ran.iter().enumerate() {
+            let want = u64::from(run % 3 == 0);
+            assert_eq!(n.load(Ordering::SeqCst), want, "the event posted in run {run}");
+        }
+    });
+}
