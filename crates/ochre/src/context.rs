@@ -207,8 +207,9 @@ pub fn current_workers() -> Option<usize> {
 /// `run` (the run report counts them as `pending`). Does nothing outside a handler; from other
 /// threads use [`Handle::shutdown`](crate::Handle::shutdown).
 ///
-/// A worker asleep on a CPU shared with another process sleeps through the end, as through a
-/// quiescent one (`Config::sleep_through_ends`): `run` does not wait for it to wake.
+/// A worker asleep on a CPU shared with another process (or late to a run's end lately) sleeps
+/// through the end, as through a quiescent one (`Config::sleep_through_ends`): `run` does not
+/// wait for it to wake.
 pub fn shutdown() {
     with_current(shutdown_from);
 }

@@ -1,6 +1,6 @@
-//! A worker asleep at a run's quiescent end, on a CPU shared with another process, sleeps
-//! through it: the worker that finds the run quiescent ends the run for it, and the next run
-//! carries it in, still asleep.
+//! A worker asleep at a run's quiescent end, or at a shutdown by a handler, on a CPU shared with
+//! another process, sleeps through it: the worker that stops the run ends it for it, and the
+//! next run carries it in, still asleep.
 //!
 //! Why: `Runtime::run` returns once every worker has ended the run, and a worker asleep when the
 //! run is found quiescent had to wake for that. On a CPU shared with another process the wake-up
@@ -11,9 +11,10 @@
 //! flushed, its counters published (`idle`), and a quiescent run has no message in flight to it.
 //! What it does not do is take back the memory others freed for it since it slept (its heap
 //! is its thread's): its EMA gauges in the run's report count that memory live, until its next
-//! end. So only a worker on a CPU measured shared (`worker::on_shared_cpu`) sleeps through, where
-//! the wake-up costs a time slice; on a CPU of its own it wakes in microseconds, and its gauges
-//! are exact at every run's end, as before.
+//! end. So only a worker on a CPU measured shared, or late to a run's end lately (below, "Who
+//! sleeps through"), sleeps through, where the wake-up costs a time slice; on a CPU of its own it
+//! wakes in microseconds, and its gauges are exact at every run's end, as before (a long
+//! handler's late end makes an exception for [`LATE_KEEP`]).
 //!
 //! The protocol is one word per worker (`Poke::sleeper`), holding a run number and a state:
 //!
@@ -22,9 +23,9 @@
 //!   not find the word so (announced later, or taken back) wakes the owner as before (the
 //!   parker's token is sticky), so no order between the word and the stop flag is needed: an
 //!   announcement the stopper misses costs a wake-up, not a lost one.
-//! * **Claimed(r)**: the worker that stopped run `r` as quiescent took the sleeper's end
-//!   ([`claim`]): it counts the sleeper's end for the run (the gate's count, the heap flush
-//!   count) and does not wake it.
+//! * **Claimed(r)**: the worker that stopped run `r` (quiescent, or a handler's shutdown) took
+//!   the sleeper's end ([`claim`]): it counts the sleeper's end for the run (the gate's count,
+//!   the heap flush count) and does not wake it.
 //! * **Held(r)**: a stand-in (`stand_in`) routes into the sleeper, Claimable(r), and holds its
 //!   word ([`hold`]): a stopper cannot claim it and wakes it instead. The stand-in gives the
 //!   word back Claimable ([`release`]) if it left the sleeper parked with nothing to do; else
@@ -49,8 +50,8 @@
 //! for the gate without counting its end (already counted) and without touching the run's
 //! parked state (the starter resets that of every worker it did not carry); the starter that
 //! wins counts the worker parked for the new run before the swap, so that the owner, waking
-//! into the new run, leaves the parked state it entered. A run that ends by shutdown or abort
-//! claims nobody: its workers wake and end it themselves, as before.
+//! into the new run, leaves the parked state it entered. A run that ends by a shutdown from
+//! outside the runtime, or an abort, claims nobody: its workers wake and end it themselves.
 //!
 //! A run a handler shuts down (`ochre::shutdown`) claims its sleepers the same way: a flow of
 //! jobs that ends its run when its last job is merged (`ochre-mr`) would otherwise wait for
@@ -74,7 +75,10 @@
 //! Invariants (tested in `loom_models` and the runtime's tests): every run's end is counted once
 //! per worker (by the worker or by its claimer); a carried worker is counted parked exactly
 //! while it sleeps; nothing runs outside a run (a claimed worker woken between runs by a post
-//! or a hold leaves for the gate without taking its inbox).
+//! or a hold takes nothing from its inbox: it parks again, the messages waiting, or leaves for
+//! the gate); a run whose workers are all carried in asleep is looked at once they are
+//! counted (`Runtime::run` wakes the init's home then: woken by the init before a later carry,
+//! it could have run it and parked while that one was not counted).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -205,7 +209,7 @@ pub(crate) fn stops(woke: Woke, stopping: impl FnOnce() -> bool) -> bool {
     }
 }
 
-/// The stopper of run `run` (quiescent) takes the end of a worker asleep in it; false if the
+/// The stopper of run `run` (quiescent, or a handler's shutdown) takes the end of a worker asleep in it; false if the
 /// worker is not asleep in that run (it ends the run itself, and must be woken).
 pub(crate) fn claim(sleeper: &AtomicU64, run: u64) -> bool {
     sleeper

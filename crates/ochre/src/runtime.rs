@@ -688,16 +688,17 @@ impl Runtime {
         // Before any carry: once every worker is carried in parked, one woken at once (by a
         // post made between runs) could find the run quiescent before its init was sent; sent,
         // it is counted in flight until received (`idle::quiescent`). A sleeper it wakes before
-        // its carry leaves for the gate.
+        // its carry leaves for the gate, or, carried, takes part in the run (below).
+        let init_home = home_of(color, shared.placement);
         shared.post_external(
-            home_of(color, shared.placement),
+            init_home,
             Msg::Post { color, task: init, urgent: false, step: false },
             true,
         );
         let mut carried = vec![false; shared.workers];
         for (w, r) in shared.remotes.iter().enumerate() {
             // A sleeper carried into this run stays parked, its inbox's sleep mark kept (a post
-            // to it wakes it).
+            // to it wakes it; but see below).
             if crate::run_end::carry(&r.poke.sleeper, run, &shared.control.parked) {
                 carried[w] = true;
                 continue;
@@ -713,6 +714,13 @@ impl Runtime {
             if !r.poke.inbox.is_empty(!shared.config.batching) {
                 r.parker.unpark();
             }
+        }
+        // Every worker counted parked now: the init's home, woken by the init's post and carried
+        // before a later sleeper, may have run it and parked again while that one was not
+        // counted yet, the last to park finding no quiescence to look for. Woken again, it parks
+        // once more, as the last. (Asleep still, this wake-up is the one it has.)
+        if shared.control.parked.load(Ordering::SeqCst) == shared.workers {
+            shared.remotes[init_home].unpark();
         }
 
         let started = Instant::now();

@@ -400,10 +400,13 @@ impl Shared {
         claimed
     }
 
-    /// Records when the run stops, before the stop flag (whose store publishes it): a worker
-    /// that reads the flag reads this run's stamp, or a later stopper's.
+    /// Records when the run stops, before the stop flag's compare-and-swap (a reader that
+    /// acquires the flag reads this stamp); a stopper that finds the run stopped already leaves
+    /// the first one's (a handler's second shutdown would make late workers look on time).
     fn stamp_stop(&self) {
-        self.control.stopped_at.store(crate::run_end::stamp(), Ordering::Relaxed);
+        if self.control.stop.load(Ordering::Relaxed) == RUNNING {
+            self.control.stopped_at.store(crate::run_end::stamp(), Ordering::Relaxed);
+        }
     }
 
     /// Wakes every worker, asleep in its parker or its poller (a sticky token: one that parks

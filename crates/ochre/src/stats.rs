@@ -131,8 +131,9 @@ counters! {
     /// lent to, idle itself while colors waited there (`steal::recall`).
     #[serde(default)]
     recalls = Recalls,
-    /// Run ends this worker, finding its run quiescent, counted for workers asleep on CPUs
-    /// shared with other processes, which slept through them (`Config::sleep_through_ends`).
+    /// Run ends this worker, finding its run quiescent or shutting it down from a handler,
+    /// counted for workers asleep on CPUs shared with other processes (measured, or late to an
+    /// end lately), which slept through them (`Config::sleep_through_ends`).
     #[serde(default)]
     ends_slept_through = EndsSleptThrough,
     /// Events that came with the colors this worker stole.

@@ -1227,6 +1227,15 @@ impl WorkerCtx {
                 break;
             }
         }
+        // How late this end is (`run_end::Late`), before the flushes below: the stamp of the
+        // stop this worker saw (acquired with the flag).
+        if !self.claimed.get()
+            && shared.control.stop.load(Ordering::Acquire) != crate::shared::RUNNING
+        {
+            let stopped = shared.control.stopped_at.load(Ordering::Relaxed);
+            let (now, at) = (crate::run_end::stamp(), std::time::Instant::now());
+            self.core.borrow_mut().late.ended(stopped, now, at);
+        }
         // Hand back what we freed for others, then, once every worker did, take back what
         // others freed for us: so the heaps' gauges are exact for the run (a worker that was
         // spinning when the run stopped still held crumbs: `idle`).
@@ -1235,12 +1244,6 @@ impl WorkerCtx {
             h.flush_crumbs();
         });
         if !self.claimed.get() {
-            let stopped = shared.control.stopped_at.load(Ordering::Relaxed);
-            self.core.borrow_mut().late.ended(
-                stopped,
-                crate::run_end::stamp(),
-                std::time::Instant::now(),
-            );
             let share = self.core.borrow().cpu_share.share();
             wait_for_every_flush(shared, self.run.get(), share);
         }
