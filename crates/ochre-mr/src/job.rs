@@ -930,9 +930,8 @@ fn reduce<P: MapReduce>(s: Arc<State<P>>, part: usize) {
         return;
     }
     let (parts, workers) = (s.reduce_colors.len(), s.lane_colors.len().max(1));
-    let mine =
-        (part..parts).step_by(workers).chain((0..part).skip(part % workers).step_by(workers));
-    for p in mine.chain(0..parts) {
+    let mine = (0..parts).filter(|q| q % workers == part % workers);
+    for p in std::iter::once(part).chain(mine).chain(0..parts) {
         if !s.reduce_taken[p].load(Ordering::Relaxed)
             && !s.reduce_taken[p].swap(true, Ordering::Relaxed)
         {

@@ -466,7 +466,8 @@ pub(crate) fn park(ctx: &WorkerCtx, watch: Option<Duration>, stand_ins: bool) ->
         core.asleep_in = ctx.run.get();
         // A worker sleeping through ends after a late one (`run_end::Late`) looks again as one
         // measured shared does: a wake-up missed at a run's start costs a recheck, not a hang.
-        let late = core.late.sleeps_through(Instant::now()).then_some(crate::cpu_share::RECHECK);
+        let late =
+            core.late.sleeps_through(crate::run_end::stamp()).then_some(crate::cpu_share::RECHECK);
         let own = core.cpu_share.sleep_limit().or(late);
         match (own, watch) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -497,7 +498,7 @@ pub(crate) fn sleeps_through(ctx: &WorkerCtx) -> bool {
         let core = ctx.core.borrow();
         config.sleep_through_any_cpu
             || crate::worker::on_shared_cpu(&ctx.shared, core.cpu_share.share())
-            || core.late.sleeps_through(Instant::now())
+            || core.late.sleeps_through(crate::run_end::stamp())
     }
 }
 

@@ -2072,7 +2072,7 @@ impl ColorQueue {
             return None;
         }
         // An urgent post put its color first in line (`ochre::post_urgent`): it runs first.
-        if self.ready.front().is_some_and(|&k| self.slots[k].urgent > 0) {
+        if self.urgent > 0 {
             return None;
         }
         while let Some(key) = self.ahead.pop_front() {

@@ -80,8 +80,7 @@
 //! counted (`Runtime::run` wakes the init's home then: woken by the init before a later carry,
 //! it could have run it and parked while that one was not counted).
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
@@ -96,32 +95,31 @@ pub(crate) const LATE_END: Duration = Duration::from_millis(1);
 /// worker's own again.
 pub(crate) const LATE_KEEP: Duration = Duration::from_millis(500);
 
-/// Microseconds since the process's first stamp, plus one (0 is "never"): when a run stopped
-/// (`Control::stopped_at`).
+/// Microseconds since the process's epoch (`trace::epoch`), plus one (0 is "never"): when a
+/// run stopped (`Control::stopped_at`), when a worker ended it, until when it sleeps through.
 pub(crate) fn stamp() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1
+    crate::trace::epoch().elapsed().as_micros() as u64 + 1
 }
 
 /// A worker's late run ends (in its `Core`): one makes it sleep through the next ends for
-/// [`LATE_KEEP`] (module doc, "Who sleeps through").
+/// [`LATE_KEEP`] (module doc, "Who sleeps through"). Times are [`stamp`]s.
 #[derive(Debug, Default)]
 pub(crate) struct Late {
-    until: Option<Instant>,
+    /// Until when it sleeps through (0: it does not).
+    until: u64,
 }
 
 impl Late {
-    /// The worker ends, at `now` (a [`stamp`]; `at`: the same moment), a run stopped at
-    /// `stopped` (0: not known).
-    pub(crate) fn ended(&mut self, stopped: u64, now: u64, at: Instant) {
+    /// The worker ends, at `now`, a run stopped at `stopped` (0: not known).
+    pub(crate) fn ended(&mut self, stopped: u64, now: u64) {
         if stopped != 0 && now.saturating_sub(stopped) >= LATE_END.as_micros() as u64 {
-            self.until = Some(at + LATE_KEEP);
+            self.until = now + LATE_KEEP.as_micros() as u64;
         }
     }
 
     /// Whether a late end at most [`LATE_KEEP`] before `now` makes the worker sleep through.
-    pub(crate) fn sleeps_through(&self, now: Instant) -> bool {
-        self.until.is_some_and(|until| now < until)
+    pub(crate) fn sleeps_through(&self, now: u64) -> bool {
+        now < self.until
     }
 }
 
@@ -268,16 +266,20 @@ mod tests {
 
     #[test]
     fn a_late_end_makes_its_worker_sleep_through_ends_for_a_while() {
-        let t0 = Instant::now();
         let mut late = Late::default();
         let (stopped, ms) = (1_000, LATE_END.as_micros() as u64);
-        late.ended(stopped, stopped + ms / 2, t0);
-        assert!(!late.sleeps_through(t0), "an end within the bound is not late");
-        late.ended(0, stopped + 100 * ms, t0);
-        assert!(!late.sleeps_through(t0), "nor one of a run whose stop is not known");
-        late.ended(stopped, stopped + ms, t0);
-        assert!(late.sleeps_through(t0 + LATE_KEEP / 2));
-        assert!(!late.sleeps_through(t0 + LATE_KEEP), "for a while only");
+        let keep = LATE_KEEP.as_micros() as u64;
+        late.ended(stopped, stopped + ms / 2);
+        assert!(!late.sleeps_through(stopped + ms / 2), "an end within the bound is not late");
+        late.ended(0, stopped + 100 * ms);
+        assert!(
+            !late.sleeps_through(stopped + 100 * ms),
+            "nor one of a run whose stop is not known"
+        );
+        let end = stopped + ms;
+        late.ended(stopped, end);
+        assert!(late.sleeps_through(end + keep / 2));
+        assert!(!late.sleeps_through(end + keep), "for a while only");
         assert!(stamp() > 0 && stamp() <= stamp(), "stamps are never 0 and never go back");
     }
 

@@ -370,9 +370,7 @@ impl Shared {
 
     /// Ends the current run for `reason` (the first reason wins) and wakes every worker.
     pub(crate) fn stop(&self, reason: usize) {
-        self.stamp_stop();
-        let _ =
-            self.control.stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+        self.begin_stop(reason);
         // Unconditional unparks: a worker checks `stop` after announcing its sleep, and the
         // parker's sticky token wakes it if it parks after our unpark.
         self.wake_all();
@@ -383,9 +381,7 @@ impl Shared {
     /// `Config::sleep_through_ends`): they sleep on, their ends counted here
     /// (`run_end::claim`). Returns how many slept on.
     pub(crate) fn stop_from_worker(&self, reason: usize, run: u64, me: usize) -> usize {
-        let stop = &self.control.stop;
-        self.stamp_stop();
-        if stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        if !self.begin_stop(reason) {
             // Stopped already: whoever stopped it woke everyone, or claimed them.
             return 0;
         }
@@ -400,13 +396,16 @@ impl Shared {
         claimed
     }
 
-    /// Records when the run stops, before the stop flag's compare-and-swap (a reader that
-    /// acquires the flag reads this stamp); a stopper that finds the run stopped already leaves
-    /// the first one's (a handler's second shutdown would make late workers look on time).
-    fn stamp_stop(&self) {
-        if self.control.stop.load(Ordering::Relaxed) == RUNNING {
+    /// Sets the stop flag to `reason` if the run is running; true if this call stopped it. The
+    /// stop's time is stamped first (`Control::stopped_at`, which a reader that acquires the
+    /// flag sees), by a stopper that still finds the run running: a second one (a handler's
+    /// second shutdown) would make late workers look on time.
+    fn begin_stop(&self, reason: usize) -> bool {
+        let stop = &self.control.stop;
+        if stop.load(Ordering::Relaxed) == RUNNING {
             self.control.stopped_at.store(crate::run_end::stamp(), Ordering::Relaxed);
         }
+        stop.compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst).is_ok()
     }
 
     /// Wakes every worker, asleep in its parker or its poller (a sticky token: one that parks

@@ -1233,8 +1233,7 @@ impl WorkerCtx {
             && shared.control.stop.load(Ordering::Acquire) != crate::shared::RUNNING
         {
             let stopped = shared.control.stopped_at.load(Ordering::Relaxed);
-            let (now, at) = (crate::run_end::stamp(), std::time::Instant::now());
-            self.core.borrow_mut().late.ended(stopped, now, at);
+            self.core.borrow_mut().late.ended(stopped, crate::run_end::stamp());
         }
         // Hand back what we freed for others, then, once every worker did, take back what
         // others freed for us: so the heaps' gauges are exact for the run (a worker that was
