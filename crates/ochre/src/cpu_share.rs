@@ -57,7 +57,6 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Shortest window between two samples: a few scheduler time slices (3-4 ms each when two
@@ -112,10 +111,10 @@ pub(crate) const REPIN_AFTER: Duration = Duration::from_secs(1);
 /// one costs every message that waits for a shared CPU's time slice.
 static UNPINNED_AT: AtomicU64 = AtomicU64::new(0);
 
-/// Milliseconds since the first call in this process, plus one (so never 0).
+/// Milliseconds since the process's epoch (`trace::epoch`, the one clock of the process's
+/// stamps), plus one (so never 0).
 fn epoch_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+    crate::trace::epoch().elapsed().as_millis() as u64 + 1
 }
 
 /// Whether a worker of this process left its pin because its CPU was shared, less than

@@ -14,7 +14,7 @@ use std::alloc::dealloc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::block_layout;
 
@@ -91,10 +91,9 @@ impl PoolDecay {
 
 static POOL_DECAY_STATE: PoolDecay = PoolDecay::new();
 
-/// Milliseconds since the first call in this process.
+/// Milliseconds since the process's epoch (`trace::epoch`).
 fn process_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+    crate::trace::epoch().elapsed().as_millis() as u64
 }
 
 /// Takes an empty block from the pool.
