@@ -103,26 +103,20 @@ fn remembered(cpu: Option<usize>) -> Option<&'static AtomicU32> {
 /// spends 3 windows in 100 pinned where that load is.
 pub(crate) const REPIN_AFTER: Duration = Duration::from_secs(1);
 
-/// When a worker of this process last left its pin because its CPU was shared (milliseconds
-/// from [`epoch_ms`]'s start, plus one; 0: never). Workers started within [`REPIN_AFTER`] of
+/// When a worker of this process last left its pin because its CPU was shared (a
+/// [`crate::trace::epoch_ms`] stamp; 0: never). Workers started within [`REPIN_AFTER`] of
 /// it (another runtime, the next run of a benchmark) start unpinned instead of each paying
 /// the windows it takes to tell again: unpinned workers measured as fast as pinned ones on a
 /// quiet machine (`Config`'s `unpin_when_shared`), so a wrong guess costs little, and a late
 /// one costs every message that waits for a shared CPU's time slice.
 static UNPINNED_AT: AtomicU64 = AtomicU64::new(0);
 
-/// Milliseconds since the process's epoch (`trace::epoch`, the one clock of the process's
-/// stamps), plus one (so never 0).
-fn epoch_ms() -> u64 {
-    crate::trace::epoch().elapsed().as_millis() as u64 + 1
-}
-
 /// Whether a worker of this process left its pin because its CPU was shared, less than
 /// [`REPIN_AFTER`] ago.
 pub(crate) fn machine_shared() -> bool {
     // Relaxed: a hint; a worker that misses it measures for itself.
     let at = UNPINNED_AT.load(Ordering::Relaxed);
-    at != 0 && epoch_ms().saturating_sub(at) < REPIN_AFTER.as_millis() as u64
+    at != 0 && crate::trace::epoch_ms().saturating_sub(at) < REPIN_AFTER.as_millis() as u64
 }
 
 /// One worker's measure of its CPU share. Owned by the worker; opened on the worker's thread.
@@ -189,7 +183,7 @@ impl CpuShare {
     pub(crate) fn unpinned(&mut self, measured: bool) {
         self.cpu = None;
         if measured {
-            UNPINNED_AT.store(epoch_ms(), Ordering::Relaxed);
+            UNPINNED_AT.store(crate::trace::epoch_ms(), Ordering::Relaxed);
         }
     }
 

@@ -100,6 +100,12 @@ pub(crate) fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// Milliseconds since [`epoch`], plus one (0 stays free for "never"): the coarse stamps of a
+/// CPU found shared (`cpu_share`) and of the block pool's decay periods (`alloc::pool`).
+pub(crate) fn epoch_ms() -> u64 {
+    epoch().elapsed().as_millis() as u64 + 1
+}
+
 impl crate::worker::Core {
     /// A move or a steal of `color` (with the other worker): counted for the color
     /// (`color_stats`) and traced.

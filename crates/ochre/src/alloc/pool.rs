@@ -52,7 +52,7 @@ const POOL_KEEP: usize = 2048;
 /// back to the global allocator at its end.
 const POOL_DECAY: Duration = Duration::from_secs(1);
 
-/// The pool's decay state: when the current period started (ms since the process's first look)
+/// The pool's decay state: when the current period started (`trace::epoch_ms`)
 /// and the fewest blocks the pool held during it (the ones that waited through all of it).
 /// Atomics: any thread takes, puts and ends a period; a race costs a block kept or given back a
 /// period early, never memory (only a block popped from the pool is freed).
@@ -91,11 +91,6 @@ impl PoolDecay {
 
 static POOL_DECAY_STATE: PoolDecay = PoolDecay::new();
 
-/// Milliseconds since the process's epoch (`trace::epoch`).
-fn process_ms() -> u64 {
-    crate::trace::epoch().elapsed().as_millis() as u64
-}
-
 /// Takes an empty block from the pool.
 pub(super) fn take() -> Option<*mut u8> {
     let pool = empty_blocks();
@@ -117,7 +112,7 @@ pub(super) fn put(b: *mut u8) -> bool {
 /// runtimes return their memory too.
 pub(crate) fn decay() {
     let pool = empty_blocks();
-    for _ in 0..POOL_DECAY_STATE.tick(process_ms(), pool.len()) {
+    for _ in 0..POOL_DECAY_STATE.tick(crate::trace::epoch_ms(), pool.len()) {
         let Some(EmptyBlock(b)) = pool.pop() else { break };
         // SAFETY: pooled blocks came from `alloc(block_layout())` and belong to the pool.
         unsafe { dealloc(b, block_layout()) };
