@@ -215,6 +215,7 @@ impl Builder {
         let runtime_cpus: Arc<[usize]> = cpus.clone().into();
         for (i, pin) in pins.into_iter().enumerate() {
             let mut core = Core::new(i, shared.placement, &shared.config);
+            core.beat = shared.stalls.beat(i, &shared.config);
             core.unpin_to = pin.filter(|_| may_unpin).map(|cpu| (cpu, runtime_cpus.clone()));
             // Reads run where they are posted: each worker's lane never moves (`reader`).
             let lane = shared.readers.lane(i);

@@ -263,7 +263,7 @@ impl Core {
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
-            beat: crate::stall::Beat::new(id, config),
+            beat: crate::stall::Beat::off(),
             watcher: Default::default(),
             asleep: false,
             asleep_in: 0,
@@ -1314,7 +1314,7 @@ impl WorkerCtx {
                         false
                     }
                 };
-                core.beat.start_turn(shared, color);
+                core.beat.start_turn(color);
                 let sampled = core.colors.sample_turn();
                 let timed = sampled || core.trace.on();
                 // A turn of a color not known to be short is timed (`steal::WATCHED_ABOVE_NS`),
@@ -1381,7 +1381,7 @@ impl WorkerCtx {
             self.current.set(None);
             ran += n;
             let mut core = self.core.borrow_mut();
-            core.beat.end_turn(shared);
+            core.beat.end_turn();
             core.counters.add(Counter::EventsRun, n as u64);
             if let Some(before) = posts {
                 let now = post_totals(&core.counters);
