@@ -43,6 +43,18 @@
 //! Busy: one extra thread spins on the CPU of the last worker for the whole of each sample, as
 //! another process does on a user's shared machine.
 //!
+//! Where ochre loses to tokio-mt quiet (the 64-token ring, fork-join of empty messages): the
+//! cost of a message, not where colors run. `ochre-hand` (colors placed by hand, almost every
+//! post local) runs the 64-token ring little faster than `ochre`, both at 0.5-0.6 of tokio-mt;
+//! callgrind of that ring at one worker (`--quick --reps 3 --workers 1`, session 47) counts 794
+//! instructions a message for ochre (the worker thread: a post about 320, of which routing 73,
+//! storing the closure 39, filing it 120; the one-event turn's bookkeeping about 370: sampling,
+//! stall heartbeat, stand-in borrows, steal and follow checks, the slab of colors) against 429
+//! for tokio-mt (the whole process: an `mpsc` send and receive, a task's poll). Fork-join empty
+//! is bound by its one driver's posts (720,000 from one handler): carrying the closures of its
+//! forwarded posts (to colors stolen from the driver's backlog) inline, as remote posts are,
+//! moved nothing measurable (8 alternated processes), so it was not kept.
+//!
 //! `OCHRE_ACTORS=chameneos,bank` (names or prefixes of names, comma-separated) runs only those
 //! programs: a developer's shortcut when working on one of them; the checks then judge what ran.
 //! `OCHRE_ACTORS_SYSTEMS=ochre,ochre-nosteal` measures only those systems, and
