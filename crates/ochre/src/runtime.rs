@@ -214,8 +214,8 @@ impl Builder {
         let may_unpin = config.unpin_when_shared && uses_shares(config) && workers > 1 && self.pin;
         let runtime_cpus: Arc<[usize]> = cpus.clone().into();
         for (i, pin) in pins.into_iter().enumerate() {
-            let mut core = Core::new(i, shared.placement, &shared.config);
-            core.beat = shared.stalls.beat(i, &shared.config);
+            let beat = shared.stalls.beat(i, &shared.config);
+            let mut core = Core::new(i, shared.placement, &shared.config, beat);
             core.unpin_to = pin.filter(|_| may_unpin).map(|cpu| (cpu, runtime_cpus.clone()));
             // Reads run where they are posted: each worker's lane never moves (`reader`).
             let lane = shared.readers.lane(i);

@@ -878,7 +878,9 @@ mod tests {
         };
         let shared = Shared::new(config.clone(), workers, Duration::ZERO, 1, &topology).unwrap();
         let placement = crate::color::Placement::flat(workers);
-        let cores = (0..workers).map(|i| Core::new(i, placement, &config)).collect();
+        let cores = (0..workers)
+            .map(|i| Core::new(i, placement, &config, crate::stall::Beat::off()))
+            .collect();
         (shared, cores)
     }
 
@@ -1403,7 +1405,12 @@ mod tests {
         assert!(thief.queue.lease(b).is_some() && thief.queue.lease(a).is_none());
         // Answering with nothing to lend still releases the thief.
         request(&mut thief, &shared);
-        let mut empty = Core::new(1, crate::color::Placement::flat(2), &Config::default());
+        let mut empty = Core::new(
+            1,
+            crate::color::Placement::flat(2),
+            &Config::default(),
+            crate::stall::Beat::off(),
+        );
         answer(&mut empty, &shared);
         thief.take_inbox(&shared);
         assert!(!thief.steal_pending);

@@ -213,10 +213,13 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// Worker `id`'s core, with its stall heartbeat (`Stalls::beat`): passed in, so that no core
+    /// built for a runtime can leave it out.
     pub(crate) fn new(
         id: usize,
         placement: crate::color::Placement,
         config: &crate::Config,
+        beat: crate::stall::Beat,
     ) -> Self {
         let shared_workers = placement.workers;
         let turn_period = crate::steal::turn_sample(config).unwrap_or(0);
@@ -263,7 +266,7 @@ impl Core {
             place_credit: vec![0; shared_workers],
             colors: color_stats::Local::new(config.color_stats),
             trace: crate::trace::Recorder::new(config.trace_events, crate::trace::epoch()),
-            beat: crate::stall::Beat::off(),
+            beat,
             watcher: Default::default(),
             asleep: false,
             asleep_in: 0,
@@ -1692,7 +1695,7 @@ mod tests {
         let config = Config::default();
         let topology = crate::topology::Topology::flat(vec![0, 1]);
         let shared = Shared::new(config.clone(), 2, Duration::ZERO, 1, &topology).unwrap();
-        let mut core = Core::new(0, Placement::flat(2), &config);
+        let mut core = Core::new(0, Placement::flat(2), &config, crate::stall::Beat::off());
         let (producer, counter) = (color_on(0, 2), color_on(1, 2));
         core.queue.adopt_moved(counter, 1, None, false, false);
         let _ = core.queue.post(producer, Task::new(|| {}), false);
