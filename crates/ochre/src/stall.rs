@@ -135,8 +135,8 @@ impl Stalls {
 
     /// Worker `worker`'s heartbeat: writing its word if `config` turns the watchdog on.
     pub(crate) fn beat(&self, worker: usize, config: &crate::Config) -> Beat {
-        let word = self.words.get(worker).filter(|_| config.stall_threshold.is_some());
-        Beat { word: word.cloned(), seq: 0 }
+        let word = config.stall_threshold.map(|_| self.words[worker].clone());
+        Beat { word, seq: 0 }
     }
 
     /// Stalls reported since the runtime was built.

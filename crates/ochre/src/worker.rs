@@ -510,12 +510,7 @@ impl Core {
         self.turn_sends = 0;
         self.held_in_turn = 0;
         self.outbox.end_turn();
-        if !self.outbox.has_pending() {
-            // The common end of a turn (nothing posted elsewhere): no call, which cost a one-event
-            // turn as much as the rest of this bookkeeping (callgrind, a ring of actors).
-            return;
-        }
-        if burst {
+        if burst && self.outbox.has_pending() {
             self.counters.add(Counter::BurstFlushes, 1);
             self.flush_all(shared);
         } else {
@@ -524,12 +519,18 @@ impl Core {
     }
 
     /// Sends the buffers whose destination is idle: holding work back from a worker with
-    /// nothing to do buys no batching, only latency.
-    #[inline]
+    /// nothing to do buys no batching, only latency. The look for pending buffers is inlined at
+    /// every caller, the rest out of line: most turns post nothing elsewhere, and a call only to
+    /// find that out cost a one-event turn about 29 instructions (callgrind, a ring of actors).
+    #[inline(always)]
     fn flush_to_idle(&mut self, shared: &Shared) {
-        if !self.outbox.has_pending() {
-            return;
+        if self.outbox.has_pending() {
+            self.flush_pending_to_idle(shared);
         }
+    }
+
+    #[inline(never)]
+    fn flush_pending_to_idle(&mut self, shared: &Shared) {
         let mut due = std::mem::take(&mut self.overdue);
         due.clear();
         due.extend(
