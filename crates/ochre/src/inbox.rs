@@ -216,6 +216,16 @@ impl Inbox {
         lock(&self.locked).msgs.pop_front()
     }
 
+    /// Whether the owner's sleep mark is in place: [`try_sleep`](Inbox::try_sleep) succeeded
+    /// and no push and no [`woke`](Inbox::woke) took the mark since, so the next push wakes the
+    /// owner (a snapshot, as [`is_empty`](Inbox::is_empty)).
+    pub(crate) fn marked_asleep(&self, locked_transport: bool) -> bool {
+        if locked_transport {
+            return lock(&self.locked).asleep;
+        }
+        self.head.load(Ordering::Acquire) == SLEEPING
+    }
+
     /// True if nothing is waiting in either transport (a snapshot: a push may land right after).
     pub(crate) fn is_empty(&self, locked_transport: bool) -> bool {
         !is_node(self.head.load(Ordering::Relaxed))

@@ -26,6 +26,11 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     b.check(f);
 }
 
+/// A worker's remote side as the models use it: a condition-variable parker.
+fn model_remote() -> Arc<Remote> {
+    Arc::new(Remote::new(Parker::new(Wakeup::Condvar).unwrap(), PollerHandle::new().unwrap()))
+}
+
 fn tag_msg(tag: u64) -> Msg {
     let task = Task::new(|| {});
     Msg::Post { color: Color(tag), task, urgent: false, step: false }
@@ -94,10 +99,7 @@ fn loom_outside_posts_arrive_once_and_in_order() {
         }
     }
     model(|| {
-        let remote = Arc::new(Remote::new(
-            Parker::new(Wakeup::Condvar).unwrap(),
-            PollerHandle::new().unwrap(),
-        ));
+        let remote = model_remote();
         let posters: Vec<_> = (0..2u64)
             .map(|p| {
                 let remote = remote.clone();
@@ -160,10 +162,7 @@ fn send(remote: &Remote, locked: bool, tag: u64) {
 fn loom_no_lost_wakeup() {
     for locked in [false, true] {
         model(move || {
-            let remote = Arc::new(Remote::new(
-                Parker::new(Wakeup::Condvar).unwrap(),
-                PollerHandle::new().unwrap(),
-            ));
+            let remote = model_remote();
             let r2 = remote.clone();
             let sender = loom::thread::spawn(move || send(&r2, locked, 1));
             assert_eq!(sleep_until_message(&remote, locked), 1);
@@ -178,10 +177,7 @@ fn loom_no_lost_wakeup() {
 fn loom_two_wakers_one_sleeper() {
     for locked in [false, true] {
         model(move || {
-            let remote = Arc::new(Remote::new(
-                Parker::new(Wakeup::Condvar).unwrap(),
-                PollerHandle::new().unwrap(),
-            ));
+            let remote = model_remote();
             let senders: Vec<_> = (0..2)
                 .map(|i| {
                     let r = remote.clone();
@@ -826,10 +822,7 @@ mod readers {
 fn loom_a_sleeper_through_a_run_end_is_counted_once_and_never_lost() {
     use crate::run_end::{announce, carry, claim, resolve, stops, Woke};
     model(|| {
-        let remote = Arc::new(Remote::new(
-            Parker::new(Wakeup::Condvar).unwrap(),
-            PollerHandle::new().unwrap(),
-        ));
+        let remote = model_remote();
         let stop = Arc::new(AtomicBool::new(false));
         let ends = Arc::new(AtomicUsize::new(0));
         let parked = Arc::new(AtomicUsize::new(1));
@@ -872,6 +865,86 @@ fn loom_a_sleeper_through_a_run_end_is_counted_once_and_never_lost() {
         assert_eq!(ends.load(Ordering::SeqCst), 1, "run 1's end counted once");
         assert_eq!(carried, woke == Woke::InRun(2), "carried exactly when it woke into run 2");
         assert_eq!(parked.load(Ordering::SeqCst), 0, "parked count back to zero");
+    });
+}
+
+/// A worker parked between runs without its inbox's sleep mark (a message waited there:
+/// `runtime`'s `park_between_runs`), its word Claimed(1); the start of run 2 carries it in and
+/// wakes it unless the mark is in place (`Remote::wake_carried_unless_marked`); a stand-in,
+/// in run 2 once the sleeper is carried, enters its open core and routes its inbox; a post of
+/// run 2 comes at any moment. Whatever the interleaving, the sleeper is not left asleep with a
+/// message waiting for it (loom reports it parked forever as a deadlock): it was, when the
+/// start looked at the messages instead of the mark and the stand-in had routed them first.
+#[test]
+fn loom_a_sleeper_carried_in_without_its_mark_is_woken_though_a_stand_in_routed_its_inbox() {
+    use crate::run_end::{carry, hold, park_between, release, resolve, Woke};
+    use crate::stand_in::is_open;
+    model(|| {
+        let remote = model_remote();
+        send(&remote, false, 1);
+        assert!(!remote.poke.inbox.try_sleep(false), "a message waits: no mark");
+        park_between(&remote.poke.sleeper, 1);
+        let parked = Arc::new(AtomicUsize::new(0));
+        let stood_in = Arc::new(AtomicUsize::new(0));
+        let (r, p, st) = (remote.clone(), parked.clone(), stood_in.clone());
+        let sleeper = loom::thread::spawn(move || {
+            let gate = &r.stand_in.gate;
+            // Open to stand-ins while it sleeps (`idle::park`).
+            let open = gate.open(gate.look(), false);
+            r.parker.park(None);
+            gate.close(open);
+            r.poke.inbox.woke(false);
+            match resolve(&r.poke.sleeper, 1) {
+                Woke::InRun(2) => _ = p.fetch_sub(1, Ordering::SeqCst),
+                // Woken before the carry: it goes through the gate into run 2.
+                Woke::Claimed(1) => {}
+                other => panic!("woke as {other:?}"),
+            }
+            // In run 2: it takes what waits, sleeping with its mark in between, until both
+            // messages are taken (the stand-in's count is final: its only window is closed).
+            let mut got = 0;
+            loop {
+                got += tags(&r.poke.inbox).len();
+                if got + st.load(Ordering::SeqCst) == 2 {
+                    return got;
+                }
+                if r.poke.inbox.try_sleep(false) {
+                    r.parker.park(None);
+                    r.poke.inbox.woke(false);
+                }
+            }
+        });
+        // It sleeps between runs (its window open) when the others come.
+        while !is_open(remote.stand_in.gate.look()) {
+            loom::thread::yield_now();
+        }
+        let r = remote.clone();
+        let stand_in = loom::thread::spawn(move || {
+            let gate = &r.stand_in.gate;
+            let seen = gate.look();
+            if !is_open(seen) {
+                return;
+            }
+            let Some(entered) = gate.enter(seen) else { return };
+            // Only into a sleeper of its own run (`Core::stand_in`): carried, Claimable(2).
+            if hold(&r.poke.sleeper, 2) {
+                // It lends itself everything: nothing is left for the sleeper to run.
+                let n = tags(&r.poke.inbox).len();
+                stood_in.store(n, Ordering::SeqCst);
+                release(&r.poke.sleeper, 2);
+            }
+            drop(entered);
+        });
+        let r = remote.clone();
+        let poster = loom::thread::spawn(move || send(&r, false, 2));
+        // The start of run 2.
+        if carry(&remote.poke.sleeper, 2, &parked) {
+            remote.wake_carried_unless_marked(false);
+        }
+        poster.join().unwrap();
+        stand_in.join().unwrap();
+        sleeper.join().unwrap();
+        assert_eq!(parked.load(Ordering::SeqCst), 0, "counted parked until it woke");
     });
 }
 

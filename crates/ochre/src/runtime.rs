@@ -418,9 +418,10 @@ fn worker_thread(shared: Arc<Shared>, gate: Arc<Gate>, mut core: Core, pin: Opti
 /// before this worker got its CPU (each of a flow's small jobs ends its run so, `ochre-mr`)
 /// left them there, and at the gate every later run would wait for its wake-up again (runs of
 /// 100 us took 4 ms, every one). It parks without its inbox's sleep mark then, and the next
-/// run's start, which finds messages there as it carries it in, wakes it for them
-/// (`Runtime::run`); until it takes them they are counted in flight, so no run ends quiescent
-/// without them (`idle::quiescent`), and a run shut down meanwhile claims it asleep.
+/// run's start, which finds the mark missing as it carries it in, wakes it
+/// (`Remote::wake_carried_unless_marked`); until it takes them they are counted in flight, so
+/// no run ends quiescent without them (`idle::quiescent`), and a run shut down meanwhile
+/// claims it asleep.
 fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64> {
     let shared = &*ctx.shared;
     let remote = &shared.remotes[ctx.id];
@@ -708,13 +709,13 @@ impl Runtime {
             r.poke.inbox.woke(!shared.config.batching);
         }
         // One that parked with messages waiting (no mark: a run that a shutdown ended left
-        // them, `park_between_runs`) is woken for them, once every sleeper is carried: woken
-        // before a later one's carry, it could run them and park as the last worker not
-        // parked, with that one not counted yet, and nobody would find the run quiescent.
+        // them, `park_between_runs`) is woken, once every sleeper is carried: woken before a
+        // later one's carry, it could run them and park as the last worker not parked, with
+        // that one not counted yet, and nobody would find the run quiescent. Woken by its
+        // missing mark, not by its messages, which a stand-in may have routed already
+        // (`Remote::wake_carried_unless_marked`).
         for (r, _) in shared.remotes.iter().zip(&carried).filter(|(_, &c)| c) {
-            if !r.poke.inbox.is_empty(!shared.config.batching) {
-                r.parker.unpark();
-            }
+            r.wake_carried_unless_marked(!shared.config.batching);
         }
         // Every worker counted parked now: the init's home, woken by the init's post and carried
         // before a later sleeper, may have run it and parked again while that one was not

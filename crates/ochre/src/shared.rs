@@ -196,6 +196,22 @@ impl Remote {
         std::mem::swap(&mut outside.msgs, into);
     }
 
+    /// The start of a run, once it carried this worker in asleep (`run_end::carry`), wakes it
+    /// unless its inbox holds the sleep mark. A worker parks between runs without the mark when
+    /// messages wait in its inbox (`runtime`'s `park_between_runs`), and its inbox's head then
+    /// says "awake" to senders: a push does not wake it. Its messages are not enough to tell:
+    /// a stand-in (`stand_in`), in the new run as soon as the worker is carried, may route them
+    /// before this look, and an empty inbox without the mark would leave the worker asleep for
+    /// the whole run, the posts that come later waiting in its inbox, counted in flight, the run
+    /// never quiescent (`run_end`'s test of outside posts racing with runs hung so, 1 time in
+    /// 80). Woken, it takes what waits and sleeps again with the mark. With the mark in place, a
+    /// push wakes it as any sleeper.
+    pub(crate) fn wake_carried_unless_marked(&self, locked_transport: bool) {
+        if !self.poke.inbox.marked_asleep(locked_transport) {
+            self.parker.unpark();
+        }
+    }
+
     /// Wakes the worker from whichever sleep it announced.
     pub(crate) fn unpark(&self) {
         if self.status.parks_in_poller.load(Ordering::Relaxed) {
