@@ -217,8 +217,8 @@ impl Inbox {
     }
 
     /// Whether the owner's sleep mark is in place: [`try_sleep`](Inbox::try_sleep) succeeded
-    /// and no push and no [`woke`](Inbox::woke) took the mark since, so the next push wakes the
-    /// owner (a snapshot, as [`is_empty`](Inbox::is_empty)).
+    /// and no push, no [`woke`](Inbox::woke) and no [`rouse`](Inbox::rouse) took the mark
+    /// since, so the next push wakes the owner (a snapshot, as [`is_empty`](Inbox::is_empty)).
     pub(crate) fn marked_asleep(&self, locked_transport: bool) -> bool {
         if locked_transport {
             return lock(&self.locked).asleep;

@@ -868,84 +868,137 @@ fn loom_a_sleeper_through_a_run_end_is_counted_once_and_never_lost() {
     });
 }
 
-/// A worker parked between runs without its inbox's sleep mark (a message waited there:
-/// `runtime`'s `park_between_runs`), its word Claimed(1); the start of run 2 carries it in and
-/// wakes it unless the mark is in place (`Remote::wake_carried_unless_marked`); a stand-in,
-/// in run 2 once the sleeper is carried, enters its open core and routes its inbox; a post of
-/// run 2 comes at any moment. Whatever the interleaving, the sleeper is not left asleep with a
-/// message waiting for it (loom reports it parked forever as a deadlock): it was, when the
+/// A worker that sleeps between runs (`runtime`'s `park_between_runs`): under the gate's lock,
+/// unless a run started since, it tries its inbox's sleep mark (a message waiting there makes it
+/// park without it) and marks its word Claimed(1), then parks with its core open to stand-ins;
+/// woken with its word still Claimed, it does that again. The start of run 2, under the lock,
+/// carries it in and wakes it unless the mark is in place (`Remote::wake_carried_unless_marked`).
+/// A stand-in, in run 2 once the sleeper is carried, enters its open core, routes its inbox and
+/// either lends itself everything (the word given back) or leaves the events queued for the
+/// sleeper (the word left Held, the sleeper taken out of the parked state: `Core::stand_in`).
+/// A post of run 2 comes at any moment. With or without a message waiting at the park, and
+/// either stand-in: the sleeper is never left asleep with work for it (loom reports it parked
+/// forever as a deadlock; a sleeper with nothing left, the stand-in having taken it all, is
+/// woken at the end as the next run or the runtime's drop would). It was left so when the
 /// start looked at the messages instead of the mark and the stand-in had routed them first.
 #[test]
 fn loom_a_sleeper_carried_in_without_its_mark_is_woken_though_a_stand_in_routed_its_inbox() {
     use crate::run_end::{carry, hold, park_between, release, resolve, Woke};
     use crate::stand_in::is_open;
-    model(|| {
-        let remote = model_remote();
-        send(&remote, false, 1);
-        assert!(!remote.poke.inbox.try_sleep(false), "a message waits: no mark");
-        park_between(&remote.poke.sleeper, 1);
-        let parked = Arc::new(AtomicUsize::new(0));
-        let stood_in = Arc::new(AtomicUsize::new(0));
-        let (r, p, st) = (remote.clone(), parked.clone(), stood_in.clone());
-        let sleeper = loom::thread::spawn(move || {
-            let gate = &r.stand_in.gate;
-            // Open to stand-ins while it sleeps (`idle::park`).
-            let open = gate.open(gate.look(), false);
-            r.parker.park(None);
-            gate.close(open);
-            r.poke.inbox.woke(false);
-            match resolve(&r.poke.sleeper, 1) {
-                Woke::InRun(2) => _ = p.fetch_sub(1, Ordering::SeqCst),
-                // Woken before the carry: it goes through the gate into run 2.
-                Woke::Claimed(1) => {}
-                other => panic!("woke as {other:?}"),
+    for (waiting, lends_all) in [(true, true), (true, false), (false, true), (false, false)] {
+        model(move || {
+            let remote = model_remote();
+            let total = 1 + usize::from(waiting);
+            if waiting {
+                send(&remote, false, 1);
             }
-            // In run 2: it takes what waits, sleeping with its mark in between, until both
-            // messages are taken (the stand-in's count is final: its only window is closed).
-            let mut got = 0;
-            loop {
-                got += tags(&r.poke.inbox).len();
-                if got + st.load(Ordering::SeqCst) == 2 {
-                    return got;
+            // The gate's lock, and the last run started.
+            let gate = Arc::new(Mutex::new(()));
+            let latest = Arc::new(AtomicUsize::new(1));
+            let parked = Arc::new(AtomicUsize::new(0));
+            let unparked = Arc::new(AtomicBool::new(false));
+            // Events the stand-in queued for the sleeper, and events it lent itself.
+            let queued = Arc::new(AtomicUsize::new(0));
+            let stood_in = Arc::new(AtomicUsize::new(0));
+            let sleeper = {
+                let (r, g, l, p) = (remote.clone(), gate.clone(), latest.clone(), parked.clone());
+                let (u, q, st) = (unparked.clone(), queued.clone(), stood_in.clone());
+                loom::thread::spawn(move || {
+                    loop {
+                        {
+                            let _g = g.lock().unwrap();
+                            if l.load(Ordering::SeqCst) != 1 {
+                                break; // Through the gate into run 2.
+                            }
+                            let _ = r.poke.inbox.try_sleep(false);
+                            park_between(&r.poke.sleeper, 1);
+                        }
+                        // Open to stand-ins while it sleeps (`idle::park`).
+                        let window = &r.stand_in.gate;
+                        let open = window.open(window.look(), false);
+                        r.parker.park(None);
+                        window.close(open);
+                        r.poke.inbox.woke(false);
+                        match resolve(&r.poke.sleeper, 1) {
+                            Woke::InRun(2) => {
+                                if !u.swap(false, Ordering::SeqCst) {
+                                    p.fetch_sub(1, Ordering::SeqCst);
+                                }
+                                break;
+                            }
+                            Woke::Claimed(1) => continue,
+                            other => panic!("woke as {other:?}"),
+                        }
+                    }
+                    // In run 2: it runs what the stand-in queued and takes what waits, asleep
+                    // with its mark in between, until every message is taken (the stand-in's
+                    // figures are final: its only windows are closed).
+                    let mut got = q.load(Ordering::SeqCst);
+                    loop {
+                        got += tags(&r.poke.inbox).len();
+                        if got + st.load(Ordering::SeqCst) == total {
+                            return;
+                        }
+                        if r.poke.inbox.try_sleep(false) {
+                            r.parker.park(None);
+                            r.poke.inbox.woke(false);
+                        }
+                    }
+                })
+            };
+            // It sleeps between runs (a window open) when the others come.
+            while !is_open(remote.stand_in.gate.look()) {
+                loom::thread::yield_now();
+            }
+            let stand_in = {
+                let (r, p, u, q, st) = (
+                    remote.clone(),
+                    parked.clone(),
+                    unparked.clone(),
+                    queued.clone(),
+                    stood_in.clone(),
+                );
+                loom::thread::spawn(move || {
+                    let window = &r.stand_in.gate;
+                    let seen = window.look();
+                    if !is_open(seen) {
+                        return;
+                    }
+                    let Some(entered) = window.enter(seen) else { return };
+                    // Only into a sleeper of its own run: carried, Claimable(2).
+                    if hold(&r.poke.sleeper, 2) {
+                        let n = tags(&r.poke.inbox).len();
+                        if lends_all || n == 0 {
+                            st.store(n, Ordering::SeqCst);
+                            release(&r.poke.sleeper, 2);
+                        } else {
+                            q.store(n, Ordering::SeqCst);
+                            p.fetch_sub(1, Ordering::SeqCst);
+                            u.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    drop(entered);
+                })
+            };
+            let r = remote.clone();
+            let poster = loom::thread::spawn(move || send(&r, false, 2));
+            // The start of run 2.
+            {
+                let _g = gate.lock().unwrap();
+                if carry(&remote.poke.sleeper, 2, &parked) {
+                    remote.wake_carried_unless_marked(false);
                 }
-                if r.poke.inbox.try_sleep(false) {
-                    r.parker.park(None);
-                    r.poke.inbox.woke(false);
-                }
+                latest.store(2, Ordering::SeqCst);
             }
+            poster.join().unwrap();
+            stand_in.join().unwrap();
+            if stood_in.load(Ordering::SeqCst) == total {
+                remote.parker.unpark();
+            }
+            sleeper.join().unwrap();
+            assert_eq!(parked.load(Ordering::SeqCst), 0, "counted parked until it woke");
         });
-        // It sleeps between runs (its window open) when the others come.
-        while !is_open(remote.stand_in.gate.look()) {
-            loom::thread::yield_now();
-        }
-        let r = remote.clone();
-        let stand_in = loom::thread::spawn(move || {
-            let gate = &r.stand_in.gate;
-            let seen = gate.look();
-            if !is_open(seen) {
-                return;
-            }
-            let Some(entered) = gate.enter(seen) else { return };
-            // Only into a sleeper of its own run (`Core::stand_in`): carried, Claimable(2).
-            if hold(&r.poke.sleeper, 2) {
-                // It lends itself everything: nothing is left for the sleeper to run.
-                let n = tags(&r.poke.inbox).len();
-                stood_in.store(n, Ordering::SeqCst);
-                release(&r.poke.sleeper, 2);
-            }
-            drop(entered);
-        });
-        let r = remote.clone();
-        let poster = loom::thread::spawn(move || send(&r, false, 2));
-        // The start of run 2.
-        if carry(&remote.poke.sleeper, 2, &parked) {
-            remote.wake_carried_unless_marked(false);
-        }
-        poster.join().unwrap();
-        stand_in.join().unwrap();
-        sleeper.join().unwrap();
-        assert_eq!(parked.load(Ordering::SeqCst), 0, "counted parked until it woke");
-    });
+    }
 }
 
 /// The stand-in gate (`stand_in`): an owner that opens and closes its core around two handlers

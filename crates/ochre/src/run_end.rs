@@ -59,8 +59,10 @@
 //! returned after 4 ms). What differs from a quiescent end is that messages may still reach a
 //! sleeper after the claim (posted by turns that end after the stop, or before it and not
 //! routed yet): each push that finds the sleeper asleep unparks it (`inbox`), and the messages
-//! stay in its inbox until it takes part in a run, carried in asleep (woken by them, it runs
-//! them in that run) or through the gate; the quiescence of that run counts them in flight
+//! stay in its inbox until it takes part in a run, carried in asleep (woken by the start, which
+//! wakes every carried sleeper whose inbox lacks the sleep mark: a stand-in may route the
+//! messages before the start looks, `Remote::wake_carried_unless_marked`; it runs them in that
+//! run) or through the gate; the quiescence of that run counts them in flight
 //! (`idle::quiescent`: messages sent and received are counted over the runtime's life). A
 //! shutdown from outside the runtime and an abort claim nobody.
 //!
