@@ -50,10 +50,13 @@
 //! instructions a message for ochre (the worker thread: a post about 320, of which routing 73,
 //! storing the closure 39, filing it 120; the one-event turn's bookkeeping about 370: sampling,
 //! stall heartbeat, stand-in borrows, steal and follow checks, the slab of colors) against 429
-//! for tokio-mt (the whole process: an `mpsc` send and receive, a task's poll). Fork-join empty
-//! is bound by its one driver's posts (720,000 from one handler): carrying the closures of its
-//! forwarded posts (to colors stolen from the driver's backlog) inline, as remote posts are,
-//! moved nothing measurable (8 alternated processes), so it was not kept.
+//! for tokio-mt (the whole process: an `mpsc` send and receive, a task's poll); 761 since
+//! session 48 (`ColorQueue::route`'s fast paths and EMA's allocation and common free inlined
+//! where they are called, their rare paths out of line; fork-join empty 543 -> 504, big
+//! 630 -> 591).
+//! Fork-join empty is bound by its one driver's posts (720,000 from one handler): carrying the
+//! closures of its forwarded posts (to colors stolen from the driver's backlog) inline, as
+//! remote posts are, moved nothing measurable (8 alternated processes), so it was not kept.
 //!
 //! `OCHRE_ACTORS=chameneos,bank` (names or prefixes of names, comma-separated) runs only those
 //! programs: a developer's shortcut when working on one of them; the checks then judge what ran.

@@ -587,7 +587,8 @@ impl Heap {
             }
             return;
         }
-        // SAFETY: forwarded contract.
+        // SAFETY: forwarded contract; `b` is `o`'s block (`block_of`) and `owner` was read
+        // from it above.
         unsafe { self.free_foreign(b, o, owner) }
     }
 
@@ -845,8 +846,10 @@ impl Drop for HeapEnter<'_> {
     }
 }
 
-/// Runs `f` on this thread's heap, if it has one.
-#[inline]
+/// Runs `f` on this thread's heap, if it has one. Always inlined: an event's allocation and
+/// free are each a call of their own otherwise (callgrind, one worker, instructions a message:
+/// the 64-token ring 765 -> 761, fork-join empty 508 -> 504, big 596 -> 591).
+#[inline(always)]
 pub(crate) fn with_heap<R>(f: impl FnOnce(&mut Heap) -> R) -> Option<R> {
     let p = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null_mut());
     if p.is_null() {

@@ -630,9 +630,10 @@ mod tests {
             // The idle yields waited for the neighbour's slices: the blind measure counts them
             // (here: 355 and 997 thousandths; a busy machine lowers both: 172 and 271 beside
             // another busy thread on the CPU, which takes its part of the working phases too;
-            // 78 and 129 beside that and a loop of test binaries: the ratio holds).
+            // 78 and 129 beside that and a loop of test binaries: the ratio holds, 1.58-1.65
+            // loaded, 2.8 quiet).
             assert!(
-                told >= blind + FULL / 40 && told * 4 >= blind * 5,
+                told >= blind + FULL / 40 && told * 5 >= blind * 7,
                 "told of idle spells {told}, not told {blind}"
             );
         }

@@ -71,7 +71,10 @@ fn colors_homed_on_a_worker_blocked_in_a_handler_run_elsewhere_meanwhile() {
         eprintln!("no membarrier here: stand-ins are off");
         return;
     }
-    let (seen, report) = blocked_home(Config::default(), Duration::from_secs(5));
+    // Colors stay on their homes (`follow` off), as in the control below: beside a busy thread
+    // on worker 1's CPU the blocker would follow its poster to worker 0, and nobody would be
+    // blocked on worker 1 to stand in for.
+    let (seen, report) = blocked_home(Config::default().follow(false), Duration::from_secs(5));
     assert_eq!(seen, 64, "all of them ran while their home was blocked: {:?}", report.workers);
     assert!(report.workers[1].stood_in_for > 0, "{:?}", report.workers[1]);
     assert!(report.workers[0].steals_in > 0, "they ran on the other worker");
