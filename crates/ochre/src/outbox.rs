@@ -242,26 +242,34 @@ impl Outbox {
     /// Appends a message for `dest`; returns the buffer to deliver if that filled it. A new
     /// buffer is a spare, else one given back to this worker (`returned`, its own queue), else
     /// a new allocation.
+    ///
+    /// `returned` is asked only when a new buffer is needed: the sender's look-up of its own
+    /// queue, made before every push, was a bounds check and an index a remote post.
     #[inline]
-    pub(crate) fn push(&mut self, dest: usize, msg: Msg, returned: &Returns) -> Option<Vec<Msg>> {
+    pub(crate) fn push<'r>(
+        &mut self,
+        dest: usize,
+        msg: Msg,
+        returned: impl FnOnce() -> &'r Returns,
+    ) -> Option<Vec<Msg>> {
         self.push_at(dest, msg, returned, Instant::now)
     }
 
     /// [`push`](Self::push) with the clock given: `now` is read only when the buffer fills (the
     /// simulator passes its virtual clock).
     #[inline]
-    pub(crate) fn push_at(
+    pub(crate) fn push_at<'r>(
         &mut self,
         dest: usize,
         msg: Msg,
-        returned: &Returns,
+        returned: impl FnOnce() -> &'r Returns,
         now: impl FnOnce() -> Instant,
     ) -> Option<Vec<Msg>> {
         let slot = &mut self.slots[dest];
         if slot.msgs.is_empty() {
             self.pending.push(dest);
             if slot.msgs.capacity() == 0 {
-                slot.msgs = self.spares.pop().or_else(|| returned.pop()).unwrap_or_else(|| {
+                slot.msgs = self.spares.pop().or_else(|| returned().pop()).unwrap_or_else(|| {
                     self.allocated += 1;
                     Vec::with_capacity(self.capacity)
                 });
@@ -440,25 +448,25 @@ mod tests {
 
     #[test]
     fn full_buffer_is_returned_for_delivery() {
+        let r = returns();
         let mut o = Outbox::new(3, 4, 1.1);
         for _ in 0..3 {
-            assert!(o.push(2, msg(), &returns()).is_none());
+            assert!(o.push(2, msg(), || &r).is_none());
         }
         assert!(o.has_pending());
         assert_eq!(o.pending_dests(), &[2]);
-        let full = o.push(2, msg(), &returns()).expect("fourth message fills the batch");
+        let full = o.push(2, msg(), || &r).expect("fourth message fills the batch");
         assert_eq!(full.len(), 4);
         assert!(!o.has_pending());
     }
 
     #[test]
     fn an_early_batch_is_offered_once_per_turn_and_destination() {
+        let r = returns();
         let mut o = Outbox::new(3, 32, 1.1);
         let early = 32 / EARLY_FRACTION;
         let offers = |o: &mut Outbox, dest: usize, n: usize| {
-            (0..n)
-                .filter(|_| o.push(dest, msg(), &returns()).is_none() && o.offers_early(dest))
-                .count()
+            (0..n).filter(|_| o.push(dest, msg(), || &r).is_none() && o.offers_early(dest)).count()
         };
         // Offered when the buffer reaches the early size, not before, not after.
         assert_eq!(offers(&mut o, 1, early - 1), 0);
@@ -477,14 +485,15 @@ mod tests {
 
     #[test]
     fn received_buffers_serve_later_batches() {
+        let r = returns();
         let mut o = Outbox::new(2, 4, 1.1);
-        o.push(1, msg(), &returns());
+        o.push(1, msg(), || &r);
         let mut received = o.take(1);
         let addr = received.as_ptr();
         received.clear();
         o.recycle(received, None);
         // The next batch, to any destination, is written into the recycled buffer.
-        o.push(0, msg(), &returns());
+        o.push(0, msg(), || &r);
         let again = o.take(0);
         assert_eq!(again.as_ptr(), addr);
         // Too small a buffer is not kept, and at most MAX_SPARES are.
@@ -503,7 +512,7 @@ mod tests {
         let (mut producer, mut consumer) = (Outbox::new(2, 4, 1.1), Outbox::new(2, 4, 1.1));
         let mut addrs = std::collections::HashSet::new();
         for _ in 0..100 {
-            let batch = (0..4).find_map(|_| producer.push(1, msg(), &back0)).expect("full");
+            let batch = (0..4).find_map(|_| producer.push(1, msg(), || &back0)).expect("full");
             addrs.insert(batch.as_ptr());
             let mut batch = batch;
             batch.clear();
@@ -524,9 +533,10 @@ mod tests {
 
     #[test]
     fn take_empties_and_counts() {
+        let r = returns();
         let mut o = Outbox::new(2, 8, 1.1);
-        let _ = o.push(0, msg(), &returns());
-        let _ = o.push(1, msg(), &returns());
+        let _ = o.push(0, msg(), || &r);
+        let _ = o.push(1, msg(), || &r);
         assert_eq!(o.take(0).len(), 1);
         assert!(o.has_pending());
         assert_eq!(o.take(1).len(), 1);
@@ -537,8 +547,9 @@ mod tests {
 
     #[test]
     fn safety_flush_after_factor_times_mean_interval() {
+        let r = returns();
         let mut o = Outbox::new(1, 1000, 1.1);
-        let _ = o.push(0, msg(), &returns());
+        let _ = o.push(0, msg(), || &r);
         let t0 = Instant::now();
         let mut due = vec![];
         o.overdue(t0, &mut due);
@@ -551,9 +562,10 @@ mod tests {
 
     #[test]
     fn tuned_sizes_follow_each_destination_and_fixed_ones_do_not_move() {
+        let r = returns();
         let mut o = Outbox::new(3, 32, 1.1).sized(BatchSize::Adaptive);
         let fill = |o: &mut Outbox, dest: usize| {
-            let batch = (0..1000).find_map(|_| o.push(dest, msg(), &returns())).expect("full");
+            let batch = (0..1000).find_map(|_| o.push(dest, msg(), || &r)).expect("full");
             if o.sizing == BatchSize::Adaptive {
                 assert!(batch.capacity() >= tune::MAX_BATCH, "no reallocation as sizes grow");
             }
@@ -567,7 +579,7 @@ mod tests {
         let idle = || tune::Receiver { idle: true, ready: 0 };
         let fill_at = |o: &mut Outbox, dest: usize, at: Instant| {
             let n = o.size(dest);
-            (0..n).find_map(|_| o.push_at(dest, msg(), &returns(), || at)).expect("full");
+            (0..n).find_map(|_| o.push_at(dest, msg(), || &r, || at)).expect("full");
         };
         let t0 = Instant::now();
         for i in 0..20u32 {
@@ -596,11 +608,12 @@ mod tests {
 
     #[test]
     fn the_rule_sees_a_fill_time_only_between_two_full_batches_and_whether_a_turn_made_both() {
+        let r = returns();
         let mut o = Outbox::new(2, 32, 1.1).sized(BatchSize::Adaptive);
         let t0 = Instant::now();
         let fill_at = |o: &mut Outbox, at: Instant| {
             let n = o.size(1) - o.slots[1].msgs.len();
-            (0..n).find_map(|_| o.push_at(1, msg(), &returns(), || at)).expect("full");
+            (0..n).find_map(|_| o.push_at(1, msg(), || &r, || at)).expect("full");
         };
         fill_at(&mut o, t0);
         assert_eq!(o.slots[1].fill, tune::Fill { took: None, in_turn: 0 }, "the first");
@@ -612,7 +625,7 @@ mod tests {
         // after, the next batch leaves full: its fill time is unknown (it would count the wait
         // with an empty buffer) and it is not the same turn's.
         o.end_turn();
-        assert!(o.push_at(1, msg(), &returns(), || t0).is_none(), "not full");
+        assert!(o.push_at(1, msg(), || &r, || t0).is_none(), "not full");
         assert_eq!(o.take(1).len(), 1);
         fill_at(&mut o, t0 + Duration::from_secs(1));
         assert_eq!(o.slots[1].fill, tune::Fill { took: None, in_turn: 0 });
@@ -638,11 +651,12 @@ mod tests {
     // Thousands of posts: minutes under Miri, and no unsafe code of its own.
     #[cfg_attr(miri, ignore)]
     fn a_size_grown_by_a_fan_out_comes_back_when_turns_post_less() {
+        let r = returns();
         let mut o = Outbox::new(2, 32, 1.1).sized(BatchSize::Adaptive);
         let t0 = Instant::now();
         let busy = || tune::Receiver { idle: false, ready: 4 };
         for _ in 0..5_000 {
-            if o.push_at(1, msg(), &returns(), || t0).is_some() {
+            if o.push_at(1, msg(), || &r, || t0).is_some() {
                 o.left_full(1, busy);
             }
         }
@@ -651,7 +665,7 @@ mod tests {
         for turn in 0..200 {
             o.end_turn();
             for _ in 0..50 {
-                if o.push_at(1, msg(), &returns(), || t0 + Duration::from_secs(turn)).is_some() {
+                if o.push_at(1, msg(), || &r, || t0 + Duration::from_secs(turn)).is_some() {
                     o.left_full(1, busy);
                 }
             }
@@ -662,10 +676,11 @@ mod tests {
 
     #[test]
     fn mean_interval_follows_natural_flushes() {
+        let r = returns();
         let mut o = Outbox::new(1, 1, 1.1);
-        let _ = o.push(0, msg(), &returns());
+        let _ = o.push(0, msg(), || &r);
         std::thread::sleep(Duration::from_millis(2));
-        let _ = o.push(0, msg(), &returns());
+        let _ = o.push(0, msg(), || &r);
         assert!(o.mean_interval(0) > INITIAL_INTERVAL, "a 2 ms gap raises the mean");
     }
 }

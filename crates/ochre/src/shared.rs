@@ -11,7 +11,8 @@
 //! * `parker`: written by the owner and its wakers, only around sleeps;
 //! * `status`: written by the owner (quiescence counters, load), read by others;
 //! * `stats`: written by the owner once per round, read by snapshots;
-//! * `stand_in`: written by the owner at every handler, read by idle workers (`stand_in`).
+//! * `stand_in`: its gate, written by the owner at every handler (on lines of its own, which the
+//!   owner's core reaches directly), read by idle workers; where its core is, once a run.
 
 use std::time::Duration;
 
@@ -96,8 +97,8 @@ pub(crate) struct Remote {
     /// Messages from threads outside the runtime, behind the one that announced them
     /// ([`Shared::post_external`]).
     pub(crate) outside: Padded<Mutex<Outside>>,
-    /// The gate a stand-in enters while the worker runs a handler (`stand_in`): written by the
-    /// owner at every handler, alone on its lines.
+    /// The gate a stand-in enters while the worker runs a handler, and where the worker's core
+    /// is (`stand_in`): the gate, written by the owner at every handler, is alone on its lines.
     pub(crate) stand_in: Padded<crate::stand_in::StandIn>,
 }
 

@@ -59,6 +59,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::padding::Padded;
 use crate::shared::Shared;
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use crate::worker::Core;
@@ -302,10 +303,11 @@ const _: fn() = || {
 
 /// A worker's gate and where a stand-in finds its core (in the worker's `Remote`).
 pub(crate) struct StandIn {
-    /// Shared with the owner's [`CoreCell`], which reaches it in one load (through `Shared`'s
-    /// table of workers, two of each of a handler's posts in a window cost a post 14
-    /// instructions: callgrind, fork-join of empty messages at two workers).
-    pub(crate) gate: Arc<Gate>,
+    /// Shared with the owner's [`CoreCell`], which reaches it in one load: through `Shared`'s
+    /// table of workers, the owner's look-ups at each post in a window (to close it, and to
+    /// reopen it) cost a fork-join of empty messages at two workers 23 instructions a message
+    /// (callgrind). Padded: the owner writes it at every handler and every post in a window.
+    pub(crate) gate: Arc<Padded<Gate>>,
     /// The core of the worker's current run (set at the run's start, valid while a window of
     /// the run is open: the context lives on the worker's stack for the run).
     core: AtomicPtr<Core>,
@@ -346,7 +348,7 @@ pub(crate) struct CoreCell {
     flag: Cell<isize>,
     shared: Arc<Shared>,
     /// The worker's gate (its `Remote`'s).
-    gate: Arc<Gate>,
+    gate: Arc<Padded<Gate>>,
     id: usize,
     /// Windows open: the gate is usable here (`Config::stand_in`, and `membarrier` works).
     enabled: bool,
@@ -380,11 +382,6 @@ impl CoreCell {
         self.enabled
     }
 
-    #[inline]
-    fn gate(&self) -> &Gate {
-        &self.gate
-    }
-
     /// Publishes where the core is, for this run's windows.
     pub(crate) fn publish(&self) {
         self.shared.remotes[self.id].stand_in.publish_core(self.core.get());
@@ -396,7 +393,7 @@ impl CoreCell {
     pub(crate) fn open(&self, waiting: bool) {
         if self.enabled {
             debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
-            self.word.set(self.gate().open(self.word.get(), waiting));
+            self.word.set(self.gate.open(self.word.get(), waiting));
             self.flag.set(OPEN);
         }
     }
@@ -411,7 +408,7 @@ impl CoreCell {
         debug_assert_eq!(self.flag.get(), OPEN, "closed with a borrow alive");
         self.flag.set(0);
         self.word.set(word | 1);
-        self.gate().close(word)
+        self.gate.close(word)
     }
 
     /// A borrow found the core open: closes the window for it (a shared borrow's state then
@@ -421,7 +418,7 @@ impl CoreCell {
     /// a post, 0.96-0.99 without them).
     #[inline]
     fn close_for_borrow(&self) -> isize {
-        self.gate().close(self.word.get());
+        self.gate.close(self.word.get());
         REOPEN
     }
 
@@ -429,7 +426,7 @@ impl CoreCell {
     #[inline]
     fn reopen_after_borrow(&self) {
         self.flag.set(OPEN);
-        self.gate().reopen(self.word.get());
+        self.gate.reopen(self.word.get());
     }
 
     #[cold]

@@ -410,7 +410,7 @@ impl Core {
                 self.flush_all_but(shared, dest);
             }
             self.turn_sends += 1;
-            if let Some(batch) = self.outbox.push(dest, msg, &shared.remotes[self.id].returns) {
+            if let Some(batch) = self.outbox.push(dest, msg, || &shared.remotes[self.id].returns) {
                 // Read before delivery, which wakes it (`BatchSize::Adaptive`, `tune`).
                 self.outbox.left_full(dest, || shared.remotes[dest].status.receiver());
                 self.deliver(shared, dest, batch);
@@ -652,8 +652,8 @@ impl Core {
     /// to the sender (then no more of this batch may). `stream`: the color the whole batch posts
     /// to, if it is a stream (`follow::stream`).
     ///
-    /// Posts, nearly every message, take [`receive_posted`](Self::receive_posted) from here; the
-    /// other kinds go to [`receive_control`](Self::receive_control), out of line. One function
+    /// Posts, nearly every message, go to [`route_received_post`](Self::route_received_post);
+    /// the other kinds to [`receive_control`](Self::receive_control), out of line. One function
     /// for all of them, an inline post handled by converting it and calling that function again,
     /// paid the large function's frame twice for the commonest message (callgrind of a worker
     /// routing 200,000 posts from outside: 407 -> 401 instructions a post).
@@ -674,13 +674,13 @@ impl Core {
             Msg::Post { color, task, urgent, step } => (color, task, urgent, step),
             other => return self.receive_control(shared, other),
         };
-        self.receive_posted(shared, color, task, urgent, step, sender, may_move, stream);
+        self.route_received_post(shared, color, task, urgent, step, sender, may_move, stream);
     }
 
     /// A post received (see [`receive`](Self::receive)).
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn receive_posted(
+    fn route_received_post(
         &mut self,
         shared: &Shared,
         color: Color,

@@ -1818,7 +1818,7 @@ impl<'w> Sim<'w> {
         // few percent of a fan-out's host time).
         let (base, at) = (self.base, core.now);
         let now = move || base + Duration::from_nanos(at);
-        if let Some(batch) = core.outbox.push_at(dest, msg, &self.returns[k], now) {
+        if let Some(batch) = core.outbox.push_at(dest, msg, || &self.returns[k], now) {
             // What the receiver shows, read only if the batch size adapts to it.
             let status = &self.net.status[dest];
             let seen = || crate::tune::Receiver {
