@@ -303,11 +303,7 @@ const _: fn() = || {
 
 /// A worker's gate and where a stand-in finds its core (in the worker's `Remote`).
 pub(crate) struct StandIn {
-    /// Shared with the owner's [`CoreCell`], which reaches it in one load: through `Shared`'s
-    /// table of workers, the owner's look-ups at each post in a window (to close it, and to
-    /// reopen it) cost a fork-join of empty messages at two workers 23 instructions a message
-    /// (callgrind). Padded: the owner writes it at every handler and every post in a window.
-    pub(crate) gate: Arc<Padded<Gate>>,
+    pub(crate) gate: Gate,
     /// The core of the worker's current run (set at the run's start, valid while a window of
     /// the run is open: the context lives on the worker's stack for the run).
     core: AtomicPtr<Core>,
@@ -315,7 +311,7 @@ pub(crate) struct StandIn {
 
 impl Default for StandIn {
     fn default() -> Self {
-        StandIn { gate: Arc::default(), core: AtomicPtr::new(std::ptr::null_mut()) }
+        StandIn { gate: Gate::default(), core: AtomicPtr::new(std::ptr::null_mut()) }
     }
 }
 
@@ -346,10 +342,8 @@ const REOPEN: isize = 1 << 40;
 pub(crate) struct CoreCell {
     core: std::cell::UnsafeCell<Core>,
     flag: Cell<isize>,
-    shared: Arc<Shared>,
-    /// The worker's gate (its `Remote`'s).
-    gate: Arc<Padded<Gate>>,
-    id: usize,
+    /// The worker's gate and where stand-ins find its core (its `Remote`'s).
+    stand_in: Arc<Padded<StandIn>>,
     /// Windows open: the gate is usable here (`Config::stand_in`, and `membarrier` works).
     enabled: bool,
     /// The gate's word as the owner left it (odd: closed).
@@ -357,21 +351,19 @@ pub(crate) struct CoreCell {
 }
 
 impl CoreCell {
-    pub(crate) fn new(core: Core, shared: Arc<Shared>) -> CoreCell {
+    pub(crate) fn new(core: Core, shared: &Shared) -> CoreCell {
         let id = core.id;
         let enabled = shared.config.stand_in
             && shared.config.batching
             && shared.config.steal != crate::Steal::Off
             && shared.workers > 1
             && available();
-        let gate = Arc::clone(&shared.remotes[id].stand_in.gate);
-        let word = gate.look();
+        let stand_in = Arc::clone(&shared.remotes[id].stand_in);
+        let word = stand_in.gate.look();
         CoreCell {
             core: std::cell::UnsafeCell::new(core),
             flag: Cell::new(0),
-            shared,
-            gate,
-            id,
+            stand_in,
             enabled,
             word: Cell::new(word),
         }
@@ -384,7 +376,7 @@ impl CoreCell {
 
     /// Publishes where the core is, for this run's windows.
     pub(crate) fn publish(&self) {
-        self.shared.remotes[self.id].stand_in.publish_core(self.core.get());
+        self.stand_in.publish_core(self.core.get());
     }
 
     /// Opens the core to stand-ins: a handler is about to run, or the worker to sleep, and no
@@ -393,7 +385,7 @@ impl CoreCell {
     pub(crate) fn open(&self, waiting: bool) {
         if self.enabled {
             debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
-            self.word.set(self.gate.open(self.word.get(), waiting));
+            self.word.set(self.stand_in.gate.open(self.word.get(), waiting));
             self.flag.set(OPEN);
         }
     }
@@ -408,7 +400,7 @@ impl CoreCell {
         debug_assert_eq!(self.flag.get(), OPEN, "closed with a borrow alive");
         self.flag.set(0);
         self.word.set(word | 1);
-        self.gate.close(word)
+        self.stand_in.gate.close(word)
     }
 
     /// A borrow found the core open: closes the window for it (a shared borrow's state then
@@ -418,7 +410,7 @@ impl CoreCell {
     /// a post, 0.96-0.99 without them).
     #[inline]
     fn close_for_borrow(&self) -> isize {
-        self.gate.close(self.word.get());
+        self.stand_in.gate.close(self.word.get());
         REOPEN
     }
 
@@ -426,7 +418,7 @@ impl CoreCell {
     #[inline]
     fn reopen_after_borrow(&self) {
         self.flag.set(OPEN);
-        self.gate.reopen(self.word.get());
+        self.stand_in.gate.reopen(self.word.get());
     }
 
     #[cold]
@@ -801,25 +793,27 @@ mod tests {
         assert_eq!(w.wait, WAIT_FIRST, "nothing lent: a wait again");
     }
 
-    /// A worker's cell for worker 0 of two (stand-ins on where `membarrier` works).
-    fn cell() -> CoreCell {
+    /// A worker's cell for worker 0 of two (stand-ins on where `membarrier` works), and the
+    /// runtime's shared state, where stand-ins find its gate.
+    fn cell() -> (CoreCell, Arc<Shared>) {
         let config = crate::Config::default();
         let topology = crate::topology::Topology::flat(vec![0, 1]);
         let shared = Shared::new(config.clone(), 2, Duration::ZERO, 1, &topology).unwrap();
         let core =
             Core::new(0, crate::color::Placement::flat(2), &config, crate::stall::Beat::off());
-        CoreCell::new(core, Arc::new(shared))
+        (CoreCell::new(core, &shared), Arc::new(shared))
     }
 
     #[test]
     #[cfg_attr(miri, ignore = "a worker's core makes a timerfd, which Miri cannot")]
     fn a_borrow_inside_a_window_closes_it_for_its_length_and_the_last_reopens_it() {
-        let cell = cell();
+        let (cell, shared) = cell();
         if !cell.stand_ins() {
             eprintln!("membarrier unavailable: no windows on this kernel");
             return;
         }
-        let gate = &cell.shared.remotes[0].stand_in.gate;
+        // The gate stand-ins see, in the runtime's table: the one the cell closes and opens.
+        let gate = &shared.remotes[0].stand_in.gate;
         cell.open(false);
         let open = gate.look();
         assert!(is_open(open));
@@ -851,15 +845,14 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "a worker's core makes a timerfd, which Miri cannot")]
     fn a_stand_in_finds_the_core_as_the_owner_left_it_and_the_owner_finds_its_writes() {
-        let cell = cell();
+        let (cell, shared) = cell();
         if !cell.stand_ins() {
             return;
         }
         cell.publish();
         cell.borrow_mut().counters.add(crate::stats::Counter::Spins, 1);
         cell.open(true);
-        let seen = cell.shared.remotes[0].stand_in.gate.look();
-        let shared = cell.shared.clone();
+        let seen = shared.remotes[0].stand_in.gate.look();
         std::thread::scope(|s| {
             s.spawn(|| {
                 let remote = &shared.remotes[0];

@@ -1210,7 +1210,7 @@ impl WorkerCtx {
     pub(crate) fn new(shared: Arc<Shared>, core: Core) -> Self {
         let id = core.id;
         WorkerCtx {
-            core: crate::stand_in::CoreCell::new(core, Arc::clone(&shared)),
+            core: crate::stand_in::CoreCell::new(core, &shared),
             shared,
             id,
             current: Cell::new(None),
