@@ -354,19 +354,36 @@ mod tests {
 
     #[test]
     fn a_threads_times_grow_as_it_runs_and_are_its_own() {
-        std::thread::spawn(|| {
-            let Some((run0, wait0)) = thread_times() else { return };
-            let t0 = std::time::Instant::now();
-            while t0.elapsed() < std::time::Duration::from_millis(30) {
+        use std::time::{Duration, Instant};
+        let (done, wait_done) = std::sync::mpsc::channel::<()>();
+        // A thread blocked the whole time: its times are its own, so they hardly grow.
+        let sleeper = std::thread::spawn(move || {
+            let (run0, wait0) = thread_times()?;
+            wait_done.recv().ok();
+            let (run1, wait1) = thread_times()?;
+            Some((run1 + wait1) - (run0 + wait0))
+        });
+        let spinner = std::thread::spawn(|| {
+            let (run0, wait0) = thread_times()?;
+            let spent = || {
+                let (run1, wait1) = thread_times().unwrap();
+                (run1 + wait1) - (run0 + wait0)
+            };
+            // Wall time can pass with the thread neither running nor waiting in this system's
+            // run queue (a virtual CPU the host took away): spin until the thread's own times
+            // say 20 ms, within a bound that only a reading that never grows reaches.
+            let t0 = Instant::now();
+            while spent() < Duration::from_millis(20) && t0.elapsed() < Duration::from_secs(20) {
                 std::hint::spin_loop();
             }
-            let (run1, wait1) = thread_times().unwrap();
-            // 30 ms spent running or waiting to run; a fresh thread had little of either.
-            let spent = (run1 + wait1) - (run0 + wait0);
-            assert!(spent >= std::time::Duration::from_millis(20), "{spent:?}");
-        })
-        .join()
-        .unwrap();
+            Some(spent())
+        });
+        let spun = spinner.join().unwrap();
+        done.send(()).unwrap();
+        let slept = sleeper.join().unwrap();
+        let (Some(spun), Some(slept)) = (spun, slept) else { return };
+        assert!(spun >= Duration::from_millis(20), "a spinning thread's times: {spun:?}");
+        assert!(slept < Duration::from_millis(10), "a blocked thread's times: {slept:?}");
     }
 
     #[test]
