@@ -46,32 +46,42 @@ pub(crate) struct Poke {
     pub(crate) sleeper: AtomicU64,
 }
 
-/// Written by the owner, read by others.
+/// Written by the owner, read by others: flags first, on lines of their own, then the counts.
+///
+/// Why two groups (`repr(C)`, a padding between them): the counts (`sent`, `received`,
+/// `ready`) change at every batch and turn of a busy worker, while the flags change when its
+/// state does (idle, asleep, its CPU's share); the flags are what a sender reads at every flush
+/// to an idle worker (`idle`) and a home at every move it weighs (`cpu_share`). On one line,
+/// each count the owner wrote took that line from every reader, and each reader's look took it
+/// back: a miss a look, for a flag that had not changed.
+#[repr(C)]
 pub(crate) struct Status {
     /// Incremented each time the worker wakes from a sleep (quiescence detection, `idle`).
     pub(crate) epoch: AtomicU64,
     /// Asleep with nothing queued (quiescence detection).
     pub(crate) parked: AtomicBool,
-    /// Messages this worker has sent to other workers, counted before delivery.
-    pub(crate) sent: AtomicU64,
-    /// Messages this worker has taken from its inbox, counted after taking.
-    pub(crate) received: AtomicU64,
-    /// Colors waiting to run on this worker (besides the running one), as of its last round.
-    pub(crate) ready: AtomicUsize,
     /// The worker has nothing to run (spinning or asleep): senders flush to it at once.
     pub(crate) idle: AtomicBool,
     /// The worker sleeps in its poller (it watches descriptors or has timers), not its parker.
     /// Stored before it announces its sleep on the inbox, so a waker that sees the announcement
     /// sees this too (the inbox's compare-and-swap orders them).
     pub(crate) parks_in_poller: AtomicBool,
-    /// The share of its CPU this worker gets when it wants to run, in thousandths (`cpu_share`).
-    pub(crate) cpu_share: AtomicUsize,
     /// This worker's CPU has been shared for long (`cpu_share::CpuShare::long_shared`): the
     /// other workers leave their pins only where every CPU is (`CpuShare::leaves_pin`).
     pub(crate) long_shared: AtomicBool,
     /// `Steal::Backlog`: a color waiting here holds a backlog worth lending, as of the worker's
     /// last look (every few turns and at the end of each round); thieves ask only such workers.
     pub(crate) backlog: AtomicBool,
+    /// The share of its CPU this worker gets when it wants to run, in thousandths (`cpu_share`).
+    pub(crate) cpu_share: AtomicUsize,
+    /// Keeps the counts below off the flags' lines.
+    _counts_apart: Padded<()>,
+    /// Messages this worker has sent to other workers, counted before delivery.
+    pub(crate) sent: AtomicU64,
+    /// Messages this worker has taken from its inbox, counted after taking.
+    pub(crate) received: AtomicU64,
+    /// Colors waiting to run on this worker (besides the running one), as of its last round.
+    pub(crate) ready: AtomicUsize,
 }
 
 impl Status {
@@ -153,6 +163,7 @@ impl Remote {
                 cpu_share: AtomicUsize::new(crate::cpu_share::FULL as usize),
                 long_shared: AtomicBool::new(false),
                 backlog: AtomicBool::new(false),
+                _counts_apart: Padded::new(()),
             }),
             stats: Padded::new(Published::new()),
             returns: Padded::new(crate::outbox::returns()),
