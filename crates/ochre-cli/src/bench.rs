@@ -24,6 +24,11 @@ pub(crate) struct BenchArgs {
     /// Exit with a failure when a goal of the benchmark is missed (the table says which).
     #[arg(long)]
     strict: bool,
+    /// Record every ochre runtime the benchmark builds and write the newest ones' traces to
+    /// this file as Chrome trace JSON at the end, a process of the viewer each (open it in
+    /// ui.perfetto.dev)
+    #[arg(long)]
+    trace: Option<PathBuf>,
 }
 
 /// How much measuring: what `bench` and `study` share.
@@ -102,9 +107,14 @@ pub(crate) struct StudyArgs {
 pub(crate) fn bench(args: &BenchArgs) -> Result<(), String> {
     let opts = args.measure.options(args.quick, false)?;
     let name = &args.name;
+    // Created first: a path that cannot be written is said before the benchmark runs.
+    let trace = args.trace.as_deref().map(crate::trace::every_runtime).transpose()?;
     let report =
         ochre_bench::run(name, &opts).ok_or_else(|| format!("no benchmark named {name}"))?;
     println!("{}", report.table());
+    if let Some(file) = trace {
+        crate::trace::write_every_runtime(file)?;
+    }
     if let Some(path) = &args.json {
         write_json(path, &report)?;
         eprintln!("wrote {}", path.display());

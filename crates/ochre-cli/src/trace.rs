@@ -25,15 +25,65 @@ pub(crate) fn config(config: ochre::Config, file: Option<&Path>) -> ochre::Confi
 pub(crate) fn write(rt: &ochre::Runtime, path: &Path) -> Result<(), String> {
     let trace = rt.trace();
     let dropped: u64 = trace.workers.iter().map(|w| w.dropped).sum();
-    let err = |e: &dyn std::fmt::Display| format!("writing the trace {}: {e}", path.display());
-    let file = std::fs::File::create(path).map_err(|e| err(&e))?;
-    let mut out = std::io::BufWriter::new(file);
-    serde_json::to_writer(&mut out, &trace.chrome()).map_err(|e| err(&e))?;
-    out.flush().map_err(|e| err(&e))?;
+    write_json(path, &trace.chrome())?;
     eprintln!(
         "ochre: trace of {} records ({dropped} older ones dropped) written to {}",
         trace.len(),
         path.display()
     );
     Ok(())
+}
+
+/// Records per worker of each runtime a benchmark builds (`--trace` on `bench`): 2.6 MiB a
+/// worker, the end of a sample's runs.
+pub(crate) const EVERY_RUNTIME_RING: usize = 1 << 16;
+
+/// Runtimes whose traces `bench --trace` keeps, the newest (a benchmark builds one a sample):
+/// with [`EVERY_RUNTIME_RING`], at most 21 MiB a worker.
+pub(crate) const EVERY_RUNTIME_KEPT: usize = 8;
+
+/// The file `bench --trace` writes, created before the benchmark runs.
+pub(crate) struct EveryRuntime<'a> {
+    path: &'a Path,
+    file: std::fs::File,
+}
+
+/// Creates `path` and traces every runtime built from now on
+/// (`ochre::trace::trace_every_runtime`).
+pub(crate) fn every_runtime(path: &Path) -> Result<EveryRuntime<'_>, String> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| format!("creating the trace file {}: {e}", path.display()))?;
+    ochre::trace::trace_every_runtime(EVERY_RUNTIME_RING, EVERY_RUNTIME_KEPT);
+    Ok(EveryRuntime { path, file })
+}
+
+/// Writes the traces of the runtimes dropped since [`every_runtime`] as one Chrome trace (a
+/// process each); says so on stderr. No process in it when no runtime was dropped (a
+/// benchmark of peers only).
+pub(crate) fn write_every_runtime(to: EveryRuntime<'_>) -> Result<(), String> {
+    let collected = ochre::trace::take_collected();
+    let chrome = ochre::trace::chrome_of_runtimes(&collected);
+    to_file(to.path, to.file, &chrome)?;
+    let records: usize = collected.runtimes.iter().map(|r| r.trace.len()).sum();
+    eprintln!(
+        "ochre: traces of the last {} runtimes ({records} records; {} older runtimes not kept) \
+         written to {} (the figures above include the recorder's cost)",
+        collected.runtimes.len(),
+        collected.dropped,
+        to.path.display()
+    );
+    Ok(())
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| format!("writing the trace {}: {e}", path.display()))?;
+    to_file(path, file, value)
+}
+
+fn to_file(path: &Path, file: std::fs::File, value: &impl serde::Serialize) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("writing the trace {}: {e}", path.display());
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut out, value).map_err(|e| err(&e))?;
+    out.flush().map_err(|e| err(&e))
 }

@@ -1,5 +1,6 @@
 //! What `ochre serve` shows of its runtime: `GET <status_path>/metrics` (Prometheus text) and
-//! `--trace FILE` (Chrome trace JSON written when the server stops).
+//! `--trace FILE` (Chrome trace JSON written when the server stops); and `ochre bench --trace
+//! FILE`, the traces of the runtimes a benchmark builds.
 
 use std::process::{Command, Stdio};
 
@@ -37,4 +38,41 @@ fn serve_answers_metrics_and_writes_its_trace_when_it_stops() {
     assert!(events.iter().any(|e| e["name"] == "handler" && e["ph"] == "X"));
     assert!(events.iter().any(|e| e["name"] == "thread_name"));
     std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn bench_writes_the_traces_of_the_runtimes_it_built() {
+    let dir = std::env::temp_dir().join(format!("ochre-bench-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let bench = |path: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_ochre"))
+            .args(["bench", "pingpong", "--quick", "--reps", "1", "--workers", "1", "--trace"])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    // A path that cannot be written is refused before anything runs.
+    let refused = bench(&dir.join("missing").join("trace.json"));
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("creating the trace file"));
+    assert!(refused.stdout.is_empty(), "no benchmark ran");
+
+    let out = bench(&trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let processes: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["name"] == "process_name").collect();
+    assert!(!processes.is_empty());
+    for p in &processes {
+        let name = p["args"]["name"].as_str().unwrap();
+        assert!(name.starts_with("ochre runtime "), "{name}");
+        let pid = &p["pid"];
+        assert!(events
+            .iter()
+            .any(|e| e["name"] == "handler" && e["ph"] == "X" && &e["pid"] == pid));
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }

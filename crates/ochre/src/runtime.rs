@@ -138,8 +138,12 @@ impl Builder {
     /// do. The measurement is made once per process and wake-up mechanism (tens of
     /// milliseconds: wake-ups timed between two threads); later builds take about a tenth of a
     /// millisecond (two workers here, most of it the threads' starts).
-    pub fn build(self) -> Result<Runtime, Error> {
+    pub fn build(mut self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
+        if self.config.trace_events == 0 {
+            // Every runtime of the process traced (`trace::trace_every_runtime`), or 0.
+            self.config.trace_events = crate::trace::every_runtime_records();
+        }
         let allowed = topology::allowed_cpus().map_err(|e| Error::os("reading CPU affinity", e))?;
         let discovered = topology::Topology::discover();
         let cpus = match self.cpus {
@@ -811,6 +815,10 @@ impl Drop for Runtime {
         self.shared.wake_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        // The workers published their records at each run's end (`trace`).
+        if self.shared.config.trace_events > 0 {
+            crate::trace::collect(self.shared.id, || self.shared.trace.snapshot());
         }
         // Drop what is left in inboxes now, not when the last handle goes: a closure in an inbox
         // may hold a handle, and would otherwise keep the runtime's memory alive forever.

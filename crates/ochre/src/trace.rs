@@ -20,8 +20,16 @@
 //!   [`Handle::trace`](crate::Handle::trace) reads. Spans of one worker never overlap, and the
 //!   spans of one color never overlap either (a color runs on one worker at a time, and its
 //!   hand-over from one worker to another orders the first's end before the second's start).
+//!
+//! **Every runtime of a process** ([`trace_every_runtime`]): for a program that builds many
+//! runtimes (a benchmark builds one a sample; `ochre bench --trace FILE`), every runtime built
+//! afterwards records (unless its configuration asks for a ring of its own) and, when dropped,
+//! hands its trace to a process-wide list that keeps the newest few ([`take_collected`]);
+//! [`chrome_of_runtimes`] shows each as a process of its own in the viewer, on the one clock of
+//! the process. Memory stays bounded: the rings' size times the workers times the runtimes kept.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -81,7 +89,7 @@ impl Kind {
 pub struct Record {
     /// What happened.
     pub kind: Kind,
-    /// When it started, in nanoseconds since the runtime was built.
+    /// When it started, in nanoseconds since the process first used the trace clock.
     pub start_ns: u64,
     /// How long it lasted (0 for instants).
     pub dur_ns: u64,
@@ -298,6 +306,88 @@ pub struct Trace {
     pub workers: Vec<WorkerTrace>,
 }
 
+/// Records per worker for every runtime built from now on ([`trace_every_runtime`]); 0: off.
+static EVERY_RUNTIME: AtomicUsize = AtomicUsize::new(0);
+
+/// The traces of the runtimes dropped while [`trace_every_runtime`] was on, newest last.
+static COLLECTED: Mutex<Collected> =
+    Mutex::new(Collected { runtimes: VecDeque::new(), dropped: 0, keep: 0 });
+
+/// The trace of one runtime, as it was dropped.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RuntimeTrace {
+    /// The runtime's number in the process (in the order they were built, from 1).
+    pub runtime: u64,
+    /// What its workers recorded.
+    pub trace: Trace,
+}
+
+/// The runtimes' traces kept by [`trace_every_runtime`] ([`take_collected`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Collected {
+    /// The newest runtimes' traces, in the order they were dropped.
+    pub runtimes: VecDeque<RuntimeTrace>,
+    /// Runtimes whose traces were let go for newer ones (the bound).
+    pub dropped: u64,
+    /// How many are kept.
+    keep: usize,
+}
+
+/// Traces every runtime built in this process from now on, with `records_per_worker` records
+/// per worker (the ring of [`Config::trace_events`](crate::Config), for runtimes whose
+/// configuration asks for none), and keeps the traces of the newest `keep` runtimes dropped
+/// ([`take_collected`]). `records_per_worker` 0 turns it off (runtimes already built keep
+/// recording, and are kept when dropped). For programs that build their runtimes where a
+/// person cannot reach their configuration: a benchmark, a library's internals.
+pub fn trace_every_runtime(records_per_worker: usize, keep: usize) {
+    lock(&COLLECTED).keep = keep;
+    EVERY_RUNTIME.store(records_per_worker, Ordering::Relaxed);
+}
+
+/// The ring size [`trace_every_runtime`] asks of new runtimes (0: off).
+pub(crate) fn every_runtime_records() -> usize {
+    EVERY_RUNTIME.load(Ordering::Relaxed)
+}
+
+/// A traced runtime is dropped: its trace (`trace`, taken only if kept) joins the collected ones
+/// if [`trace_every_runtime`] keeps any.
+pub(crate) fn collect(runtime: u64, trace: impl FnOnce() -> Trace) {
+    let mut c = lock(&COLLECTED);
+    if c.keep == 0 {
+        return;
+    }
+    c.runtimes.push_back(RuntimeTrace { runtime, trace: trace() });
+    while c.runtimes.len() > c.keep {
+        c.runtimes.pop_front();
+        c.dropped += 1;
+    }
+}
+
+/// Takes the traces collected so far ([`trace_every_runtime`]), leaving none (the setting stays).
+pub fn take_collected() -> Collected {
+    let mut c = lock(&COLLECTED);
+    let keep = c.keep;
+    let taken = std::mem::take(&mut *c);
+    c.keep = keep;
+    taken
+}
+
+/// The collected runtimes' traces as one Chrome trace: each runtime a process of the viewer
+/// (`ochre runtime N`), its workers the threads, on the process's one clock.
+pub fn chrome_of_runtimes(collected: &Collected) -> ChromeTrace {
+    let mut events = Vec::new();
+    let mut dropped = Vec::new();
+    for (i, rt) in collected.runtimes.iter().enumerate() {
+        rt.trace.push_chrome(&mut events, i as u32 + 1, format!("ochre runtime {}", rt.runtime));
+        dropped.extend(rt.trace.workers.iter().map(|w| w.dropped));
+    }
+    ChromeTrace {
+        trace_events: events,
+        display_time_unit: "ns",
+        other_data: ChromeOther { dropped, runtimes_dropped: Some(collected.dropped) },
+    }
+}
+
 /// A Chrome trace event (the "JSON object format" of the Trace Event Format).
 #[derive(Clone, Debug, Serialize)]
 pub struct ChromeEvent {
@@ -357,8 +447,12 @@ pub struct ChromeTrace {
 /// `otherData` of a [`ChromeTrace`].
 #[derive(Clone, Debug, Serialize)]
 pub struct ChromeOther {
-    /// Records dropped per worker, oldest first.
+    /// Records dropped per worker, oldest first (worker after worker of each runtime, for
+    /// [`chrome_of_runtimes`]).
     pub dropped: Vec<u64>,
+    /// For [`chrome_of_runtimes`]: the runtimes let go for newer ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtimes_dropped: Option<u64>,
 }
 
 impl Trace {
@@ -375,18 +469,32 @@ impl Trace {
     /// The trace in the Chrome trace JSON format.
     pub fn chrome(&self) -> ChromeTrace {
         let mut events = Vec::with_capacity(self.len() + self.workers.len() + 1);
+        self.push_chrome(&mut events, 1, "ochre".into());
+        ChromeTrace {
+            trace_events: events,
+            display_time_unit: "ns",
+            other_data: ChromeOther {
+                dropped: self.workers.iter().map(|w| w.dropped).collect(),
+                runtimes_dropped: None,
+            },
+        }
+    }
+
+    /// Appends the trace's events as process `pid`, named `process`: metadata first, then
+    /// every worker's records in order.
+    fn push_chrome(&self, events: &mut Vec<ChromeEvent>, pid: u32, process: String) {
         let meta = |name: &str, tid: usize, value: String| ChromeEvent {
             name: name.into(),
             cat: "__metadata",
             ph: "M",
             ts: 0.0,
             dur: None,
-            pid: 1,
+            pid,
             tid,
             s: None,
             args: ChromeArgs { name: Some(value), ..Default::default() },
         };
-        events.push(meta("process_name", 0, "ochre".into()));
+        events.push(meta("process_name", 0, process));
         for tid in 0..self.workers.len() {
             events.push(meta("thread_name", tid, format!("worker {tid}")));
         }
@@ -399,7 +507,7 @@ impl Trace {
                     ph: if span { "X" } else { "i" },
                     ts: r.start_ns as f64 / 1000.0,
                     dur: span.then(|| r.dur_ns as f64 / 1000.0),
-                    pid: 1,
+                    pid,
                     tid,
                     s: (!span).then_some("t"),
                     args: ChromeArgs {
@@ -410,11 +518,6 @@ impl Trace {
                     },
                 });
             }
-        }
-        ChromeTrace {
-            trace_events: events,
-            display_time_unit: "ns",
-            other_data: ChromeOther { dropped: self.workers.iter().map(|w| w.dropped).collect() },
         }
     }
 }
