@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::path::Path;
 
-/// Records kept per worker: 40 bytes each, so at most 20 MiB a worker (a few seconds of a
+/// Records kept per worker: 48 bytes each, so at most 24 MiB a worker (a few seconds of a
 /// busy server; the end of the run, which is what one looks at after stopping it).
 pub(crate) const RING: usize = 1 << 19;
 
@@ -34,12 +34,12 @@ pub(crate) fn write(rt: &ochre::Runtime, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Records per worker of each runtime a benchmark builds (`--trace` on `bench`): 2.6 MiB a
+/// Records per worker of each runtime a benchmark builds (`--trace` on `bench`): 3 MiB a
 /// worker, the end of a sample's runs.
 pub(crate) const EVERY_RUNTIME_RING: usize = 1 << 16;
 
 /// Runtimes whose traces `bench --trace` keeps, the newest (a benchmark builds one a sample):
-/// with [`EVERY_RUNTIME_RING`], at most 21 MiB a worker.
+/// with [`EVERY_RUNTIME_RING`], 24 MiB a worker at most, besides the live runtime's ring.
 pub(crate) const EVERY_RUNTIME_KEPT: usize = 8;
 
 /// The file `bench --trace` writes, created before the benchmark runs.
@@ -69,7 +69,7 @@ pub(crate) fn write_every_runtime(to: EveryRuntime<'_>) -> Result<(), String> {
         "ochre: traces of the last {} runtimes ({records} records; {} older runtimes not kept) \
          written to {} (the figures above include the recorder's cost)",
         collected.runtimes.len(),
-        collected.dropped,
+        collected.let_go,
         to.path.display()
     );
     Ok(())

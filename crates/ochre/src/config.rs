@@ -310,7 +310,7 @@ pub struct Config {
     #[serde(default = "color_stats_default")]
     pub color_stats: u32,
     /// Traces ([`trace`](crate::trace)): each worker records its handler runs, idle spells,
-    /// sleeps, moves, steals and batch flushes in a ring of this many records (40 bytes each;
+    /// sleeps, moves, steals and batch flushes in a ring of this many records (48 bytes each;
     /// the oldest dropped and counted when full), read with
     /// [`Runtime::trace`](crate::Runtime::trace). 0 (the default): off, a branch per hook.
     /// On, every event reads the clock twice (65 ns a read on the study's machine): a tool for

@@ -50,10 +50,12 @@ pub(crate) struct Poke {
 ///
 /// Why two groups (`repr(C)`, a padding between them): the counts (`sent`, `received`,
 /// `ready`) change at every batch and turn of a busy worker, while the flags change when its
-/// state does (idle, asleep, its CPU's share); the flags are what a sender reads at every flush
-/// to an idle worker (`idle`) and a home at every move it weighs (`cpu_share`). On one line,
-/// each count the owner wrote took that line from every reader, and each reader's look took it
-/// back: a miss a look, for a flag that had not changed.
+/// state does (idle, asleep, its CPU's share); the flags are what a sender reads at every
+/// early offer of a batch and every flush to idle workers (`idle`), and a home at every move
+/// it weighs (`cpu_share`). On one line, each count the owner wrote took that line from every
+/// reader, and each reader's look took it back: a miss a look, for a flag that had not
+/// changed. `ready` stays with the counts: it changes as often, and its readers (a sender
+/// whose batch left full, a thief choosing a victim) look once a batch or a steal.
 #[repr(C)]
 pub(crate) struct Status {
     /// Incremented each time the worker wakes from a sleep (quiescence detection, `idle`).
@@ -74,7 +76,9 @@ pub(crate) struct Status {
     pub(crate) backlog: AtomicBool,
     /// The share of its CPU this worker gets when it wants to run, in thousandths (`cpu_share`).
     pub(crate) cpu_share: AtomicUsize,
-    /// Keeps the counts below off the flags' lines.
+    /// Keeps the counts below off the flags' lines: no bytes of its own, but aligned to a
+    /// line pair (`padding`), so the counts start on the next one (a plain field with the
+    /// `unpadded` feature: the baseline's layout, back to back).
     _counts_apart: Padded<()>,
     /// Messages this worker has sent to other workers, counted before delivery.
     pub(crate) sent: AtomicU64,

@@ -355,35 +355,39 @@ mod tests {
     #[test]
     fn a_threads_times_grow_as_it_runs_and_are_its_own() {
         use std::time::{Duration, Instant};
+        let (ready, wait_ready) = std::sync::mpsc::channel::<()>();
         let (done, wait_done) = std::sync::mpsc::channel::<()>();
-        // A thread blocked the whole time: its times are its own, so they hardly grow.
+        // A thread blocked the whole time the other spins: its run time is its own, so it
+        // hardly grows. (Run time only: waiting for a CPU once woken is not bounded on a
+        // loaded machine.)
         let sleeper = std::thread::spawn(move || {
-            let (run0, wait0) = thread_times()?;
+            let first = thread_times().map(|(run, _)| run);
+            // Read before the spinner starts (or not at all): its window holds the whole spin.
+            let _ = ready.send(());
+            let run0 = first?;
             wait_done.recv().ok();
-            let (run1, wait1) = thread_times()?;
-            Some((run1 + wait1) - (run0 + wait0))
+            Some(thread_times()?.0 - run0)
         });
-        let spinner = std::thread::spawn(|| {
-            let (run0, wait0) = thread_times()?;
-            let spent = || {
-                let (run1, wait1) = thread_times().unwrap();
-                (run1 + wait1) - (run0 + wait0)
-            };
-            // Wall time can pass with the thread neither running nor waiting in this system's
-            // run queue (a virtual CPU the host took away): spin until the thread's own times
-            // say 20 ms, within a bound that only a reading that never grows reaches.
+        let spinner = std::thread::spawn(move || {
+            wait_ready.recv().ok();
+            let (run0, _) = thread_times()?;
+            let ran = || thread_times().unwrap().0 - run0;
+            // Wall time can pass with the thread not running (a loaded machine, a virtual CPU
+            // the host took away): spin until its own run time says 20 ms, within a bound that
+            // only a reading that never grows reaches.
             let t0 = Instant::now();
-            while spent() < Duration::from_millis(20) && t0.elapsed() < Duration::from_secs(20) {
+            while ran() < Duration::from_millis(20) && t0.elapsed() < Duration::from_secs(20) {
                 std::hint::spin_loop();
             }
-            Some(spent())
+            Some(ran())
         });
         let spun = spinner.join().unwrap();
-        done.send(()).unwrap();
+        // Gone already where there is no schedstat (the sleeper returned at its first read).
+        let _ = done.send(());
         let slept = sleeper.join().unwrap();
         let (Some(spun), Some(slept)) = (spun, slept) else { return };
-        assert!(spun >= Duration::from_millis(20), "a spinning thread's times: {spun:?}");
-        assert!(slept < Duration::from_millis(10), "a blocked thread's times: {slept:?}");
+        assert!(spun >= Duration::from_millis(20), "a spinning thread ran {spun:?}");
+        assert!(slept < Duration::from_millis(10), "a blocked thread ran {slept:?}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Traces: an opt-in recorder of what each worker did and decided, exported as Chrome trace
 //! JSON (the `traceEvents` format that ui.perfetto.dev and chrome://tracing open as they are).
 //!
-//! What is recorded, per worker, with timestamps from one clock for the whole runtime
-//! (nanoseconds since the runtime was built): every handler run (a span, with its color); idle
+//! What is recorded, per worker, with timestamps from one clock for the whole process
+//! (nanoseconds since its first use, so that runtimes line up): every handler run (a span, with its color); idle
 //! spells and, inside them, sleeps (spans: the gap between them and the next handler is the
 //! wake-up); the runtime's decisions: colors moved in and out (`follow`), stolen and lent,
 //! and each batch of messages handed to another worker (instants, with the color or the peer
@@ -311,7 +311,7 @@ static EVERY_RUNTIME: AtomicUsize = AtomicUsize::new(0);
 
 /// The traces of the runtimes dropped while [`trace_every_runtime`] was on, newest last.
 static COLLECTED: Mutex<Collected> =
-    Mutex::new(Collected { runtimes: VecDeque::new(), dropped: 0, keep: 0 });
+    Mutex::new(Collected { runtimes: VecDeque::new(), let_go: 0, keep: 0 });
 
 /// The trace of one runtime, as it was dropped.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -327,20 +327,38 @@ pub struct RuntimeTrace {
 pub struct Collected {
     /// The newest runtimes' traces, in the order they were dropped.
     pub runtimes: VecDeque<RuntimeTrace>,
-    /// Runtimes whose traces were let go for newer ones (the bound).
-    pub dropped: u64,
+    /// Traces let go for newer ones (the bound).
+    pub let_go: u64,
     /// How many are kept.
+    #[serde(skip)]
     keep: usize,
+}
+
+impl Collected {
+    /// Lets the oldest traces go down to the bound.
+    fn trim(&mut self) {
+        while self.runtimes.len() > self.keep {
+            self.runtimes.pop_front();
+            self.let_go += 1;
+        }
+    }
 }
 
 /// Traces every runtime built in this process from now on, with `records_per_worker` records
 /// per worker (the ring of [`Config::trace_events`](crate::Config), for runtimes whose
-/// configuration asks for none), and keeps the traces of the newest `keep` runtimes dropped
-/// ([`take_collected`]). `records_per_worker` 0 turns it off (runtimes already built keep
-/// recording, and are kept when dropped). For programs that build their runtimes where a
-/// person cannot reach their configuration: a benchmark, a library's internals.
+/// configuration asks for none: their [`Runtime::config`](crate::Runtime::config) then shows
+/// it), and keeps the traces of the newest `keep` traced runtimes
+/// dropped ([`take_collected`]; a runtime that recorded nothing, never run, is not kept).
+/// Memory: at most `keep` runtimes' rings, besides those of the runtimes alive. `keep` 0 keeps
+/// none (runtimes still record, for [`Runtime::trace`](crate::Runtime::trace));
+/// `records_per_worker` 0 stops tracing new runtimes (those built already go on recording,
+/// and are kept when dropped while `keep` is not 0). A lower `keep` lets the oldest kept go
+/// at once. For programs that build their runtimes where a person cannot reach their
+/// configuration: a benchmark, a library's internals.
 pub fn trace_every_runtime(records_per_worker: usize, keep: usize) {
-    lock(&COLLECTED).keep = keep;
+    let mut c = lock(&COLLECTED);
+    c.keep = keep;
+    c.trim();
     EVERY_RUNTIME.store(records_per_worker, Ordering::Relaxed);
 }
 
@@ -349,21 +367,25 @@ pub(crate) fn every_runtime_records() -> usize {
     EVERY_RUNTIME.load(Ordering::Relaxed)
 }
 
-/// A traced runtime is dropped: its trace (`trace`, taken only if kept) joins the collected ones
-/// if [`trace_every_runtime`] keeps any.
+/// A traced runtime is dropped: its trace (`trace`, taken only if kept, outside the lock: it
+/// is megabytes) joins the collected ones if [`trace_every_runtime`] keeps any.
 pub(crate) fn collect(runtime: u64, trace: impl FnOnce() -> Trace) {
-    let mut c = lock(&COLLECTED);
-    if c.keep == 0 {
+    if lock(&COLLECTED).keep == 0 {
         return;
     }
-    c.runtimes.push_back(RuntimeTrace { runtime, trace: trace() });
-    while c.runtimes.len() > c.keep {
-        c.runtimes.pop_front();
-        c.dropped += 1;
+    let trace = trace();
+    if trace.is_empty() {
+        return;
+    }
+    let mut c = lock(&COLLECTED);
+    if c.keep > 0 {
+        c.runtimes.push_back(RuntimeTrace { runtime, trace });
+        c.trim();
     }
 }
 
-/// Takes the traces collected so far ([`trace_every_runtime`]), leaving none (the setting stays).
+/// Takes the traces collected so far ([`trace_every_runtime`]), leaving none; the setting
+/// stays (runtimes dropped later are collected as before).
 pub fn take_collected() -> Collected {
     let mut c = lock(&COLLECTED);
     let keep = c.keep;
@@ -384,7 +406,7 @@ pub fn chrome_of_runtimes(collected: &Collected) -> ChromeTrace {
     ChromeTrace {
         trace_events: events,
         display_time_unit: "ns",
-        other_data: ChromeOther { dropped, runtimes_dropped: Some(collected.dropped) },
+        other_data: ChromeOther { dropped, runtimes_let_go: Some(collected.let_go) },
     }
 }
 
@@ -450,9 +472,9 @@ pub struct ChromeOther {
     /// Records dropped per worker, oldest first (worker after worker of each runtime, for
     /// [`chrome_of_runtimes`]).
     pub dropped: Vec<u64>,
-    /// For [`chrome_of_runtimes`]: the runtimes let go for newer ones.
+    /// For [`chrome_of_runtimes`]: the runtimes' traces let go for newer ones.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub runtimes_dropped: Option<u64>,
+    pub runtimes_let_go: Option<u64>,
 }
 
 impl Trace {
@@ -475,7 +497,7 @@ impl Trace {
             display_time_unit: "ns",
             other_data: ChromeOther {
                 dropped: self.workers.iter().map(|w| w.dropped).collect(),
-                runtimes_dropped: None,
+                runtimes_let_go: None,
             },
         }
     }
@@ -548,6 +570,12 @@ mod tests {
         let w = lock(&slot).clone();
         assert_eq!((w.records.len(), w.dropped), (3, 3));
         assert_eq!(w.records[2].color, Some(Color(9)));
+    }
+
+    #[test]
+    fn a_record_takes_48_bytes() {
+        // The figure the rings' sizes are documented with (`Config::trace_events`, the CLI's).
+        assert_eq!(std::mem::size_of::<Record>(), 48);
     }
 
     #[test]

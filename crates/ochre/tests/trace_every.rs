@@ -39,7 +39,7 @@ fn every_runtime_built_while_on_is_traced_and_the_newest_are_kept() {
 
     let collected = trace::take_collected();
     assert_eq!(collected.runtimes.len(), 2, "the newest two");
-    assert_eq!(collected.dropped, 2, "the first two let go");
+    assert_eq!(collected.let_go, 2, "the first two let go");
     let ids: Vec<u64> = collected.runtimes.iter().map(|r| r.runtime).collect();
     assert!(ids[0] < ids[1], "in the order dropped: {ids:?}");
     assert_eq!(collected.runtimes[0].trace.len() as u64, recorded[2]);
@@ -56,11 +56,26 @@ fn every_runtime_built_while_on_is_traced_and_the_newest_are_kept() {
         assert_eq!(name, Some(Value::from(format!("ochre runtime {id}"))));
         assert!(events.iter().any(|e| e["name"] == "handler" && e["pid"] == pid));
     }
-    assert_eq!(json["otherData"]["runtimes_dropped"], 2);
+    assert_eq!(json["otherData"]["runtimes_let_go"], 2);
     assert_eq!(json["otherData"]["dropped"].as_array().unwrap().len(), 2, "a worker each");
 
-    // Taken: none left; off again: new runtimes record nothing.
+    // Taken: none left, and the setting stays: the next runtimes are collected as before.
     assert!(trace::take_collected().runtimes.is_empty());
+    let more: Vec<u64> = [4, 6].iter().map(|&n| run_one(Config::default(), n)).collect();
+    assert!(more.iter().all(|&r| r > 0));
+    // A runtime built and never run recorded nothing: not kept.
+    drop(Runtime::builder().workers(1).pin(false).build().unwrap());
+    // A lower bound lets the oldest go at once.
+    trace::trace_every_runtime(1_000, 1);
+    let c = trace::take_collected();
+    assert_eq!((c.runtimes.len(), c.let_go), (1, 1));
+    assert_eq!(c.runtimes[0].trace.len() as u64, more[1]);
+
+    // Recording without keeping: a runtime records (its own trace), none is kept.
+    trace::trace_every_runtime(1_000, 0);
+    assert!(run_one(Config::default(), 5) >= 5);
+    assert!(trace::take_collected().runtimes.is_empty());
+    // Off: new runtimes record nothing.
     trace::trace_every_runtime(0, 0);
     assert_eq!(run_one(Config::default(), 10), 0);
     assert!(trace::take_collected().runtimes.is_empty());
