@@ -36,13 +36,16 @@ pub(crate) fn write(rt: &ochre::Runtime, path: &Path) -> Result<(), String> {
 
 /// Records per worker of each runtime a benchmark builds (`--trace` on `bench`): 3 MiB a
 /// worker, the end of a sample's runs.
+#[cfg(feature = "bench")]
 pub(crate) const EVERY_RUNTIME_RING: usize = 1 << 16;
 
 /// Runtimes whose traces `bench --trace` keeps, the newest (a benchmark builds one a sample):
 /// with [`EVERY_RUNTIME_RING`], 24 MiB a worker at most, besides the live runtime's ring.
+#[cfg(feature = "bench")]
 pub(crate) const EVERY_RUNTIME_KEPT: usize = 8;
 
 /// The file `bench --trace` writes, created before the benchmark runs.
+#[cfg(feature = "bench")]
 pub(crate) struct EveryRuntime<'a> {
     path: &'a Path,
     file: std::fs::File,
@@ -50,6 +53,7 @@ pub(crate) struct EveryRuntime<'a> {
 
 /// Creates `path` and traces every runtime built from now on
 /// (`ochre::trace::trace_every_runtime`).
+#[cfg(feature = "bench")]
 pub(crate) fn every_runtime(path: &Path) -> Result<EveryRuntime<'_>, String> {
     let file = std::fs::File::create(path)
         .map_err(|e| format!("creating the trace file {}: {e}", path.display()))?;
@@ -60,6 +64,7 @@ pub(crate) fn every_runtime(path: &Path) -> Result<EveryRuntime<'_>, String> {
 /// Writes the traces of the runtimes dropped since [`every_runtime`] as one Chrome trace (a
 /// process each); says so on stderr. No process in it when no runtime was dropped (a
 /// benchmark of peers only).
+#[cfg(feature = "bench")]
 pub(crate) fn write_every_runtime(to: EveryRuntime<'_>) -> Result<(), String> {
     let collected = ochre::trace::take_collected();
     let chrome = ochre::trace::chrome_of_runtimes(&collected);

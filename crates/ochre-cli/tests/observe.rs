@@ -40,6 +40,7 @@ fn serve_answers_metrics_and_writes_its_trace_when_it_stops() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn bench_writes_the_traces_of_the_runtimes_it_built() {
     let dir = std::env::temp_dir().join(format!("ochre-bench-trace-{}", std::process::id()));
