@@ -107,13 +107,15 @@ pub(crate) struct StudyArgs {
 pub(crate) fn bench(args: &BenchArgs) -> Result<(), String> {
     let opts = args.measure.options(args.quick, false)?;
     let name = &args.name;
-    // Created first: a path that cannot be written is said before the benchmark runs.
-    let trace = args.trace.as_deref().map(crate::trace::every_runtime).transpose()?;
+    let trace = crate::trace::create(args.trace.as_deref())?;
+    if trace.is_some() {
+        crate::trace::every_runtime();
+    }
     let report =
         ochre_bench::run(name, &opts).ok_or_else(|| format!("no benchmark named {name}"))?;
     println!("{}", report.table());
     if let Some(file) = trace {
-        crate::trace::write_every_runtime(file)?;
+        file.write_every_runtime()?;
     }
     if let Some(path) = &args.json {
         write_json(path, &report)?;

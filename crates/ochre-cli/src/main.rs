@@ -404,9 +404,10 @@ fn serve(
     let workers = place.workers;
     let server = ochre_http::Server::new(config, ochre::Color(1))
         .map_err(|e| format!("cannot serve {}: {e}", root.display()))?;
+    let trace_file = trace::create(trace_file)?;
     let mut builder = ochre::Runtime::builder()
         .cpus(place.cpus()?)
-        .config(trace::config(ochre::Config::default(), trace_file));
+        .config(trace::config(ochre::Config::default(), trace_file.as_ref()));
     if let Some(w) = workers {
         builder = builder.workers(w as usize);
     }
@@ -474,8 +475,8 @@ fn serve(
             c.run_p99_ns / 1000
         );
     }
-    if let Some(path) = trace_file {
-        trace::write(&rt, path)?;
+    if let Some(file) = trace_file {
+        file.write(&rt)?;
     }
     Ok(())
 }

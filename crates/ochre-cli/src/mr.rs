@@ -75,9 +75,10 @@ pub(crate) fn run(args: &MrArgs) -> Result<(), String> {
         return Ok(());
     }
     let app = args.app.as_deref().ok_or("an application is needed")?;
+    let trace = crate::trace::create(args.trace.as_deref())?;
     let rt = || {
         let config = if args.baseline { Config::baseline() } else { Config::default() };
-        let config = crate::trace::config(config, args.trace.as_deref());
+        let config = crate::trace::config(config, trace.as_ref());
         let mut b = Runtime::builder().config(config).abort_on_panic(true);
         if let Some(w) = args.workers {
             b = b.workers(w as usize);
@@ -99,8 +100,8 @@ pub(crate) fn run(args: &MrArgs) -> Result<(), String> {
     let input = args.input.as_deref().ok_or("--input is needed")?;
     let runtime = rt()?;
     let report = apps::run(app, input, &runtime, args.verify).map_err(|e| e.to_string())?;
-    if let Some(path) = &args.trace {
-        crate::trace::write(&runtime, path)?;
+    if let Some(file) = trace {
+        file.write(&runtime)?;
     }
     let mut text = String::new();
     if args.json {

@@ -40,6 +40,41 @@ fn serve_answers_metrics_and_writes_its_trace_when_it_stops() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+#[test]
+fn serve_refuses_a_trace_path_it_cannot_write_before_it_serves() {
+    let root = std::env::temp_dir().join(format!("ochre-observe-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--root", root.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--trace")
+        .arg(root.join("missing").join("trace.json"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a server that took the path would serve until stopped.
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(10) {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let Some(status) = status else {
+        let _ = stop(child);
+        panic!("serve did not refuse the trace path");
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("creating the trace file"), "{err}");
+    assert!(get(port, "/").is_none(), "nothing listens");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 #[cfg(feature = "bench")]
 #[test]
 fn bench_writes_the_traces_of_the_runtimes_it_built() {

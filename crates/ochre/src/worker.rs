@@ -343,9 +343,7 @@ impl Core {
             Route::Queued => self.counters.add(Counter::PostsLocal, 1),
             Route::Forward { to, task } => {
                 self.counters.add(Counter::PostsLocal, 1);
-                self.counters.add(Counter::Forwards, 1);
-                let home = crate::message::worker_id(self.id);
-                self.send(shared, to, Msg::Forward { color, home, task, urgent });
+                self.forward(shared, to, color, task, urgent);
             }
             Route::Remote { home, task } => {
                 self.post_remote(shared, home, Msg::Post { color, task, urgent, step: false })
@@ -364,6 +362,14 @@ impl Core {
             }
             Route::Move { .. } => unreachable!("only a received post moves a color"),
         }
+    }
+
+    /// Sends an event of `color`, homed here and lent to worker `to`, on to it (counted).
+    #[inline]
+    fn forward(&mut self, shared: &Shared, to: usize, color: Color, task: Task, urgent: bool) {
+        self.counters.add(Counter::Forwards, 1);
+        let home = crate::message::worker_id(self.id);
+        self.send(shared, to, Msg::Forward { color, home, task, urgent });
     }
 
     /// Asks a guest color's home to sync (`queue`, "Order per poster color"), if the queue asked.
@@ -711,11 +717,7 @@ impl Core {
                 let task = Some(task);
                 self.send(shared, to, Msg::Move { color, home, task, urgent });
             }
-            Route::Forward { to, task } => {
-                self.counters.add(Counter::Forwards, 1);
-                let home = crate::message::worker_id(self.id);
-                self.send(shared, to, Msg::Forward { color, home, task, urgent });
-            }
+            Route::Forward { to, task } => self.forward(shared, to, color, task, urgent),
             // Posts reach a worker that is the color's home (or holds it: batched transport),
             // where the route is never remote. Should one arrive elsewhere, the home takes it.
             Route::Remote { home, task } => {
@@ -775,10 +777,8 @@ impl Core {
             Msg::Kept { color } => {
                 self.settle_steal(false);
                 if let Some((to, parked)) = self.queue.kept(color) {
-                    let home = crate::message::worker_id(self.id);
-                    self.counters.add(Counter::Forwards, parked.len() as u64);
                     for (task, urgent) in parked {
-                        self.send(shared, to, Msg::Forward { color, home, task, urgent });
+                        self.forward(shared, to, color, task, urgent);
                     }
                 }
                 self.answer_syncs(shared, color);
