@@ -153,6 +153,7 @@ mod padding;
 mod park;
 mod queue;
 mod reader;
+mod recur;
 mod run_end;
 mod runtime;
 mod shared;

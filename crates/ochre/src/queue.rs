@@ -169,6 +169,7 @@ use slab::Slab;
 use crate::color::{home_of, Placement};
 use crate::follow::{self, Traffic};
 use crate::message::{Loan, Task};
+use crate::recur::Recurrence;
 use crate::Color;
 
 /// When an event is taken from its color's queue, the closure of the event this many places
@@ -187,23 +188,12 @@ fn ahead(events: &VecDeque<Task>) -> Option<&Task> {
     events.get(PREFETCH_AHEAD)
 }
 
-/// Empty `Local` slots are kept for reuse (no hash-map churn when a color comes and goes) up to
-/// this many slots in the table; beyond it, a slot is dropped as soon as it empties, and with it
-/// what `follow` knows of the color's traffic (a color whose slot is new is at its first post,
-/// which moves nothing). A slot is about 200 bytes plus its queue's buffer, so the table of a
-/// worker that saw this many colors holds about 5 MB. Measured with `turn_probe` (one token round
-/// a ring of plain colors, one event a turn, default configuration), hops per second, the bound
-/// at 1024 against 16384, one process, alternated: 1 worker, 2000 colors 19.4M -> 28.7M, 10000
-/// colors 15.2M -> 24.5M (each post inserted a slot and each turn's end dropped it); 2 workers,
-/// 10000 colors 3.9M -> 8.4M and 30000 colors 3.3M -> 9.8M (no color ever followed the token:
-/// every post was its color's first); 1000 colors and 100000 colors unchanged.
-const KEEP_IDLE_SLOTS_UNDER: usize = 16384;
-
 /// Events whose room an idle slot keeps in its queue (16 bytes each: 4 KB). A color that once
 /// had a large backlog (a fan-out's receivers: 12,000 queued events each in `bench actors`'
-/// fork-join) gives the rest back when it goes idle, so that the slots kept above do not each
-/// hold their largest backlog's memory for good. Above a turn's worth of events (the turn budget)
-/// and a batch's, so that a color fed batch after batch does not reallocate every turn.
+/// fork-join) gives the rest back when it goes idle, so that the idle slots kept (`recur`) do
+/// not each hold their largest backlog's memory for good. Above a turn's worth of events (the
+/// turn budget) and a batch's, so that a color fed batch after batch does not reallocate every
+/// turn.
 const KEEP_QUEUE_CAPACITY: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -624,6 +614,9 @@ pub(crate) struct ColorQueue {
     /// system allocator on its first post here (that allocator was about 3% of the 64-token
     /// ring's samples).
     spare: Vec<VecDeque<Task>>,
+    /// How many slots the table keeps with idle ones among them (over it, a `Local` slot is
+    /// dropped as soon as it empties), grown for colors that come back (`recur`).
+    recur: Recurrence,
     /// Backlogs of long events take every other turn ("Turns: the line, and backlogs").
     backlog_turns: bool,
     /// Colors listed for turns ahead of the line (a backlog of long events formed while they
@@ -711,6 +704,7 @@ impl ColorQueue {
             syncs: Vec::new(),
             lent: VecDeque::new(),
             spare: Vec::new(),
+            recur: Recurrence::default(),
             backlog_turns: false,
             ahead: VecDeque::new(),
             after_ahead_turn: false,
@@ -1993,6 +1987,9 @@ impl ColorQueue {
     }
 
     fn insert(&mut self, color: Color, lease: Lease) -> usize {
+        if lease == Lease::Local {
+            self.recur.created(color);
+        }
         let events = self.spare.pop().unwrap_or_default();
         let key = self.slots.insert(Slot {
             color,
@@ -2147,7 +2144,7 @@ impl ColorQueue {
     #[inline]
     fn maybe_release(&mut self, key: usize) {
         // The table's size first: under it (nearly always) only the queue's capacity is read.
-        if self.slots.len() > KEEP_IDLE_SLOTS_UNDER {
+        if self.slots.len() > self.recur.keep_idle() {
             self.release_idle(key);
         } else if self.slots[key].events.capacity() > KEEP_QUEUE_CAPACITY {
             self.trim_queue(key);
@@ -2171,7 +2168,8 @@ impl ColorQueue {
             && self.running != Some(key)
         {
             self.dropped_arrival = self.dropped_arrival.max(slot.arrived);
-            self.drop_slot(key);
+            let color = self.drop_slot(key);
+            self.recur.dropped(color);
         }
     }
 
@@ -3671,15 +3669,22 @@ mod tests {
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(2));
         let colors = colors_on(0, 2, 10_000);
-        for round in 0..2 {
-            for &c in &colors {
+        // Rounds 0-4 teach the worker that these colors come back (`recur`: the bound on idle
+        // slots grows after a sampled color's third drop); then each post finds the color's
+        // slot and its traffic: the total counted at the last round plus one.
+        let mut totals = vec![0u32; colors.len()];
+        for round in 0..7 {
+            for (i, &c) in colors.iter().enumerate() {
                 let key = match q.route(c) {
                     Dest::Here { key, .. } => key,
                     other => panic!("{c:?} homed here routes to {other:?}"),
                 };
                 // Posted from worker 1: its traffic is counted at the home.
                 let route = q.receive_post(c, task(&log, c.0), false, Some(1), |t, _, _| {
-                    assert_eq!(t.total, round + 1, "{c:?}: the color's earlier post is remembered");
+                    if round >= 6 {
+                        assert_eq!(t.total, totals[i] + 1, "{c:?}: its earlier posts remembered");
+                    }
+                    totals[i] = t.total;
                     None
                 });
                 assert!(matches!(route, Route::Queued));
@@ -3688,7 +3693,7 @@ mod tests {
             }
         }
         assert_eq!(q.slots.len(), colors.len(), "every color's slot kept");
-        assert_eq!(log.lock().unwrap().len(), 2 * colors.len());
+        assert_eq!(log.lock().unwrap().len(), 7 * colors.len());
     }
 
     #[test]
@@ -3713,15 +3718,49 @@ mod tests {
     // Tens of thousands of posts: minutes under Miri, and no unsafe code of its own.
     #[cfg_attr(miri, ignore)]
     fn idle_slots_are_bounded() {
+        use crate::recur::KEEP_IDLE_MIN;
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(1));
-        let colors = KEEP_IDLE_SLOTS_UNDER as u64 + 200;
+        // Fresh colors, one event each (a divide and conquer's): the table stays at the bound
+        // a worker starts with, and new slots take the dropped ones' queues.
+        let colors = 4 * KEEP_IDLE_MIN as u64;
         for c in 0..colors {
             let _ = q.post(Color(c), task(&log, c), false);
             run_all(&mut q);
         }
-        assert!(q.slots.len() <= KEEP_IDLE_SLOTS_UNDER + 1, "{} slots kept", q.slots.len());
+        assert!(q.slots.len() <= KEEP_IDLE_MIN + 1, "{} slots kept", q.slots.len());
+        assert_eq!(q.recur.keep_idle(), KEEP_IDLE_MIN, "no color came back");
+        assert!(!q.spare.is_empty(), "dropped slots' queues kept for new ones");
         assert_eq!(log.lock().unwrap().len(), colors as usize);
+    }
+
+    #[test]
+    // Tens of thousands of posts: minutes under Miri, and no unsafe code of its own.
+    #[cfg_attr(miri, ignore)]
+    fn a_ring_of_more_colors_than_the_bound_is_kept_after_a_few_laps() {
+        use crate::recur::KEEP_IDLE_MIN;
+        let log = Log::default();
+        let mut q = ColorQueue::new(0, Placement::flat(1));
+        let colors = 3 * KEEP_IDLE_MIN as u64;
+        let lap = |q: &mut ColorQueue| {
+            for c in 0..colors {
+                let _ = q.post(Color(c), task(&log, c), false);
+                run_all(q);
+            }
+        };
+        lap(&mut q);
+        assert!(q.slots.len() <= KEEP_IDLE_MIN + 1, "first lap: colors not known to come back");
+        for _ in 0..5 {
+            lap(&mut q);
+        }
+        assert!(q.recur.keep_idle() >= colors as usize, "bound {}", q.recur.keep_idle());
+        assert_eq!(q.slots.len(), colors as usize, "every color of the ring kept");
+        // Kept: another lap makes no slot (each post finds its color's).
+        let before: Vec<usize> = (0..colors).map(|c| q.index[&Color(c)]).collect();
+        lap(&mut q);
+        let after: Vec<usize> = (0..colors).map(|c| q.index[&Color(c)]).collect();
+        assert_eq!(before, after);
+        assert_eq!(log.lock().unwrap().len(), 7 * colors as usize);
     }
 
     /// Runs one event of `color` alone in a turn timed at `ns` (its cost from then on).
