@@ -114,7 +114,8 @@
 //! next actor of a ring), so that partners end up on one worker and their messages stay local;
 //! it comes back when its posts come from elsewhere, and colors leave a worker whose CPU another
 //! process shares. Moves use the lending protocol of stealing, so every guarantee above holds
-//! across them. Modules: `queue` (per-color run queue and color lending), `inbox`/`outbox`
+//! across them. Modules: `queue` (per-color run queue and color lending), `recur` (how many
+//! idle colors a worker keeps), `inbox`/`outbox`
 //! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
 //! loop), `alloc` (EMA), `message` (thin tasks), `actor` (actors' states and addresses),
 //! `cpu_share` (placement), `io`, `stats`,

@@ -17,21 +17,27 @@
 //! worker, 2000 colors: 19.4M hops/s with 1024 against 28.7M with 16384; two workers, 30000
 //! colors, 3.3M against 9.8M).
 //!
-//! So the bound starts at [`KEEP_IDLE_MIN`] and doubles (up to [`KEEP_IDLE_MAX`]) when the
-//! colors it drops come back again and again. A sample of the dropped colors (one in
-//! [`SAMPLE_ONE_IN`], by a hash of the color) is remembered exactly, with how many times each
-//! was dropped, in a table of [`SAMPLE_ENTRIES`] (a newer color takes an entry from an older
-//! one). A new slot of a sampled color that was dropped [`RECURRING_DROPS`] times or more is a
-//! *return*; every [`WINDOW`] sampled drops, if a quarter or more of them were matched by
-//! returns, the bound doubles. Why three drops: a divide and conquer's call comes back twice at
-//! most after its slot was dropped (the two halves' answers, each to its own event, the slot
-//! dropped after each turn), then never; a ring's colors come back every lap.
+//! So the bound starts at [`KEEP_IDLE_MIN`] and doubles (up to [`KEEP_IDLE_MAX`]) when many
+//! distinct colors that it drops come back again and again. Time is counted in *epochs* of
+//! [`EPOCH_DROPS`] sampled drops. A sample of the dropped colors (one in eight, by a hash of
+//! the color) is remembered exactly in a table of [`SAMPLE_ENTRIES`], with the number of epochs
+//! in which each was dropped. A sampled color dropped in [`RECURRING_EPOCHS`] epochs or more is
+//! *recurring*; its new slot is a *return*, counted once per epoch. When [`GROW_RETURNERS`]
+//! distinct colors return in one epoch (about 64 colors of the whole, as one in eight is
+//! sampled), the bound doubles.
+//!
+//! Why distinct colors over epochs, not events: a divide and conquer's call comes back for
+//! each of its answers, all soon after it was made, then never (its drops fall in one epoch or
+//! two); a collector posted between fresh colors comes back forever but is one color; a ring's
+//! colors come back every lap, many of them. And a recurring color keeps its entry from colors
+//! seen in fewer epochs (until it goes unseen for [`STALE_EPOCHS`]), so that fresh colors
+//! mixed with a ring do not wipe the ring's entries before they are known.
 //!
 //! Invariants: [`keep_idle`](Recurrence::keep_idle) never decreases and stays within
-//! `[KEEP_IDLE_MIN, KEEP_IDLE_MAX]`; the sample's memory is fixed once made (at the first sampled drop); only colors
-//! dropped while idle count (a guest given back or moved on is not dropped for the bound).
-//! The bound never shrinks: slots kept idle above a lower bound would stay until they next
-//! empty, so shrinking would free nothing at once.
+//! `[KEEP_IDLE_MIN, KEEP_IDLE_MAX]`; the sample's memory is fixed once made (at the first
+//! sampled drop); only colors dropped while idle count (a guest given back or moved on is not
+//! dropped for the bound). The bound never shrinks: slots kept idle above a lower bound would
+//! stay until they next empty, so shrinking would free nothing at once.
 
 use crate::color::Color;
 
@@ -43,29 +49,39 @@ pub(crate) const KEEP_IDLE_MIN: usize = 1024;
 /// The most slots kept idle (the bound of before), about 3 MB of slots plus their buffers.
 pub(crate) const KEEP_IDLE_MAX: usize = 16384;
 
-/// One dropped color in this many is remembered (by a hash of the color): a sample that covers
-/// a ring of [`SAMPLE_ENTRIES`] times this many colors.
-const SAMPLE_ONE_IN: u64 = 8;
+/// Sampled colors are those whose hash has these top bits clear: one in eight.
+const SAMPLE_SHIFT: u32 = 61;
 
-/// Entries of the sample (16 bytes each: 64 KB a worker, touched only when a sampled color is
-/// dropped or comes back).
+/// Entries of the sample (24 bytes each: 96 KB a worker, touched only when a sampled color is
+/// dropped or comes back). With one color in eight sampled, it covers a ring of 32768.
 const SAMPLE_ENTRIES: usize = 4096;
 
-/// Drops of a sampled color before its return counts: more than a divide and conquer's call
-/// ever has (module doc).
-const RECURRING_DROPS: u32 = 3;
+/// Sampled drops in an epoch: 2048 drops of all colors.
+const EPOCH_DROPS: u32 = 256;
 
-/// Sampled drops between two looks at the returns.
-const WINDOW: u32 = 64;
+/// Epochs in which a sampled color was dropped before it is recurring: a divide and conquer's
+/// call is dropped in one, two when its answers straddle an epoch's end (module doc).
+const RECURRING_EPOCHS: u16 = 3;
 
-/// A sampled color and how many times it was dropped (0: an entry never used).
+/// Distinct returns in one epoch that double the bound.
+const GROW_RETURNERS: u32 = 8;
+
+/// Epochs after which a recurring color not dropped since gives its entry to any color.
+const STALE_EPOCHS: u32 = 64;
+
+/// A sampled color, the epochs it was dropped in, and the last epoch its return counted.
 #[derive(Clone, Copy)]
 struct Entry {
     color: Color,
-    drops: u32,
+    /// Epochs in which the color was dropped (0: an entry never used).
+    epochs: u16,
+    /// The epoch of its last drop.
+    last_drop: u32,
+    /// The epoch of its last counted return (0: none; epochs start at 1).
+    last_return: u32,
 }
 
-const UNUSED: Entry = Entry { color: Color(0), drops: 0 };
+const UNUSED: Entry = Entry { color: Color(0), epochs: 0, last_drop: 0, last_return: 0 };
 
 /// One worker's bound on idle slots, and the sample it is judged from (module doc).
 pub(crate) struct Recurrence {
@@ -74,15 +90,23 @@ pub(crate) struct Recurrence {
     /// The sample: empty until the first sampled drop (a worker whose table stays under the
     /// bound, nearly all, never allocates it).
     sample: Vec<Entry>,
-    /// Sampled drops in the current window.
+    /// The current epoch (from 1).
+    epoch: u32,
+    /// Sampled drops in the current epoch.
     drops: u32,
-    /// Returns of sampled colors in the current window.
-    returns: u32,
+    /// Distinct returns in the current epoch since the bound last grew.
+    returners: u32,
 }
 
 impl Default for Recurrence {
     fn default() -> Self {
-        Recurrence { keep_idle: KEEP_IDLE_MIN, sample: Vec::new(), drops: 0, returns: 0 }
+        Recurrence {
+            keep_idle: KEEP_IDLE_MIN,
+            sample: Vec::new(),
+            epoch: 1,
+            drops: 0,
+            returners: 0,
+        }
     }
 }
 
@@ -96,10 +120,17 @@ impl Recurrence {
     /// The sample's entry for `color`, if the color is sampled.
     #[inline]
     fn entry_of(color: Color) -> Option<usize> {
-        // A multiplicative hash: plain colors are often consecutive numbers.
+        // Fibonacci hashing: its top bits mix every bit of the color (plain colors are often
+        // consecutive numbers, or multiples of a stride).
         let h = color.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let h = h ^ (h >> 29);
-        h.is_multiple_of(SAMPLE_ONE_IN).then_some((h / SAMPLE_ONE_IN) as usize % SAMPLE_ENTRIES)
+        let index_shift = SAMPLE_SHIFT - SAMPLE_ENTRIES.trailing_zeros();
+        (h >> SAMPLE_SHIFT == 0).then_some((h >> index_shift) as usize % SAMPLE_ENTRIES)
+    }
+
+    /// True if `color` is in the sample (tests pick colors that count).
+    #[cfg(test)]
+    pub(crate) fn sampled(color: Color) -> bool {
+        Self::entry_of(color).is_some()
     }
 
     /// `color`'s idle slot was dropped for the bound.
@@ -108,18 +139,21 @@ impl Recurrence {
         if self.sample.is_empty() {
             self.sample = vec![UNUSED; SAMPLE_ENTRIES];
         }
-        let e = self.sample[i];
-        let drops = if e.color == color { e.drops.saturating_add(1) } else { 1 };
-        self.sample[i] = Entry { color, drops };
-        self.drops += 1;
-        if self.drops >= WINDOW {
-            // A quarter or more of the drops came back as returns: the colors dropped are a
-            // working set larger than the bound, not one-off colors.
-            if self.returns * 4 >= self.drops {
-                self.keep_idle = (self.keep_idle * 2).min(KEEP_IDLE_MAX);
+        let epoch = self.epoch;
+        let e = &mut self.sample[i];
+        if e.epochs > 0 && e.color == color {
+            if e.last_drop != epoch {
+                e.epochs = e.epochs.saturating_add(1);
+                e.last_drop = epoch;
             }
+        } else if e.epochs < RECURRING_EPOCHS || epoch - e.last_drop > STALE_EPOCHS {
+            *e = Entry { color, epochs: 1, last_drop: epoch, last_return: 0 };
+        }
+        self.drops += 1;
+        if self.drops == EPOCH_DROPS {
             self.drops = 0;
-            self.returns = 0;
+            self.returners = 0;
+            self.epoch += 1;
         }
     }
 
@@ -127,9 +161,16 @@ impl Recurrence {
     /// dropped).
     #[inline]
     pub(crate) fn created(&mut self, color: Color) {
-        let Some(e) = Self::entry_of(color).and_then(|i| self.sample.get(i)) else { return };
-        if e.color == color && e.drops >= RECURRING_DROPS {
-            self.returns += 1;
+        let epoch = self.epoch;
+        let Some(e) = Self::entry_of(color).and_then(|i| self.sample.get_mut(i)) else { return };
+        if e.color == color && e.epochs >= RECURRING_EPOCHS && e.last_return != epoch {
+            e.last_return = epoch;
+            self.returners += 1;
+            if self.returners == GROW_RETURNERS {
+                // Many colors the bound dropped are a working set larger than it.
+                self.keep_idle = (self.keep_idle * 2).min(KEEP_IDLE_MAX);
+                self.returners = 0;
+            }
         }
     }
 }
@@ -138,36 +179,58 @@ impl Recurrence {
 mod tests {
     use super::*;
 
-    /// Drops and re-creates every color of a ring of `colors`, `laps` times.
-    fn churn_ring(r: &mut Recurrence, colors: u64, laps: u32) {
-        for _ in 0..laps {
+    /// Drops and re-creates every color of a ring of `colors` (each followed by `fresh` colors
+    /// made and dropped once), `laps` times.
+    fn churn_ring(r: &mut Recurrence, colors: u64, fresh: u64, laps: u64) {
+        for lap in 0..laps {
             for c in 0..colors {
                 r.created(Color(c));
                 r.dropped(Color(c));
+                for f in 0..fresh {
+                    let f = Color((1 << 40) | ((lap * colors + c) * fresh + f));
+                    r.created(f);
+                    r.dropped(f);
+                }
             }
         }
+    }
+
+    /// Sampled colors from `from` on.
+    fn sampled(from: u64) -> impl Iterator<Item = Color> {
+        (from..).map(Color).filter(|&c| Recurrence::entry_of(c).is_some())
     }
 
     #[test]
     fn a_ring_larger_than_the_bound_raises_it_after_a_few_laps() {
         let mut r = Recurrence::default();
-        churn_ring(&mut r, 10_000, 3);
-        assert_eq!(r.keep_idle(), KEEP_IDLE_MIN, "three drops before a return counts");
-        churn_ring(&mut r, 10_000, 1);
+        // 10000 colors: 1250 sampled drops a lap, about five epochs.
+        churn_ring(&mut r, 10_000, 0, 3);
+        assert_eq!(r.keep_idle(), KEEP_IDLE_MIN, "three epochs' drops before a return counts");
+        churn_ring(&mut r, 10_000, 0, 1);
         assert_eq!(r.keep_idle(), KEEP_IDLE_MAX, "every sampled color came back");
+    }
+
+    #[test]
+    fn a_ring_mixed_with_many_fresh_colors_raises_it_too() {
+        let mut r = Recurrence::default();
+        // Four fresh colors after each of the ring's: they take the sample's entries, but not
+        // those of colors seen in three epochs.
+        churn_ring(&mut r, 4000, 4, 12);
+        assert_eq!(r.keep_idle(), KEEP_IDLE_MAX);
     }
 
     #[test]
     fn fresh_colors_and_short_lived_ones_keep_the_bound_low() {
         let mut r = Recurrence::default();
-        // A divide and conquer's calls: each dropped after its own turn and after each of its
-        // two answers, coming back for each answer; leaves dropped once, never back.
-        for call in 0..200_000u64 {
+        // A divide and conquer's calls, split in eight: each dropped after its own turn and
+        // after each of its eight answers, coming back for each answer; leaves dropped once,
+        // never back.
+        for call in 0..400_000u64 {
             let c = Color(call);
             r.created(c);
             r.dropped(c);
-            if call % 2 == 0 {
-                for _ in 0..2 {
+            if call % 8 == 0 {
+                for _ in 0..8 {
                     r.created(c);
                     r.dropped(c);
                 }
@@ -177,14 +240,46 @@ mod tests {
     }
 
     #[test]
+    fn a_hot_color_among_fresh_ones_is_one_color() {
+        let mut r = Recurrence::default();
+        // A few collectors, sampled, each dropped and back between fresh colors forever.
+        let hot: Vec<Color> = sampled(1 << 40).take(GROW_RETURNERS as usize - 1).collect();
+        for c in 0..400_000u64 {
+            let c = Color(c);
+            r.created(c);
+            r.dropped(c);
+            let h = hot[c.0 as usize % hot.len()];
+            r.created(h);
+            r.dropped(h);
+        }
+        assert_eq!(r.keep_idle(), KEEP_IDLE_MIN);
+        for h in hot {
+            let e = r.sample[Recurrence::entry_of(h).unwrap()];
+            assert!(e.color == h && e.epochs >= RECURRING_EPOCHS, "{h:?} is recurring");
+        }
+    }
+
+    #[test]
     fn the_bound_never_passes_its_maximum_and_colors_not_sampled_cost_nothing() {
         let mut r = Recurrence::default();
-        churn_ring(&mut r, 50_000, 12);
+        churn_ring(&mut r, 30_000, 0, 12);
         assert_eq!(r.keep_idle(), KEEP_IDLE_MAX);
         let unsampled = (0..).map(Color).find(|&c| Recurrence::entry_of(c).is_none()).unwrap();
-        let (drops, returns) = (r.drops, r.returns);
+        let (drops, returners) = (r.drops, r.returners);
         r.created(unsampled);
         r.dropped(unsampled);
-        assert_eq!((r.drops, r.returns), (drops, returns));
+        assert_eq!((r.drops, r.returners), (drops, returners));
+    }
+
+    #[test]
+    fn the_sample_is_one_color_in_eight_and_spread_over_the_entries() {
+        // Consecutive colors and colors strided by a power of two.
+        for stride in [1u64, 64, 1 << 32] {
+            let picked: Vec<usize> =
+                (0..80_000u64).filter_map(|i| Recurrence::entry_of(Color(i * stride))).collect();
+            assert!((9_000..11_000).contains(&picked.len()), "stride {stride}: {}", picked.len());
+            let used: std::collections::HashSet<usize> = picked.iter().copied().collect();
+            assert!(used.len() > SAMPLE_ENTRIES * 3 / 4, "stride {stride}: {} entries", used.len());
+        }
     }
 }
