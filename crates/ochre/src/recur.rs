@@ -22,13 +22,17 @@
 //! [`EPOCH_DROPS`] sampled drops. A sample of the dropped colors (one in eight, by a hash of
 //! the color) is remembered exactly in a table of [`SAMPLE_ENTRIES`], with the number of epochs
 //! in which each was dropped. A sampled color dropped in [`RECURRING_EPOCHS`] epochs or more is
-//! *recurring*; its new slot is a *return*, counted once per epoch. When [`GROW_RETURNERS`]
-//! distinct colors return in one epoch (about 64 colors of the whole, as one in eight is
-//! sampled), the bound doubles.
+//! *recurring*; its new slot is a *return*, counted once per epoch, and only if the color was
+//! dropped since the bound last grew. When [`GROW_RETURNERS`] distinct colors return in one
+//! epoch (about 64 colors of the whole, as one in eight is sampled), the bound doubles and an
+//! epoch begins. The colors the smaller bound dropped come back after it grew, and do not
+//! count: a ring larger than the new bound still drops colors, whose returns a lap later
+//! double it again (a doubling a lap), and a ring it keeps drops none (a ring of 1500 colors
+//! takes the bound to 2048, not further).
 //!
 //! Why distinct colors over epochs, not events: a divide and conquer's call comes back for
-//! each of its answers, all soon after it was made, then never (its drops fall in one epoch or
-//! two); a collector posted between fresh colors comes back forever but is one color; a ring's
+//! each of its answers, which come while its subtree runs, then never (its drops fall in one
+//! epoch or two but for the few calls near the root); a collector posted between fresh colors comes back forever but is one color; a ring's
 //! colors come back every lap, many of them. And a recurring color keeps its entry from colors
 //! seen in fewer epochs (until it goes unseen for [`STALE_EPOCHS`]), so that fresh colors
 //! mixed with a ring do not wipe the ring's entries before they are known.
@@ -58,17 +62,17 @@ const SAMPLE_ENTRIES: usize = 4096;
 
 /// Sampled drops in an epoch: 512 drops of all colors. Short, so that a ring a little over
 /// the bound (a lap drops only the colors the table cannot keep: `bench steal`'s sum of 3907
-/// chunk colors on two workers drops about 900 a lap on each) spans an epoch a lap and is
-/// known in four laps, as a larger one is; long enough that a divide and conquer's call, whose
-/// answers come within its subtree's run, is dropped in one epoch or two: only calls whose
-/// subtree runs more than an epoch's drops straddle three, one in hundreds of calls.
+/// chunk colors on two workers drops about 900 a lap on each, 112 sampled: about two epochs a
+/// lap) is known in four laps, as a larger one is; long enough that a divide and conquer's
+/// call, whose answers come while its subtree runs, is dropped in one epoch or two: only calls
+/// whose subtrees run more than an epoch's drops straddle three, one in hundreds of calls.
 const EPOCH_DROPS: u32 = 64;
 
 /// Epochs in which a sampled color was dropped before it is recurring: a divide and conquer's
 /// call is dropped in one, two when its answers straddle an epoch's end (module doc).
 const RECURRING_EPOCHS: u16 = 3;
 
-/// Distinct returns in one epoch that double the bound.
+/// Distinct returns in one epoch that double the bound (and begin the next epoch).
 const GROW_RETURNERS: u32 = 8;
 
 /// Epochs after which a recurring color not dropped since gives its entry to any color: 131072
@@ -100,8 +104,12 @@ pub(crate) struct Recurrence {
     epoch: u32,
     /// Sampled drops in the current epoch.
     drops: u32,
-    /// Distinct returns in the current epoch since the bound last grew.
+    /// Distinct returns in the current epoch.
     returners: u32,
+    /// The epoch that began when the bound last grew (0: never). A return counts only if the
+    /// color was dropped since: the colors the smaller bound dropped come back after it grew,
+    /// and counted, they would double it again and again past the working set.
+    grown_at: u32,
 }
 
 impl Default for Recurrence {
@@ -112,6 +120,7 @@ impl Default for Recurrence {
             epoch: 1,
             drops: 0,
             returners: 0,
+            grown_at: 0,
         }
     }
 }
@@ -152,30 +161,41 @@ impl Recurrence {
                 e.epochs = e.epochs.saturating_add(1);
                 e.last_drop = epoch;
             }
-        } else if e.epochs < RECURRING_EPOCHS || epoch - e.last_drop > STALE_EPOCHS {
+        } else if e.epochs < RECURRING_EPOCHS || epoch.wrapping_sub(e.last_drop) > STALE_EPOCHS {
             *e = Entry { color, epochs: 1, last_drop: epoch, last_return: 0 };
         }
         self.drops += 1;
         if self.drops == EPOCH_DROPS {
-            self.drops = 0;
-            self.returners = 0;
-            self.epoch += 1;
+            self.next_epoch();
         }
+    }
+
+    /// Starts an epoch. Epochs wrap (after 2^41 drops): they are only compared for equality
+    /// and by distance.
+    fn next_epoch(&mut self) {
+        self.drops = 0;
+        self.returners = 0;
+        self.epoch = self.epoch.wrapping_add(1);
     }
 
     /// A home slot is made for `color` (its first post here, or its first since it was
     /// dropped).
     #[inline]
     pub(crate) fn created(&mut self, color: Color) {
-        let epoch = self.epoch;
+        let (epoch, since_growth) = (self.epoch, self.epoch.wrapping_sub(self.grown_at));
         let Some(e) = Self::entry_of(color).and_then(|i| self.sample.get_mut(i)) else { return };
-        if e.color == color && e.epochs >= RECURRING_EPOCHS && e.last_return != epoch {
+        if e.color == color
+            && e.epochs >= RECURRING_EPOCHS
+            && e.last_return != epoch
+            && epoch.wrapping_sub(e.last_drop) <= since_growth
+        {
             e.last_return = epoch;
             self.returners += 1;
             if self.returners == GROW_RETURNERS {
                 // Many colors the bound dropped are a working set larger than it.
                 self.keep_idle = (self.keep_idle * 2).min(KEEP_IDLE_MAX);
-                self.returners = 0;
+                self.next_epoch();
+                self.grown_at = self.epoch;
             }
         }
     }
@@ -213,6 +233,8 @@ mod tests {
         churn_ring(&mut r, 10_000, 0, 3);
         assert_eq!(r.keep_idle(), KEEP_IDLE_MIN, "three epochs' drops before a return counts");
         churn_ring(&mut r, 10_000, 0, 1);
+        assert_eq!(r.keep_idle(), 2 * KEEP_IDLE_MIN, "a doubling a lap");
+        churn_ring(&mut r, 10_000, 0, 3);
         assert_eq!(r.keep_idle(), KEEP_IDLE_MAX, "every sampled color came back");
     }
 
@@ -235,22 +257,31 @@ mod tests {
         assert_eq!(r.keep_idle(), KEEP_IDLE_MAX);
     }
 
-    #[test]
-    fn fresh_colors_and_short_lived_ones_keep_the_bound_low() {
-        let mut r = Recurrence::default();
-        // A divide and conquer's calls, split in eight: each dropped after its own turn and
-        // after each of its eight answers, coming back for each answer; leaves dropped once,
-        // never back.
-        for call in 0..400_000u64 {
-            let c = Color(call);
-            r.created(c);
-            r.dropped(c);
-            if call % 8 == 0 {
-                for _ in 0..8 {
-                    r.created(c);
-                    r.dropped(c);
-                }
+    /// A call of a binary divide and conquer `depth` levels deep, run depth first as a
+    /// worker runs it: the call dropped after its own turn and after each of its two answers,
+    /// each of which comes once the child's whole subtree has run. Colors from `next` on.
+    fn call(r: &mut Recurrence, next: &mut u64, depth: u32) {
+        let c = Color(*next);
+        *next += 1;
+        r.created(c);
+        r.dropped(c);
+        if depth > 0 {
+            for _ in 0..2 {
+                call(r, next, depth - 1);
+                r.created(c);
+                r.dropped(c);
             }
+        }
+    }
+
+    #[test]
+    fn a_divide_and_conquer_keeps_the_bound_low() {
+        let mut r = Recurrence::default();
+        // Four trees of 131071 calls: two thirds of the calls come back, twice each, most in
+        // the epoch they were made in; those near the root, over many epochs, are few.
+        let mut next = 0;
+        for _ in 0..4 {
+            call(&mut r, &mut next, 16);
         }
         assert_eq!(r.keep_idle(), KEEP_IDLE_MIN);
     }
