@@ -115,9 +115,8 @@
 //! it comes back when its posts come from elsewhere, and colors leave a worker whose CPU another
 //! process shares. Moves use the lending protocol of stealing, so every guarantee above holds
 //! across them. Modules: `queue` (per-color run queue and color lending), `recur` (how many
-//! idle colors a worker keeps), `inbox`/`outbox`
-//! (transport), `idle`/`park` (sleeping), `steal`, `follow` (where colors live), `worker` (the
-//! loop), `alloc` (EMA), `message` (thin tasks), `actor` (actors' states and addresses),
+//! idle colors a worker keeps), `inbox`/`outbox` (transport), `idle`/`park` (sleeping), `steal`,
+//! `follow` (where colors live), `worker` (the loop), `alloc` (EMA), `message` (thin tasks), `actor` (actors' states and addresses),
 //! `cpu_share` (placement), `io`, `stats`,
 //! `config`, `reader` (reader colors: reads run on the posting worker's lane, a reader-writer
 //! word per color); seeing inside: [`color_stats`] (sampled per-color statistics), [`trace`] (an

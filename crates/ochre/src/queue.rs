@@ -3737,6 +3737,16 @@ mod tests {
         assert!(kept <= KEEP_QUEUE_CAPACITY, "{kept} events' room kept");
     }
 
+    /// Posts one event to each color of a ring of `colors` (`0..colors`) and runs it, `laps` times.
+    fn ring_laps(q: &mut ColorQueue, log: &Log, colors: u64, laps: u64) {
+        for _ in 0..laps {
+            for c in 0..colors {
+                let _ = q.post(Color(c), task(log, c), false);
+                run_all(q);
+            }
+        }
+    }
+
     #[test]
     // Tens of thousands of posts: minutes under Miri, and no unsafe code of its own.
     #[cfg_attr(miri, ignore)]
@@ -3747,21 +3757,18 @@ mod tests {
         // Fresh colors, one event each (a divide and conquer's): the table stays at the bound
         // a worker starts with, and new slots take the dropped ones' queues.
         let colors = 4 * KEEP_IDLE_MIN as u64;
-        for c in 0..colors {
-            let _ = q.post(Color(c), task(&log, c), false);
-            run_all(&mut q);
-        }
+        ring_laps(&mut q, &log, colors, 1);
         assert!(q.slots.len() <= KEEP_IDLE_MIN + 1, "{} slots kept", q.slots.len());
         assert_eq!(q.recur.keep_idle(), KEEP_IDLE_MIN, "no color came back");
         assert_eq!(q.spare.len(), 1, "a dropped slot's queue serves the next new color");
         assert_eq!(log.lock().unwrap().len(), colors as usize);
     }
 
-    /// Fills `q`'s table to the bound with idle colors of its own (above `1 << 40`), so that
-    /// the next new colors are dropped when they empty.
-    fn fill_to_the_bound(q: &mut ColorQueue, log: &Log) {
-        for c in 0..q.recur.keep_idle() as u64 {
-            let _ = q.post(Color(1 << 40 | c), task(log, c), false);
+    /// Fills `q`'s table to the bound with idle colors, the first of `colors` (homed on `q`),
+    /// so that the next new colors are dropped when they empty.
+    fn fill_to_the_bound(q: &mut ColorQueue, log: &Log, colors: impl Iterator<Item = Color>) {
+        for c in colors.take(q.recur.keep_idle()) {
+            let _ = q.post(c, task(log, c.0), false);
         }
         run_all(q);
         assert_eq!(q.slots.len(), q.recur.keep_idle());
@@ -3777,10 +3784,7 @@ mod tests {
         let mut h = ColorQueue::new(home, Placement::flat(2));
         let mut t = ColorQueue::new(thief, Placement::flat(2));
         let mut colors = colors_on(home, 2, KEEP_IDLE_MIN + 501).into_iter();
-        for c in colors.by_ref().take(KEEP_IDLE_MIN) {
-            let _ = h.post(c, task(&log, c.0), false);
-        }
-        run_all(&mut h);
+        fill_to_the_bound(&mut h, &log, colors.by_ref());
         // Fresh colors, each stolen with its one event (behind a kept color's) and given back
         // empty: a divide and conquer's stolen calls.
         let kept = colors.next().unwrap();
@@ -3806,7 +3810,7 @@ mod tests {
         use crate::recur::KEEP_IDLE_MIN;
         let log = Log::default();
         let mut q = ColorQueue::new(0, Placement::flat(1));
-        fill_to_the_bound(&mut q, &log);
+        fill_to_the_bound(&mut q, &log, (1 << 40..).map(Color));
         // A divide and conquer split in eight: each call runs, then gets its eight answers,
         // one at a time among other colors' events (its slot dropped after each), then posts
         // to one collector. Fresh colors each, but for the collector, forever. (Counted as a
@@ -3829,16 +3833,6 @@ mod tests {
         assert_eq!(q.recur.keep_idle(), KEEP_IDLE_MIN, "no working set beyond the bound");
         assert!(q.slots.len() <= KEEP_IDLE_MIN + 2, "{} slots kept", q.slots.len());
         assert_eq!(log.lock().unwrap().len(), posts);
-    }
-
-    /// Posts one event to each color of a ring of `colors` and runs it, `laps` times.
-    fn ring_laps(q: &mut ColorQueue, log: &Log, colors: u64, laps: u64) {
-        for _ in 0..laps {
-            for c in 0..colors {
-                let _ = q.post(Color(c), task(log, c), false);
-                run_all(q);
-            }
-        }
     }
 
     #[test]

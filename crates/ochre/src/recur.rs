@@ -53,8 +53,8 @@ pub(crate) const KEEP_IDLE_MIN: usize = 1024;
 /// The most slots kept idle (the bound of before), about 3 MB of slots plus their buffers.
 pub(crate) const KEEP_IDLE_MAX: usize = 16384;
 
-/// Sampled colors are those whose hash has these top bits clear: one in eight.
-const SAMPLE_SHIFT: u32 = 61;
+/// One color in this many is sampled.
+const SAMPLE_ONE_IN: usize = 8;
 
 /// Entries of the sample (24 bytes each: 96 KB a worker, touched only when a sampled color is
 /// dropped or comes back). With one color in eight sampled, it covers a ring of 32768.
@@ -132,14 +132,13 @@ impl Recurrence {
         self.keep_idle
     }
 
-    /// The sample's entry for `color`, if the color is sampled.
+    /// The sample's entry for `color`, if the color is sampled: the colors whose entry in a
+    /// table [`SAMPLE_ONE_IN`] times the sample's falls in its first part (the table index's
+    /// multiplicative hash spreads consecutive and strided colors alike).
     #[inline]
     fn entry_of(color: Color) -> Option<usize> {
-        // Fibonacci hashing: its top bits mix every bit of the color (plain colors are often
-        // consecutive numbers, or multiples of a stride).
-        let h = color.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let index_shift = SAMPLE_SHIFT - SAMPLE_ENTRIES.trailing_zeros();
-        (h >> SAMPLE_SHIFT == 0).then_some((h >> index_shift) as usize % SAMPLE_ENTRIES)
+        let i = color.table_index(SAMPLE_ENTRIES * SAMPLE_ONE_IN);
+        (i < SAMPLE_ENTRIES).then_some(i)
     }
 
     /// True if `color` is in the sample (tests pick colors that count).
