@@ -132,14 +132,20 @@ impl Builder {
         self
     }
 
-    /// Checks the settings, measures the wake-up latency if reasoned spinning needs it, starts
-    /// the workers' threads and returns once every worker is through its start (pinned, its
-    /// heap made) and waits for a run, so that the first [`Runtime::run`] starts as later ones
-    /// do. The measurement is made once per process and wake-up mechanism (tens of
-    /// milliseconds: wake-ups timed between two threads); later builds take about a tenth of a
-    /// millisecond (two workers here, most of it the threads' starts).
+    /// Checks the settings, measures the wake-up latency if reasoned spinning needs it,
+    /// calibrates the turn timers' clock, starts the workers' threads and returns once every
+    /// worker is through its start (pinned, its heap made) and waits for a run, so that the
+    /// first [`Runtime::run`] starts as later ones do. The measurement and the calibration are
+    /// made once per process (the measurement once per wake-up mechanism: 10.5 ms here,
+    /// wake-ups timed between two threads; the calibration about 0.6 ms), and so is the
+    /// registration stand-ins need (`membarrier`: 12.5 ms here, on a thread of its own beside
+    /// the measurement), so a process's first build of two workers takes 13-17 ms here (24-28
+    /// when the registration came after the measurement); later builds take 0.3-0.6 ms (most of
+    /// it the threads' starts).
     pub fn build(mut self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
+        // Once per process, here rather than in the first run's first timed turn (`turn_clock`).
+        crate::turn_clock::calibrate();
         if self.config.trace_events == 0 {
             // Every runtime of the process traced (`trace::trace_every_runtime`), or 0.
             self.config.trace_events = crate::trace::every_runtime_records();
@@ -179,6 +185,10 @@ impl Builder {
         }
         let pins: Vec<Option<usize>> =
             (0..workers).map(|i| self.pin.then(|| cpus[i % cpus.len()])).collect();
+        if crate::stand_in::wanted(&self.config, workers) {
+            // Beside the wake-up measurement below, not after it (`stand_in`).
+            crate::stand_in::register_in_background();
+        }
         let spin_threshold = match self.config.spin {
             Spin::Reasoned { threshold: Some(t) } => t,
             Spin::Reasoned { threshold: None } | Spin::Adaptive => {

@@ -182,6 +182,16 @@ fn heavy_fence() -> bool {
     }
 }
 
+/// Whether the workers of a runtime with `config` and `workers` workers open windows to
+/// stand-ins, if the heavy fence is [`available`].
+pub(crate) fn wanted(config: &crate::Config, workers: usize) -> bool {
+    config.stand_in && config.batching && config.steal != crate::Steal::Off && workers > 1
+}
+
+/// The process's registration for the heavy fence, once made (`available`).
+#[cfg(not(any(loom, miri)))]
+static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 /// Whether this process may use the heavy fence: registered once for the process, on first
 /// use. False on kernels without `membarrier`'s private expedited command (before 4.14) or
 /// where a sandbox refuses it: then no gate opens.
@@ -193,8 +203,26 @@ pub(crate) fn available() -> bool {
     #[cfg(not(any(loom, miri)))]
     {
         use rustix::thread::{membarrier, MembarrierCommand};
-        static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *REGISTERED.get_or_init(|| membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok())
+    }
+}
+
+/// Starts the process's registration for the heavy fence on a thread of its own, if no
+/// registration was made or started: `Builder::build` calls it before it measures the wake-up
+/// latency, so that the two, each once per process, overlap. The registration waits for an RCU
+/// grace period (12.5 ms on this project's virtual machines, `strace` of a first build), and made
+/// by the first worker's start, after the measurement (10.5 ms), it made a process's first
+/// build take 24-28 ms. The workers' [`available`] waits for it, if it is still under way.
+pub(crate) fn register_in_background() {
+    #[cfg(not(any(loom, miri)))]
+    {
+        static STARTED: AtomicBool = AtomicBool::new(false);
+        if REGISTERED.get().is_none() && !STARTED.swap(true, Ordering::Relaxed) {
+            // A failed spawn leaves the registration to the first worker's start, as before.
+            let _ = std::thread::Builder::new().name("ochre-membarrier".into()).spawn(|| {
+                available();
+            });
+        }
     }
 }
 
@@ -353,11 +381,7 @@ pub(crate) struct CoreCell {
 impl CoreCell {
     pub(crate) fn new(core: Core, shared: &Shared) -> CoreCell {
         let id = core.id;
-        let enabled = shared.config.stand_in
-            && shared.config.batching
-            && shared.config.steal != crate::Steal::Off
-            && shared.workers > 1
-            && available();
+        let enabled = wanted(&shared.config, shared.workers) && available();
         let stand_in = Arc::clone(&shared.remotes[id].stand_in);
         let word = stand_in.gate.look();
         CoreCell {
