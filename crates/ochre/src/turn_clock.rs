@@ -83,6 +83,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     #[test]
+    #[cfg(not(miri))]
     fn building_a_runtime_calibrates_the_clock_before_any_run() {
         // Meaningful run alone (`cargo test -p ochre --lib building_a_runtime`): other tests of
         // the process may have calibrated it first, never uncalibrated it.
