@@ -136,12 +136,12 @@ impl Builder {
     /// calibrates the turn timers' clock, starts the workers' threads and returns once every
     /// worker is through its start (pinned, its heap made) and waits for a run, so that the
     /// first [`Runtime::run`] starts as later ones do. The measurement and the calibration are
-    /// made once per process (the measurement once per wake-up mechanism: 10.5 ms here,
+    /// made once per process (the measurement once per wake-up mechanism: 5.7 ms here, five
     /// wake-ups timed between two threads; the calibration about 0.6 ms), and so is the
-    /// registration stand-ins need (`membarrier`: 12.5 ms here, on a thread of its own beside
-    /// the measurement), so a process's first build of two workers takes 13-17 ms here (24-28
-    /// when the registration came after the measurement); later builds take 0.3-0.6 ms (most of
-    /// it the threads' starts).
+    /// registration stand-ins need (`membarrier`: 12.5 ms here), which runs on a thread of its
+    /// own and is waited for nowhere (workers open windows once it is done). A process's first
+    /// build of two workers takes 7.5-8 ms here (16-35 ms with a nine-round measurement and the
+    /// registration after it); later builds take 0.25-0.5 ms (most of it the threads' starts).
     pub fn build(mut self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
         // Once per process, here rather than in the first run's first timed turn (`turn_clock`).
@@ -186,7 +186,7 @@ impl Builder {
         let pins: Vec<Option<usize>> =
             (0..workers).map(|i| self.pin.then(|| cpus[i % cpus.len()])).collect();
         if crate::stand_in::wanted(&self.config, workers) {
-            // Beside the wake-up measurement below, not after it (`stand_in`).
+            // Waited for nowhere (`stand_in::register_in_background`).
             crate::stand_in::register_in_background();
         }
         let spin_threshold = match self.config.spin {
@@ -481,6 +481,11 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
     }
 }
 
+/// Round trips of the wake-up measurement a process's first build makes (each after a 1 ms
+/// sleep, `park::measure_wakeup`): five. Nine took 10.5 ms of that build; five and nine
+/// alternated in one process, six pairs: 19.2-25.4 us and 19.9-23.7 us.
+const WAKEUP_ROUNDS: usize = 5;
+
 /// 10x the measured wake-up latency of `kind` (thesis §5.3.1), measured once per process and
 /// clamped to [50 µs, 5 ms] so that a noisy probe cannot disable spinning or make it burn a core
 /// (the thesis's 200K cycles is 70-100 µs at 2-3 GHz).
@@ -491,7 +496,7 @@ fn default_spin_threshold(kind: Wakeup) -> Result<Duration, Error> {
         return Ok(*d);
     }
     #[cfg(not(loom))]
-    let latency = crate::park::measure_wakeup(kind, 9)
+    let latency = crate::park::measure_wakeup(kind, WAKEUP_ROUNDS)
         .map_err(|e| Error::os("measuring wake-up latency", e))?;
     #[cfg(loom)]
     let latency = Duration::from_micros(30);

@@ -207,21 +207,39 @@ pub(crate) fn available() -> bool {
     }
 }
 
+/// Whether the process's registration for the heavy fence is done (`Some(true)`), was refused
+/// (`Some(false)`) or is not made yet (`None`): [`available`] without waiting.
+pub(crate) fn registered_now() -> Option<bool> {
+    #[cfg(any(loom, miri))]
+    {
+        Some(true)
+    }
+    #[cfg(not(any(loom, miri)))]
+    {
+        REGISTERED.get().copied()
+    }
+}
+
 /// Starts the process's registration for the heavy fence on a thread of its own, if no
-/// registration was made or started: `Builder::build` calls it before it measures the wake-up
-/// latency, so that the two, each once per process, overlap. The registration waits for an RCU
-/// grace period (12.5 ms on this project's virtual machines, `strace` of a first build), and made
-/// by the first worker's start, after the measurement (10.5 ms), it made a process's first
-/// build take 24-28 ms. The workers' [`available`] waits for it, if it is still under way.
+/// registration was made or started: `Builder::build` calls it, and waits for it nowhere. The
+/// registration waits for an RCU grace period (12.5 ms on this project's virtual machines,
+/// `strace` of a first build); made by the first worker's start, after the wake-up latency's
+/// measurement (10.5 ms), it made a process's first build take 16-35 ms. A worker that starts
+/// before it is done opens no window until it is ([`CoreCell::enable_when_registered`], between
+/// its rounds): for the first milliseconds of a process, its workers run as with
+/// `Config::stand_in` off.
 pub(crate) fn register_in_background() {
     #[cfg(not(any(loom, miri)))]
     {
         static STARTED: AtomicBool = AtomicBool::new(false);
         if REGISTERED.get().is_none() && !STARTED.swap(true, Ordering::Relaxed) {
-            // A failed spawn leaves the registration to the first worker's start, as before.
-            let _ = std::thread::Builder::new().name("ochre-membarrier".into()).spawn(|| {
+            let spawned = std::thread::Builder::new().name("ochre-membarrier".into()).spawn(|| {
                 available();
             });
+            if spawned.is_err() {
+                // Here, then: no worker waits for it, and none would open a window without it.
+                available();
+            }
         }
     }
 }
@@ -373,7 +391,12 @@ pub(crate) struct CoreCell {
     /// The worker's gate and where stand-ins find its core (its `Remote`'s).
     stand_in: Arc<Padded<StandIn>>,
     /// Windows open: the gate is usable here (`Config::stand_in`, and `membarrier` works).
-    enabled: bool,
+    /// Turned on between rounds once the process's registration is done, if it was under way
+    /// when the worker started ([`CoreCell::enable_when_registered`]); never turned off.
+    enabled: Cell<bool>,
+    /// This runtime's workers open windows, once the registration is done ([`wanted`]); off
+    /// for good if the registration was refused.
+    wanted: Cell<bool>,
     /// The gate's word as the owner left it (odd: closed).
     word: Cell<u64>,
 }
@@ -381,21 +404,48 @@ pub(crate) struct CoreCell {
 impl CoreCell {
     pub(crate) fn new(core: Core, shared: &Shared) -> CoreCell {
         let id = core.id;
-        let enabled = wanted(&shared.config, shared.workers) && available();
+        let wanted = wanted(&shared.config, shared.workers);
+        let enabled = wanted && registered_now() == Some(true);
         let stand_in = Arc::clone(&shared.remotes[id].stand_in);
         let word = stand_in.gate.look();
         CoreCell {
             core: std::cell::UnsafeCell::new(core),
             flag: Cell::new(0),
             stand_in,
-            enabled,
+            enabled: Cell::new(enabled),
+            wanted: Cell::new(wanted),
             word: Cell::new(word),
         }
     }
 
     /// Whether this runtime's workers open their cores (and so stand in for each other).
     pub(crate) fn stand_ins(&self) -> bool {
-        self.enabled
+        self.enabled.get()
+    }
+
+    /// Opens windows from now on if this runtime's workers open them and the process's
+    /// registration, under way when the worker started, is done. Called by the owner between
+    /// rounds, with no borrow alive and its core closed: windows were never opened before, so
+    /// the gate's word is the closed one the cell started with.
+    #[inline]
+    pub(crate) fn enable_when_registered(&self) {
+        if self.wanted.get() && !self.enabled.get() {
+            self.enable_if_registered();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enable_if_registered(&self) {
+        match registered_now() {
+            Some(true) => {
+                debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
+                self.enabled.set(true);
+            }
+            // Refused: no windows, and no more looks.
+            Some(false) => self.wanted.set(false),
+            None => {}
+        }
     }
 
     /// Publishes where the core is, for this run's windows.
@@ -407,7 +457,7 @@ impl CoreCell {
     /// borrow is alive; `waiting`: colors wait in the line.
     #[inline]
     pub(crate) fn open(&self, waiting: bool) {
-        if self.enabled {
+        if self.enabled.get() {
             debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
             self.word.set(self.stand_in.gate.open(self.word.get(), waiting));
             self.flag.set(OPEN);
@@ -418,7 +468,7 @@ impl CoreCell {
     #[inline]
     pub(crate) fn close(&self) -> bool {
         let word = self.word.get();
-        if !self.enabled || !is_open(word) {
+        if !self.enabled.get() || !is_open(word) {
             return false;
         }
         debug_assert_eq!(self.flag.get(), OPEN, "closed with a borrow alive");

@@ -1233,6 +1233,8 @@ impl WorkerCtx {
             if shared.stopping() {
                 break;
             }
+            // No borrow alive, the core closed: windows may start here (`stand_in`).
+            self.core.enable_when_registered();
             let garbage = {
                 let mut core = self.core.borrow_mut();
                 core.counters.add(Counter::Rounds, 1);
