@@ -14,10 +14,10 @@
 //! registration started on a thread of its own before the measurement: 11.7-15.0 ms; then
 //! waited for nowhere (workers open windows once it is done) and the measurement of five rounds
 //! instead of nine (the same latency within its spread): 7.5-8.0 ms (tokio-mt's first build:
-//! 0.06-0.08 ms; later builds of either 0.25-0.5 ms). The first run of
-//! 10 chunks took 0.78-1.53 ms against 0.02-0.10 ms later: the turn timers' clock was
-//! calibrated (`quanta::Clock::new`, 0.63 ms) by the first timed turn, on a worker, inside the
-//! run; calibrated by the build now: 0.13-0.18 ms.
+//! 0.06-0.08 ms; later builds of either 0.25-0.5 ms). The first run of 10 chunks took
+//! 0.78-1.53 ms against 0.02-0.10 ms later: the turn timers' clock was calibrated
+//! (`quanta::Clock::new`, 0.63 ms) by the first timed turn, on a worker, inside the run;
+//! calibrated by the build now: 0.13-0.18 ms.
 
 use std::sync::Arc;
 use std::time::Instant;

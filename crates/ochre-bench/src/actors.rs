@@ -58,10 +58,8 @@
 //! closures of its forwarded posts (to colors stolen from the driver's backlog) inline, as
 //! remote posts are, moved nothing measurable (8 alternated processes), so it was not kept.
 //! A message's closure costs about 90 of those instructions in EMA (allocated at the post,
-//! freed at the run): holding closures of up to three words in the task itself saved them
-//! (fork-join empty 508 -> 453 at one worker) but made the task four words, moved through
-//! memory instead of registers, and every other program 23-33% slower (session 53, the
-//! `Task` doc in `ochre::message`); what would keep both is filing a closure straight into its
+//! freed at the run); holding small closures in the task itself was measured and not kept
+//! (`ochre::message`'s `Task` doc): what would save them is filing a closure straight into its
 //! color's queue and running it from there, with no task in between.
 //!
 //! `OCHRE_ACTORS=chameneos,bank` (names or prefixes of names, comma-separated) runs only those

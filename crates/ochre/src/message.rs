@@ -56,9 +56,9 @@ struct Custom<F> {
 /// registers from the post to the queue and from the queue to the run; any other shape is an
 /// aggregate, copied through memory at each of those moves (and a copy read wider than it was
 /// written waits for the stores: the likely cost, not measured on this machine without
-/// hardware counters). With the word a plain `MaybeUninit<u64>`
-/// (closures of one word held) the speeds came back, but no program here sends one-word
-/// closures (an actor's message and its address are two at least): not kept.
+/// hardware counters). With the word a plain `MaybeUninit<u64>` (closures of one word held)
+/// the speeds came back, but no program here sends one-word closures (an actor's message and
+/// its address are two at least): not kept.
 pub(crate) struct Task {
     data: NonNull<u8>,
     table: &'static TaskTable,

@@ -181,12 +181,13 @@ impl Recurrence {
     /// dropped).
     #[inline]
     pub(crate) fn created(&mut self, color: Color) {
-        let (epoch, since_growth) = (self.epoch, self.epoch.wrapping_sub(self.grown_at));
+        let epoch = self.epoch;
         let Some(e) = Self::entry_of(color).and_then(|i| self.sample.get_mut(i)) else { return };
         if e.color == color
             && e.epochs >= RECURRING_EPOCHS
             && e.last_return != epoch
-            && epoch.wrapping_sub(e.last_drop) <= since_growth
+            // Dropped since the bound last grew (`grown_at`, read for sampled colors only).
+            && epoch.wrapping_sub(e.last_drop) <= epoch.wrapping_sub(self.grown_at)
         {
             e.last_return = epoch;
             self.returners += 1;

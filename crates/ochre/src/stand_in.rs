@@ -231,8 +231,8 @@ pub(crate) fn registered_now() -> Option<bool> {
 pub(crate) fn register_in_background() {
     #[cfg(not(any(loom, miri)))]
     {
-        static STARTED: AtomicBool = AtomicBool::new(false);
-        if REGISTERED.get().is_none() && !STARTED.swap(true, Ordering::Relaxed) {
+        static START: std::sync::Once = std::sync::Once::new();
+        START.call_once(|| {
             let spawned = std::thread::Builder::new().name("ochre-membarrier".into()).spawn(|| {
                 available();
             });
@@ -240,7 +240,7 @@ pub(crate) fn register_in_background() {
                 // Here, then: no worker waits for it, and none would open a window without it.
                 available();
             }
-        }
+        });
     }
 }
 
@@ -391,12 +391,12 @@ pub(crate) struct CoreCell {
     /// The worker's gate and where stand-ins find its core (its `Remote`'s).
     stand_in: Arc<Padded<StandIn>>,
     /// Windows open: the gate is usable here (`Config::stand_in`, and `membarrier` works).
-    /// Turned on between rounds once the process's registration is done, if it was under way
-    /// when the worker started ([`CoreCell::enable_when_registered`]); never turned off.
+    /// Never turned off.
     enabled: Cell<bool>,
-    /// This runtime's workers open windows, once the registration is done ([`wanted`]); off
-    /// for good if the registration was refused.
-    wanted: Cell<bool>,
+    /// Windows are [`wanted`] and the process's registration was under way when the worker
+    /// started: `enabled` turns on between rounds once it is done
+    /// ([`CoreCell::enable_when_registered`]); pending no more once it is done or refused.
+    pending: Cell<bool>,
     /// The gate's word as the owner left it (odd: closed).
     word: Cell<u64>,
 }
@@ -405,15 +405,15 @@ impl CoreCell {
     pub(crate) fn new(core: Core, shared: &Shared) -> CoreCell {
         let id = core.id;
         let wanted = wanted(&shared.config, shared.workers);
-        let enabled = wanted && registered_now() == Some(true);
+        let registered = registered_now();
         let stand_in = Arc::clone(&shared.remotes[id].stand_in);
         let word = stand_in.gate.look();
         CoreCell {
             core: std::cell::UnsafeCell::new(core),
             flag: Cell::new(0),
             stand_in,
-            enabled: Cell::new(enabled),
-            wanted: Cell::new(wanted),
+            enabled: Cell::new(wanted && registered == Some(true)),
+            pending: Cell::new(wanted && registered.is_none()),
             word: Cell::new(word),
         }
     }
@@ -423,13 +423,13 @@ impl CoreCell {
         self.enabled.get()
     }
 
-    /// Opens windows from now on if this runtime's workers open them and the process's
-    /// registration, under way when the worker started, is done. Called by the owner between
-    /// rounds, with no borrow alive and its core closed: windows were never opened before, so
-    /// the gate's word is the closed one the cell started with.
+    /// Opens windows from now on if the process's registration, under way when the worker
+    /// started, is done. Called by the owner between rounds, with no borrow alive and its core
+    /// closed: windows were never opened before, so the gate's word is the closed one the cell
+    /// started with.
     #[inline]
     pub(crate) fn enable_when_registered(&self) {
-        if self.wanted.get() && !self.enabled.get() {
+        if self.pending.get() {
             self.enable_if_registered();
         }
     }
@@ -437,15 +437,11 @@ impl CoreCell {
     #[cold]
     #[inline(never)]
     fn enable_if_registered(&self) {
-        match registered_now() {
-            Some(true) => {
-                debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
-                self.enabled.set(true);
-            }
-            // Refused: no windows, and no more looks.
-            Some(false) => self.wanted.set(false),
-            None => {}
-        }
+        let Some(ok) = registered_now() else { return };
+        debug_assert!(self.flag.get() == 0 && !is_open(self.word.get()));
+        // Refused: no windows, and no more looks.
+        self.enabled.set(ok);
+        self.pending.set(false);
     }
 
     /// Publishes where the core is, for this run's windows.
