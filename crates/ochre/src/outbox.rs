@@ -129,8 +129,16 @@ struct RuleSeen {
 }
 
 /// A turn's first batch to a destination may go early, at `batch_size / EARLY_FRACTION`
-/// messages (see [`Outbox::offers_early`]).
+/// messages, and at [`EARLY_MIN`] at least (see [`Outbox::offers_early`]).
 const EARLY_FRACTION: usize = 8;
+
+/// The smallest early batch. An early batch of one message leaves as the handler posts it,
+/// before the handler returns and the worker knows whether that post was its only one to
+/// another worker (a chain's step, `mark_step`), so it travels unmarked and `follow` never
+/// moves the next color of the chain: with `batch_size(8)` (an early batch of one) a
+/// one-token ring of 1000 plain colors stayed spread over two workers and ran at 2.0-2.1M hops
+/// a second against 16.9-17.0M with 16 or 32 (`ring_probe 1 4`, `FRESH=1`, `BATCH=n`).
+const EARLY_MIN: usize = 2;
 
 /// Whether a turn that sent `turn_sends` messages to other workers was a burst, after which
 /// every outgoing buffer leaves at once (a fan-out, whose receivers are about to run out of the
@@ -178,7 +186,7 @@ impl Outbox {
             pending: Vec::with_capacity(workers),
             spares: Vec::new(),
             allocated: 0,
-            early_at: (batch_size / EARLY_FRACTION).max(1),
+            early_at: (batch_size / EARLY_FRACTION).max(EARLY_MIN),
             turn: 1,
             debug: None,
         }
