@@ -36,7 +36,9 @@ pub fn steps() -> Vec<(&'static str, Config)> {
     let spin = futex.clone().spin(Spin::Reasoned { threshold: None });
     let batch = spin.clone().batching(true).batch_sizing(BatchSize::Fixed);
     let ema = batch.clone().ema(true);
-    let placed = ema.clone().placement(true);
+    // Placement: colors placed by CPU share (`ochre::place`), and homed on as many workers as
+    // there are CPUs (no difference where workers are no more than CPUs, as here).
+    let placed = ema.clone().placement(true).home_on_every_worker(false);
     let no_steal = placed.clone().steal(Steal::Off);
     let follow = no_steal.clone().follow(true).newest_first(true);
     let backlog = follow.clone().steal(Steal::Backlog);

@@ -700,9 +700,10 @@ pub fn hand_colors<P: Program>(rt: &Runtime, prog: &P) -> Vec<Color> {
 }
 
 /// `count` distinct colors, the `i`th homed (`Runtime::home_of`) on worker `worker(i)` (the last
-/// worker if that is past it).
+/// worker that homes colors if that is past it: `Runtime::homes`).
 pub fn colors_homed_on(rt: &Runtime, count: usize, worker: impl Fn(usize) -> usize) -> Vec<Color> {
-    let workers = rt.workers();
+    // Only the workers that home colors have any (`Runtime::homes`).
+    let workers = rt.homes();
     let mut spare: Vec<Vec<Color>> = vec![Vec::new(); workers];
     let mut next = 1;
     (0..count)

@@ -93,25 +93,38 @@ pub type BuildOchre = Box<dyn Fn() -> Result<ochre::Runtime, ochre::Error>>;
 /// (EMA off, those as the event allocator: the allocator comparison of issue 5, in the same
 /// process as the other systems).
 pub fn ochre_builds(workers: usize) -> Vec<(&'static str, BuildOchre)> {
+    ochre_builds_from(workers, ochre::Config::default())
+}
+
+/// [`ochre_builds`] with `config` in place of the default configuration (the baseline stays
+/// [`ochre::Config::baseline`]).
+pub fn ochre_builds_from(workers: usize, config: ochre::Config) -> Vec<(&'static str, BuildOchre)> {
     use ochre::{Config, Runtime};
-    let no_ema = move || Runtime::builder().workers(workers).config(Config::default().ema(false));
+    let no_ema = move |c: &Config| Runtime::builder().workers(workers).config(c.clone().ema(false));
+    let (c1, c2, c3, c4) = (config.clone(), config.clone(), config.clone(), config.clone());
     vec![
-        ("ochre", Box::new(move || Runtime::builder().workers(workers).build())),
+        (
+            "ochre",
+            Box::new(move || Runtime::builder().workers(workers).config(config.clone()).build()),
+        ),
         (
             "ochre-baseline",
             Box::new(move || {
                 Runtime::builder().workers(workers).config(Config::baseline()).build()
             }),
         ),
-        ("ochre-sysalloc", Box::new(move || no_ema().build())),
+        ("ochre-sysalloc", Box::new(move || no_ema(&c1).build())),
         (
             "ochre-jemalloc",
-            Box::new(move || no_ema().event_allocator(&tikv_jemallocator::Jemalloc).build()),
+            Box::new(move || no_ema(&c2).event_allocator(&tikv_jemallocator::Jemalloc).build()),
         ),
-        ("ochre-mimalloc", Box::new(move || no_ema().event_allocator(&mimalloc::MiMalloc).build())),
+        (
+            "ochre-mimalloc",
+            Box::new(move || no_ema(&c3).event_allocator(&mimalloc::MiMalloc).build()),
+        ),
         (
             "ochre-snmalloc",
-            Box::new(move || no_ema().event_allocator(&snmalloc_rs::SnMalloc).build()),
+            Box::new(move || no_ema(&c4).event_allocator(&snmalloc_rs::SnMalloc).build()),
         ),
     ]
 }

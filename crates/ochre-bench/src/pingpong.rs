@@ -67,9 +67,9 @@ fn ochre_hop(c: Color, left: u64) {
     }
 }
 
-/// `CHAINS` colors homed on each worker of `rt`.
+/// `CHAINS` colors homed on each worker of `rt` that homes colors (`Runtime::homes`).
 pub fn colors_per_worker(rt: &Runtime, per_worker: usize) -> Vec<Vec<Color>> {
-    (0..rt.workers())
+    (0..rt.homes())
         .map(|w| (1..).map(Color).filter(|&c| rt.home_of(c) == w).take(per_worker).collect())
         .collect()
 }

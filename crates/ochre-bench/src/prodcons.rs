@@ -590,7 +590,9 @@ const SHARING_WORKERS: [usize; 4] = [2, 4, 8, 16];
 fn sharing(opts: &Options, report: &mut BenchReport) {
     for workers in SHARING_WORKERS {
         let case = sharing_case(workers);
-        let builds = peers::ochre_builds(workers);
+        // Every worker a home, as on a machine of as many CPUs (`Config::home_on_every_worker`).
+        let every = ochre::Config::default().home_on_every_worker(true);
+        let builds = peers::ochre_builds_from(workers, every);
         let systems: Vec<System<'_>> = builds
             .iter()
             .filter(|(name, _)| compares_allocators(name))
@@ -905,7 +907,8 @@ mod tests {
     #[test]
     fn ema_places_a_rounds_arrays_on_lines_of_one_worker() {
         for workers in SHARING_WORKERS {
-            let rt = Runtime::builder().workers(workers).pin(false).build().unwrap();
+            let every = ochre::Config::default().home_on_every_worker(true);
+            let rt = Runtime::builder().workers(workers).pin(false).config(every).build().unwrap();
             let r = Round::leak(&rt, SORT22);
             ochre_prodcons(&rt, r, 3).unwrap();
             assert_eq!(shared_lines(&rt, r), Ok(0.0), "{workers} workers");

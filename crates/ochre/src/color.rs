@@ -89,19 +89,27 @@ impl Color {
     }
 }
 
-/// Where colors live: the worker count and the size of a cache domain (consecutive workers
-/// share caches, since workers are placed in tree order).
+/// Where colors live: the worker count, how many of them (the first ones) are homes of colors,
+/// and the size of a cache domain (consecutive workers share caches, since workers are placed in
+/// tree order). Homes: every worker, or with more workers than CPUs as many as there are CPUs
+/// (`Config::home_on_every_worker`). Invariant: `1 <= homes <= workers`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub(crate) workers: usize,
+    pub(crate) homes: usize,
     pub(crate) domain: usize,
 }
 
 impl Placement {
-    /// Workers that share nothing worth grouping for.
+    /// `workers` workers, of which the first `homes` (at least one) are homes of colors.
+    pub(crate) fn new(workers: usize, homes: usize, domain: usize) -> Placement {
+        Placement { workers, homes: homes.clamp(1, workers.max(1)), domain }
+    }
+
+    /// Workers that share nothing worth grouping for, each a home.
     #[cfg(test)]
     pub(crate) fn flat(workers: usize) -> Placement {
-        Placement { workers, domain: 1 }
+        Placement::new(workers, workers, 1)
     }
 }
 
@@ -132,7 +140,7 @@ impl From<u64> for Color {
 /// [`Runtime::home_of`](crate::Runtime::home_of) to choose colors for a given worker.
 #[inline]
 pub(crate) fn home_of(color: Color, placement: Placement) -> usize {
-    let Placement { workers, domain } = placement;
+    let Placement { homes: workers, domain, .. } = placement;
     if let Some(group) = color.group() {
         let domain = domain.clamp(1, workers);
         let domains = workers.div_ceil(domain);
@@ -168,7 +176,7 @@ mod tests {
 
     #[test]
     fn groups_stay_in_one_domain_and_spread_over_domains() {
-        let p = Placement { workers: 8, domain: 2 };
+        let p = Placement::new(8, 8, 2);
         for g in 0..8u32 {
             let homes: Vec<usize> = (0..6).map(|m| home_of(Color::grouped(g, m), p)).collect();
             let first = (g as usize % 4) * 2;
@@ -184,7 +192,7 @@ mod tests {
         assert!(!Color::grouped(u32::MAX, 1).admits_readers(), "group bits are not the mode");
         assert_eq!(Color::with_readers(u64::MAX), Color::with_readers((1 << 62) - 1));
         // A last, smaller domain.
-        let p = Placement { workers: 5, domain: 2 };
+        let p = Placement::new(5, 5, 2);
         assert!((0..10).all(|m| home_of(Color::grouped(2, m), p) == 4));
     }
 

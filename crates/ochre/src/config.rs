@@ -287,6 +287,21 @@ pub struct Config {
     /// with `membarrier` (4.14 or later); off in the baseline.
     #[serde(default = "yes")]
     pub stand_in: bool,
+    /// Every worker is the home of colors, also with more workers than the runtime has CPUs.
+    /// `false` (the default): with more workers than CPUs, plain colors are homed on as many
+    /// workers as there are CPUs (workers `0..cpus`, one per CPU in tree order), and the other
+    /// workers run the colors lent to them (stealing, `follow`'s moves); grouped colors keep to
+    /// their cache domain among those workers. Why: a post goes to its color's home, and with
+    /// eight workers on two CPUs three posts in four went to a worker that was not running
+    /// (asleep, or waiting for a CPU its siblings held) and waited for its wake-up or its time
+    /// slice: a user's divide and conquer of fresh colors ran at 0.24-0.31 of tokio-mt with as
+    /// many workers, 1.27-1.47 with homes on two and the standbys neither stealing
+    /// (`steal::steals`) nor woken for runs' ends (`idle::sleeps_through`); at four workers
+    /// 0.38-0.41 and 1.06-1.24 (`oversub_probe`, two processes of each build). `true` in
+    /// [`Config::baseline`] (libasync-smp hashes colors over all its threads) and for tests of
+    /// the protocol that need colors homed on every worker of many on a small machine.
+    #[serde(default)]
+    pub home_on_every_worker: bool,
     /// With `sleep_through_ends`, a worker sleeps through run ends on any CPU, not only on one
     /// found shared: for tests of the protocol (`run_end`) on a quiet machine.
     #[doc(hidden)]
@@ -374,6 +389,7 @@ impl Default for Config {
             sleep_through_ends: true,
             stand_in: true,
             sleep_through_any_cpu: false,
+            home_on_every_worker: false,
             color_stats: color_stats_default(),
             trace_events: 0,
             stall_threshold: stall_threshold_default(),
@@ -444,6 +460,8 @@ impl Config {
         sleep_through_ends: bool,
         /// Sets [`Config::stand_in`].
         stand_in: bool,
+        /// Sets [`Config::home_on_every_worker`].
+        home_on_every_worker: bool,
         /// Sets `Config::sleep_through_any_cpu` (for tests).
         #[doc(hidden)]
         sleep_through_any_cpu: bool,
@@ -462,7 +480,7 @@ impl Config {
     }
 
     /// The original libasync-smp (thesis §5.1.2): one lock per posted event, pipe wake-ups, no
-    /// spinning, no online tuning, plain stealing, events from the global allocator, colors placed by hash, turns in line order. Build with the `unpadded` feature for its memory layout too.
+    /// spinning, no online tuning, plain stealing, events from the global allocator, colors placed by hash over every worker, turns in line order. Build with the `unpadded` feature for its memory layout too.
     pub fn baseline() -> Self {
         Config::default()
             .batching(false)
@@ -476,6 +494,7 @@ impl Config {
             .unpin_when_shared(false)
             .sleep_through_ends(false)
             .stand_in(false)
+            .home_on_every_worker(true)
             .backlog_turns(false)
             .newest_first(false)
     }
@@ -530,6 +549,7 @@ mod tests {
         assert!(d.ema && !b.ema);
         assert!(d.unpin_when_shared && !b.unpin_when_shared);
         assert!(d.sleep_through_ends && !b.sleep_through_ends);
+        assert!(!d.home_on_every_worker && b.home_on_every_worker);
         assert!(d.stand_in && !b.stand_in);
         assert!(d.newest_first && !b.newest_first);
         // Opt-in (its doc says why): off in both.

@@ -88,6 +88,8 @@
 //!
 //! ## How data flows
 //!
+//! Each color has a *home* worker, a hash of the color over the workers (or, with more workers
+//! than CPUs, over as many workers as there are CPUs: [`Config::home_on_every_worker`]).
 //! A post from a handler goes to the color's queue on the posting worker if that worker holds the
 //! color (no atomic, no shared line), else into the posting worker's outgoing buffer for the
 //! color's home worker. Buffers are handed over whole (one compare-and-swap) when full, at the end

@@ -3430,7 +3430,7 @@ mod tests {
     #[test]
     fn a_group_moves_whole() {
         let log = Log::default();
-        let p = Placement { workers: 2, domain: 2 };
+        let p = Placement::new(2, 2, 2);
         let mut q = ColorQueue::new(0, p);
         let members: Vec<Color> =
             (0..8).map(|m| Color::grouped(3, m)).filter(|&c| home_of(c, p) == 0).collect();

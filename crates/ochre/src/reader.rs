@@ -353,6 +353,12 @@ impl Readers {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let lanes = (0..placement.workers)
             .map(|w| {
+                if w >= placement.homes {
+                    // No color is homed on a worker beyond the homes (more workers than CPUs,
+                    // `Config::home_on_every_worker`): a lane of its own, homed elsewhere and
+                    // run where it is (moved by `follow` or stealing like any color).
+                    return Color(LANE_BASE + LANE_TRIES + w as u64);
+                }
                 (0..LANE_TRIES)
                     .map(|k| Color(LANE_BASE + k))
                     .find(|&c| home_of(c, placement) == w)

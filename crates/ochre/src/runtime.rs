@@ -79,7 +79,10 @@ impl Default for Builder {
 
 impl Builder {
     /// Number of worker threads. Default: one per CPU in the process's affinity mask (or per CPU
-    /// given to [`cpus`](Builder::cpus)).
+    /// given to [`cpus`](Builder::cpus)). More workers than CPUs is allowed and costs little:
+    /// colors are then homed on as many workers as there are CPUs and the others stand by
+    /// ([`Config::home_on_every_worker`]): they take colors moved to them and stand in for a
+    /// worker stuck in a handler, but do not steal, and sleep through the ends of runs.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
@@ -200,8 +203,11 @@ impl Builder {
         // more workers than CPUs, at most half the CPUs spin (tokio bounds searchers likewise).
         let max_spinners =
             crate::idle::max_spinners(self.config.max_spinners, workers, allowed.len());
+        // The CPUs the workers run on: homes of colors for as many workers
+        // (`Config::home_on_every_worker`).
+        let cpu_count = cpus.len().min(allowed.len());
         let shared = Arc::new(
-            Shared::new(self.config, workers, spin_threshold, max_spinners, &tree)
+            Shared::new(self.config, workers, cpu_count, spin_threshold, max_spinners, &tree)
                 .map_err(|e| Error::os("creating a wake-up channel", e))?,
         );
         crate::stall::start(&shared).map_err(|e| Error::os("starting the stall watchdog", e))?;
@@ -604,7 +610,15 @@ impl Runtime {
         self.shared.workers
     }
 
-    /// The worker a color lives on (its home), unless lent by stealing.
+    /// Number of workers that are homes of colors (the first ones): every worker, or with more
+    /// workers than CPUs as many as there are CPUs ([`Config::home_on_every_worker`]). Every
+    /// worker in `0..homes()` homes colors; the others run colors lent to them.
+    pub fn homes(&self) -> usize {
+        self.shared.placement.homes
+    }
+
+    /// The worker a color lives on (its home), unless lent by stealing. With more workers than
+    /// CPUs, only the first [`Runtime::homes`] workers are homes (`Config::home_on_every_worker`).
     pub fn home_of(&self, color: Color) -> usize {
         home_of(color, self.shared.placement)
     }
@@ -1190,7 +1204,7 @@ impl Handle {
         self.shared.workers
     }
 
-    /// The home worker of a color.
+    /// The home worker of a color (one of the first [`Runtime::homes`] workers).
     pub fn home_of(&self, color: Color) -> usize {
         home_of(color, self.shared.placement)
     }

@@ -310,6 +310,9 @@ pub(crate) struct Shared {
     pub(crate) workers: usize,
     /// Where colors live (`color::home_of`).
     pub(crate) placement: crate::color::Placement,
+    /// More workers than CPUs: workers share CPUs with each other (their wake-ups wait for a
+    /// sibling's time slice), so they sleep through runs' ends (`idle::sleeps_through`).
+    pub(crate) oversubscribed: bool,
     pub(crate) remotes: Box<[Remote]>,
     pub(crate) control: Control,
     /// Reasoned-spinning threshold (0 if the policy does not use one).
@@ -337,10 +340,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The shared state of a runtime of `workers` workers, with a parker each.
+    /// The shared state of a runtime of `workers` workers on `cpus` CPUs, with a parker each.
     pub(crate) fn new(
         config: Config,
         workers: usize,
+        cpus: usize,
         spin_threshold: Duration,
         max_spinners: usize,
         topology: &crate::topology::Topology,
@@ -364,13 +368,16 @@ impl Shared {
             .map(|_| Ok(Remote::new(Parker::new(config.wakeup)?, PollerHandle::new()?)))
             .collect::<std::io::Result<Vec<_>>>()?;
         let color_stats = crate::color_stats::Published::new(workers, config.color_stats);
-        let placement = crate::color::Placement { workers, domain: topology.domain_size(workers) };
+        let homes = if config.home_on_every_worker { workers } else { workers.min(cpus) };
+        let placement =
+            crate::color::Placement::new(workers, homes, topology.domain_size(homes.max(1)));
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(Shared {
             id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             actors: crate::actor::Actors::default(),
             config,
             workers,
+            oversubscribed: workers > cpus,
             placement,
             remotes: remotes.into_boxed_slice(),
             control: Control {

@@ -463,6 +463,7 @@ mod tests {
             Shared::new(
                 crate::Config::default(),
                 1,
+                1,
                 Duration::ZERO,
                 1,
                 &crate::topology::Topology::flat(vec![0]),

@@ -1037,11 +1037,13 @@ impl Core {
     /// The color for new long-lived work (see [`crate::place`]).
     pub(crate) fn place(&mut self, shared: &Shared, seed: u64) -> Color {
         let first = Color(seed);
-        if !shared.config.placement || shared.workers < 2 {
+        if !shared.config.placement || shared.placement.homes < 2 {
             return first;
         }
-        let shares =
-            shared.remotes.iter().map(|r| r.status.cpu_share.load(Ordering::Relaxed) as u32);
+        // Among the workers that home colors (`Config::home_on_every_worker`).
+        let shares = shared.remotes[..shared.placement.homes]
+            .iter()
+            .map(|r| r.status.cpu_share.load(Ordering::Relaxed) as u32);
         let worker = crate::cpu_share::pick(shares, &mut self.place_credit);
         // A hashed color homed on `worker`: 1 in `workers` is, so a few tries on average.
         (0..crate::context::PLACE_TRIES)
@@ -1727,7 +1729,7 @@ mod tests {
     fn posts_held_by_a_fresh_guest_are_let_in_during_the_handler() {
         let config = Config::default();
         let topology = crate::topology::Topology::flat(vec![0, 1]);
-        let shared = Shared::new(config.clone(), 2, Duration::ZERO, 1, &topology).unwrap();
+        let shared = Shared::new(config.clone(), 2, 2, Duration::ZERO, 1, &topology).unwrap();
         let mut core = Core::new(0, Placement::flat(2), &config, crate::stall::Beat::off());
         let (producer, counter) = (color_on(0, 2), color_on(1, 2));
         core.queue.adopt_moved(counter, 1, None, false, false);

@@ -21,6 +21,9 @@ struct Counter {
 /// rounds (the actors' colors move under the traffic); returns each actor's count and whether
 /// anything broke.
 fn stress(workers: usize, config: Config, actors: usize, posters: u64, per: u64) {
+    // Every worker a home and a thief, on any machine: the moves between many workers are what
+    // this stresses (`Config::home_on_every_worker`).
+    let config = config.home_on_every_worker(true);
     let rt = Runtime::builder().workers(workers).pin(false).config(config).build().unwrap();
     let broken = Arc::new(AtomicUsize::new(0));
     let delivered = Arc::new(AtomicU64::new(0));

@@ -7,11 +7,14 @@ use std::time::Duration;
 use ochre::{Color, Config, Error, RunEnd, Runtime, Spin, Steal, Wakeup};
 
 fn rt(workers: usize) -> Runtime {
-    Runtime::builder().workers(workers).pin(false).build().unwrap()
+    // Every worker a home, on any machine: these tests choose colors homed on given workers.
+    let config = Config::default().home_on_every_worker(true);
+    Runtime::builder().workers(workers).pin(false).config(config).build().unwrap()
 }
 
 /// A color homed on worker `w`.
 fn color_on(rt: &Runtime, w: usize, skip: usize) -> Color {
+    assert!(w < rt.homes(), "worker {w} homes no color: `Config::home_on_every_worker`");
     (1..).map(Color).filter(|&c| rt.home_of(c) == w).nth(skip).unwrap()
 }
 
@@ -698,7 +701,11 @@ fn a_run_ends_with_its_work_even_while_workers_spin() {
     let rt = Runtime::builder()
         .workers(4)
         .pin(false)
-        .config(Config::default().spin(Spin::Always { limit: Duration::from_secs(10) }))
+        .config(
+            Config::default()
+                .spin(Spin::Always { limit: Duration::from_secs(10) })
+                .home_on_every_worker(true),
+        )
         .build()
         .unwrap();
     let colors: Vec<Color> = (0..4).map(|w| color_on(&rt, w, 0)).collect();
@@ -1538,7 +1545,8 @@ fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
     let config = Config::default()
         .anchor_watched(false)
         .spin(Spin::Always { limit: Duration::from_micros(200) })
-        .max_spinners(Some(WORKERS));
+        .max_spinners(Some(WORKERS))
+        .home_on_every_worker(true);
     let rt =
         Arc::new(Runtime::builder().workers(WORKERS).pin(false).config(config).build().unwrap());
     for run in 0..4 {
@@ -1570,4 +1578,66 @@ fn stress_watched_colors_moving_among_many_workers_keep_their_readiness() {
             assert!(w > 1, "run {run}, chain {i}: only {w} writes");
         }
     }
+}
+
+/// A runtime of four workers on one CPU: only worker 0 homes colors (every color's posts go to
+/// a worker that can run), unless every worker is asked to be a home.
+#[test]
+fn with_more_workers_than_cpus_colors_are_homed_on_as_many_workers_as_cpus() {
+    let cpu = ochre::topology::allowed_cpus().unwrap()[0];
+    let plain = Config::default().steal(Steal::Plain);
+    let rt = Runtime::builder().workers(4).cpus([cpu]).pin(false).config(plain).build().unwrap();
+    assert_eq!((rt.workers(), rt.homes()), (4, 1));
+    assert!((0..1000).all(|c| rt.home_of(Color(c)) == 0));
+    // Every event still runs, also posted from outside and from handlers to many colors.
+    let ran = Arc::new(AtomicU64::new(0));
+    let r = ran.clone();
+    let report = rt
+        .run(Color(1), move || {
+            for c in 0..500 {
+                let r = r.clone();
+                ochre::post(Color(c), move || {
+                    spin_for(Duration::from_micros(20));
+                    r.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        })
+        .unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), 500);
+    assert_eq!(report.total().events_run, 501);
+    // Standbys (workers beyond the homes) ask nobody for work.
+    for (w, s) in report.workers.iter().enumerate().skip(1) {
+        assert_eq!(s.steal_attempts, 0, "worker {w} is a standby: {s:?}");
+    }
+    let every = Config::default().home_on_every_worker(true);
+    let all = Runtime::builder().workers(4).cpus([cpu]).pin(false).config(every).build().unwrap();
+    assert_eq!(all.homes(), 4);
+    let mut homes: Vec<usize> = (0..1000).map(|c| all.home_of(Color(c))).collect();
+    homes.sort_unstable();
+    homes.dedup();
+    assert_eq!(homes, vec![0, 1, 2, 3]);
+}
+
+/// Workers that share CPUs with each other sleep through the ends of runs that do not need them
+/// (a wake-up there waits for a sibling's time slice): a runtime of four workers on one CPU runs
+/// short jobs of one event, and the three standbys, asleep, are never woken to end them.
+#[test]
+fn with_more_workers_than_cpus_idle_workers_sleep_through_run_ends() {
+    let cpu = ochre::topology::allowed_cpus().unwrap()[0];
+    let rt = Runtime::builder().workers(4).cpus([cpu]).pin(false).build().unwrap();
+    let mut slept_through = 0;
+    for _ in 0..50 {
+        let report = rt.run(Color(1), || {}).unwrap();
+        assert_eq!(report.total().events_run, 1);
+        slept_through += report.total().ends_slept_through;
+    }
+    // Three standbys, 50 ends each; a standby woken for something else (a stall check, a
+    // stand-in's look) ends that run awake: most, not all.
+    assert!(slept_through >= 75, "{slept_through} ends slept through of 150");
+    // With every end asked for (`sleep_through_ends(false)`), none.
+    let off = Config::default().sleep_through_ends(false);
+    let rt = Runtime::builder().workers(4).cpus([cpu]).pin(false).config(off).build().unwrap();
+    let total: u64 =
+        (0..10).map(|_| rt.run(Color(1), || {}).unwrap().total().ends_slept_through).sum();
+    assert_eq!(total, 0);
 }

@@ -51,7 +51,14 @@ fn hop(t: Arc<Totals>, b: ColorBox<Tracked>, seed: u64, left: u32) {
 
 #[test]
 fn boxes_cross_sixteen_stealing_workers_and_all_memory_comes_back() {
-    let config = Config::default().stealing_heuristics().steal_min_work(None);
+    // Every worker a home and a thief, and every worker ends every run awake (on a machine of
+    // fewer CPUs, workers sleep through ends, and a sleeper's gauges count what others freed
+    // for it as live until its next end: `Config::sleep_through_ends`).
+    let config = Config::default()
+        .stealing_heuristics()
+        .steal_min_work(None)
+        .home_on_every_worker(true)
+        .sleep_through_ends(false);
     let rt = Runtime::builder().workers(16).pin(false).config(config).build().unwrap();
     // Each run checks every box and byte; whether a color moves depends on timing (a loaded
     // machine may run a whole run without a steal), so runs repeat until colors did move.

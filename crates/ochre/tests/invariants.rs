@@ -250,12 +250,14 @@ fn events_budget() -> i64 {
 
 /// Runs the workload three times (three seeds unless one is given) on `colors` colors: thousands
 /// spread colors over workers, a few dozen make hot colors that are stolen while others keep
-/// posting to them (forwarding).
+/// posting to them (forwarding). Every worker homes colors and steals, as on a machine of as
+/// many CPUs (`Config::home_on_every_worker`): the protocol between many workers is what these
+/// tests stress; the default of a machine of fewer CPUs has its own test below.
 fn stress(name: &str, workers: usize, config: Config, shutdown_after: Option<u64>) {
     stress_on(name, workers, config, None, shutdown_after);
 }
 
-/// [`stress`] with a synthetic topology (for locality-aware stealing).
+/// [`stress`] with a synthetic topology (for locality-aware stealing), every worker a home.
 fn stress_on(
     name: &str,
     workers: usize,
@@ -263,6 +265,7 @@ fn stress_on(
     topology: Option<&str>,
     shutdown_after: Option<u64>,
 ) {
+    let config = config.home_on_every_worker(true);
     for (i, colors) in [3000u64, 48, 3000].into_iter().enumerate() {
         let seed = seed().wrapping_add(i as u64);
         let (topology, stall) = (topology, None);
@@ -408,6 +411,19 @@ fn stress_stand_ins_for_blocked_and_descheduled_workers() {
         return;
     }
     assert!(stood > 0, "no worker stood in for another in three runs of blocked handlers");
+}
+
+// More workers than CPUs with the default placement (on a machine of fewer than 16 CPUs): colors
+// homed on as many workers as there are CPUs, the others standing by (`Config::
+// home_on_every_worker`); follow's moves, stealing among the homes and stand-ins for blocked
+// handlers carry colors to the standbys and back.
+#[test]
+fn stress_more_workers_than_cpus_with_homes_on_the_cpus() {
+    let config = Config::default().steal(Steal::Plain);
+    for (i, colors) in [3000u64, 48].into_iter().enumerate() {
+        let seed = seed().wrapping_add(i as u64);
+        stress_once("homes on the CPUs", 16, config.clone(), None, None, Some(48), colors, seed);
+    }
 }
 
 #[test]

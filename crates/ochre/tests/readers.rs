@@ -267,7 +267,8 @@ fn reads_of_one_color_run_at_the_same_time_on_two_workers() {
 /// on the count over the whole run (the most reads seen inside one color at once).
 #[test]
 fn short_reads_overlap_on_a_long_run() {
-    let rt = runtime(4, Config::default());
+    // A poster homed on each of four workers, on any machine.
+    let rt = runtime(4, Config::default().home_on_every_worker(true));
     let inside: Arc<Vec<Inside>> = Arc::new((0..2).map(|_| Inside::default()).collect());
     let ins = inside.clone();
     let posters: Vec<Color> =

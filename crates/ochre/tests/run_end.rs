@@ -13,7 +13,8 @@ use std::time::Duration;
 use ochre::{Color, Config, RunEnd, Runtime, Spin};
 
 fn sleeping_through() -> Config {
-    Config::default().sleep_through_any_cpu(true).spin(Spin::Never)
+    // Every worker a home, on any machine: the tests choose sleepers by the colors homed there.
+    Config::default().sleep_through_any_cpu(true).spin(Spin::Never).home_on_every_worker(true)
 }
 
 /// Runs `f` on another thread and fails if it does not end within `limit` (a hang otherwise
@@ -28,6 +29,7 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 
 /// The first plain color homed on worker `w` of `rt`.
 fn color_on(rt: &Runtime, w: usize) -> Color {
+    assert!(w < rt.homes(), "worker {w} homes no color: `Config::home_on_every_worker`");
     (1..).map(Color).find(|&c| rt.home_of(c) == w).expect("every worker homes colors")
 }
 

@@ -19,6 +19,7 @@ fn block_until(done: &AtomicUsize, n: usize, limit: Duration) -> usize {
 
 /// Colors homed on worker `w` of `rt`, `n` of them, from `from` on.
 fn colors_on(rt: &Runtime, w: usize, from: u64, n: usize) -> Vec<Color> {
+    assert!(w < rt.homes(), "worker {w} homes no color: `Config::home_on_every_worker`");
     (from..).map(Color).filter(|&c| rt.home_of(c) == w).take(n).collect()
 }
 

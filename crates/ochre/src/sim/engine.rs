@@ -869,7 +869,7 @@ impl<'w> Sim<'w> {
     pub fn new(setup: Setup, work: &'w mut dyn Workload) -> Sim<'w> {
         let n = setup.cores.max(1);
         let topo = &setup.topology;
-        let placement = Placement { workers: n, domain: topo.domain_size(n) };
+        let placement = Placement::new(n, n, topo.domain_size(n));
         let tiers =
             (0..n).map(|w| steal::victim_tiers(topo, w, n, setup.config.steal_locality)).collect();
         let len = topo.len().max(1);

@@ -46,7 +46,7 @@ pub(crate) fn simulate(
     chains: &[Chain],
     pinned: &[Color],
 ) -> (Vec<Move>, HashMap<Color, usize>) {
-    let placement = Placement { workers, domain: topology.domain_size(workers) };
+    let placement = Placement::new(workers, workers, topology.domain_size(workers));
     let mut qs: Vec<ColorQueue> = (0..workers).map(|w| ColorQueue::new(w, placement)).collect();
     let tiers: Vec<Vec<Vec<usize>>> = (0..workers)
         .map(|w| steal::victim_tiers(topology, w, workers, config.steal_locality))
@@ -144,7 +144,7 @@ mod tests {
     }
 
     fn placement() -> Placement {
-        Placement { workers: 16, domain: machine().domain_size(16) }
+        Placement::new(16, 16, machine().domain_size(16))
     }
 
     fn plain() -> Config {

@@ -17,7 +17,7 @@ use crate::Color;
 /// The home of `color` on `cores` simulated cores of `topology` (as `Runtime::home_of`).
 pub fn home(color: Color, cores: usize, topology: &Topology) -> usize {
     let cores = cores.max(1);
-    home_of(color, Placement { workers: cores, domain: topology.domain_size(cores) })
+    home_of(color, Placement::new(cores, cores, topology.domain_size(cores)))
 }
 
 /// `per_core` colors homed on each of `cores` cores, from `first` up (as the benchmarks'
