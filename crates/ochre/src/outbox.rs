@@ -140,6 +140,13 @@ const EARLY_FRACTION: usize = 8;
 /// a second against 16.9-17.0M with 16 or 32 (`ring_probe 1 4`, `FRESH=1`, `BATCH=n`).
 const EARLY_MIN: usize = 2;
 
+/// The smallest batch that leaves full, whatever `Config::batch_size` says: a batch of one left
+/// as its handler posted it, unmarked as a chain's step for the reason [`EARLY_MIN`] gives, and
+/// with `batch_size(1)` the one-token ring of 1000 plain colors ran at 2.3M hops a second (17M
+/// with 2). A message of a batch of two that its handler does not fill leaves at the end of
+/// the handler's round, as any batch's last.
+const SMALLEST_BATCH: usize = 2;
+
 /// Whether a turn that sent `turn_sends` messages to other workers was a burst, after which
 /// every outgoing buffer leaves at once (a fan-out, whose receivers are about to run out of the
 /// part already sent, and whose batches are already large): a quarter of a batch, at least 2.
@@ -163,6 +170,7 @@ const MAX_RETURNS: usize = 64;
 
 impl Outbox {
     pub(crate) fn new(workers: usize, batch_size: usize, factor: f64) -> Self {
+        let batch_size = batch_size.max(SMALLEST_BATCH);
         Outbox {
             slots: (0..workers)
                 .map(|_| OutSlot {
@@ -685,10 +693,13 @@ mod tests {
     #[test]
     fn mean_interval_follows_natural_flushes() {
         let r = returns();
+        // A batch of one is two (`SMALLEST_BATCH`): each pair leaves full.
         let mut o = Outbox::new(1, 1, 1.1);
-        let _ = o.push(0, msg(), || &r);
+        assert!(o.push(0, msg(), || &r).is_none());
+        assert!(o.push(0, msg(), || &r).is_some());
         std::thread::sleep(Duration::from_millis(2));
-        let _ = o.push(0, msg(), || &r);
+        assert!(o.push(0, msg(), || &r).is_none());
+        assert!(o.push(0, msg(), || &r).is_some());
         assert!(o.mean_interval(0) > INITIAL_INTERVAL, "a 2 ms gap raises the mean");
     }
 }

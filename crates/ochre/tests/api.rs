@@ -806,7 +806,8 @@ fn a_fan_out_reuses_its_batch_buffers_instead_of_allocating_one_per_batch() {
 /// moves to the other's worker and the exchange stays there; with colors placed by hash only,
 /// every message crosses workers. Also with small batches: with `batch_size(8)` a turn's early
 /// batch to an idle worker was one message, which left before its handler returned and so was
-/// never marked as the chain's step, and the partners never met (`outbox::EARLY_MIN`).
+/// never marked as the chain's step, and the partners never met (`outbox::EARLY_MIN`); with
+/// `batch_size(1)` every batch was so (`outbox::SMALLEST_BATCH`).
 #[test]
 fn partners_in_a_ping_pong_end_up_on_one_worker() {
     fn volley(a: Color, b: Color, left: u32) {
@@ -814,11 +815,15 @@ fn partners_in_a_ping_pong_end_up_on_one_worker() {
             ochre::post(b, move || volley(b, a, left - 1));
         }
     }
-    for (follow, batch) in [(true, 32), (true, 8), (true, 4), (false, 32)] {
+    for (follow, batch) in [(true, 32), (true, 8), (true, 4), (true, 1), (false, 32)] {
         // Without stand-ins: on a loaded machine an idle worker stands in for the other, woken
         // and waiting for its CPU, and lends itself the partner (`stand_in`), another way than
         // `follow`'s of keeping the exchange on one worker (CI: 207 of 10,000 posts so).
-        let config = Config::default().follow(follow).stand_in(false).batch_size(batch);
+        let mut config = Config::default().follow(follow).stand_in(false).batch_size(batch);
+        if batch < 8 {
+            // A size tuned online starts at 8 at least (`BatchSize::Adaptive`).
+            config = config.batch_sizing(ochre::BatchSize::Fixed);
+        }
         let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
         let (a, b) = (color_on(&rt, 0, 0), color_on(&rt, 1, 0));
         let report = rt.run(a, move || volley(a, b, 10_000)).unwrap();
