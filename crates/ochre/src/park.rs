@@ -245,9 +245,13 @@ pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> 
                 let mut samples = Vec::with_capacity(rounds as usize);
                 for r in 1..=rounds {
                     // Let the echo thread fall asleep for real: a CPU idle for less than the
-                    // hypervisor's halt-polling window (up to a few hundred µs) wakes in ~1 µs,
-                    // which is not what a worker idle for a while costs.
-                    std::thread::sleep(Duration::from_millis(1));
+                    // hypervisor's halt-polling window (KVM's default: up to 200 µs) wakes in
+                    // ~1 µs, which is not what a worker idle for a while costs. 500 µs, not the
+                    // 1 ms of before: a process's first build waits for these rounds, and five
+                    // rounds after sleeps of 1000, 500 and 300 µs measured the same here
+                    // (11.3-19.7, 11.5-14.0 and 12.1-17.7 µs, six measurements of each,
+                    // alternated; 150 and 50 µs measured 10-15% lower).
+                    std::thread::sleep(Duration::from_micros(500));
                     let t = Instant::now();
                     b.seen.store(r, Ordering::Release);
                     b.parker.unpark();

@@ -139,12 +139,13 @@ impl Builder {
     /// calibrates the turn timers' clock, starts the workers' threads and returns once every
     /// worker is through its start (pinned, its heap made) and waits for a run, so that the
     /// first [`Runtime::run`] starts as later ones do. The measurement and the calibration are
-    /// made once per process (the measurement once per wake-up mechanism: 5.7 ms here, five
+    /// made once per process (the measurement once per wake-up mechanism: 3.1 ms here, five
     /// wake-ups timed between two threads; the calibration about 0.6 ms), and so is the
     /// registration stand-ins need (`membarrier`: 12.5 ms here), which runs on a thread of its
     /// own and is waited for nowhere (workers open windows once it is done). A process's first
-    /// build of two workers takes 7.5-8 ms here (16-35 ms with a nine-round measurement and the
-    /// registration after it); later builds take 0.25-0.5 ms (most of it the threads' starts).
+    /// build of two workers takes 4.0-4.2 ms here (6.6-6.7 ms with the measurement's sleeps of
+    /// 1 ms, six processes of each alternated, `startup_probe`; 16-35 ms with nine rounds and the
+    /// registration after it); later builds take 0.1-0.5 ms (most of it the threads' starts).
     pub fn build(mut self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
         // Once per process, here rather than in the first run's first timed turn (`turn_clock`).
@@ -487,7 +488,7 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
     }
 }
 
-/// Round trips of the wake-up measurement a process's first build makes (each after a 1 ms
+/// Round trips of the wake-up measurement a process's first build makes (each after a 500 us
 /// sleep, `park::measure_wakeup`): five. Nine took 10.5 ms of that build; five and nine
 /// alternated in one process, six pairs: 19.2-25.4 us and 19.9-23.7 us.
 const WAKEUP_ROUNDS: usize = 5;
