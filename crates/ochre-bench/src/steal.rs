@@ -48,6 +48,13 @@
 //! shared-CPU cases run after every quiet one (a CPU's measured share is remembered for the
 //! process) and check 0.7 of tokio-mt, the goal of `bench actors`' busy half.
 //!
+//! The same three (sum, short jobs, divide and conquer) with four workers per CPU (8 workers on
+//! this 2-CPU machine; tokio-mt and rayon with as many threads), quiet: a program written for a
+//! larger machine, or a CI runner. With every worker the home of colors they ran at 0.58-0.85,
+//! 0.20-0.79 and 0.24-0.41 of tokio-mt at 4 and 8 workers (`oversub_probe`, session 54); with
+//! colors homed on as many workers as CPUs and the others standing by
+//! (`Config::home_on_every_worker`) 1.1-1.5.
+//!
 //! A user's divide and conquer (`divide`): `fib(27)` (`--quick`) or `fib(30)` with leaves at 12
 //! or 15, a fresh plain color per call, each half answering its parent's color; against
 //! tokio-mt (a task per call) and rayon (`join`), quiet and beside the busy thread, checked as
@@ -294,6 +301,19 @@ pub fn run(opts: &Options) -> BenchReport {
         jobs_case(&mut report, opts, w, false);
         divide_case(&mut report, opts, w, false);
     }
+    // More workers than CPUs: a program written for a larger machine (`workers(8)`) run on
+    // this one, against tokio and rayon with as many threads.
+    let cpus = ochre::topology::allowed_cpus().map_or(0, |c| c.len());
+    let most = opts.workers.iter().copied().max().unwrap_or(0);
+    if cpus >= 1 && most >= 2 && OVERSUBSCRIBED * cpus > most {
+        let w = OVERSUBSCRIBED * cpus;
+        sum_case(&mut report, opts, w, false);
+        jobs_case(&mut report, opts, w, false);
+        divide_case(&mut report, opts, w, false);
+        report.notes.push(format!(
+            "[{w}w ...] {w} workers (tokio-mt and rayon: {w} threads) on a machine of {cpus} CPUs"
+        ));
+    }
     // Last: a worker's CPU measured shared is remembered for the process (`ochre::cpu_share`),
     // and the quiet cases would start from it.
     for &w in opts.workers.iter().filter(|&&w| w >= 2) {
@@ -306,6 +326,9 @@ pub fn run(opts: &Options) -> BenchReport {
     }
     report
 }
+
+/// Workers per CPU of the cases with more workers than CPUs (module doc).
+const OVERSUBSCRIBED: usize = 4;
 
 /// The runtimes a user's case compares at `w` workers: the default one and one with plain
 /// stealing (libasync-smp's); one that cannot be built is an error in its rows.
