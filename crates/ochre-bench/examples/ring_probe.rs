@@ -52,7 +52,7 @@ fn hop(a: Arc<Actor>, left: u64, done: Arc<AtomicU64>) {
 /// One run of `hops` hops in all: hops per second and the run's report.
 fn ring(rt: &Runtime, tokens: usize, hops: u64) -> (f64, RunReport) {
     let colors: Vec<Color> = if std::env::var("HAND").is_ok_and(|v| v == "1") {
-        ochre_bench::actors::colors_homed_on(rt, ACTORS, |i| i * rt.workers() / ACTORS)
+        ochre_bench::actors::colors_homed_on(rt, ACTORS, |i| i * rt.homes() / ACTORS)
     } else {
         (0..ACTORS).map(ochre_bench::actors::plain_color).collect()
     };

@@ -695,7 +695,8 @@ pub fn plain_color(i: usize) -> Color {
 /// Colors for `prog`'s actors, each homed (`Runtime::home_of`) on the worker
 /// [`Program::hand_worker`] gives it.
 pub fn hand_colors<P: Program>(rt: &Runtime, prog: &P) -> Vec<Color> {
-    let workers = rt.workers();
+    // Laid out over the workers that home colors (`Runtime::homes`).
+    let workers = rt.homes();
     colors_homed_on(rt, prog.count(), |i| prog.hand_worker(i, workers))
 }
 

@@ -122,7 +122,7 @@ fn release(b: &'static BarrierRun) {
 /// ochre: `PARTIES` colors spread over the workers meet `steps` times at a barrier color; ns per
 /// participant and step.
 pub fn ochre_barrier(rt: &Runtime, steps: u64) -> Result<f64, String> {
-    let per = PARTIES.div_ceil(rt.workers());
+    let per = PARTIES.div_ceil(rt.homes());
     let by_worker = crate::pingpong::colors_per_worker(rt, per + 1);
     let parties: Vec<Color> =
         (0..per).flat_map(|k| by_worker.iter().map(move |cs| cs[k + 1])).take(PARTIES).collect();

@@ -84,8 +84,10 @@ pub fn colors_per_worker(rt: &Runtime, per_worker: usize) -> Vec<Vec<Color>> {
 /// benchmarks, not the scheduler's.)
 pub fn ochre_pingpong(rt: &Runtime, events_per_worker: u64) -> Result<f64, String> {
     let by_worker = colors_per_worker(rt, CHAINS);
+    // Chains on each worker that homes colors (`Runtime::homes`).
+    let homes = by_worker.len();
     let hops = events_per_worker / CHAINS as u64;
-    let total = hops * (CHAINS * rt.workers()) as u64;
+    let total = hops * (CHAINS * homes) as u64;
     let report = rt
         .run(Color(0), move || {
             for colors in by_worker {
@@ -98,11 +100,11 @@ pub fn ochre_pingpong(rt: &Runtime, events_per_worker: u64) -> Result<f64, Strin
         })
         .map_err(|e| e.to_string())?;
     let ran = report.total().events_run;
-    let expected = total + 1 + rt.workers() as u64;
+    let expected = total + 1 + homes as u64;
     if ran != expected {
         return Err(format!("ran {ran} events, expected {expected}"));
     }
-    Ok(total as f64 / report.elapsed.as_secs_f64() / rt.workers() as f64)
+    Ok(total as f64 / report.elapsed.as_secs_f64() / homes as f64)
 }
 
 struct Countdown {

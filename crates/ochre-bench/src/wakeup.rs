@@ -101,7 +101,10 @@ pub fn run(opts: &Options) -> BenchReport {
     let hops = if opts.quick { 30 } else { 100 };
     let runtimes: Vec<(&str, Result<Runtime, ochre::Error>)> = policies()
         .into_iter()
-        .map(|(n, c)| (n, Runtime::builder().workers(2).config(c).build()))
+        // A color homed on each of the two workers, on any machine (`two_colors`).
+        .map(|(n, c)| {
+            (n, Runtime::builder().workers(2).config(c.home_on_every_worker(true)).build())
+        })
         .collect();
     for (case, gap) in [
         ("busy (20 µs gaps)", Duration::from_micros(20)),
@@ -165,7 +168,8 @@ mod tests {
 
     #[test]
     fn a_relay_measures_every_hop() {
-        let rt = Runtime::builder().workers(2).pin(false).build().unwrap();
+        let every = ochre::Config::default().home_on_every_worker(true);
+        let rt = Runtime::builder().workers(2).pin(false).config(every).build().unwrap();
         let us = relay(&rt, 5, Duration::from_micros(50)).unwrap();
         assert!(us > 0.0 && us < 1e6, "{us}");
         let idle = idle_cpu(&rt).unwrap();

@@ -574,10 +574,11 @@ fn default_chunk(input: usize, workers: usize) -> usize {
     (input / (workers * TASKS_PER_LANE).max(1)).clamp(MIN_CHUNK, DEFAULT_CHUNK)
 }
 
-/// `n` colors from `base` on, color `i` homed on worker `i % workers`, so that lanes and
-/// reduce partitions are spread evenly over the workers (homes are a hash of the color).
+/// `n` colors from `base` on, color `i` homed on worker `i % homes`, so that lanes and reduce
+/// partitions are spread evenly over the workers that home colors (homes are a hash of the
+/// color; with more workers than CPUs only the first `homes` are homes: `Handle::homes`).
 fn spread_colors(rt: &ochre::Handle, base: u64, n: usize) -> Vec<Color> {
-    let workers = rt.workers();
+    let workers = rt.homes();
     let need = n.div_ceil(workers);
     let mut by_home: Vec<Vec<Color>> = vec![Vec::with_capacity(need); workers];
     let mut missing = workers * need;

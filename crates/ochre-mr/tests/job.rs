@@ -246,7 +246,8 @@ fn a_panic_in_a_later_job_of_a_flow_is_an_error_and_the_runtime_stays_usable() {
 /// which a kernel without `membarrier` does not have.
 #[test]
 fn a_job_does_not_wait_for_a_worker_stuck_in_another_handler() {
-    let config = ochre::Config::default().stand_in(false);
+    // Worker 1 a home, on any machine.
+    let config = ochre::Config::default().stand_in(false).home_on_every_worker(true);
     let rt = Runtime::builder().workers(2).pin(false).config(config).build().unwrap();
     let on_1 = (1..).map(ochre::Color).find(|&c| rt.home_of(c) == 1).unwrap();
     let held = std::time::Duration::from_millis(500);

@@ -135,7 +135,9 @@ pub struct Config {
     /// Events per outgoing buffer before it is flushed. Thesis §5.3.2 tuned it per application:
     /// 50 for producer-consumer, 20 for the web server and MapReduce; 32 sits between. Buffers
     /// are also flushed at the end of every round of events and before a worker idles, so a small
-    /// burst never waits for the buffer to fill.
+    /// burst never waits for the buffer to fill. A batch leaves full at two messages at least
+    /// (1 acts as 2: a batch of one would leave before its handler returns, unknown as a
+    /// chain's step, `follow`).
     pub batch_size: usize,
     /// Whether `batch_size` is fixed or only the start of a size tuned online per destination
     /// (issue 23; the rules and the reasons for their constants are in the `tune` module).
@@ -268,7 +270,8 @@ pub struct Config {
     #[serde(default = "yes")]
     pub unpin_when_shared: bool,
     /// A worker on a CPU shared with another process (measured so, or late to a run's end
-    /// lately), asleep when its run is found quiescent or a handler shuts it down, sleeps
+    /// lately) or with another worker (more workers than CPUs), asleep when its run is found
+    /// quiescent or a handler shuts it down, sleeps
     /// through the run's end, which the worker that stopped it ends for it, and through the
     /// next run's start, which carries it in asleep (`run_end`): `Runtime::run` does not wait
     /// for it to wake; one that ended a run awake waits for the next in its parker, carried in
@@ -290,7 +293,10 @@ pub struct Config {
     /// Every worker is the home of colors, also with more workers than the runtime has CPUs.
     /// `false` (the default): with more workers than CPUs, plain colors are homed on as many
     /// workers as there are CPUs (workers `0..cpus`, one per CPU in tree order), and the other
-    /// workers run the colors lent to them (stealing, `follow`'s moves); grouped colors keep to
+    /// workers stand by: they run the colors a chain of messages moves to them (`follow`) and
+    /// stand in for a worker stuck in a handler (`stand_in`), but neither steal nor get work
+    /// pushed to them, and they sleep through runs' ends (`Config::sleep_through_ends`);
+    /// grouped colors keep to
     /// their cache domain among those workers. Why: a post goes to its color's home, and with
     /// eight workers on two CPUs three posts in four went to a worker that was not running
     /// (asleep, or waiting for a CPU its siblings held) and waited for its wake-up or its time

@@ -173,8 +173,9 @@ pub(crate) const PLACE_TRIES: u64 = 4096;
 /// share from the kernel's run-queue delay (`/proc/thread-self/schedstat`); where that cannot be
 /// read, shares are even. Placement applies to new colors only: a color never changes its home.
 ///
-/// Returns `Color(seed)` when placement is off (the libasync-smp baseline), with one worker, or
-/// outside a handler.
+/// With more workers than CPUs, only the workers that home colors are chosen
+/// ([`Runtime::homes`](crate::Runtime::homes)). Returns `Color(seed)` when placement is off (the
+/// libasync-smp baseline), with one such worker, or outside a handler.
 pub fn place(seed: u64) -> Color {
     with_current(|ctx| ctx.core.borrow_mut().place(&ctx.shared, seed)).unwrap_or(Color(seed))
 }

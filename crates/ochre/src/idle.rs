@@ -464,10 +464,11 @@ pub(crate) fn park(ctx: &WorkerCtx, watch: Option<Duration>, stand_ins: bool) ->
         core.cpu_share.busy_again();
         core.asleep = stand_ins;
         core.asleep_in = ctx.run.get();
-        // A worker sleeping through ends after a late one (`run_end::Late`) looks again as one
-        // measured shared does: a wake-up missed at a run's start costs a recheck, not a hang.
-        let late =
-            core.late.sleeps_through(crate::run_end::stamp()).then_some(crate::cpu_share::RECHECK);
+        // A worker sleeping through ends after a late one (`run_end::Late`), or among more
+        // workers than CPUs, looks again as one measured shared does: a wake-up missed at a
+        // run's start costs a recheck, not a hang.
+        let late = (ctx.shared.oversubscribed || core.late.sleeps_through(crate::run_end::stamp()))
+            .then_some(crate::cpu_share::RECHECK);
         let own = core.cpu_share.sleep_limit().or(late);
         match (own, watch) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -200,7 +200,7 @@ impl PipeParker {
 /// The two threads are pinned to two different CPUs when the process may use two, since a
 /// wake-up on the waker's own CPU is only a context switch (about 1 µs here, against 25-35 µs
 /// across CPUs on this virtual machine) and is not what an idle worker costs; and the sleeper
-/// sleeps 1 ms before each wake-up, past the hypervisor's halt-polling window.
+/// sleeps 500 µs before each wake-up, past the hypervisor's halt-polling window.
 #[cfg(not(loom))]
 pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> {
     use std::sync::atomic::{AtomicU64, Ordering};

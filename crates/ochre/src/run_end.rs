@@ -66,7 +66,9 @@
 //! (`idle::quiescent`: messages sent and received are counted over the runtime's life). A
 //! shutdown from outside the runtime and an abort claim nobody.
 //!
-//! **Who sleeps through.** A worker on a CPU measured shared (`worker::on_shared_cpu`), and one
+//! **Who sleeps through.** Every worker of a runtime of more workers than CPUs (they share CPUs
+//! with each other: `Shared::oversubscribed`; its EMA gauges are then inexact at every end, as
+//! above), a worker on a CPU measured shared (`worker::on_shared_cpu`), and one
 //! whose run end came [`LATE_END`] or more after the run was stopped ([`Late`]), for
 //! [`LATE_KEEP`] after that end: a worker that another process keeps from its CPU but that has
 //! no work to measure its share with (its lane retired by a job that did not wait for it, an

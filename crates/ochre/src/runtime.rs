@@ -200,13 +200,17 @@ impl Builder {
             }
             _ => Duration::ZERO,
         };
+        // The CPUs the workers run on (a CPU given twice counts once): homes of colors for as
+        // many workers (`Config::home_on_every_worker`).
+        let cpu_count = {
+            let mut distinct = cpus.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            distinct.len().min(allowed.len())
+        };
         // Pinned workers that each have a CPU of their own take nobody's CPU by spinning; with
         // more workers than CPUs, at most half the CPUs spin (tokio bounds searchers likewise).
-        let max_spinners =
-            crate::idle::max_spinners(self.config.max_spinners, workers, allowed.len());
-        // The CPUs the workers run on: homes of colors for as many workers
-        // (`Config::home_on_every_worker`).
-        let cpu_count = cpus.len().min(allowed.len());
+        let max_spinners = crate::idle::max_spinners(self.config.max_spinners, workers, cpu_count);
         let shared = Arc::new(
             Shared::new(self.config, workers, cpu_count, spin_threshold, max_spinners, &tree)
                 .map_err(|e| Error::os("creating a wake-up channel", e))?,
@@ -1203,6 +1207,11 @@ impl Handle {
     /// Number of workers.
     pub fn workers(&self) -> usize {
         self.shared.workers
+    }
+
+    /// Number of workers that are homes of colors, as [`Runtime::homes`].
+    pub fn homes(&self) -> usize {
+        self.shared.placement.homes
     }
 
     /// The home worker of a color (one of the first [`Runtime::homes`] workers).

@@ -202,8 +202,10 @@ pub(crate) fn lend(
 /// workers than CPUs, `Config::home_on_every_worker`) shares its CPU with one that does, and a
 /// steal there takes work from a worker that would run it on the same CPUs, the lending's
 /// messages on top: a user's sum of 3907 chunks on eight workers on two CPUs ran at 0.72 of
-/// tokio-mt with as many workers, 1.12 with stealing off (`oversub_probe 8`). It still takes
-/// the colors moved to it (`follow`) and stands in for a stuck worker (`stand_in`).
+/// tokio-mt with as many workers, 1.12 with stealing off (`oversub_probe 8`). Nor is work
+/// pushed to it (a loan behind a long turn, [`share_behind_long_turn`]; relief from a shared
+/// CPU, `follow::relief`, where a standby's share, never measured, reads whole). It takes the
+/// colors a chain moves to it (`follow`) and stands in for a stuck worker (`stand_in`).
 #[inline]
 pub(crate) fn steals(w: usize, placement: crate::color::Placement) -> bool {
     w < placement.homes
@@ -422,10 +424,14 @@ pub(crate) fn share_behind_long_turn(core: &mut Core, shared: &Shared, min_waiti
     // Relaxed: hints; a stale one lends to a worker that just found work (it runs the loan
     // after its own), or misses an idle one.
     let random = core.next_random();
-    let peers = candidates(&shared.victims[core.id], random).map(|w| {
-        let ready = shared.remotes[w].status.ready.load(Ordering::Relaxed);
-        (crate::worker::peer(shared, w), ready)
-    });
+    // Not to a standby (`steals`): it shares a CPU with a worker that would run the loan, and
+    // the loan's delivery would wake it.
+    let peers = candidates(&shared.victims[core.id], random)
+        .filter(|&w| steals(w, shared.placement))
+        .map(|w| {
+            let ready = shared.remotes[w].status.ready.load(Ordering::Relaxed);
+            (crate::worker::peer(shared, w), ready)
+        });
     let Some((thief, idle)) = long_turn_thief(waiting, core.cpu_share.share(), peers) else {
         return;
     };

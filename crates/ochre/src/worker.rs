@@ -1045,7 +1045,7 @@ impl Core {
             .iter()
             .map(|r| r.status.cpu_share.load(Ordering::Relaxed) as u32);
         let worker = crate::cpu_share::pick(shares, &mut self.place_credit);
-        // A hashed color homed on `worker`: 1 in `workers` is, so a few tries on average.
+        // A hashed color homed on `worker`: 1 in `homes` is, so a few tries on average.
         (0..crate::context::PLACE_TRIES)
             .map(|k| Color(seed.wrapping_add(k)))
             .find(|&c| home_of(c, shared.placement) == worker)
@@ -1689,7 +1689,9 @@ pub(crate) fn peer(shared: &Shared, w: usize) -> follow::Peer {
 /// Where worker `me`, getting `mine` of its CPU, should send an idle color (`follow::relief`).
 #[inline]
 fn relief(shared: &Shared, me: usize, mine: u32) -> Option<usize> {
-    follow::relief(mine, || (0..shared.workers).filter(|&w| w != me).map(|w| peer(shared, w)))
+    // Among the homes: a standby's share is never measured (`steal::steals`).
+    let homes = 0..shared.placement.homes;
+    follow::relief(mine, || homes.filter(|&w| w != me).map(|w| peer(shared, w)))
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -402,7 +402,7 @@ fn batching_sends_whole_buffers() {
 
 #[test]
 fn stealing_moves_colors_and_keeps_exclusion() {
-    let config = Config::default().steal(Steal::Plain);
+    let config = Config::default().steal(Steal::Plain).home_on_every_worker(true);
     let rt = Runtime::builder().workers(4).pin(false).config(config).build().unwrap();
     // All colors homed on worker 0, each event busy for a while: the others must steal.
     let colors: Vec<Color> = (0..64).map(|k| color_on(&rt, 0, k)).collect();
@@ -449,7 +449,7 @@ fn live_stats_snapshot_and_json_report() {
 
 #[test]
 fn a_pinned_color_is_never_stolen() {
-    let config = Config::default().steal(Steal::Plain);
+    let config = Config::default().steal(Steal::Plain).home_on_every_worker(true);
     let rt = Runtime::builder().workers(4).pin(false).config(config).build().unwrap();
     let colors: Vec<Color> = (0..32).map(|k| color_on(&rt, 0, k)).collect();
     let pinned = colors[5];

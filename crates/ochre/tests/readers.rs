@@ -229,7 +229,8 @@ fn stress_readers_without_batching() {
 /// both must see it, which exclusive events could never do.
 #[test]
 fn reads_of_one_color_run_at_the_same_time_on_two_workers() {
-    let rt = runtime(2, Config::default());
+    // A poster homed on each worker, on any machine.
+    let rt = runtime(2, Config::default().home_on_every_worker(true));
     let c = Color::with_readers(7);
     let inside = Arc::new(AtomicUsize::new(0));
     let met = Arc::new(AtomicUsize::new(0));
@@ -321,7 +322,8 @@ fn a_write_is_not_starved_by_a_stream_of_reads() {
 }
 
 fn write_behind_a_stream_of_reads() {
-    let rt = runtime(2, Config::default());
+    // A poster homed on each worker, on any machine.
+    let rt = runtime(2, Config::default().home_on_every_worker(true));
     let c = Color::with_readers(3);
     let s = Arc::new(Stream {
         color: c,

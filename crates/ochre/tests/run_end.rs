@@ -332,7 +332,8 @@ fn a_worker_measured_on_a_cpu_shared_with_a_busy_thread_sleeps_through_run_ends(
             }
         });
         // Worker 1 is pinned to the runtime's second CPU, the busy thread's.
-        let rt = Runtime::builder().workers(2).build().unwrap();
+        let every = Config::default().home_on_every_worker(true);
+        let rt = Runtime::builder().workers(2).config(every).build().unwrap();
         let on_0 = color_on(&rt, 0);
         let on_1: Vec<Color> = (1..).map(Color).filter(|&c| rt.home_of(c) == 1).take(8).collect();
         // Work on worker 1 until it measured its share (windows of 10 ms with work).
