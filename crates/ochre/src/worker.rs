@@ -92,6 +92,12 @@ fn wait_for_every_flush(shared: &Shared, run: u64, share: u32) {
     }
 }
 
+/// Whether worker `w` shows itself idle (`Status::idle`, a relaxed hint): what a tuned batch
+/// size asks when a batch to it leaves before it is full (`Outbox::take`).
+fn is_idle(shared: &Shared, w: usize) -> bool {
+    shared.remotes[w].status.idle.load(Ordering::Relaxed)
+}
+
 /// How long [`wait_for_every_flush`] spins, on a CPU shared with another process
 /// ([`on_shared_cpu`]), before it yields its CPU at each look: a wake-up of the other
 /// workers (the run's end wakes the sleepers), tens of microseconds on a virtual machine. A
@@ -492,7 +498,7 @@ impl Core {
     /// Sends every outgoing buffer.
     pub(crate) fn flush_all(&mut self, shared: &Shared) {
         while let Some(&d) = self.outbox.pending_dests().first() {
-            let batch = self.outbox.take(d);
+            let batch = self.outbox.take(d, || is_idle(shared, d));
             self.deliver(shared, d, batch);
         }
     }
@@ -501,7 +507,7 @@ impl Core {
     #[cold]
     fn flush_all_but(&mut self, shared: &Shared, dest: usize) {
         while let Some(d) = self.outbox.pending_other_than(dest) {
-            let batch = self.outbox.take(d);
+            let batch = self.outbox.take(d, || is_idle(shared, d));
             self.deliver(shared, d, batch);
         }
     }
@@ -512,7 +518,7 @@ impl Core {
     /// buffers whose destination is idle.
     #[inline]
     fn end_of_turn_flush(&mut self, shared: &Shared) {
-        let burst = crate::outbox::is_burst(self.turn_sends, shared.config.batch_size);
+        let burst = crate::outbox::is_burst(self.turn_sends, self.outbox.burst_size());
         self.turn_sends = 0;
         self.held_in_turn = 0;
         self.outbox.end_turn();
@@ -554,7 +560,7 @@ impl Core {
 
     /// Sends the buffer for one destination now (used for steal grants, which a thief waits on).
     pub(crate) fn flush_to(&mut self, shared: &Shared, dest: usize) {
-        let batch = self.outbox.take(dest);
+        let batch = self.outbox.take(dest, || is_idle(shared, dest));
         self.deliver(shared, dest, batch);
     }
 

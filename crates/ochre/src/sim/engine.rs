@@ -1861,7 +1861,8 @@ impl<'w> Sim<'w> {
     }
 
     fn flush_to(&mut self, k: usize, dest: usize) {
-        let batch = self.cores[k].outbox.take(dest);
+        let idle = self.idle_hint(dest);
+        let batch = self.cores[k].outbox.take(dest, || idle);
         self.deliver(k, dest, batch);
     }
 
@@ -1929,7 +1930,7 @@ impl<'w> Sim<'w> {
         }
         if self.setup.config.batching {
             let core = &mut self.cores[k];
-            let burst = outbox::is_burst(core.turn_sends, self.setup.config.batch_size);
+            let burst = outbox::is_burst(core.turn_sends, core.outbox.burst_size());
             core.turn_sends = 0;
             core.held_in_turn = 0;
             core.outbox.end_turn();
