@@ -43,8 +43,9 @@
 //! runs' slabs). The runtime's share of a medium job is too small for any step to reach 1.15x
 //! there on two cores without weakening the baseline; on the small inputs `mreff` (31
 //! repetitions, 2 processes, all eight applications) measured the default 1.07x the "+EMA"
-//! step and the baseline 0.92x it, geometric means: the dip after "+EMA" that the table's notes
-//! showed in two runs (1.28-1.33 then 1.04-1.07) was noise.
+//! step and the baseline 0.92x it, geometric means. The dip of "+EMA" in the table (0.5-0.65
+//! of the steps before it, samples spread 2-3x) was its place: next to a Phoenix process in
+//! the harness's alternating order, when a sample was one job of 100-200 us (`rate`).
 //!
 //! Nor does a shared CPU separate them at medium size: with a busy loop pinned on CPU 1 (the
 //! machine loaded besides, 7-9), `mreff` measured the default over the baseline at 0.93x on word
@@ -69,8 +70,9 @@
 //! developer's shortcut; the checks then judge what ran.
 //!
 //! Unit: jobs per second (one job: the whole application, K-means' iterations and PCA's two
-//! passes included; the input is in memory). Every sample's result is checked against the
-//! reference; a system whose result differs is dropped with a note.
+//! passes included; the input is in memory); a sample of ochre, rayon or the reference runs
+//! jobs until they add up to 5 ms, one at least (`rate`). Every job's result is checked
+//! against the reference; a system whose result differs is dropped with a note.
 //! - `phoenix-glibc`, `phoenix-jemalloc`, `phoenix-mimalloc`: Phoenix 2.0's own application
 //!   (built by `scripts/build-phoenix.sh` into `target/phoenix`, or `$OCHRE_PHOENIX_DIR`) run as a
 //!   process on the same input file, `MR_NUMTHREADS` and `MR_NUMPROCS` set to the worker count,
@@ -254,13 +256,28 @@ fn measure<A: Application>(
     if workers > 1 {
         // `workers` references at once, each on its own pinned thread: how much running the
         // cores together costs the same work (shared caches and memory, a host's sibling
-        // threads), which no scheduler can win back. Rate: references per second.
+        // threads), which no scheduler can win back. Rate: references per second, each thread
+        // running them for `MIN_SAMPLE` as `rate` does (the threads' start, 50-100 us, outside
+        // the time: it was most of a sample on the small inputs); each thread's last result
+        // checked.
         let (app, check) = (&app, &check);
         systems.push(System::new(SEQUENTIAL_ALL, move || {
-            let t = Instant::now();
-            let got = peers::on_pinned_threads(workers, |_| app.sequential());
-            let rate = workers as f64 / t.elapsed().as_secs_f64();
-            got.iter().try_for_each(|g| check(g, SEQUENTIAL_ALL)).map(|_| rate)
+            let runs = peers::on_pinned_threads(workers, |_| {
+                let (mut runs, mut spent, mut last) = (0u32, std::time::Duration::ZERO, None);
+                while runs == 0 || spent < MIN_SAMPLE {
+                    let t = Instant::now();
+                    last = Some(app.sequential());
+                    spent += t.elapsed();
+                    runs += 1;
+                }
+                (f64::from(runs) / spent.as_secs_f64(), last)
+            });
+            let mut total = 0.0;
+            for (rate, last) in runs {
+                last.as_ref().map_or(Ok(()), |g| check(g, SEQUENTIAL_ALL))?;
+                total += rate;
+            }
+            Ok(total)
         }));
     }
     if let Some(rt) = &single {
@@ -447,16 +464,32 @@ fn run_phoenix(cmd: &PhoenixCommand, workers: usize, preload: Option<&str>) -> R
     Ok(1e6 / micros.max(1.0))
 }
 
-/// Jobs per second of one run of `job`, whose result must pass `check`.
+/// Jobs per second of `job` run again and again until the runs add up to [`MIN_SAMPLE`] (once
+/// at least), each result checked by `check` between runs (outside the time).
+///
+/// Why not one run: a small input's job takes 100-200 us, and one right after a Phoenix
+/// process (the system before it in every other repetition) ran at half its speed (the
+/// workers' first wake-ups after the process, caches it emptied): the table's `ochre 5 +EMA`,
+/// which the harness's alternating order puts next to `phoenix-glibc`, measured 0.55-0.65 of
+/// the step before it with samples spread 2.3x, and 1.03 / 0.94 (linear regression, matrix
+/// multiply) with Phoenix left out. Jobs of medium inputs take milliseconds: one or two runs.
 fn rate<R>(
-    job: impl FnOnce() -> Result<R, String>,
-    check: impl FnOnce(&R) -> Result<(), String>,
+    mut job: impl FnMut() -> Result<R, String>,
+    check: impl Fn(&R) -> Result<(), String>,
 ) -> Result<f64, String> {
-    let t = Instant::now();
-    let got = job()?;
-    let rate = 1.0 / t.elapsed().as_secs_f64();
-    check(&got).map(|_| rate)
+    let (mut runs, mut spent) = (0u32, std::time::Duration::ZERO);
+    while runs == 0 || spent < MIN_SAMPLE {
+        let t = Instant::now();
+        let got = job()?;
+        spent += t.elapsed();
+        runs += 1;
+        check(&got)?;
+    }
+    Ok(f64::from(runs) / spent.as_secs_f64())
 }
+
+/// The least time one sample's runs add up to ([`rate`]).
+const MIN_SAMPLE: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Whether a system's result (named by the system) agrees with the reference.
 type Check<'a, A> = dyn Fn(&<A as Application>::Result, &str) -> Result<(), String> + 'a;

@@ -3,10 +3,16 @@
 //! The input is Phoenix's pair of files in one directory, `matrix_file_A.txt` and
 //! `matrix_file_B.txt`, each the matrix's `n x n` values as native (little-endian) 32-bit
 //! integers, row after row; `n` is found from the file size. A map task computes a block of
-//! rows of the product and emits `(row, row values)` per row into a dense container; reduce is
-//! the identity. Rows are computed in i-k-j order (a row of A times the rows of B, added into
-//! the output row), which reads B row by row: the reference does the same, and arithmetic
-//! wraps like C's `int`.
+//! rows of the product and emits it as one pair, `(first row, the block's values)`, into a
+//! dense container indexed by row; reduce is the identity, and the output's blocks, in row
+//! order, are the product. Rows are computed in i-k-j order (a row of A times the rows of B,
+//! added into the output row), which reads B row by row: the reference does the same, and
+//! arithmetic wraps like C's `int`.
+//!
+//! One pair a block, not one a row: on the small input (64 x 64, 16 tasks of 4 rows at two
+//! workers) a pair a row cost 64 allocations, 64 pairs through the container and the
+//! partitions, and 64 frees by the caller of memory the workers allocated; a job took 42 us
+//! against rayon's 30 (`par_chunks_mut` straight into the product).
 
 use std::ops::Range;
 use std::path::Path;
@@ -71,14 +77,15 @@ impl MapReduce for MatrixMultiply {
     }
 
     fn map(&self, rows: &Range<usize>, out: &mut Emitter<'_, Self>) {
-        for i in rows.clone() {
-            let mut row = vec![0; self.n];
-            self.row(i, &mut row);
-            out.emit(i as u32, row);
+        let n = self.n;
+        let mut block = vec![0; rows.len() * n];
+        for (i, row) in rows.clone().zip(block.chunks_exact_mut(n.max(1))) {
+            self.row(i, row);
         }
+        out.emit(rows.start as u32, block);
     }
 
-    /// A row is emitted once; should it come twice, the values are equal: keep one.
+    /// A block is emitted once; should it come twice, the values are equal: keep one.
     fn combine(&self, _acc: &mut Vec<i32>, _value: Vec<i32>) {}
 
     fn key_index(&self, key: &u32) -> Option<usize> {
@@ -132,9 +139,10 @@ impl Application for MatrixMultiply {
 
     fn run(app: &Arc<Self>, rt: &Runtime) -> Result<(Product, Phases), crate::Error> {
         let out = Job::shared(app.clone()).container(Container::Dense(app.n)).run_on(rt)?;
+        // The blocks in row order (the output is sorted by key: each block's first row).
         let mut product = Vec::with_capacity(app.n * app.n);
-        for (_, row) in out.pairs {
-            product.extend_from_slice(&row);
+        for (_, block) in out.pairs {
+            product.extend_from_slice(&block);
         }
         Ok((product, out.phases))
     }

@@ -11,7 +11,7 @@
 //! | `kmeans` | points (binary, header + i32) | cluster -> sum of its points | dense |
 //! | `pca` | matrix (binary, header + i32) | row -> mean; row i -> covariances with rows i.. | dense; dense |
 //! | `string-match` | keys file (one word a line) | searched word -> lines matching | fixed (4) |
-//! | `matrix-multiply` | `matrix_file_A.txt`, `matrix_file_B.txt` (raw i32) | row -> row of A x B | dense |
+//! | `matrix-multiply` | `matrix_file_A.txt`, `matrix_file_B.txt` (raw i32) | a block's first row -> its rows of A x B | dense |
 //!
 //! Results are integers wherever Phoenix computes integers (all but linear regression's line,
 //! derived from exact integer sums), so the MapReduce result must equal the reference exactly;
