@@ -72,7 +72,8 @@
 //! Unit: jobs per second (one job: the whole application, K-means' iterations and PCA's two
 //! passes included; the input is in memory); a sample of ochre, rayon or the reference runs
 //! jobs until they add up to 5 ms, one at least (`rate`). Every job's result is checked
-//! against the reference; a system whose result differs is dropped with a note.
+//! against the reference (`seq on each CPU`: each thread's last); a system whose result differs
+//! is dropped with a note.
 //! - `phoenix-glibc`, `phoenix-jemalloc`, `phoenix-mimalloc`: Phoenix 2.0's own application
 //!   (built by `scripts/build-phoenix.sh` into `target/phoenix`, or `$OCHRE_PHOENIX_DIR`) run as a
 //!   process on the same input file, `MR_NUMTHREADS` and `MR_NUMPROCS` set to the worker count,
@@ -265,6 +266,8 @@ fn measure<A: Application>(
             let runs = peers::on_pinned_threads(workers, |_| {
                 let (mut runs, mut spent, mut last) = (0u32, std::time::Duration::ZERO, None);
                 while runs == 0 || spent < MIN_SAMPLE {
+                    // The previous result freed outside the time, as `rate` does.
+                    drop(last.take());
                     let t = Instant::now();
                     last = Some(app.sequential());
                     spent += t.elapsed();

@@ -5,8 +5,8 @@
 //! (a) it is full ([`Config::batch_size`](crate::Config)), (b) the worker ends a round or goes
 //! idle, so progress never waits for a timer, (c) at the end of a turn, if the destination is
 //! idle (holding work back from an idle worker saves nothing: `worker`), or if the turn posted a
-//! burst (a quarter of a batch or more: the tail of a fan-out would otherwise wait for the end of
-//! the round while its receivers run dry), (d) the *safety
+//! burst (a quarter of a batch or more, of [`Outbox::burst_size`]: the tail of a fan-out would
+//! otherwise wait for the end of the round while its receivers run dry), (d) the *safety
 //! flush*: a buffer seen pending for longer than `safety_flush_factor` times the mean interval
 //! between natural (full-buffer) flushes is sent even in the middle of a long round, or (e) it
 //! is a turn's first buffer to a destination, has reached an eighth of a batch, and the
@@ -149,8 +149,8 @@ const SMALLEST_BATCH: usize = 2;
 
 /// Whether a turn that sent `turn_sends` messages to other workers was a burst, after which
 /// every outgoing buffer leaves at once (a fan-out, whose receivers are about to run out of the
-/// part already sent, and whose batches are already large): a quarter of a batch, at least 2.
-/// `batch_size`: [`Outbox::burst_size`]. The policy of the worker's end-of-turn flush, shared
+/// part already sent, and whose batches are already large): a quarter of `batch_size`
+/// ([`Outbox::burst_size`]), at least 2. The policy of the worker's end-of-turn flush, shared
 /// with the simulator (`sim`).
 pub(crate) fn is_burst(turn_sends: u32, batch_size: usize) -> bool {
     turn_sends as usize >= (batch_size / 4).max(2)
@@ -367,10 +367,19 @@ impl Outbox {
     /// Why the tuned one: a size grows where its receiver is busy, and there a burst's flush
     /// splits each turn's sends into more, smaller batches than the size asks for. Bank's
     /// account turns (about 32 credits each to the other worker) were all bursts at the
-    /// configured 32, so their batches left at each turn's end whatever the tuned size: tuned /
-    /// fixed default 0.97 and tuned / fixed 128 0.94 (medians of six processes), against 1.03
-    /// and 0.97 with this size, the 64-token ring unchanged (1.00, 1.01); with a quarter of the
-    /// largest tuned size (128) whatever the destinations, bank 1.07 but the ring 0.96.
+    /// configured 32, so their batches left at each turn's end whatever the tuned size. `bench
+    /// tuning --quick`, medians of six processes of each variant, bank's tuned / fixed default
+    /// and tuned / fixed 128: with `tune::after_partial_batch`'s idle-receiver rule alone 0.97
+    /// and 0.94; with this size too 1.03 and 0.97, the 64-token ring unchanged (1.00, 1.01);
+    /// with a quarter of `MAX_BATCH` whatever the destinations, bank 1.07 but the ring 0.96.
+    ///
+    /// Left as they are, two effects a review pointed out: a size grown for a busy receiver
+    /// keeps itself (turns of fewer sends are no longer bursts, their batches fill and leave
+    /// full, and a partial one shrinks it only once the receiver is idle); and one destination
+    /// with a grown size and an old message waiting raises the threshold for the turn's other
+    /// destinations (their idle ones still get their buffers at the turn's end). Producer-
+    /// consumer's receiver, which the shrinking was made for, is idle at its producer's turn's
+    /// end, and the study's other cases did not move.
     pub(crate) fn burst_size(&self) -> usize {
         let mut size = self.batch_size;
         if self.sizing == BatchSize::Adaptive {

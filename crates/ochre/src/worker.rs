@@ -513,9 +513,9 @@ impl Core {
     }
 
     /// At the end of every turn: sends every buffer if the turn was a burst (it posted at
-    /// least a quarter of a batch to other workers: a fan-out, whose receivers are about to
-    /// run out of the part already sent, and whose batches are already large), else the
-    /// buffers whose destination is idle.
+    /// least a quarter of a batch to other workers, of `Outbox::burst_size`: a fan-out, whose
+    /// receivers are about to run out of the part already sent, and whose batches are already
+    /// large), else the buffers whose destination is idle.
     #[inline]
     fn end_of_turn_flush(&mut self, shared: &Shared) {
         let burst = crate::outbox::is_burst(self.turn_sends, self.outbox.burst_size());

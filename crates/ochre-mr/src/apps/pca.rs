@@ -81,7 +81,7 @@ impl MapReduce for RowMeans {
 /// Job 2: the covariances of each row with the rows after it. A split is a run of rows.
 ///
 /// A row's covariances are one value (`row i -> [cov(i, i), cov(i, i + 1), ...]`), not one
-/// pair each, as Matrix Multiply emits its rows. Phoenix emits a pair per cell: then each
+/// pair each, as Matrix Multiply emits a map task's block of rows. Phoenix emits a pair per cell: then each
 /// lane's dense store, partition, reduce and merge handled the 131 328 cells of a 512-row
 /// matrix one pair at a time, 3-4 ms of a 35 ms job at 2 workers (CPU 1.14-1.24 times the
 /// reference's, 0.88 of rayon's rate, whose `flat_map_iter` collects rows); with a row a key,
