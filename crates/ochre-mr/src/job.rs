@@ -293,17 +293,24 @@ impl<P: MapReduce> Job<P> {
         &self.app
     }
 
-    /// Builds a runtime (a panicking handler aborts its run) and runs the job on it.
+    /// Runs the job on a runtime of its settings ([`Job::workers`], [`Job::pin`],
+    /// [`Job::config`]; a panicking handler aborts the run) that the process keeps between
+    /// calls: the first call with those settings builds it (milliseconds the first time in a
+    /// process), later ones reuse it, and calls made at the same time get one each. A run that
+    /// fails drops its runtime. For a runtime whose life is the caller's: [`Job::run_on`].
     pub fn run(&self) -> Result<Output<P::Key, P::Value>, Error> {
-        let mut b = Runtime::builder().pin(self.pin).abort_on_panic(true);
-        if let Some(w) = self.workers {
-            b = b.workers(w);
+        let settings = self.settings();
+        let rt = crate::kept::take(&settings)?;
+        let out = self.run_on(&rt);
+        if out.is_ok() {
+            crate::kept::give_back(&settings, rt);
         }
-        if let Some(c) = &self.config {
-            b = b.config(c.clone()).abort_on_panic(true);
-        }
-        let rt = b.build()?;
-        self.run_on(&rt)
+        out
+    }
+
+    /// What [`Job::run`] builds its runtime from.
+    pub(crate) fn settings(&self) -> crate::kept::Settings {
+        crate::kept::Settings { workers: self.workers, pin: self.pin, config: self.config.clone() }
     }
 
     /// Runs the job on `rt` (for jobs run many times). The job's worker count and

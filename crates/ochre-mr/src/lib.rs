@@ -92,6 +92,7 @@
 pub mod apps;
 mod color_vec;
 mod job;
+mod kept;
 mod store;
 
 use std::hash::Hash;
