@@ -250,35 +250,34 @@ fn measure<A: Application>(
         ochre_system("ochre-baseline".into(), &baseline, &app, &check),
         System::new("rayon", || {
             let pool = pool.as_ref().map_err(|e| e.clone())?;
-            rate(|| Ok(pool.install(|| rayon_version(&app))), |g| check(g, "rayon"))
+            rate(|| Ok(pool.install(|| rayon_version(&app))), |g| check(&g, "rayon"))
         }),
-        System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(g, "sequential"))),
+        System::new("sequential", || rate(|| Ok(app.sequential()), |g| check(&g, "sequential"))),
     ];
     if workers > 1 {
         // `workers` references at once, each on its own pinned thread: how much running the
         // cores together costs the same work (shared caches and memory, a host's sibling
         // threads), which no scheduler can win back. Rate: references per second, each thread
-        // running them for `MIN_SAMPLE` as `rate` does (the threads' start, 50-100 us, outside
-        // the time: it was most of a sample on the small inputs); each thread's last result
-        // checked.
+        // timing its own with `rate` (the threads' start, 50-100 us, outside the time: it was
+        // most of a sample on the small inputs); each thread's last result checked.
         let (app, check) = (&app, &check);
         systems.push(System::new(SEQUENTIAL_ALL, move || {
             let runs = peers::on_pinned_threads(workers, |_| {
-                let (mut runs, mut spent, mut last) = (0u32, std::time::Duration::ZERO, None);
-                while runs == 0 || spent < MIN_SAMPLE {
-                    // The previous result freed outside the time, as `rate` does.
-                    drop(last.take());
-                    let t = Instant::now();
-                    last = Some(app.sequential());
-                    spent += t.elapsed();
-                    runs += 1;
-                }
-                (f64::from(runs) / spent.as_secs_f64(), last)
+                let mut last = None;
+                // The last result kept for the check (the earlier ones dropped outside the time).
+                let rate = rate(
+                    || Ok(app.sequential()),
+                    |got| {
+                        last = Some(got);
+                        Ok(())
+                    },
+                );
+                (rate, last)
             });
             let mut total = 0.0;
             for (rate, last) in runs {
                 last.as_ref().map_or(Ok(()), |g| check(g, SEQUENTIAL_ALL))?;
-                total += rate;
+                total += rate?;
             }
             Ok(total)
         }));
@@ -468,7 +467,7 @@ fn run_phoenix(cmd: &PhoenixCommand, workers: usize, preload: Option<&str>) -> R
 }
 
 /// Jobs per second of `job` run again and again until the runs add up to [`MIN_SAMPLE`] (once
-/// at least), each result checked by `check` between runs (outside the time).
+/// at least), each result handed to `check` between runs (outside the time, as its drop).
 ///
 /// Why not one run: a small input's job takes 100-200 us, and one right after a Phoenix
 /// process (the system before it in every other repetition) ran at half its speed (the
@@ -478,7 +477,7 @@ fn run_phoenix(cmd: &PhoenixCommand, workers: usize, preload: Option<&str>) -> R
 /// multiply) with Phoenix left out. Jobs of medium inputs take milliseconds: one or two runs.
 fn rate<R>(
     mut job: impl FnMut() -> Result<R, String>,
-    check: impl Fn(&R) -> Result<(), String>,
+    mut check: impl FnMut(R) -> Result<(), String>,
 ) -> Result<f64, String> {
     let (mut runs, mut spent) = (0u32, std::time::Duration::ZERO);
     while runs == 0 || spent < MIN_SAMPLE {
@@ -486,7 +485,7 @@ fn rate<R>(
         let got = job()?;
         spent += t.elapsed();
         runs += 1;
-        check(&got)?;
+        check(got)?;
     }
     Ok(f64::from(runs) / spent.as_secs_f64())
 }
@@ -506,7 +505,7 @@ fn ochre_system<'a, A: Application>(
 ) -> System<'a> {
     System::new(name.clone(), move || {
         let rt = rt.as_ref().map_err(|e| e.to_string())?;
-        rate(|| A::run(app, rt).map(|r| r.0).map_err(|e| e.to_string()), |g| check(g, &name))
+        rate(|| A::run(app, rt).map(|r| r.0).map_err(|e| e.to_string()), |g| check(&g, &name))
     })
 }
 

@@ -381,6 +381,7 @@ impl Outbox {
     /// consumer's receiver, which the shrinking was made for, is idle at its producer's turn's
     /// end, and the study's other cases did not move.
     pub(crate) fn burst_size(&self) -> usize {
+        // Not on every turn: `ends_burst` asks only when the configured size says burst.
         let mut size = self.batch_size;
         if self.sizing == BatchSize::Adaptive {
             for &d in &self.pending {
@@ -388,6 +389,15 @@ impl Outbox {
             }
         }
         size
+    }
+
+    /// Whether a turn that sent `turn_sends` messages to other workers was a burst
+    /// ([`is_burst`] against [`burst_size`](Self::burst_size)): the policy of the end-of-turn
+    /// flush, called by the worker and the simulator. The configured size is asked first (the
+    /// tuned ones are never smaller), so a turn that posted little elsewhere, most turns, costs
+    /// a comparison and no look at the destinations.
+    pub(crate) fn ends_burst(&self, turn_sends: u32) -> bool {
+        is_burst(turn_sends, self.batch_size) && is_burst(turn_sends, self.burst_size())
     }
 
     /// Takes the buffer for `dest` (possibly empty); `idle`: whether `dest` shows itself idle,
@@ -758,10 +768,12 @@ mod tests {
         assert!(o.push(1, msg(), || &r).is_none());
         assert_eq!(o.burst_size(), grown);
         assert!(!is_burst(16, o.burst_size()) && is_burst(16, 32));
+        assert!(!o.ends_burst(16) && o.ends_burst(grown as u32 / 4) && !o.ends_burst(7));
         // Fixed sizes: the configured one.
         let mut fixed = Outbox::new(3, 32, 1.1);
         assert!(fixed.push(1, msg(), || &r).is_none());
         assert_eq!(fixed.burst_size(), 32);
+        assert!(fixed.ends_burst(8) && !fixed.ends_burst(7));
     }
 
     #[test]

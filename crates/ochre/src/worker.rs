@@ -518,7 +518,7 @@ impl Core {
     /// large), else the buffers whose destination is idle.
     #[inline]
     fn end_of_turn_flush(&mut self, shared: &Shared) {
-        let burst = crate::outbox::is_burst(self.turn_sends, self.outbox.burst_size());
+        let burst = self.outbox.ends_burst(self.turn_sends);
         self.turn_sends = 0;
         self.held_in_turn = 0;
         self.outbox.end_turn();

@@ -1,6 +1,6 @@
 //! The discrete-event engine: N virtual cores running the runtime's own run queues (`queue`),
 //! outgoing buffers (`outbox`) and policy functions (`steal`, `follow`, `idle::spin_budget`,
-//! `outbox::is_burst`, `color::home_of`), in virtual time, on a topology.
+//! `Outbox::ends_burst`, `color::home_of`), in virtual time, on a topology.
 //!
 //! What is the runtime's: every decision. Where a post goes, when a batch leaves (full, early to
 //! an idle core, at a burst, to idle cores at the end of a turn, the safety flush against the
@@ -1930,7 +1930,7 @@ impl<'w> Sim<'w> {
         }
         if self.setup.config.batching {
             let core = &mut self.cores[k];
-            let burst = outbox::is_burst(core.turn_sends, core.outbox.burst_size());
+            let burst = core.outbox.ends_burst(core.turn_sends);
             core.turn_sends = 0;
             core.held_in_turn = 0;
             core.outbox.end_turn();

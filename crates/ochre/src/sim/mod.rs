@@ -20,7 +20,7 @@
 //! placement is not charged), the quiescence protocol (a run ends when nothing is left to run or
 //! in flight), and contention between cores beyond [`CostModel::contention`]. The worker's
 //! smaller policies (its end-of-turn burst test, its safety-check interval, its grant back-off)
-//! are functions both call: `outbox::is_burst`, `outbox::SAFETY_CHECK_EVERY`,
+//! are functions both call: `Outbox::ends_burst`, `outbox::SAFETY_CHECK_EVERY`,
 //! `steal::backoff_after`.
 //!
 //! Not a stable interface: `ochre sim` and the tests use it (feature `sim`).
