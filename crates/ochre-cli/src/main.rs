@@ -261,41 +261,91 @@ impl Placement {
 }
 
 /// N-COPY parent: starts the copies with the same arguments, forwards SIGINT/SIGTERM to them,
-/// and returns when they have all exited.
+/// and returns when they have all exited. Its signals are watched before the first copy starts,
+/// and a copy ended by a signal it forwarded (one that came before the copy watched its own) has
+/// stopped as asked, not failed.
 fn run_copies(copies: u32) -> Result<(), String> {
     use ochre::io::signal;
+    use std::sync::{Arc, Mutex};
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut children = Vec::new();
-    for i in 0..copies {
-        let child = std::process::Command::new(&exe)
-            .args(&args)
-            .arg("--copy")
-            .arg(i.to_string())
-            .spawn()
-            .map_err(|e| format!("starting copy {i}: {e}"))?;
-        children.push(child);
-    }
-    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
     let rt = ochre::Runtime::builder().workers(1).pin(false).build().map_err(|e| e.to_string())?;
     let handle = rt.handle();
+    // The copies' pids, and the signal forwarded to them if one came (copies started after it get
+    // it at once).
+    let started: Arc<Mutex<(Vec<i32>, Option<i32>)>> = Arc::new(Mutex::new((Vec::new(), None)));
+    let forward = |pid: i32, s: i32| {
+        // SAFETY: `kill` with a child's pid and a valid signal number.
+        unsafe { libc::kill(pid, s) };
+    };
     let mut watches = Vec::new();
     for sig in [signal::SIGINT, signal::SIGTERM] {
-        let pids = pids.clone();
-        let forward = move |s: i32| {
-            for &pid in &pids {
-                // SAFETY: `kill` with a child's pid and a valid signal number.
-                unsafe { libc::kill(pid, s) };
+        let started = started.clone();
+        let on_signal = move |s: i32| {
+            let mut started = started.lock().unwrap_or_else(|e| e.into_inner());
+            started.1 = Some(s);
+            for &pid in &started.0 {
+                forward(pid, s);
             }
         };
         watches
-            .push(handle.watch_signal(sig, ochre::Color(1), forward).map_err(|e| e.to_string())?);
+            .push(handle.watch_signal(sig, ochre::Color(1), on_signal).map_err(|e| e.to_string())?);
+    }
+    let mut children = Vec::new();
+    for i in 0..copies {
+        let mut started = started.lock().unwrap_or_else(|e| e.into_inner());
+        let mut command = std::process::Command::new(&exe);
+        command.args(&args).arg("--copy").arg(i.to_string());
+        // A copy gets SIGTERM when this parent ends, however it ends (even SIGKILL): no orphan
+        // keeps serving the port.
+        let parent = rustix::process::getpid();
+        // SAFETY: the closure runs in the forked child before exec and makes only two system
+        // calls (prctl, getppid), both async-signal-safe; it allocates nothing.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                use rustix::process::{getppid, set_parent_process_death_signal, Signal};
+                set_parent_process_death_signal(Some(Signal::TERM))?;
+                if getppid() != Some(parent) {
+                    // The parent ended before the death signal was set.
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                for &pid in &started.0 {
+                    forward(pid, signal::SIGTERM);
+                }
+                drop(started);
+                for mut c in children {
+                    let _ = std::process::Child::wait(&mut c);
+                }
+                return Err(format!("starting copy {i}: {e}"));
+            }
+        };
+        started.0.push(child.id() as i32);
+        if let Some(s) = started.1 {
+            forward(child.id() as i32, s);
+        }
+        children.push(child);
     }
     let h = handle.clone();
+    let forwarded = started.clone();
     let waiter = std::thread::spawn(move || {
+        use std::os::unix::process::ExitStatusExt;
         let mut failed = 0;
         for mut c in children {
-            if !c.wait().map(|s| s.success()).unwrap_or(false) {
+            let stopped = match c.wait() {
+                Ok(s) => {
+                    let asked = forwarded.lock().unwrap_or_else(|e| e.into_inner()).1;
+                    s.success() || (s.signal().is_some() && s.signal() == asked)
+                }
+                Err(_) => false,
+            };
+            if !stopped {
                 failed += 1;
             }
         }
@@ -412,6 +462,28 @@ fn serve(
         builder = builder.workers(w as usize);
     }
     let rt = builder.build().map_err(|e| e.to_string())?;
+    let handle = rt.handle();
+    let server = std::sync::Arc::new(server);
+    // Signals are watched before the port is bound: a server that answers can be stopped (an
+    // N-COPY parent forwards SIGTERM as soon as it gets one, maybe while this copy starts). A
+    // signal before the listener serves leaves `accepting` marked stopped, and the listener is
+    // then cancelled as soon as it exists.
+    let accepting = std::sync::Arc::new(std::sync::Mutex::new((false, None::<ochre::io::Watch>)));
+    let mut signals = Vec::new();
+    for sig in [signal::SIGINT, signal::SIGTERM] {
+        let (h, a, s) = (handle.clone(), accepting.clone(), server.clone());
+        let on_signal = move |_| {
+            // Graceful: stop accepting, let in-flight responses finish, at most 10 s.
+            let mut accepting = a.lock().unwrap_or_else(|e| e.into_inner());
+            accepting.0 = true;
+            if let Some(w) = accepting.1.take() {
+                w.cancel();
+            }
+            s.shutdown_when_idle(&h, std::time::Instant::now() + Duration::from_secs(10));
+        };
+        signals
+            .push(handle.watch_signal(sig, ochre::Color(1), on_signal).map_err(|e| e.to_string())?);
+    }
     let listener = if place.copies > 1 {
         Listener::bind_reuseport_with_backlog(listen, backlog)
     } else {
@@ -419,19 +491,11 @@ fn serve(
     }
     .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let handle = rt.handle();
-    let watch = server.serve_with(&handle, listener).map_err(|e| e.to_string())?;
-    let server = std::sync::Arc::new(server);
-    let mut signals = Vec::new();
-    for sig in [signal::SIGINT, signal::SIGTERM] {
-        let (h, w, s) = (handle.clone(), watch.clone(), server.clone());
-        let on_signal = move |_| {
-            // Graceful: stop accepting, let in-flight responses finish, at most 10 s.
-            w.cancel();
-            s.shutdown_when_idle(&h, std::time::Instant::now() + Duration::from_secs(10));
-        };
-        signals
-            .push(handle.watch_signal(sig, ochre::Color(1), on_signal).map_err(|e| e.to_string())?);
+    {
+        let mut accepting = accepting.lock().unwrap_or_else(|e| e.into_inner());
+        if !accepting.0 {
+            accepting.1 = Some(server.serve_with(&handle, listener).map_err(|e| e.to_string())?);
+        }
     }
     let copy = if place.copies > 1 {
         format!(" (copy {} of {})", place.copy, place.copies)

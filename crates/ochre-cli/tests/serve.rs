@@ -12,16 +12,21 @@ fn site(tag: &str) -> std::path::PathBuf {
     root
 }
 
+/// Starts `ochre serve` on `root` at `port` (loopback) with `args`, its stderr discarded.
+fn serve(root: &std::path::Path, port: u16, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_ochre"))
+        .args(["serve", "--root", root.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn serve_answers_and_stops_gracefully_on_sigterm() {
     let root = site("one");
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
-        .args(["serve", "--root", root.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--workers", "2"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve(&root, port, &["--workers", "2"]);
     wait_ready(port, &mut child);
     let page = get(port, "/").unwrap();
     assert!(page.starts_with("HTTP/1.1 200 OK") && page.ends_with("hello\n"), "{page}");
@@ -102,12 +107,7 @@ fn the_printed_configuration_is_a_working_config_file() {
 fn n_copy_spreads_connections_over_processes_sharing_the_port() {
     let root = site("copies");
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ochre"))
-        .args(["serve", "--root", root.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--copies", "2", "--status-path", "/.ochre/status"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve(&root, port, &["--copies", "2", "--status-path", "/.ochre/status"]);
     wait_ready(port, &mut child);
     // The port answers as soon as one copy listens; the other may bind a moment later (the
     // kernel spreads only over the sockets bound): ask at least 60 times, and for up to 10 s
@@ -132,5 +132,42 @@ fn n_copy_spreads_connections_over_processes_sharing_the_port() {
     assert!(!pids.contains(&child.id().to_string()), "the parent only supervises");
     assert!(stop(child).success(), "the parent forwards SIGTERM and its copies stop cleanly");
     assert!(get(port, "/").is_none(), "nothing listens any more");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// SIGTERM may reach the N-COPY parent while its copies start, before they watch their own
+/// signals: the parent forwards it, and copies ended by it have stopped as asked, not failed.
+#[test]
+fn n_copy_stops_cleanly_on_sigterm_while_its_copies_start() {
+    let root = site("early");
+    let port = free_port();
+    let child = serve(&root, port, &["--copies", "2"]);
+    // The parent watches its signals before it starts a copy: once both copies exist, signal it
+    // at once (a copy takes milliseconds to build its runtime and watch its signals).
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(&children).map_or(0, |c| c.split_whitespace().count()) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the parent started its copies");
+        std::thread::yield_now();
+    }
+    assert!(stop(child).success(), "copies stopped by the forwarded SIGTERM are not failures");
+    assert!(get(port, "/").is_none(), "nothing listens");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// Copies do not outlive their parent: killed outright, it leaves no orphan serving the port.
+#[test]
+fn n_copy_copies_stop_when_their_parent_is_killed() {
+    let root = site("orphans");
+    let port = free_port();
+    let mut child = serve(&root, port, &["--copies", "2"]);
+    wait_ready(port, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while get(port, "/").is_some() {
+        assert!(std::time::Instant::now() < deadline, "a copy still serves after its parent died");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     std::fs::remove_dir_all(root).unwrap();
 }
