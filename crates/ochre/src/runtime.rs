@@ -79,7 +79,10 @@ impl Default for Builder {
 
 impl Builder {
     /// Number of worker threads. Default: one per CPU in the process's affinity mask (or per CPU
-    /// given to [`cpus`](Builder::cpus)). More workers than CPUs is allowed and costs little:
+    /// given to [`cpus`](Builder::cpus)), but no more than the CPUs' worth of time a CPU quota
+    /// gives the process (a container's cgroup `cpu.max`, as
+    /// [`std::thread::available_parallelism`] reads it); the quota also bounds the workers that
+    /// are homes of colors. More workers than CPUs is allowed and costs little:
     /// colors are then homed on as many workers as there are CPUs and the others stand by
     /// ([`Config::home_on_every_worker`]): they take colors moved to them and stand in for a
     /// worker stuck in a handler, but do not steal, and sleep through the ends of runs.
@@ -168,7 +171,13 @@ impl Builder {
                 discovered.as_ref().map(|t| t.cpus().to_vec()).unwrap_or_else(|_| allowed.clone())
             }
         };
-        let workers = self.workers.unwrap_or(cpus.len());
+        // The CPU time the process may use: a container's CPU quota (cgroup `cpu.max`, or
+        // `cpu.cfs_quota_us`) below its affinity mask gives it that many CPUs' worth, however
+        // many CPUs it may run on; std reads it (as rayon does, and tokio through num_cpus). A
+        // worker per CPU of the mask would then share the quota's time slices: spinning burns
+        // them, and a color homed on a worker waits for them.
+        let quota = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
+        let workers = self.workers.unwrap_or(cpus.len().min(quota));
         let tree = match self.topology {
             Some(t) if !t.is_empty() => t,
             Some(_) => return Err(Error::Config("the topology has no CPU".into())),
@@ -206,7 +215,7 @@ impl Builder {
             let mut distinct = cpus.clone();
             distinct.sort_unstable();
             distinct.dedup();
-            distinct.len().min(allowed.len())
+            distinct.len().min(allowed.len()).min(quota)
         };
         // Pinned workers that each have a CPU of their own take nobody's CPU by spinning; with
         // more workers than CPUs, at most half the CPUs spin (tokio bounds searchers likewise).
