@@ -5,7 +5,7 @@
 //! into the collector's).
 //!
 //! `user_probe [REPS] [CHUNK]` (defaults 7 and 8192 numbers a chunk; the word count takes an
-//! eighth of it in lines). `ONLY=sum` or `ONLY=words` runs one of the two. `BUSY=1`: a thread
+//! eighth of it in lines). `DEFAULTS=1`: each library's default thread count, not 2 each. `ONLY=sum` or `ONLY=words` runs one of the two. `BUSY=1`: a thread
 //! spins on worker 1's CPU throughout; `STATS=1`:
 //! each ochre sum's run time and per-worker counters on standard error.
 //!
@@ -209,10 +209,22 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(7);
     let chunk: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(8192);
-    let rt = Runtime::builder().workers(2).build().expect("ochre");
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("rayon");
-    let tokio =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().expect("tokio");
+    // `DEFAULTS=1`: each library's default thread count (as a user leaves it; in a container
+    // with a CPU quota, each reads the quota), instead of 2 threads each.
+    let (rt, pool, tokio) = if std::env::var("DEFAULTS").is_ok_and(|v| v == "1") {
+        (
+            Runtime::builder().build().expect("ochre"),
+            rayon::ThreadPoolBuilder::new().build().expect("rayon"),
+            tokio::runtime::Builder::new_multi_thread().build().expect("tokio"),
+        )
+    } else {
+        (
+            Runtime::builder().workers(2).build().expect("ochre"),
+            rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("rayon"),
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().expect("tokio"),
+        )
+    };
+    eprintln!("threads: ochre {}, rayon {}", rt.workers(), pool.current_num_threads());
     let data: Arc<Vec<u64>> = Arc::new((0..8_000_000u64).collect());
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut word = || {
