@@ -18,6 +18,16 @@
 //! 0.78-1.53 ms against 0.02-0.10 ms later: the turn timers' clock was calibrated
 //! (`quanta::Clock::new`, 0.63 ms) by the first timed turn, on a worker, inside the run;
 //! calibrated by the build now: 0.13-0.18 ms.
+//!
+//! Session 57 (another host: first builds 4.1-4.8 ms there, first runs 70-97 us): the
+//! measurement and the calibration leave the build for threads of their own, and nothing
+//! waits for them (`wakeup_latency`, `turn_clock`): first build 0.60-0.98 ms, six processes of
+//! each alternated. The calibration's thread, started beside the builder, first held the build
+//! (a new thread runs on its parent's CPU: 0.68 ms), then, moved to another CPU, the start of
+//! the worker pinned there (0.5 ms): it runs at nice 19 on another CPU than the builder's.
+//! The first run of 10 chunks 84-105 us (the OS clock read until the calibration is done, two
+//! threads measuring beside it), the second build 0.34-0.57 ms (0.14-0.17) while the
+//! calibration goes on.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -159,7 +159,9 @@ fn idle_spell(ctx: &WorkerCtx) -> Flow {
         let watches = core.io.active();
         let budget = match shared.config.spin {
             _ if !may_spin(paused, watches, core.cpu_share.share()) => Duration::ZERO,
-            spin => spin_budget(spin, shared.spin_threshold, core.last_sleep, &core.spin_tuner),
+            spin => {
+                spin_budget(spin, shared.spin_threshold.get(), core.last_sleep, &core.spin_tuner)
+            }
         };
         (budget, shared.config.steal != crate::Steal::Off, watches)
     };

@@ -171,6 +171,7 @@ pub mod topology;
 pub mod trace;
 mod tune;
 mod turn_clock;
+mod wakeup_latency;
 mod worker;
 
 #[cfg(all(test, loom))]

@@ -203,6 +203,18 @@ impl PipeParker {
 /// sleeps 500 µs before each wake-up, past the hypervisor's halt-polling window.
 #[cfg(not(loom))]
 pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> {
+    measure_wakeup_when(kind, rounds, &|| Some(true))
+}
+
+/// [`measure_wakeup`], keeping only the round trips for which `calm` said yes when they
+/// started and when they ended (`wakeup_latency`: the process idle meanwhile); the others are
+/// made again. `calm` saying `None` gives up: an error.
+#[cfg(not(loom))]
+pub(crate) fn measure_wakeup_when(
+    kind: Wakeup,
+    rounds: usize,
+    calm: &(dyn Fn() -> Option<bool> + Sync),
+) -> std::io::Result<Duration> {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -224,15 +236,21 @@ pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> 
     };
     let a = Arc::new(Side { parker: Parker::new(kind)?, seen: AtomicU64::new(0) });
     let b = Arc::new(Side { parker: Parker::new(kind)?, seen: AtomicU64::new(0) });
-    let rounds = rounds.max(1) as u64;
+    let rounds = rounds.max(1);
+    // What the probe sends the echo when it has its rounds.
+    const DONE: u64 = u64::MAX;
     std::thread::scope(|s| -> std::io::Result<Duration> {
         let (a2, b2) = (a.clone(), b.clone());
         let echo = std::thread::Builder::new().name("ochre-wakeup-echo".into()).spawn_scoped(
             s,
             move || {
                 pin(1);
-                for r in 1..=rounds {
+                // Round trips until the probe says it has enough (`DONE`).
+                for r in 1.. {
                     wait_for(&b2, r);
+                    if b2.seen.load(Ordering::Acquire) == DONE {
+                        break;
+                    }
                     a2.seen.store(r, Ordering::Release);
                     a2.parker.unpark();
                 }
@@ -242,28 +260,41 @@ pub fn measure_wakeup(kind: Wakeup, rounds: usize) -> std::io::Result<Duration> 
             s,
             move || {
                 pin(0);
-                let mut samples = Vec::with_capacity(rounds as usize);
-                for r in 1..=rounds {
+                let mut samples = Vec::with_capacity(rounds);
+                let mut r = 0;
+                while samples.len() < rounds {
+                    r += 1;
                     // Let the echo thread fall asleep for real: a CPU idle for less than the
                     // hypervisor's halt-polling window (KVM's default: up to 200 µs) wakes in
                     // ~1 µs, which is not what a worker idle for a while costs. 500 µs, not the
-                    // 1 ms of before: a process's first build waits for these rounds, and five
+                    // 1 ms of before: a process's first build waited for these rounds, and five
                     // rounds after sleeps of 1000, 500 and 300 µs measured the same here
                     // (11.3-19.7, 11.5-14.0 and 12.1-17.7 µs, six measurements of each,
                     // alternated; 150 and 50 µs measured 10-15% lower).
                     std::thread::sleep(Duration::from_micros(500));
+                    let Some(calm_before) = calm() else { break };
                     let t = Instant::now();
                     b.seen.store(r, Ordering::Release);
                     b.parker.unpark();
                     wait_for(&a, r);
-                    samples.push(t.elapsed() / 2);
+                    let sample = t.elapsed() / 2;
+                    match calm() {
+                        Some(true) if calm_before => samples.push(sample),
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+                b.seen.store(DONE, Ordering::Release);
+                b.parker.unpark();
+                if samples.len() < rounds {
+                    return Err(std::io::Error::other("never calm enough to measure"));
                 }
                 samples.sort();
-                samples[samples.len() / 2]
+                Ok(samples[samples.len() / 2])
             },
         )?;
         echo.join().map_err(|_| std::io::Error::other("wake-up echo thread panicked"))?;
-        probe.join().map_err(|_| std::io::Error::other("wake-up probe thread panicked"))
+        probe.join().map_err(|_| std::io::Error::other("wake-up probe thread panicked"))?
     })
 }
 
@@ -311,6 +342,46 @@ mod tests {
             waker.join().unwrap();
             assert!(t.elapsed() < Duration::from_secs(5), "{kind:?} slept through its wake-up");
         }
+    }
+
+    #[test]
+    fn a_measurement_keeps_only_the_rounds_made_while_calm() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let calm = AtomicBool::new(false);
+        let looks = AtomicUsize::new(0);
+        let calmed_at = std::sync::Mutex::new(None);
+        let d = std::thread::scope(|s| {
+            let m = s.spawn(|| {
+                let look = || {
+                    looks.fetch_add(1, Ordering::Relaxed);
+                    Some(calm.load(Ordering::Acquire))
+                };
+                let d = measure_wakeup_when(Wakeup::Futex, 3, &look).unwrap();
+                (d, Instant::now())
+            });
+            // Rounds are made meanwhile (the predicate is looked at), and none kept.
+            let t = Instant::now();
+            while looks.load(Ordering::Relaxed) < 10
+                && !m.is_finished()
+                && t.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            *calmed_at.lock().unwrap() = Some(Instant::now());
+            calm.store(true, Ordering::Release);
+            m.join().unwrap()
+        });
+        let calmed = calmed_at.lock().unwrap().unwrap();
+        assert!(d.1 > calmed, "the measurement ended before any round was calm");
+        assert!(d.0 > Duration::ZERO && d.0 < Duration::from_secs(1), "{:?}", d.0);
+    }
+
+    #[test]
+    fn a_measurement_that_gives_up_is_an_error() {
+        let looks = std::sync::atomic::AtomicUsize::new(0);
+        let look =
+            || (looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 4).then_some(false);
+        assert!(measure_wakeup_when(Wakeup::Futex, 3, &look).is_err());
     }
 
     #[test]

@@ -15,19 +15,19 @@
 //! posts through a [`Handle`] fail with [`Error::Closed`].
 
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::actor::Addr;
 use crate::color::home_of;
-use crate::config::{Config, Spin, Wakeup};
+use crate::config::{Config, Spin};
 use crate::context::{with_current, Enter};
 use crate::message::{InlineTask, Msg, Task};
 use crate::shared::{PanicRecord, Shared, QUIESCENT, RUNNING, SHUTDOWN};
 use crate::stats::WorkerStats;
 use crate::sync::{lock, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use crate::wakeup_latency::Threshold;
 use crate::worker::{Core, WorkerCtx};
 use crate::{topology, Color, Error};
 
@@ -138,17 +138,17 @@ impl Builder {
         self
     }
 
-    /// Checks the settings, measures the wake-up latency if reasoned spinning needs it,
-    /// calibrates the turn timers' clock, starts the workers' threads and returns once every
-    /// worker is through its start (pinned, its heap made) and waits for a run, so that the
-    /// first [`Runtime::run`] starts as later ones do. The measurement and the calibration are
-    /// made once per process (the measurement once per wake-up mechanism: 3.1 ms here, five
-    /// wake-ups timed between two threads; the calibration about 0.6 ms), and so is the
-    /// registration stand-ins need (`membarrier`: 12.5 ms here), which runs on a thread of its
-    /// own and is waited for nowhere (workers open windows once it is done). A process's first
-    /// build of two workers takes 4.0-4.2 ms here (6.6-6.7 ms with the measurement's sleeps of
-    /// 1 ms, six processes of each alternated, `startup_probe`; 16-35 ms with nine rounds and the
-    /// registration after it); later builds take 0.1-0.5 ms (most of it the threads' starts).
+    /// Checks the settings, starts the workers' threads and returns once every worker is
+    /// through its start (pinned, its heap made) and waits for a run, so that the first
+    /// [`Runtime::run`] starts as later ones do. What a process does once is started here and
+    /// waited for nowhere, each on a thread of its own: the wake-up latency's measurement,
+    /// which the reasoned-spinning threshold is made of (`wakeup_latency`: 200 µs assumed for
+    /// the first few milliseconds), the calibration of the turn timers' clock (`turn_clock`: the
+    /// OS clock until then) and the registration stand-ins need (`membarrier`, 12.5 ms here:
+    /// workers open windows once it is done). A process's first build of two workers takes
+    /// 0.6-1.0 ms here (4.1-4.8 ms when it measured and calibrated before returning, six
+    /// processes of each alternated, `startup_probe`; tokio-mt's 0.04-0.06 ms); later builds
+    /// 0.15-0.5 ms (most of it the threads' starts).
     pub fn build(mut self) -> Result<Runtime, Error> {
         self.config.validate().map_err(Error::Config)?;
         // Once per process, here rather than in the first run's first timed turn (`turn_clock`).
@@ -208,12 +208,14 @@ impl Builder {
             // Waited for nowhere (`stand_in::register_in_background`).
             crate::stand_in::register_in_background();
         }
+        // Measured in the background, waited for by nobody (`wakeup_latency`).
         let spin_threshold = match self.config.spin {
-            Spin::Reasoned { threshold: Some(t) } => t,
+            Spin::Reasoned { threshold: Some(t) } => Threshold::Set(t),
             Spin::Reasoned { threshold: None } | Spin::Adaptive => {
-                default_spin_threshold(self.config.wakeup)?
+                crate::wakeup_latency::start(self.config.wakeup);
+                Threshold::Measured(self.config.wakeup)
             }
-            _ => Duration::ZERO,
+            _ => Threshold::Set(Duration::ZERO),
         };
         // The CPUs the workers run on (a CPU given twice counts once): homes of colors for as
         // many workers (`Config::home_on_every_worker`).
@@ -507,29 +509,6 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
     }
 }
 
-/// Round trips of the wake-up measurement a process's first build makes (each after a 500 us
-/// sleep, `park::measure_wakeup`): five. Nine took 10.5 ms of that build; five and nine
-/// alternated in one process, six pairs: 19.2-25.4 us and 19.9-23.7 us.
-const WAKEUP_ROUNDS: usize = 5;
-
-/// 10x the measured wake-up latency of `kind` (thesis §5.3.1), measured once per process and
-/// clamped to [50 µs, 5 ms] so that a noisy probe cannot disable spinning or make it burn a core
-/// (the thesis's 200K cycles is 70-100 µs at 2-3 GHz).
-fn default_spin_threshold(kind: Wakeup) -> Result<Duration, Error> {
-    static MEASURED: [OnceLock<Duration>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    let slot = &MEASURED[kind as usize];
-    if let Some(d) = slot.get() {
-        return Ok(*d);
-    }
-    #[cfg(not(loom))]
-    let latency = crate::park::measure_wakeup(kind, WAKEUP_ROUNDS)
-        .map_err(|e| Error::os("measuring wake-up latency", e))?;
-    #[cfg(loom)]
-    let latency = Duration::from_micros(30);
-    let threshold = crate::idle::threshold_for(latency);
-    Ok(*slot.get_or_init(|| threshold))
-}
-
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunEnd {
@@ -643,9 +622,12 @@ impl Runtime {
         home_of(color, self.shared.placement)
     }
 
-    /// The reasoned-spinning threshold in force (zero if the spin policy has none).
+    /// The reasoned-spinning threshold (zero if the spin policy has none). A measured one
+    /// (10x the wake-up latency, the default) is measured once per process in the background,
+    /// from the first build on, and assumed (200 µs) until then: this waits for it, a few
+    /// milliseconds after the process's first build when no run holds it off.
     pub fn spin_threshold(&self) -> Duration {
-        self.shared.spin_threshold
+        self.shared.spin_threshold.settled()
     }
 
     /// The configuration.
@@ -818,7 +800,7 @@ impl Runtime {
             workers,
             panics: std::mem::take(&mut *lock(&shared.panics)),
             pending: pending(&after, shared),
-            spin_threshold: shared.spin_threshold,
+            spin_threshold: shared.spin_threshold.get(),
             warnings,
             // Every worker flushed its table before reporting done: exact for the run.
             top_colors: colors_before

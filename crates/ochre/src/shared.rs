@@ -15,7 +15,6 @@
 //!   owner's core holds it directly (an `Arc`), not through this table.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::Config;
 use crate::inbox::Inbox;
@@ -315,8 +314,9 @@ pub(crate) struct Shared {
     pub(crate) oversubscribed: bool,
     pub(crate) remotes: Box<[Remote]>,
     pub(crate) control: Control,
-    /// Reasoned-spinning threshold (0 if the policy does not use one).
-    pub(crate) spin_threshold: Duration,
+    /// Reasoned-spinning threshold (0 if the policy does not use one): read at each idle
+    /// spell, since a measured one is published after the process's first build.
+    pub(crate) spin_threshold: crate::wakeup_latency::Threshold,
     pub(crate) max_spinners: usize,
     pub(crate) panics: Mutex<Vec<PanicRecord>>,
     /// The error that aborted the current run, if any.
@@ -345,7 +345,7 @@ impl Shared {
         config: Config,
         workers: usize,
         cpus: usize,
-        spin_threshold: Duration,
+        spin_threshold: crate::wakeup_latency::Threshold,
         max_spinners: usize,
         topology: &crate::topology::Topology,
     ) -> std::io::Result<Shared> {

@@ -464,7 +464,7 @@ mod tests {
                 crate::Config::default(),
                 1,
                 1,
-                Duration::ZERO,
+                crate::wakeup_latency::Threshold::Set(Duration::ZERO),
                 1,
                 &crate::topology::Topology::flat(vec![0]),
             )

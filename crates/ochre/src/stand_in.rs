@@ -868,7 +868,15 @@ mod tests {
     fn cell() -> (CoreCell, Arc<Shared>) {
         let config = crate::Config::default();
         let topology = crate::topology::Topology::flat(vec![0, 1]);
-        let shared = Shared::new(config.clone(), 2, 2, Duration::ZERO, 1, &topology).unwrap();
+        let shared = Shared::new(
+            config.clone(),
+            2,
+            2,
+            crate::wakeup_latency::Threshold::Set(Duration::ZERO),
+            1,
+            &topology,
+        )
+        .unwrap();
         let core =
             Core::new(0, crate::color::Placement::flat(2), &config, crate::stall::Beat::off());
         (CoreCell::new(core, &shared), Arc::new(shared))

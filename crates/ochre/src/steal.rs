@@ -900,8 +900,15 @@ mod tests {
         } else {
             crate::topology::Topology::synthetic(topology).unwrap()
         };
-        let shared =
-            Shared::new(config.clone(), workers, workers, Duration::ZERO, 1, &topology).unwrap();
+        let shared = Shared::new(
+            config.clone(),
+            workers,
+            workers,
+            crate::wakeup_latency::Threshold::Set(Duration::ZERO),
+            1,
+            &topology,
+        )
+        .unwrap();
         let placement = crate::color::Placement::flat(workers);
         let cores = (0..workers)
             .map(|i| Core::new(i, placement, &config, crate::stall::Beat::off()))

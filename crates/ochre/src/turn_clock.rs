@@ -8,25 +8,52 @@
 //! `__vdso_clock_gettime`. Readings are raw ticks, scaled only for the difference at a turn's
 //! end. Under Miri and loom, which cannot execute `rdtsc`, the OS clock.
 //!
-//! The calibration is made when the process's first runtime is built ([`calibrate`], from
-//! `Builder::build`), not at the first reading: it takes about 0.6 ms here (`quanta::Clock::new`,
-//! 630 us the first time in a process, five processes), and read first by a worker's first
-//! watched turn it held that worker for as long in the process's first run, where a user's sum
-//! of 3907 chunks took 5.7 ms (2.1-2.8 later).
+//! The calibration is started when the process's first runtime is built ([`calibrate`], from
+//! `Builder::build`), on a thread of its own: it takes about 0.6 ms here (`quanta::Clock::new`,
+//! 630 us the first time in a process, five processes). Read first by a worker's first watched
+//! turn, it held that worker for as long in the process's first run (a user's sum of 3907
+//! chunks took 5.7 ms, 2.1-2.8 later); made by the build, it held the build (a quarter of a
+//! first build's 1.3 ms once the wake-up measurement left it, `wakeup_latency`). Until it is
+//! done, readings are the OS clock's, marked as such ([`Stamp`]'s top bit: a time-stamp counter
+//! reaches it after a century): a turn timed across the calibration's end is measured on the
+//! clock it started on.
 
 #[cfg(not(any(miri, loom)))]
 mod imp {
-    use std::sync::OnceLock;
+    use std::sync::{Once, OnceLock};
+    use std::time::Instant;
 
     static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+    /// The origin of readings taken on the OS clock before the calibration is done.
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    /// Marks a reading of the OS clock (nanoseconds since [`ORIGIN`]).
+    const OS: u64 = 1 << 63;
 
-    fn clock() -> &'static quanta::Clock {
-        CLOCK.get_or_init(quanta::Clock::new)
-    }
-
-    /// Calibrates the clock, if not yet done in this process.
+    /// Starts the calibration on a thread of its own, if not started yet in this process
+    /// (made here if no thread can be started).
     pub(crate) fn calibrate() {
-        clock();
+        static STARTED: Once = Once::new();
+        STARTED.call_once(|| {
+            ORIGIN.get_or_init(Instant::now);
+            let here = crate::topology::current_cpu();
+            let spawned = std::thread::Builder::new().name("ochre-clock".into()).spawn(move || {
+                // Away from the builder's CPU: a new thread starts beside its parent, and
+                // this one's 0.6 ms loop held the build there as long.
+                let others: Vec<usize> = crate::topology::allowed_cpus()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|&c| c != here)
+                    .collect();
+                if !others.is_empty() {
+                    let _ = crate::topology::allow_current_thread(&others);
+                }
+                let _ = rustix::process::nice(19);
+                CLOCK.get_or_init(quanta::Clock::new);
+            });
+            if spawned.is_err() {
+                CLOCK.get_or_init(quanta::Clock::new);
+            }
+        });
     }
 
     /// Whether the clock is calibrated.
@@ -35,21 +62,38 @@ mod imp {
         CLOCK.get().is_some()
     }
 
-    /// A reading, in the clock's own ticks.
+    fn os_ns() -> u64 {
+        let ns = ORIGIN.get_or_init(Instant::now).elapsed().as_nanos();
+        (ns.min(u128::from(OS - 1))) as u64
+    }
+
+    /// A reading: the time-stamp counter's raw ticks, or the OS clock's nanoseconds marked
+    /// [`OS`] before the calibration is done.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct Stamp(u64);
 
     /// Now.
     #[inline]
     pub(crate) fn now() -> Stamp {
-        Stamp(clock().raw())
+        match CLOCK.get() {
+            Some(c) => Stamp(c.raw()),
+            None => Stamp(OS | os_ns()),
+        }
     }
 
-    /// Nanoseconds since `start`.
+    /// Nanoseconds since `start`, on the clock it was read on.
     #[inline]
     pub(crate) fn ns_since(start: Stamp) -> u64 {
-        let c = clock();
-        c.delta_as_nanos(start.0, c.raw())
+        match CLOCK.get() {
+            Some(c) if start.0 & OS == 0 => c.delta_as_nanos(start.0, c.raw()),
+            _ => os_ns().saturating_sub(start.0 & !OS),
+        }
+    }
+
+    /// A reading on the OS clock, as taken before the calibration.
+    #[cfg(test)]
+    pub(crate) fn os_now() -> Stamp {
+        Stamp(OS | os_ns())
     }
 }
 
@@ -84,12 +128,28 @@ mod tests {
 
     #[test]
     #[cfg(not(miri))]
-    fn building_a_runtime_calibrates_the_clock_before_any_run() {
+    fn building_a_runtime_calibrates_the_clock_without_a_reading() {
         // Meaningful run alone (`cargo test -p ochre --lib building_a_runtime`): other tests of
         // the process may have calibrated it first, never uncalibrated it.
         let rt = crate::Runtime::builder().workers(1).pin(false).build().expect("runtime");
-        assert!(imp::calibrated(), "calibrated by the build, not left to a worker's first turn");
+        let t = Instant::now();
+        while !imp::calibrated() && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(imp::calibrated(), "started by the build, not left to a worker's first turn");
         drop(rt);
+    }
+
+    #[test]
+    #[cfg(not(miri))]
+    fn a_stamp_read_before_the_calibration_measures_on_the_os_clock() {
+        calibrate();
+        let (t0, s0) = (Instant::now(), imp::os_now());
+        std::thread::sleep(Duration::from_millis(20));
+        let (ours, os) = (ns_since(s0), t0.elapsed().as_nanos() as u64);
+        // Both on the OS clock: ours started after t0 and ended before the second reading.
+        assert!(ours <= os, "{ours} ns against the OS clock's {os}");
+        assert!(ours >= 20_000_000, "{ours} ns for a sleep of 20 ms");
     }
 
     #[test]

@@ -1737,7 +1737,15 @@ mod tests {
     fn posts_held_by_a_fresh_guest_are_let_in_during_the_handler() {
         let config = Config::default();
         let topology = crate::topology::Topology::flat(vec![0, 1]);
-        let shared = Shared::new(config.clone(), 2, 2, Duration::ZERO, 1, &topology).unwrap();
+        let shared = Shared::new(
+            config.clone(),
+            2,
+            2,
+            crate::wakeup_latency::Threshold::Set(Duration::ZERO),
+            1,
+            &topology,
+        )
+        .unwrap();
         let mut core = Core::new(0, Placement::flat(2), &config, crate::stall::Beat::off());
         let (producer, counter) = (color_on(0, 2), color_on(1, 2));
         core.queue.adopt_moved(counter, 1, None, false, false);
