@@ -31,8 +31,9 @@ pub enum Spin {
     /// Reasoned spinning (thesis §5.3.1): sleep at once, unless the previous sleep was shorter
     /// than `threshold`; then spin up to `threshold` watching for work before sleeping. A short
     /// sleep means the wake-up latency was a large share of it, so spinning pays.
-    /// `threshold: None` measures it at start: 10x the wake-up latency of the configured
-    /// [`Wakeup`] (the thesis used 10x the condition-variable latency, 200K cycles).
+    /// `threshold: None`: 10x the wake-up latency of the configured [`Wakeup`] (the thesis
+    /// used 10x the condition-variable latency, 200K cycles), measured once per process in the
+    /// background from its first build while the process is idle, and 10x 20 µs until then.
     Reasoned {
         /// The spin budget and the "short sleep" bound; `None` = 10x measured wake-up latency.
         threshold: Option<Duration>,
@@ -46,7 +47,7 @@ pub enum Spin {
     /// Reasoned spinning whose threshold each worker tunes online from the idle gaps it
     /// measures (`tune` module: the rules, their reasons and the measurements behind their
     /// constants): it spins long enough to catch the gaps for which a wake-up would be a
-    /// noticeable share (up to 20x the wake-up latency measured at start), and no longer, and
+    /// noticeable share (up to 20x the wake-up latency, measured as for `Reasoned`), and no longer, and
     /// it spins after a long sleep too when most recent gaps were short.
     Adaptive,
 }

@@ -256,6 +256,10 @@ pub(crate) fn measure_wakeup_when(
                 }
             },
         )?;
+        let (b3, done) = (b.clone(), |side: &Side| {
+            side.seen.store(DONE, Ordering::Release);
+            side.parker.unpark();
+        });
         let probe = std::thread::Builder::new().name("ochre-wakeup-probe".into()).spawn_scoped(
             s,
             move || {
@@ -263,7 +267,6 @@ pub(crate) fn measure_wakeup_when(
                 let mut samples = Vec::with_capacity(rounds);
                 let mut r = 0;
                 while samples.len() < rounds {
-                    r += 1;
                     // Let the echo thread fall asleep for real: a CPU idle for less than the
                     // hypervisor's halt-polling window (KVM's default: up to 200 µs) wakes in
                     // ~1 µs, which is not what a worker idle for a while costs. 500 µs, not the
@@ -272,27 +275,33 @@ pub(crate) fn measure_wakeup_when(
                     // (11.3-19.7, 11.5-14.0 and 12.1-17.7 µs, six measurements of each,
                     // alternated; 150 and 50 µs measured 10-15% lower).
                     std::thread::sleep(Duration::from_micros(500));
-                    let Some(calm_before) = calm() else { break };
+                    match calm() {
+                        Some(true) => {}
+                        Some(false) => continue,
+                        None => break,
+                    }
+                    r += 1;
                     let t = Instant::now();
                     b.seen.store(r, Ordering::Release);
                     b.parker.unpark();
                     wait_for(&a, r);
                     let sample = t.elapsed() / 2;
                     match calm() {
-                        Some(true) if calm_before => samples.push(sample),
-                        Some(_) => {}
+                        Some(true) => samples.push(sample),
+                        Some(false) => {}
                         None => break,
                     }
                 }
-                b.seen.store(DONE, Ordering::Release);
-                b.parker.unpark();
+                done(&b);
                 if samples.len() < rounds {
                     return Err(std::io::Error::other("never calm enough to measure"));
                 }
                 samples.sort();
                 Ok(samples[samples.len() / 2])
             },
-        )?;
+        );
+        // Without a probe, the echo is told to end: the scope waits for it.
+        let probe = probe.inspect_err(|_| done(&b3))?;
         echo.join().map_err(|_| std::io::Error::other("wake-up echo thread panicked"))?;
         probe.join().map_err(|_| std::io::Error::other("wake-up probe thread panicked"))?
     })

@@ -142,8 +142,8 @@ impl Builder {
     /// through its start (pinned, its heap made) and waits for a run, so that the first
     /// [`Runtime::run`] starts as later ones do. What a process does once is started here and
     /// waited for nowhere, each on a thread of its own: the wake-up latency's measurement,
-    /// which the reasoned-spinning threshold is made of (`wakeup_latency`: 200 µs assumed for
-    /// the first few milliseconds), the calibration of the turn timers' clock (`turn_clock`: the
+    /// which the reasoned-spinning threshold is made of (`wakeup_latency`: a latency of 20 µs, a
+    /// threshold of 200 µs, assumed until the process is idle long enough to measure it), the calibration of the turn timers' clock (`turn_clock`: the
     /// OS clock until then) and the registration stand-ins need (`membarrier`, 12.5 ms here:
     /// workers open windows once it is done). A process's first build of two workers takes
     /// 0.6-1.0 ms here (4.1-4.8 ms when it measured and calibrated before returning, six
@@ -532,7 +532,8 @@ pub struct RunReport {
     /// Events accepted and not yet run when the run ended (0 after a quiescent end; after a
     /// shutdown, they run at the next `run`).
     pub pending: u64,
-    /// Reasoned-spinning threshold in force.
+    /// Reasoned-spinning threshold in force at the run's end (a measured one may have been
+    /// published during the run: [`Runtime::spin_threshold`]).
     pub spin_threshold: Duration,
     /// Things that did not go as configured but did not stop the run (a failed pinning).
     pub warnings: Vec<String>,
@@ -624,8 +625,10 @@ impl Runtime {
 
     /// The reasoned-spinning threshold (zero if the spin policy has none). A measured one
     /// (10x the wake-up latency, the default) is measured once per process in the background,
-    /// from the first build on, and assumed (200 µs) until then: this waits for it, a few
-    /// milliseconds after the process's first build when no run holds it off.
+    /// from the first build on, while the process is idle, and is 200 µs (10x an assumed 20
+    /// µs) until then: this waits for the measurement, some 15 ms after the process's first
+    /// build in an idle process, at most 1.1 s (then it says the threshold in force, which may
+    /// still change).
     pub fn spin_threshold(&self) -> Duration {
         self.shared.spin_threshold.settled()
     }

@@ -11,7 +11,7 @@
 //! to having work again, whether the spin caught it or a sleep and a wake-up ended it), kept as
 //! a histogram by powers of two of microseconds whose weights decay by 1/[`GAP_MEMORY`] per
 //! gap, so that it describes the last few dozen gaps. The fixed rule's threshold (10x the
-//! wake-up latency measured at start, `idle::threshold_for`) is the yardstick `fixed`.
+//! process's wake-up latency, `idle::threshold_for`, `wakeup_latency`) is the yardstick `fixed`.
 //!
 //! - Which gaps are worth catching: those up to [`CATCH_FACTOR`]`x fixed` (20x the wake-up
 //!   latency), for which a wake-up would add 5% or more. Longer ones are left to sleep: a

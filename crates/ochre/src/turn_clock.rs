@@ -154,6 +154,16 @@ mod tests {
 
     #[test]
     fn a_stamp_measures_what_the_os_clock_measures() {
+        // On the calibrated clock: started, and waited for.
+        calibrate();
+        #[cfg(not(miri))]
+        {
+            let t = Instant::now();
+            while !imp::calibrated() && t.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(imp::calibrated());
+        }
         // Ours is read second at the start and first at the end: its interval lies within the
         // OS clock's, however long the thread waits between two reads (a busy machine), and
         // covers the sleep; the slack is the calibration's error.

@@ -2,23 +2,26 @@
 //! threshold is made of (10x it, [`idle::threshold_for`](crate::idle), thesis §5.3.1).
 //!
 //! Why in the background: made by the process's first `Builder::build`, the measurement's five
-//! round trips (`park::measure_wakeup`, each after a 500 µs sleep) held that build 5.7 ms of
-//! its 7.5-8 (tokio-mt's first build: 0.07 ms), and a program run once (a command, a test, a
-//! job timed from its start) paid it whole. Now the first build of a runtime that spins by a
-//! measured threshold starts the measurement on a thread of its own ([`start`]) and returns;
-//! its workers read the threshold at each idle spell ([`Threshold::get`]), which is
-//! [`PRIOR`]'s until the measurement is published.
+//! round trips (`park::measure_wakeup`, each after a 500 µs sleep) and the clock's calibration
+//! (`turn_clock`) held that build 4.1-4.8 ms here (tokio-mt's first build: 0.04-0.06 ms), and a
+//! program run once (a command, a test, a job timed from its start) paid it whole. Now the first
+//! build of a runtime that spins by a measured threshold starts the measurement on a thread of
+//! its own ([`start`]) and returns; its workers read the threshold at each idle spell
+//! ([`Threshold::get`]), which is 10x [`PRIOR`] (200 µs) until the measurement is published.
 //!
 //! Invariants:
 //! - One measurement per process and wake-up mechanism ([`Wakeup`]); its result, once
 //!   published, never changes, and every runtime of the process reads it.
 //! - A round trip is kept only if the process was idle ([`Calm`]: its threads used less than
-//!   [`CALM_SHARE`] of a CPU) through the sleep before it and through the trip, as when the
-//!   build measured before any run: a wake-up onto a CPU a worker keeps busy measures the
-//!   scheduler's preemption, not an idle CPU's wake-up. A process never idle for [`GIVE_UP`]
-//!   keeps [`PRIOR`]; after [`PATIENCE`] it is looked at less often.
+//!   [`CALM_SHARE`] of a CPU over the last [`WINDOW`]) before it and after it, as when the build
+//!   measured before any run: a wake-up onto a CPU a worker keeps busy measures the scheduler's
+//!   preemption, not an idle CPU's wake-up. Other processes are not seen (nor were they then).
+//!   The measurement looks at every round for [`PATIENCE`], then every [`SLOW_LOOK`]; a process
+//!   that has not let it take its rounds [`GIVE_UP`] after the first build keeps [`PRIOR`]
+//!   (rounds already kept are dropped: a median of fewer is not the measurement's).
 //! - A measurement that fails (threads or parkers refused) publishes [`PRIOR`]: nothing waits
-//!   for it for good.
+//!   for it for good. (A failed measurement failed the build before; the threshold has a
+//!   sensible value without it.)
 
 use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
@@ -40,13 +43,17 @@ const SLOW_LOOK: Duration = Duration::from_millis(20);
 /// When it gives up (the threshold stays [`PRIOR`]'s).
 #[cfg(not(loom))]
 const GIVE_UP: Duration = Duration::from_secs(10);
-/// The share of a CPU (thousandths) the process may use between two looks for them to say
-/// idle, beside what a round trip itself uses ([`ROUND_OWN`]).
+/// The share of a CPU (thousandths) the process may use over a [`WINDOW`] for it to count
+/// as idle; the measurement's own threads use 3-4% of one (a few µs a wake-up, a round trip
+/// every 0.55 ms).
 #[cfg(not(loom))]
 const CALM_SHARE: u32 = 100;
-/// What a round trip's own two threads use (two wake-ups, two sleeps: a few µs each).
+/// The least time over which the process's CPU time is compared with the wall clock's: the
+/// kernel adds a thread running on another CPU into the process's clock at its scheduler
+/// ticks (every 1-10 ms by the kernel's HZ) or when it stops running, so a shorter window may
+/// see nothing of a thread that runs throughout.
 #[cfg(not(loom))]
-const ROUND_OWN: Duration = Duration::from_micros(20);
+const WINDOW: Duration = Duration::from_millis(12);
 
 /// Round trips a measurement keeps (each after a 500 µs sleep, `park::measure_wakeup`): five.
 /// Nine took 10.5 ms of a first build; five and nine alternated in one process, six pairs:
@@ -54,33 +61,42 @@ const ROUND_OWN: Duration = Duration::from_micros(20);
 #[cfg(not(loom))]
 const ROUNDS: usize = 5;
 
-/// Whether the process was idle between two looks: its CPU time against the wall clock's.
+/// Whether the process was idle lately: its CPU time against the wall clock's, over the
+/// last [`WINDOW`] at least.
 #[cfg(not(loom))]
 struct Calm {
     since: Instant,
-    last: std::sync::Mutex<(Instant, Duration)>,
+    /// Readings (wall clock, process CPU time), oldest first; the first at least `WINDOW` old
+    /// once there is one.
+    readings: std::sync::Mutex<std::collections::VecDeque<(Instant, Duration)>>,
 }
 
 #[cfg(not(loom))]
 impl Calm {
     fn new() -> Self {
         let now = (Instant::now(), process_cpu_time());
-        Calm { since: now.0, last: std::sync::Mutex::new(now) }
+        Calm { since: now.0, readings: std::sync::Mutex::new([now].into()) }
     }
 
-    /// `Some(idle since the last look)`, or `None` once it is time to give up.
+    /// `Some(idle over the last WINDOW or more)` (no while there is no such window yet), or
+    /// `None` once it is time to give up. Past [`PATIENCE`], a look that says busy sleeps
+    /// [`SLOW_LOOK`] before it returns: the measurement then looks that often.
     fn look(&self) -> Option<bool> {
         let (now, cpu) = (Instant::now(), process_cpu_time());
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let (wall, used) = (now - last.0, cpu.saturating_sub(last.1));
-        let calm = used <= wall * CALM_SHARE / 1000 + ROUND_OWN;
-        *last = (now, cpu);
+        let calm = {
+            let mut r = self.readings.lock().unwrap_or_else(|e| e.into_inner());
+            r.push_back((now, cpu));
+            while r.len() > 2 && now - r[1].0 >= WINDOW {
+                r.pop_front();
+            }
+            let (then, used) = (r[0].0, cpu.saturating_sub(r[0].1));
+            now - then >= WINDOW && used <= (now - then) * CALM_SHARE / 1000
+        };
         let waited = now - self.since;
         if !calm && waited > GIVE_UP {
             return None;
         }
         if !calm && waited > PATIENCE {
-            drop(last);
             std::thread::sleep(SLOW_LOOK);
         }
         Some(calm)
@@ -184,8 +200,9 @@ impl Threshold {
         }
     }
 
-    /// The threshold once the process's measurement is published (waiting for it, a few
-    /// milliseconds after the first build, at most a second).
+    /// The threshold once the process's measurement is published (waiting for it: some 15 ms
+    /// after the first build in an idle process; at most 1.1 s, then the threshold in force,
+    /// which may still change).
     pub(crate) fn settled(self) -> Duration {
         match self {
             Threshold::Set(d) => d,
