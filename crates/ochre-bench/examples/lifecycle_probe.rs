@@ -17,6 +17,11 @@
 //! (a pin moves each thread to its CPU): first run 137-141 us, second 30. `build` now returns
 //! once every worker is started and at the gate: build 77 -> 142-181 us, first run 30-43, the
 //! same life (318-331 us against 325; a slow period of the host: tokio 145, rayon 115).
+//!
+//! Session 57: the CPU quota read once per process (`std::thread::available_parallelism` reads
+//! the cgroup's files at every call, 11 us here): build 84-86 -> 71-73 us, a life 144-146 ->
+//! 128-130 us (three processes of each build alternated; tokio 52-57, rayon 49-50). Left:
+//! each worker makes its poller (an epoll and its registrations) at its start, used or not.
 
 use std::time::{Duration, Instant};
 

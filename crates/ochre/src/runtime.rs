@@ -14,7 +14,7 @@
 //! `Runtime` stops the workers and drops the events that never ran, without running them; later
 //! posts through a [`Handle`] fail with [`Error::Closed`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -182,7 +182,7 @@ impl Builder {
         // quota is an average over 100 ms periods, and a job shorter than a period may still use
         // both CPUs. Sustained work is what a quota is set for (Go 1.25's GOMAXPROCS, rayon and
         // tokio follow it too).
-        let quota = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
+        let quota = cpu_quota();
         let workers = self.workers.unwrap_or(cpus.len().min(quota));
         let tree = match self.topology {
             Some(t) if !t.is_empty() => t,
@@ -507,6 +507,16 @@ fn park_between_runs(ctx: &WorkerCtx, gate: &Gate, seen: &mut u64) -> Option<u64
             }
         }
     }
+}
+
+/// The CPUs' worth of time the process may use ([`std::thread::available_parallelism`]: the
+/// affinity mask bounded by a cgroup quota), read once per process: std reads the cgroup's
+/// files at every call (11 µs here), a tenth of a later build's time, and a process that builds
+/// a runtime per job paid it each time. A quota changed while the process runs is seen by the
+/// next process (rayon reads it once too).
+fn cpu_quota() -> usize {
+    static QUOTA: OnceLock<usize> = OnceLock::new();
+    *QUOTA.get_or_init(|| std::thread::available_parallelism().map_or(usize::MAX, |n| n.get()))
 }
 
 /// How a run ended.
