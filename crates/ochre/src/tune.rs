@@ -41,10 +41,18 @@
 //!   before a larger batch fills, so a larger batch delays nothing it could run and saves a
 //!   synchronization (and a batch's filing) per batch: grow by a quarter.
 //! - A turn that fills batch after batch to one destination, each within [`LONG_FILL`] (a
-//!   producer's loop, a fan-out of thousands), from its second full batch if the receiver is
-//!   busy, from its fourth ([`LOOP_BATCHES`] before it) if it is idle (it keeps up with the
-//!   loop): the receiver gets a batch every fill whatever the size, so a larger one only saves
-//!   synchronizations: grow by a quarter. (Idle receivers shrinking in every loop took a
+//!   producer's loop, a fan-out of thousands), from its fourth full batch ([`LOOP_BATCHES`]
+//!   before it), the receiver busy or idle (it keeps up with the loop): the receiver gets a
+//!   batch every fill whatever the size, so a larger one only saves synchronizations: grow by
+//!   a quarter. Not from the second for a busy receiver, as before session 57: a turn of two
+//!   or three batches is no loop, and the receiver busy with the first when the second leaves
+//!   is what a short turn looks like. Producer-consumer 2w empty (50 messages a round to the
+//!   other worker, whose consumer ran the first batch when the second left) grew there in a
+//!   third of its batches and shrank (idle) in the rest: mean size 21.6 (`OCHRE_TUNE_DEBUG=1`,
+//!   no full batch a turn past the second), where the fixed 16 ran 4-10% faster (the round's
+//!   tail: 2 messages left to run after the producer's 50th, against 25); from the fourth:
+//!   16.0, and tuned / best fixed 0.934, 0.948 -> 0.960, 0.973 (`bench tuning --quick`, two
+//!   processes of each build), the other cases within their run-to-run spread. (Idle receivers shrinking in every loop took a
 //!   320-post loop of empty events to batches of 16: `tests/api.rs`'s
 //!   `batching_sends_whole_buffers` saw a mean of 15.2.) Why:
 //!   fork-join empty (one handler posts 720 000 messages to 60 actors) lost 35% to the fixed
@@ -171,7 +179,7 @@ pub(crate) const SHORT_SHARE: f32 = 0.5;
 pub(crate) const LONG_FILL: Duration = Duration::from_micros(50);
 
 /// Full batches a turn sends one destination, each filled within [`LONG_FILL`], before its next
-/// ones grow though the receiver is idle: a producer's loop it keeps up with (module doc).
+/// ones grow: a producer's loop, which the receiver keeps up with or not (module doc).
 pub(crate) const LOOP_BATCHES: u32 = 3;
 /// Smallest batch an idle receiver shrinks the size to when its batches are not known to fill
 /// slowly (half the default size): see the module doc.
@@ -299,18 +307,16 @@ pub(crate) struct Fill {
 }
 
 /// The next size of a destination's batches after one left full at `size` (module doc): a
-/// quarter larger in a loop (the batch filled within [`LONG_FILL`] after other full ones of the
-/// same turn: one before it if the receiver was busy, [`LOOP_BATCHES`] if it was idle) or if the
+/// quarter larger in a loop (the batch filled within [`LONG_FILL`] after [`LOOP_BATCHES`] full
+/// ones of the same turn) or if the
 /// busy receiver had at least `size` colors waiting; else, the receiver idle, an eighth smaller,
 /// not below [`IDLE_FLOOR`] unless the batch took longer than [`LONG_FILL`] to fill; else the
 /// same; within [`MIN_BATCH`]..[`MAX_BATCH`].
 pub(crate) fn next_batch_size(size: usize, receiver: Receiver, fill: Fill) -> usize {
     let slow = fill.took.is_some_and(|t| t > LONG_FILL);
     let quick = fill.took.is_some_and(|t| t <= LONG_FILL);
-    // An idle receiver keeps up with a loop only once it is one; a busy one gets a batch every
-    // fill whatever the size.
-    let loop_from = if receiver.idle { LOOP_BATCHES } else { 1 };
-    let grows = (quick && fill.in_turn >= loop_from) || (!receiver.idle && receiver.ready >= size);
+    let grows =
+        (quick && fill.in_turn >= LOOP_BATCHES) || (!receiver.idle && receiver.ready >= size);
     let next = if grows {
         size + (size / 4).max(1)
     } else if receiver.idle {
@@ -575,12 +581,13 @@ mod tests {
             }
             assert_eq!(size, MAX_BATCH, "{receiver:?}");
         }
-        // The first full batches of a turn to an idle receiver are no loop yet: they shrink
-        // (producer-consumer's three a round at 16 stay there), a busy one's grow.
+        // The first full batches of a turn are no loop yet: to an idle receiver they shrink
+        // (producer-consumer's three a round at 16 stay there), to a busy one (running the
+        // turn's first batch) they keep their size.
         for in_turn in 1..LOOP_BATCHES {
             let fill = Fill { took: Some(US * 5), in_turn };
             assert!(next_batch_size(64, IDLE, fill) < 64, "{in_turn}");
-            assert!(next_batch_size(64, few, fill) > 64, "{in_turn}");
+            assert_eq!(next_batch_size(64, few, fill), 64, "{in_turn}");
         }
         // The same turn but slow to fill, the receiver idle: it waits, shrink.
         assert!(next_batch_size(64, IDLE, loop_fill(LONG_FILL * 2)) < 64);
