@@ -137,6 +137,7 @@
 
 mod actor;
 pub mod alloc;
+mod background;
 mod cell;
 mod color;
 mod color_box;

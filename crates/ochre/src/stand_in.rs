@@ -232,15 +232,12 @@ pub(crate) fn register_in_background() {
     #[cfg(not(any(loom, miri)))]
     {
         static START: std::sync::Once = std::sync::Once::new();
-        START.call_once(|| {
-            let spawned = std::thread::Builder::new().name("ochre-membarrier".into()).spawn(|| {
-                available();
-            });
-            if spawned.is_err() {
-                // Here, then: no worker waits for it, and none would open a window without it.
-                available();
-            }
-        });
+        // Without a thread, here: no worker waits for it, and none would open a window
+        // without it.
+        let register = || {
+            available();
+        };
+        crate::background::start_once(&START, "ochre-membarrier", register, register);
     }
 }
 

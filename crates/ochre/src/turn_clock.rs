@@ -33,26 +33,23 @@ mod imp {
     /// (made here if no thread can be started).
     pub(crate) fn calibrate() {
         static STARTED: Once = Once::new();
-        STARTED.call_once(|| {
-            ORIGIN.get_or_init(Instant::now);
-            let here = crate::topology::current_cpu();
-            let spawned = std::thread::Builder::new().name("ochre-clock".into()).spawn(move || {
-                // Away from the builder's CPU: a new thread starts beside its parent, and
-                // this one's 0.6 ms loop held the build there as long.
-                let others: Vec<usize> = crate::topology::allowed_cpus()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|&c| c != here)
-                    .collect();
-                if !others.is_empty() {
-                    let _ = crate::topology::allow_current_thread(&others);
-                }
-                let _ = rustix::process::nice(19);
-                CLOCK.get_or_init(quanta::Clock::new);
-            });
-            if spawned.is_err() {
-                CLOCK.get_or_init(quanta::Clock::new);
+        let here = crate::topology::current_cpu();
+        let away = move || {
+            // Away from the builder's CPU: a new thread starts beside its parent, and this
+            // one's 0.6 ms loop held the build there as long.
+            let others: Vec<usize> = crate::topology::allowed_cpus()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|&c| c != here)
+                .collect();
+            if !others.is_empty() {
+                let _ = crate::topology::allow_current_thread(&others);
             }
+            let _ = rustix::process::nice(19);
+            CLOCK.get_or_init(quanta::Clock::new);
+        };
+        crate::background::start_once(&STARTED, "ochre-clock", away, || {
+            CLOCK.get_or_init(quanta::Clock::new);
         });
     }
 

@@ -1,13 +1,10 @@
 //! The process's wake-up latency, measured in the background: what the reasoned-spinning
 //! threshold is made of (10x it, [`idle::threshold_for`](crate::idle), thesis §5.3.1).
 //!
-//! Why in the background: made by the process's first `Builder::build`, the measurement's five
-//! round trips (`park::measure_wakeup`, each after a 500 µs sleep) and the clock's calibration
-//! (`turn_clock`) held that build 4.1-4.8 ms here (tokio-mt's first build: 0.04-0.06 ms), and a
-//! program run once (a command, a test, a job timed from its start) paid it whole. Now the first
-//! build of a runtime that spins by a measured threshold starts the measurement on a thread of
-//! its own ([`start`]) and returns; its workers read the threshold at each idle spell
-//! ([`Threshold::get`]), which is 10x [`PRIOR`] (200 µs) until the measurement is published.
+//! In the background (`background`): the first build of a runtime that spins by a measured
+//! threshold starts the measurement ([`start`]) and returns; its workers read the threshold at
+//! each idle spell ([`Threshold::get`]), which is 10x [`PRIOR`] (200 µs) until the measurement
+//! is published.
 //!
 //! Invariants:
 //! - One measurement per process and wake-up mechanism ([`Wakeup`]); its result, once
@@ -36,7 +33,12 @@ pub(crate) const PRIOR: Duration = Duration::from_micros(20);
 
 /// How long the measurement looks for an idle moment at every round (each after a 500 µs
 /// sleep) before it looks only every [`SLOW_LOOK`].
+#[cfg(not(loom))]
 const PATIENCE: Duration = Duration::from_millis(100);
+/// How long [`Threshold::settled`] waits for the measurement: an idle process publishes it
+/// some 15 ms after its first build; one busy for [`PATIENCE`] and a second after is given
+/// the threshold in force.
+const SETTLE_LIMIT: Duration = Duration::from_millis(1100);
 /// How often it looks after [`PATIENCE`].
 #[cfg(not(loom))]
 const SLOW_LOOK: Duration = Duration::from_millis(20);
@@ -138,14 +140,11 @@ impl Slot {
     where
         M: FnOnce() -> Option<Duration> + Send + 'static,
     {
-        self.started.call_once(|| {
-            let spawned =
-                std::thread::Builder::new().name("ochre-wakeup".into()).spawn(move || {
-                    let _ = self.latency.set(measure().unwrap_or(PRIOR));
-                });
-            if spawned.is_err() {
-                let _ = self.latency.set(PRIOR);
-            }
+        let job = move || {
+            let _ = self.latency.set(measure().unwrap_or(PRIOR));
+        };
+        crate::background::start_once(&self.started, "ochre-wakeup", job, || {
+            let _ = self.latency.set(PRIOR);
         });
     }
 
@@ -207,8 +206,7 @@ impl Threshold {
         match self {
             Threshold::Set(d) => d,
             Threshold::Measured(kind) => {
-                let wait = PATIENCE + Duration::from_secs(1);
-                crate::idle::threshold_for(slot(kind).settled(wait))
+                crate::idle::threshold_for(slot(kind).settled(SETTLE_LIMIT))
             }
         }
     }
