@@ -49,7 +49,11 @@
 //! contiguous half (a scratch program: no runtime, one thread). Colors placed so that each
 //! worker's chunks are contiguous (`Runtime::home_of`) ran the sum in 2.5-3.7 ms; consecutive
 //! plain colors are hashed one by one so that small programs spread, so the runtime does not
-//! place them in runs: not done.
+//! place them in runs: not done. Session 58 did it for colors from 64 on (`ochre::color`'s
+//! `home_of`: runs of eight, consecutive runs on consecutive workers; below 64 one by one as
+//! before): `bench steal --quick`, 8 processes alternated with the build before, the sum of
+//! 4M numbers in 1,024-number chunks over tokio-mt 0.80 -> 1.06 (2 workers), 1.03 -> 1.36 (8),
+//! 0.64 -> 0.74 with CPU 1 shared (medians).
 //!
 //! Session 38, the word count at 1,024 lines a chunk (196 chunks of about 0.5 ms, each merged
 //! into the collector's map in about 0.34 ms): ochre 114-120 ms, tokio-mt 104-110, rayon 67.

@@ -89,7 +89,9 @@
 //! ## How data flows
 //!
 //! Each color has a *home* worker, a hash of the color over the workers (or, with more workers
-//! than CPUs, over as many workers as there are CPUs: [`Config::home_on_every_worker`]).
+//! than CPUs, over as many workers as there are CPUs: [`Config::home_on_every_worker`]); from
+//! `Color(64)` on, consecutive colors go in runs of eight, so that a program's thousands of
+//! colors numbered in order (a chunk of an array each) give each worker stretches of it.
 //! A post from a handler goes to the color's queue on the posting worker if that worker holds the
 //! color (no atomic, no shared line), else into the posting worker's outgoing buffer for the
 //! color's home worker. Buffers are handed over whole (one compare-and-swap) when full, at the end

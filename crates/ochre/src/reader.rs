@@ -325,9 +325,11 @@ impl ReadState {
 /// Ungrouped colors reserved for lanes start here (bit 62 clear: lanes admit no readers).
 const LANE_BASE: u64 = 0x3fff_ff00_0000_0000;
 
-/// How many reserved colors are tried for one homed on a given worker: a try fails with
-/// probability `1 - 1/n` for `n` workers, so this is ample below many thousand workers (past it
-/// the lane is homed elsewhere: reads of that worker then cross to it, still correct).
+/// How many reserved colors are tried for one homed on a given worker: such high colors are
+/// homed in runs of eight on consecutive workers (`color::home_of`), so the first
+/// `8 * n.next_power_of_two()` tries meet every one of `n` workers; ample below a hundred
+/// thousand workers (past it the lane is homed elsewhere: reads of that worker then cross to
+/// it, still correct).
 const LANE_TRIES: u64 = 1 << 20;
 
 /// States are sharded by color; a shard's mutex is taken once per color and worker (each
