@@ -583,13 +583,14 @@ fn default_chunk(input: usize, workers: usize) -> usize {
 
 /// `n` colors from `base` on, color `i` homed on worker `i % homes`, so that lanes and reduce
 /// partitions are spread evenly over the workers that home colors (homes are a hash of the
-/// color; with more workers than CPUs only the first `homes` are homes: `Handle::homes`).
+/// color, or of its run of eight consecutive colors from `Color(64)` on; with more workers than
+/// CPUs only the first `homes` are homes: `Handle::homes`).
 fn spread_colors(rt: &ochre::Handle, base: u64, n: usize) -> Vec<Color> {
     let workers = rt.homes();
     let need = n.div_ceil(workers);
     let mut by_home: Vec<Vec<Color>> = vec![Vec::with_capacity(need); workers];
     let mut missing = workers * need;
-    // The hash spreads colors evenly: a few times `n` candidates fill every worker's list.
+    // Homes spread colors evenly: a few times `n` candidates fill every worker's list.
     for j in 0..(1u64 << 20) {
         if missing == 0 {
             break;

@@ -158,11 +158,11 @@ pub fn pin(color: Color) -> Result<(), Error> {
 }
 
 /// How many colors from its seed [`place`] tries for one homed on the chosen worker. Colors
-/// from `color::RUNS_FROM` on are homed in runs of eight, consecutive runs on consecutive
-/// workers, so every `8 * n.next_power_of_two()` consecutive colors include one of each of
-/// `n` workers: 4096 tries always find one below 512 workers (below `RUNS_FROM`, colors hashed
-/// one by one, a try fails with probability `1 - 1/n`). If none does, the color keeps the
-/// seed's home (hash placement).
+/// from `color::RUNS_FROM` on are homed in runs of eight, and a cycle of `n` consecutive runs
+/// has one on each of `n` workers (`color::home_of`): 4096 consecutive colors hold 512 runs,
+/// a whole cycle for up to 256 workers, so the search always finds one there (below
+/// `RUNS_FROM`, colors hashed one by one, a try fails with probability `1 - 1/n`). If none
+/// does, the color keeps the seed's home (hash placement).
 pub(crate) const PLACE_TRIES: u64 = 4096;
 
 /// The color to give new long-lived work, a connection for instance, chosen among `seed`,

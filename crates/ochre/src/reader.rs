@@ -326,10 +326,10 @@ impl ReadState {
 const LANE_BASE: u64 = 0x3fff_ff00_0000_0000;
 
 /// How many reserved colors are tried for one homed on a given worker: such high colors are
-/// homed in runs of eight on consecutive workers (`color::home_of`), so the first
-/// `8 * n.next_power_of_two()` tries meet every one of `n` workers; ample below a hundred
-/// thousand workers (past it the lane is homed elsewhere: reads of that worker then cross to
-/// it, still correct).
+/// homed in runs of eight, a cycle of `n` consecutive runs on each of `n` workers once
+/// (`color::home_of`), so `2^20` tries (131,072 runs) hold a whole cycle below 65,536 workers
+/// (past it the lane may be homed elsewhere: reads of that worker then cross to it, still
+/// correct).
 const LANE_TRIES: u64 = 1 << 20;
 
 /// States are sharded by color; a shard's mutex is taken once per color and worker (each

@@ -359,6 +359,14 @@ impl Measured for Pipeline {
     }
 }
 
+/// Plain color `i` of a baseline whose colors are hashed one by one over the cores (as
+/// libasync-smp placed them): consecutive ids from `color::RUNS_FROM` on share a home in runs,
+/// so the id is scattered over the 62 bits first (times an odd number modulo 2^62: distinct
+/// ids below 2^62 stay distinct).
+fn scattered(i: u64) -> Color {
+    Color::plain(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
 /// The stealing slides' pinning case (Gaud et al., CFSE'7, "assign a handler to a core": an
 /// application of 4 successive handlers, one color per connection, the events that accept
 /// connections pinned to their core, requests and responses negligible): an acceptor color
@@ -389,7 +397,7 @@ impl Server {
     ) -> Self {
         let conns = conns.clamp(1, 1 << 24);
         let acceptor = colors_per_core(cores, topology, 1, 1)[0][0];
-        let conns = (0..conns as u64).map(|i| Color(acceptor.0 + 1 + i)).collect();
+        let conns = (0..conns as u64).map(|i| scattered(acceptor.0 + 1 + i)).collect();
         let stages = stages.clamp(1, 255);
         Server { acceptor, conns, stages, accept_ns, cost_ns, pin }
     }
@@ -468,7 +476,7 @@ impl Groups {
                         if grouped {
                             Color::grouped(g as u32, m as u32)
                         } else {
-                            Color(10_000 + (g * members + m) as u64)
+                            scattered(10_000 + (g * members + m) as u64)
                         }
                     })
                     .collect()
