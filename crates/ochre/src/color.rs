@@ -225,6 +225,20 @@ pub(crate) fn home_of(color: Color, placement: Placement) -> usize {
     }
 }
 
+/// The first of the `tries` colors `Color(first)`, `Color(first + 1)`, ... homed on `worker`
+/// (`place`'s and the reader lanes' search), or `None`. Below [`RUNS_FROM`] one color in
+/// `homes` is, by the hash; from it on, every cycle of `homes` runs has one on each worker, so
+/// `16 * homes` tries (to the end of the first color's cycle and through the next) always
+/// find one.
+pub(crate) fn first_homed_on(
+    first: u64,
+    tries: u64,
+    worker: usize,
+    placement: Placement,
+) -> Option<Color> {
+    (0..tries).map(|k| Color(first.wrapping_add(k))).find(|&c| home_of(c, placement) == worker)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -343,6 +357,23 @@ mod tests {
         let p = Placement::flat(2);
         let parted = (1..RUNS_FROM).filter(|&c| home_of(Color(c), p) != home_of(Color(c - 1), p));
         assert!(parted.count() > 16);
+    }
+
+    /// `first_homed_on`'s bound: from `RUNS_FROM` on, `16 * homes` tries find every worker
+    /// from any first color.
+    #[test]
+    fn a_search_from_any_color_finds_every_worker_within_its_bound() {
+        let (counts, firsts): (&[usize], u64) =
+            if cfg!(miri) { (&[2, 3], 100) } else { (&[2, 3, 5, 6, 8, 12, 100], 2_000) };
+        for &n in counts {
+            let p = Placement::flat(n);
+            for first in (RUNS_FROM..RUNS_FROM + firsts).step_by(3) {
+                for w in 0..n {
+                    let c = first_homed_on(first, 16 * n as u64, w, p);
+                    assert!(c.is_some_and(|c| home_of(c, p) == w), "{n} workers, {first}, {w}");
+                }
+            }
+        }
     }
 
     #[test]

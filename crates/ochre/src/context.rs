@@ -157,12 +157,10 @@ pub fn pin(color: Color) -> Result<(), Error> {
     .ok_or(Error::NotInRuntime)
 }
 
-/// How many colors from its seed [`place`] tries for one homed on the chosen worker. Colors
-/// from `color::RUNS_FROM` on are homed in runs of eight, and a cycle of `n` consecutive runs
-/// has one on each of `n` workers (`color::home_of`): 4096 consecutive colors hold 512 runs,
-/// a whole cycle for up to 256 workers, so the search always finds one there (below
-/// `RUNS_FROM`, colors hashed one by one, a try fails with probability `1 - 1/n`). If none
-/// does, the color keeps the seed's home (hash placement).
+/// How many colors from its seed [`place`] tries for one homed on the chosen worker: always
+/// enough up to 256 workers from `Color(64)` on (`color::first_homed_on`'s bound), and below
+/// it all fail with probability `(1 - 1/n)^4096`. If none is, the color keeps the seed's home
+/// (hash placement).
 pub(crate) const PLACE_TRIES: u64 = 4096;
 
 /// The color to give new long-lived work, a connection for instance, chosen among `seed`,

@@ -121,7 +121,7 @@ use std::sync::Arc;
 
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use crate::color::{home_of, Placement};
+use crate::color::{first_homed_on, Placement};
 use crate::context::with_current;
 use crate::padding::Padded;
 use crate::sync::{fence, lock, AtomicU64, Mutex, Ordering};
@@ -325,11 +325,9 @@ impl ReadState {
 /// Ungrouped colors reserved for lanes start here (bit 62 clear: lanes admit no readers).
 const LANE_BASE: u64 = 0x3fff_ff00_0000_0000;
 
-/// How many reserved colors are tried for one homed on a given worker: such high colors are
-/// homed in runs of eight, a cycle of `n` consecutive runs on each of `n` workers once
-/// (`color::home_of`), so `2^20` tries (131,072 runs) hold a whole cycle below 65,536 workers
-/// (past it the lane may be homed elsewhere: reads of that worker then cross to it, still
-/// correct).
+/// How many reserved colors are tried for one homed on a given worker: ample below 65,536
+/// workers (`color::first_homed_on`'s bound; past it the lane may be homed elsewhere: reads of
+/// that worker then cross to it, still correct).
 const LANE_TRIES: u64 = 1 << 20;
 
 /// States are sharded by color; a shard's mutex is taken once per color and worker (each
@@ -361,9 +359,7 @@ impl Readers {
                     // run where it is (moved by `follow` or stealing like any color).
                     return Color(LANE_BASE + LANE_TRIES + w as u64);
                 }
-                (0..LANE_TRIES)
-                    .map(|k| Color(LANE_BASE + k))
-                    .find(|&c| home_of(c, placement) == w)
+                first_homed_on(LANE_BASE, LANE_TRIES, w, placement)
                     .unwrap_or(Color(LANE_BASE + w as u64))
             })
             .collect();
@@ -656,6 +652,7 @@ pub fn current_read() -> Option<Color> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::color::home_of;
 
     #[test]
     fn the_word_packs_count_and_flags_apart() {

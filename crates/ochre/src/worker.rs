@@ -1051,12 +1051,7 @@ impl Core {
             .iter()
             .map(|r| r.status.cpu_share.load(Ordering::Relaxed) as u32);
         let worker = crate::cpu_share::pick(shares, &mut self.place_credit);
-        // A color homed on `worker`: below `color::RUNS_FROM` 1 in `homes` is, so a few tries
-        // on average; above, a cycle of `homes` runs of eight has one on each worker, so at
-        // most `16 * homes` tries (to the end of the seed's cycle and through the next).
-        (0..crate::context::PLACE_TRIES)
-            .map(|k| Color(seed.wrapping_add(k)))
-            .find(|&c| home_of(c, shared.placement) == worker)
+        crate::color::first_homed_on(seed, crate::context::PLACE_TRIES, worker, shared.placement)
             .unwrap_or(first)
     }
 
